@@ -1,0 +1,49 @@
+"""corral's exception hierarchy.
+
+Every error corral raises derives from :class:`CorralError`, and also from the
+built-in exception a Python user would reach for first (``ValueError`` for bad
+input, ``ImportError`` for a missing extra, ``LookupError`` for an unknown id),
+so ``except ValueError`` keeps working in code that does not know corral.
+"""
+
+from __future__ import annotations
+
+
+class CorralError(Exception):
+    """Base class of every error raised by corral."""
+
+
+class UnknownEnvError(CorralError, LookupError):
+    """An env id that is not registered."""
+
+    def __str__(self) -> str:  # LookupError would quote the message like a key
+        return str(self.args[0]) if self.args else ""
+
+
+class RegistrationError(CorralError, ValueError):
+    """An env id registered twice, or an entry point that cannot be resolved."""
+
+
+class MissingDependencyError(CorralError, ImportError):
+    """An optional dependency (a ``pip install corral[extra]``) is not installed."""
+
+
+class InvalidActionError(CorralError, ValueError):
+    """An action dict that does not fit the agents that must act, or their spaces."""
+
+
+class EpisodeOverError(CorralError, RuntimeError):
+    """``step`` called before ``reset`` or after the episode ended."""
+
+
+class GroupError(CorralError, ValueError):
+    """Agents put in one group although their spaces differ."""
+
+
+class EnvContractError(CorralError):
+    """An env that breaks the env contract (raised by the conformance checker)."""
+
+    def __init__(self, violations: list[str]) -> None:
+        self.violations = list(violations)
+        lines = "\n".join(f"  - {v}" for v in self.violations)
+        super().__init__(f"{len(self.violations)} contract violation(s):\n{lines}")

@@ -1,0 +1,180 @@
+"""The env registry: ids grouped by source, ``register`` and ``make``.
+
+Each module that provides envs registers its own ids when imported; the
+registry imports those modules the first time it is asked for an id, so
+``import corral`` stays cheap and never imports an optional dependency.
+
+Ids read ``source/name`` (``mpe2/simple_spread_v3``, ``openspiel/kuhn_poker``).
+A *namespace* registers a whole source at once: ``gym/<any Gymnasium id>``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.errors import MissingDependencyError, RegistrationError, UnknownEnvError
+
+EntryPoint = Callable[..., Any] | str
+
+# Modules whose import registers corral's built-in ids (one line per source).
+_BUILTIN_MODULES = (
+    "corral.envs.rps",
+    "corral.envs.rps4",
+    "corral.envs.tag",
+    "corral.envs.mdp",
+    "corral.adapters.pettingzoo_parallel",
+    "corral.adapters.pettingzoo_aec",
+    "corral.adapters.gymnasium",
+    "corral.adapters.openspiel",
+)
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """How to build one registered env."""
+
+    id: str
+    entry_point: EntryPoint
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    extra: str | None = None
+    """The ``pip install corral[extra]`` that provides its dependencies, if any."""
+
+    def make(self, **kwargs: Any) -> Any:
+        """Build the env with the registered defaults updated by ``kwargs``."""
+        return _call(self.id, self.extra, resolve(self.entry_point), {**self.kwargs, **kwargs})
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """A source whose ids are open-ended: ``prefix/name`` builds ``factory(name, **kwargs)``."""
+
+    prefix: str
+    factory: EntryPoint
+    extra: str | None = None
+
+
+_specs: dict[str, EnvSpec] = {}
+_namespaces: dict[str, Namespace] = {}
+_builtins_loaded = False
+
+
+def resolve(entry_point: EntryPoint) -> Callable[..., Any]:
+    """The callable behind an entry point (a callable or ``"module:attr"``)."""
+    if callable(entry_point):
+        return entry_point
+    module_name, sep, attr = entry_point.partition(":")
+    if not sep or not attr:
+        raise RegistrationError(f"entry point {entry_point!r} is not of the form 'module:attr'")
+    target: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def register(id: str, entry_point: EntryPoint, *, extra: str | None = None, **kwargs: Any) -> None:
+    """Register ``id`` so that ``corral.make(id)`` calls ``entry_point(**kwargs)``.
+
+    ``entry_point`` may return a corral env, a PettingZoo ``ParallelEnv`` or
+    ``AECEnv`` or a Gymnasium env; ``make`` adapts the last three.
+
+    Examples:
+        >>> import corral
+        >>> corral.register("docs/rps-3", "corral.envs.rps:RockPaperScissors", num_rounds=3)
+        >>> corral.make("docs/rps-3").num_rounds
+        3
+    """
+    if "/" not in id:
+        raise RegistrationError(f"env id {id!r} must read 'source/name', e.g. 'mine/{id}'")
+    if id in _specs:
+        raise RegistrationError(f"env id {id!r} is already registered")
+    if not (callable(entry_point) or isinstance(entry_point, str)):
+        raise RegistrationError(f"entry point of {id!r} must be a callable or 'module:attr'")
+    _specs[id] = EnvSpec(id, entry_point, dict(kwargs), extra)
+
+
+def register_namespace(prefix: str, factory: EntryPoint, *, extra: str | None = None) -> None:
+    """Make every id ``prefix/name`` build ``factory(name, **kwargs)``."""
+    if prefix in _namespaces:
+        raise RegistrationError(f"namespace {prefix!r} is already registered")
+    _namespaces[prefix] = Namespace(prefix, factory, extra)
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if not _builtins_loaded:
+        _builtins_loaded = True
+        for module in _BUILTIN_MODULES:
+            importlib.import_module(module)
+
+
+def registered_ids(source: str | None = None) -> list[str]:
+    """Every registered id, sorted; only those of ``source`` (e.g. ``"mpe2"``) if given."""
+    _load_builtins()
+    ids = sorted(_specs)
+    return [i for i in ids if i.split("/", 1)[0] == source] if source else ids
+
+
+def namespaces() -> list[str]:
+    """The prefixes of open-ended sources (``gym``: any Gymnasium id)."""
+    _load_builtins()
+    return sorted(_namespaces)
+
+
+def spec(id: str) -> EnvSpec:
+    """The spec of ``id``; an :class:`UnknownEnvError` naming the closest ids otherwise."""
+    _load_builtins()
+    if id in _specs:
+        return _specs[id]
+    prefix, _, name = id.partition("/")
+    if prefix in _namespaces and name:
+        ns = _namespaces[prefix]
+        return EnvSpec(id, _NamespaceEntry(ns.factory, name), {}, ns.extra)
+    close = difflib.get_close_matches(id, list(_specs), n=5, cutoff=0.6)
+    close += [i for i in _specs if id and id.lower() in i.lower() and i not in close][:5]
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    sources = {i.split("/")[0] for i in _specs} | set(_namespaces)
+    known = ", ".join(f"{p}/..." for p in sorted(sources))
+    raise UnknownEnvError(
+        f"unknown env id {id!r}.{hint} Sources: {known}. Run `corral list` to see every id."
+    )
+
+
+@dataclass(frozen=True)
+class _NamespaceEntry:
+    factory: EntryPoint
+    name: str
+
+    def __call__(self, **kwargs: Any) -> Any:
+        return resolve(self.factory)(self.name, **kwargs)
+
+
+def make(id: str, **kwargs: Any) -> Any:
+    """Build the env registered as ``id``, adapted to the corral contract.
+
+    Examples:
+        >>> import corral
+        >>> env = corral.make("corral/rps", num_rounds=2)
+        >>> obs, infos = env.reset(seed=0)
+        >>> list(obs)
+        ['player_0']
+    """
+    from corral.adapters import adapt
+
+    return adapt(spec(id).make(**kwargs))
+
+
+def _call(id: str, extra: str | None, factory: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    try:
+        return factory(**kwargs)
+    except ModuleNotFoundError as err:
+        missing = (err.name or "").split(".")[0]
+        if extra is None or missing in ("", "corral"):
+            raise
+        raise MissingDependencyError(
+            f"env {id!r} needs the optional dependency {missing!r}, which is not installed: "
+            f"pip install 'corral[{extra}]'"
+        ) from err
