@@ -47,3 +47,31 @@ class EnvContractError(CorralError):
         self.violations = list(violations)
         lines = "\n".join(f"  - {v}" for v in self.violations)
         super().__init__(f"{len(self.violations)} contract violation(s):\n{lines}")
+
+
+class EnvError(CorralError, RuntimeError):
+    """An exception raised inside one env of a vector env, with that env's index.
+
+    ``remote_traceback`` holds the traceback as the env's process saw it.
+    """
+
+    def __init__(self, env_index: int, message: str, remote_traceback: str = "") -> None:
+        self.env_index = env_index
+        self.remote_traceback = remote_traceback
+        text = f"env {env_index}: {message}"
+        if remote_traceback:
+            text += f"\n\nTraceback in the env's process:\n{remote_traceback}"
+        super().__init__(text)
+
+    def __reduce__(self) -> tuple[type, tuple[int, str, str]]:
+        message = str(self).split(": ", 1)[1].split("\n\nTraceback", 1)[0]
+        return (type(self), (self.env_index, message, self.remote_traceback))
+
+
+class VectorStateError(CorralError, RuntimeError):
+    """A vector env call out of order: a ``*_wait`` with nothing pending, a second
+    ``*_async`` before the first's wait, or any call after ``close()``."""
+
+
+class WorkerTimeoutError(CorralError, TimeoutError):
+    """A worker did not answer within the timeout; it is stopped and restarted."""

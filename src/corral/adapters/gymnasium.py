@@ -1,0 +1,113 @@
+"""Single-agent Gymnasium envs as one-agent corral envs.
+
+``corral.make("gym/CartPole-v1")`` builds ``gymnasium.make("CartPole-v1")``
+(any Gymnasium id works, keyword arguments go to ``gymnasium.make``), and
+``corral.adapt(gym_env)`` wraps an existing ``gymnasium.Env``. The one agent is
+``agent_0``; Gymnasium's ``info`` dict becomes ``infos["agent_0"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from corral.adapters import register_adapter
+from corral.env import AgentID, InfoDict, MultiAgentEnv, ObsDict, StepResult, validate_actions
+from corral.registry import register, register_namespace
+
+AGENT = "agent_0"
+
+
+class GymnasiumEnvAdapter(MultiAgentEnv):
+    """A single-agent ``gymnasium.Env`` as a corral env with the one agent ``agent_0``.
+
+    When the episode ends (terminated or truncated) ``agents`` and ``obs`` are
+    empty and the last observation is ``infos["agent_0"]["final_obs"]``. An
+    ``action_mask`` in Gymnasium's info is passed on as an ``int8`` array and
+    enforced on the next step.
+    """
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        self.env = env
+        self.possible_agents = [AGENT]
+        self.metadata = dict(env.metadata)
+        self.render_mode = env.render_mode
+        self.agents = []
+        self._mask: np.ndarray | None = None
+        self._step = 0
+
+    def observation_space(self, agent: AgentID) -> spaces.Space:
+        return self.env.observation_space
+
+    def action_space(self, agent: AgentID) -> spaces.Space:
+        return self.env.action_space
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[ObsDict, InfoDict]:
+        observation, info = self.env.reset(seed=seed, options=options)
+        self.agents = [AGENT]
+        self._step = 0
+        return {AGENT: observation}, {AGENT: self._info(info)}
+
+    def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
+        validate_actions(actions, self.agents, self.action_space, {AGENT: self._mask}, self._step)
+        observation, reward, terminated, truncated, info = self.env.step(actions[AGENT])
+        self._step += 1
+        infos = {AGENT: self._info(info)}
+        obs = {AGENT: observation}
+        if terminated or truncated:
+            infos[AGENT]["final_obs"] = observation
+            obs = {}
+            self.agents = []
+        return (
+            obs,
+            {AGENT: float(reward)},
+            {AGENT: bool(terminated)},
+            {AGENT: bool(truncated)},
+            infos,
+        )
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def _info(self, info: dict[str, Any]) -> dict[str, Any]:
+        """Gymnasium's info, with its action mask (if any) as ``int8``."""
+        info = dict(info)
+        self._mask = None
+        if "action_mask" in info:
+            self._mask = np.asarray(info["action_mask"]).astype(np.int8)
+            info["action_mask"] = self._mask
+        return info
+
+
+def make_gymnasium(name: str, **kwargs: Any) -> GymnasiumEnvAdapter:
+    """``gymnasium.make(name, **kwargs)`` as a corral env."""
+    return GymnasiumEnvAdapter(gymnasium.make(name, **kwargs))
+
+
+def _is_gymnasium_env(env: Any) -> bool:
+    return isinstance(env, gymnasium.Env)
+
+
+# Ids listed by `corral list`; any other Gymnasium id loads through the namespace.
+_LISTED_IDS = (
+    "CartPole-v1",
+    "Pendulum-v1",
+    "MountainCar-v0",
+    "Acrobot-v1",
+    "FrozenLake-v1",
+    "Taxi-v4",
+)
+
+for _name in _LISTED_IDS:
+    register(f"gym/{_name}", make_gymnasium, name=_name)
+register_namespace("gym", make_gymnasium)
+register_adapter(_is_gymnasium_env, GymnasiumEnvAdapter)

@@ -1,0 +1,109 @@
+"""The interface every vector backend implements: it only moves data.
+
+A backend builds the envs, allocates the batch arrays where its envs can
+write them, and runs an :class:`~corral.vector.runner.EnvRunner` over each
+slice of envs. Everything else (layout, validation, the call order, the
+batch) belongs to :class:`~corral.vector.vector_env.VectorEnv`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from corral.vector.layout import Layout
+
+EnvFn = Callable[[], Any]
+Arrays = dict[str, np.ndarray]
+
+# Backend name -> "module:class"; the module is imported only when used.
+BACKENDS = {
+    "sync": "corral.vector.sync:SyncBackend",
+    "subproc": "corral.vector.subproc:SubprocBackend",
+    "ray": "corral.vector.ray_backend:RayBackend",
+}
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """What the parent needs to know of the envs to lay out their arrays."""
+
+    possible_agents: list[str]
+    observation_spaces: dict[str, spaces.Space]
+    action_spaces: dict[str, spaces.Space]
+    state_space: spaces.Space | None
+    metadata: dict[str, Any]
+
+    @classmethod
+    def of(cls, env: Any) -> EnvInfo:
+        agents = list(env.possible_agents)
+        return cls(
+            agents,
+            {a: env.observation_space(a) for a in agents},
+            {a: env.action_space(a) for a in agents},
+            getattr(env, "state_space", None),
+            dict(getattr(env, "metadata", {})),
+        )
+
+
+class Backend:
+    """Runs ``len(env_fns)`` envs; subclasses decide where."""
+
+    def __init__(self, env_fns: Sequence[EnvFn], **options: Any) -> None:
+        self.env_fns = list(env_fns)
+
+    @property
+    def num_envs(self) -> int:
+        return len(self.env_fns)
+
+    def env_info(self) -> EnvInfo:
+        """Agents and spaces of the envs (all envs must share them)."""
+        raise NotImplementedError
+
+    def start(self, layout: Layout) -> Arrays:
+        """Allocate the arrays of ``layout`` and make the envs write into them."""
+        raise NotImplementedError
+
+    def reset_async(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> None:
+        raise NotImplementedError
+
+    def reset_wait(self, timeout: float | None) -> None:
+        raise NotImplementedError
+
+    def step_async(self) -> None:
+        """Start a step with the actions already written in the ``action/...`` arrays."""
+        raise NotImplementedError
+
+    def step_wait(self, timeout: float | None) -> None:
+        raise NotImplementedError
+
+    def call(
+        self, name: str, args: tuple, kwargs: dict[str, Any], timeout: float | None
+    ) -> list[Any]:
+        """``getattr(env, name)(*args, **kwargs)`` (or the attribute itself) for every env."""
+        raise NotImplementedError
+
+    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release everything; safe to call twice."""
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The backend class registered as ``name``."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}")
+    module, _, attr = BACKENDS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def call_env(env: Any, name: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """``env.name(*args, **kwargs)`` if it is a method, else the attribute's value."""
+    attr = getattr(env, name)
+    return attr(*args, **kwargs) if callable(attr) else attr

@@ -1,0 +1,124 @@
+"""Checks of batched actions, before anything reaches an env.
+
+``action_array_problem(space, array, acting)`` looks at a whole group's
+actions ``[E, n, *shape]`` at once and returns the first problem among the
+acting entries as ``(env, agent_index, text)``, or ``None``. It is registered
+per space type, like the single-action checks in :mod:`corral.spaces`.
+"""
+
+from __future__ import annotations
+
+from functools import singledispatch
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+Problem = tuple[int, int, str] | None
+
+
+def _first(bad: np.ndarray, text: str) -> Problem:
+    """The first ``[env, agent]`` where ``bad`` holds (reduced over trailing axes)."""
+    if bad.ndim > 2:
+        bad = bad.reshape(*bad.shape[:2], -1).any(axis=-1)
+    hits = np.argwhere(bad)
+    if len(hits) == 0:
+        return None
+    env, agent = (int(x) for x in hits[0])
+    return env, agent, text
+
+
+def _shape_problem(space_shape: tuple[int, ...], array: np.ndarray, lead: tuple[int, int]) -> str:
+    expected = (*lead, *space_shape)
+    if array.shape != expected:
+        return f"an array of shape {expected} ([env, agent, *action_shape]), got {array.shape}"
+    return ""
+
+
+@singledispatch
+def action_array_problem(space: spaces.Space, array: Any, acting: np.ndarray) -> Problem:
+    """The first invalid acting entry of a group's action array, or ``None``."""
+    raise TypeError(f"corral has no batched action check for {type(space).__name__} spaces")
+
+
+@action_array_problem.register
+def _(space: spaces.Discrete, array: Any, acting: np.ndarray) -> Problem:
+    array = np.asarray(array)
+    shape = _shape_problem((), array, acting.shape)
+    if shape:
+        return -1, -1, shape
+    if not (np.issubdtype(array.dtype, np.integer) or array.dtype == bool):
+        return -1, -1, f"integer actions, got dtype {array.dtype}"
+    low, high = space.start, space.start + space.n - 1
+    bad = acting & ((array < low) | (array > high))
+    return _first(bad, f"an integer in [{low}, {high}]")
+
+
+@action_array_problem.register
+def _(space: spaces.Box, array: Any, acting: np.ndarray) -> Problem:
+    array = np.asarray(array)
+    shape = _shape_problem(space.shape, array, acting.shape)
+    if shape:
+        return -1, -1, shape
+    if not np.can_cast(array.dtype, space.dtype, casting="same_kind"):
+        return -1, -1, f"actions castable to {space.dtype}, got dtype {array.dtype}"
+    live = acting.reshape(*acting.shape, *([1] * len(space.shape)))
+    problem = _first(live & ~np.isfinite(array), "finite values (got NaN or inf)")
+    if problem is None:
+        outside = (array < space.low) | (array > space.high)
+        problem = _first(live & outside, f"values within [{space.low.min()}, {space.high.max()}]")
+    return problem
+
+
+@action_array_problem.register
+def _(space: spaces.MultiDiscrete, array: Any, acting: np.ndarray) -> Problem:
+    array = np.asarray(array)
+    shape = _shape_problem(space.shape, array, acting.shape)
+    if shape:
+        return -1, -1, shape
+    if not np.issubdtype(array.dtype, np.integer):
+        return -1, -1, f"integer actions, got dtype {array.dtype}"
+    live = acting.reshape(*acting.shape, *([1] * len(space.shape)))
+    outside = (array < space.start) | (array >= space.start + space.nvec)
+    return _first(live & outside, f"integers in [{space.start}, {space.start + space.nvec})")
+
+
+@action_array_problem.register
+def _(space: spaces.MultiBinary, array: Any, acting: np.ndarray) -> Problem:
+    array = np.asarray(array)
+    shape = _shape_problem(space.shape, array, acting.shape)
+    if shape:
+        return -1, -1, shape
+    live = acting.reshape(*acting.shape, *([1] * len(space.shape)))
+    return _first(live & (array != 0) & (array != 1), "values 0 or 1")
+
+
+@action_array_problem.register
+def _(space: spaces.Dict, array: Any, acting: np.ndarray) -> Problem:
+    if not isinstance(array, dict) or set(array) != set(space.spaces):
+        return -1, -1, f"a dict of arrays with keys {sorted(space.spaces)}"
+    for key, sub in space.spaces.items():
+        problem = action_array_problem(sub, array[key], acting)
+        if problem is not None:
+            return problem[0], problem[1], f"[{key!r}]: {problem[2]}"
+    return None
+
+
+@action_array_problem.register
+def _(space: spaces.Tuple, array: Any, acting: np.ndarray) -> Problem:
+    if not isinstance(array, (tuple, list)) or len(array) != len(space.spaces):
+        return -1, -1, f"a tuple of {len(space.spaces)} arrays"
+    for i, sub in enumerate(space.spaces):
+        problem = action_array_problem(sub, array[i], acting)
+        if problem is not None:
+            return problem[0], problem[1], f"[{i}]: {problem[2]}"
+    return None
+
+
+def mask_problem(
+    space: spaces.Discrete, array: Any, acting: np.ndarray, mask: np.ndarray
+) -> Problem:
+    """The first acting entry whose (in-range) discrete action its mask forbids."""
+    index = np.clip(np.asarray(array, dtype=np.int64) - space.start, 0, space.n - 1)
+    picked = np.take_along_axis(mask, index[..., None], axis=-1)[..., 0]
+    return _first(acting & ~picked, "a legal action (its action mask forbids this one)")

@@ -1,0 +1,358 @@
+"""``VectorEnv``: many copies of an env as one batch of arrays per agent group."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from corral.errors import InvalidActionError, VectorStateError
+from corral.groups import GroupMap
+from corral.vector.backend import EnvFn, backend_class
+from corral.vector.layout import Layout, array_tree, assemble
+from corral.vector.validation import action_array_problem, mask_problem
+
+
+@dataclass
+class Batch:
+    """One vector step. Per-group fields are dicts ``{group: array}``.
+
+    Shapes for a group of ``n`` agents over ``E`` envs: ``obs[g]`` and
+    ``final_obs[g]`` ``[E, n, *obs_shape]`` (nested dicts/tuples for Dict/Tuple
+    spaces); ``reward``, ``terminated``, ``truncated``, ``alive``, ``acting``,
+    ``episode_return`` ``[E, n]``; ``action_mask[g]`` ``[E, n, n_actions]`` for
+    discrete groups; ``state``/``final_state`` ``[E, *state_shape]`` or ``None``;
+    ``done``, ``episode_length``, ``worker_restarts`` ``[E]``.
+
+    ``done[e]`` means env ``e``'s episode ended in this step and the env was
+    reset: ``obs`` already holds the new episode and ``final_obs``,
+    ``final_state``, ``episode_return`` and ``episode_length`` the ended one.
+    """
+
+    obs: dict[str, Any]
+    reward: dict[str, np.ndarray]
+    terminated: dict[str, np.ndarray]
+    truncated: dict[str, np.ndarray]
+    alive: dict[str, np.ndarray]
+    acting: dict[str, np.ndarray]
+    action_mask: dict[str, np.ndarray]
+    state: Any
+    done: np.ndarray
+    final_obs: dict[str, Any]
+    final_state: Any
+    episode_return: dict[str, np.ndarray]
+    episode_length: np.ndarray
+    worker_restarts: np.ndarray
+
+
+class _Pending(enum.Enum):
+    NONE = "none"
+    RESET = "reset"
+    STEP = "step"
+    CLOSED = "closed"
+
+
+class VectorEnv:
+    """``num_envs`` copies of a multi-agent env, stepped as one batch.
+
+    Args:
+        env_fns: one constructor per env; each returns a corral env or any env
+            :func:`corral.adapt` accepts. All must share agents and spaces.
+        backend: ``"sync"`` (in-process), ``"subproc"`` (worker processes over
+            shared memory) or ``"ray"`` (Ray actors).
+        seed: seed of the first ``reset()`` called without one.
+        group_map: how agents form groups; see :func:`corral.group_agents`.
+        copy: return arrays the caller owns (``True``) or views into the
+            backend's buffers, valid until the next step (``False``, faster).
+        **options: backend options (``num_workers``, ``envs_per_worker``,
+            ``start_method``, ``timeout``, ``ray_address``...).
+
+    Examples:
+        >>> import corral
+        >>> venv = corral.VectorEnv([lambda: corral.make("corral/rps")] * 2)
+        >>> batch = venv.reset(seed=0)
+        >>> batch.acting["player"].tolist()
+        [[True, False], [True, False]]
+        >>> venv.close()
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[EnvFn],
+        backend: str = "sync",
+        *,
+        seed: int | None = None,
+        group_map: GroupMap = None,
+        copy: bool = True,
+        **options: Any,
+    ) -> None:
+        if len(env_fns) == 0:
+            raise ValueError("a VectorEnv needs at least one env constructor")
+        self.backend_name = backend
+        self.copy = copy
+        self._pending = _Pending.CLOSED
+        self._backend = backend_class(backend)(list(env_fns), **options)
+        info = self._backend.env_info()
+        self.metadata = info.metadata
+        self.possible_agents = info.possible_agents
+        self.layout = Layout(
+            info.possible_agents,
+            info.observation_spaces.__getitem__,
+            info.action_spaces.__getitem__,
+            info.state_space,
+            len(env_fns),
+            group_map,
+        )
+        self._arrays = self._backend.start(self.layout)
+        self._pending = _Pending.NONE
+        self._started = False
+        self._first_seed = seed
+
+    # -- description ----------------------------------------------------------
+
+    @property
+    def num_envs(self) -> int:
+        return self.layout.num_envs
+
+    @property
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        """Group name -> its agents, in array order."""
+        return {name: g.agents for name, g in self.layout.groups.items()}
+
+    def observation_space(self, group: str) -> Any:
+        """The observation space of one agent of ``group``."""
+        return self.layout.groups[group].observation_space
+
+    def action_space(self, group: str) -> Any:
+        """The action space of one agent of ``group``."""
+        return self.layout.groups[group].action_space
+
+    @property
+    def state_space(self) -> Any:
+        return self.layout.state_space
+
+    # -- reset and step -----------------------------------------------------------
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Batch:
+        """Reset every env (env ``i`` with ``seed + i``) and return the first batch."""
+        self.reset_async(seed, options)
+        return self.reset_wait()
+
+    def reset_async(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        self._expect(_Pending.NONE, "reset_async")
+        if seed is None and not self._started:
+            seed = self._first_seed
+        seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
+        self._backend.reset_async(seeds, options)
+        self._pending = _Pending.RESET
+
+    def reset_wait(self, timeout: float | None = None) -> Batch:
+        self._expect(_Pending.RESET, "reset_wait")
+        self._pending = _Pending.NONE
+        self._backend.reset_wait(timeout)
+        self._started = True
+        return self._batch()
+
+    def step(self, actions: Mapping[str, Any]) -> Batch:
+        """Apply ``actions[g]`` (``[E, n, *action_shape]``) and return the next batch.
+
+        Entries of agents that are not acting are ignored.
+        """
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Mapping[str, Any]) -> None:
+        self._expect(_Pending.NONE, "step_async")
+        if not self._started:
+            raise VectorStateError("step_async() before reset(): call reset() first")
+        self._write_actions(actions)
+        self._backend.step_async()
+        self._pending = _Pending.STEP
+
+    def step_wait(self, timeout: float | None = None) -> Batch:
+        self._expect(_Pending.STEP, "step_wait")
+        self._pending = _Pending.NONE
+        self._backend.step_wait(timeout)
+        return self._batch()
+
+    # -- other calls ------------------------------------------------------------------
+
+    def call(self, name: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> list:
+        """Call method ``name`` (or read attribute ``name``) on every env."""
+        self._expect(_Pending.NONE, "call")
+        return self._backend.call(name, args, kwargs, timeout)
+
+    def get_attr(self, name: str, timeout: float | None = None) -> list:
+        """Attribute ``name`` of every env."""
+        self._expect(_Pending.NONE, "get_attr")
+        return self._backend.call("__getattribute__", (name,), {}, timeout)
+
+    def set_attr(self, name: str, values: Any, timeout: float | None = None) -> None:
+        """Set attribute ``name`` of env ``i`` to ``values[i]`` (or every env to ``values``)."""
+        self._expect(_Pending.NONE, "set_attr")
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(f"set_attr needs {self.num_envs} values, got {len(values)}")
+        self._backend.set_attr(name, values, timeout)
+
+    def render(self) -> list:
+        """Every env's frame, in env order."""
+        return self.call("render")
+
+    def close(self) -> None:
+        """Stop the envs and free their resources; calling it again does nothing."""
+        if self._pending is not _Pending.CLOSED:
+            self._pending = _Pending.CLOSED
+            self._backend.close()
+
+    def __enter__(self) -> VectorEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_pending", _Pending.CLOSED) is not _Pending.CLOSED:
+            self.close()
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _expect(self, state: _Pending, call: str) -> None:
+        if self._pending is state:
+            return
+        if self._pending is _Pending.CLOSED:
+            raise VectorStateError(f"{call}() on a closed VectorEnv")
+        if state is _Pending.NONE:
+            raise VectorStateError(
+                f"{call}() while a {self._pending.value}_async() awaits its "
+                f"{self._pending.value}_wait()"
+            )
+        raise VectorStateError(f"{call}() without a pending {state.value}_async()")
+
+    def _write_actions(self, actions: Mapping[str, Any]) -> None:
+        if not isinstance(actions, Mapping):
+            raise InvalidActionError(
+                f"actions must be a dict keyed by group ({list(self.groups)}), "
+                f"got {type(actions).__name__}"
+            )
+        for name in actions:
+            if name not in self.layout.groups:
+                raise InvalidActionError(
+                    f"actions for unknown group {name!r}; the groups are {list(self.groups)}"
+                )
+        for name, group in self.layout.groups.items():
+            acting = self._arrays[f"acting/{name}"]
+            if name not in actions:
+                if acting.any():
+                    env, j = (int(x) for x in np.argwhere(acting)[0])
+                    raise InvalidActionError(
+                        f"group {name!r} is missing from the actions, but env {env}, "
+                        f"agent {group.agents[j]!r} must act"
+                    )
+                continue
+            self._check_group_actions(name, actions[name], acting)
+        for name, group in self.layout.groups.items():
+            if name in actions:
+                self._store(group.action_tree, f"action/{name}", actions[name])
+
+    def _check_group_actions(self, name: str, array: Any, acting: np.ndarray) -> None:
+        group = self.layout.groups[name]
+        problem = action_array_problem(group.action_space, array, acting)
+        if problem is None and group.num_actions is not None:
+            mask = self._arrays[f"action_mask/{name}"]
+            problem = mask_problem(group.action_space, array, acting, mask)
+        if problem is not None:
+            env, j, text = problem
+            where = (
+                f"group {name!r}"
+                if env < 0
+                else (f"group {name!r}, env {env}, agent {group.agents[j]!r}")
+            )
+            raise InvalidActionError(f"{where}: expected {text}")
+
+    def _store(self, tree: Any, path: str, value: Any) -> None:
+        if isinstance(tree, dict):
+            for key, sub in tree.items():
+                self._store(sub, f"{path}/{key}", value[key])
+        elif isinstance(tree, tuple):
+            for i, sub in enumerate(tree):
+                self._store(sub, f"{path}/{i}", value[i])
+        else:
+            self._arrays[path][...] = value
+
+    def _batch(self) -> Batch:
+        arrays: Mapping[str, np.ndarray] = self._arrays
+        if self.copy:
+            arrays = {path: a.copy() for path, a in arrays.items()}
+        groups = self.layout.groups
+
+        def per_group(field: str) -> dict[str, np.ndarray]:
+            return {g: arrays[f"{field}/{g}"] for g in groups}
+
+        state_tree = array_tree(self.state_space) if self.state_space is not None else None
+        return Batch(
+            obs={g: assemble(group.obs_tree, f"obs/{g}", arrays) for g, group in groups.items()},
+            reward=per_group("reward"),
+            terminated=per_group("terminated"),
+            truncated=per_group("truncated"),
+            alive=per_group("alive"),
+            acting=per_group("acting"),
+            action_mask={
+                g: arrays[f"action_mask/{g}"] for g in groups if f"action_mask/{g}" in arrays
+            },
+            state=None if state_tree is None else assemble(state_tree, "state", arrays),
+            done=arrays["done"],
+            final_obs={
+                g: assemble(group.obs_tree, f"final_obs/{g}", arrays) for g, group in groups.items()
+            },
+            final_state=None if state_tree is None else assemble(state_tree, "final_state", arrays),
+            episode_return=per_group("episode_return"),
+            episode_length=arrays["episode_length"],
+            worker_restarts=arrays["worker_restarts"],
+        )
+
+
+def make_vec(
+    id: str,
+    num_envs: int,
+    backend: str = "sync",
+    *,
+    seed: int | None = None,
+    group_map: GroupMap = None,
+    copy: bool = True,
+    env_kwargs: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> VectorEnv:
+    """``num_envs`` copies of the registered env ``id`` as one :class:`VectorEnv`.
+
+    ``seed`` seeds the first ``reset()`` (env ``i`` gets ``seed + i``); the env's
+    keyword arguments go in ``env_kwargs``, backend options in ``**options``.
+    """
+    from corral.registry import make, spec
+
+    spec(id)  # an unknown id fails here, in the caller's process
+    kwargs = dict(env_kwargs or {})
+    return VectorEnv(
+        [_EnvFactory(make, id, kwargs)] * num_envs,
+        backend,
+        seed=seed,
+        group_map=group_map,
+        copy=copy,
+        **options,
+    )
+
+
+@dataclass(frozen=True)
+class _EnvFactory:
+    """A picklable ``lambda: make(id, **kwargs)`` for worker processes."""
+
+    make: Callable[..., Any]
+    id: str
+    kwargs: dict[str, Any]
+
+    def __call__(self) -> Any:
+        return self.make(self.id, **self.kwargs)
