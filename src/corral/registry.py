@@ -45,7 +45,7 @@ class EnvSpec:
 
     def make(self, **kwargs: Any) -> Any:
         """Build the env with the registered defaults updated by ``kwargs``."""
-        return _call(self.id, self.extra, resolve(self.entry_point), {**self.kwargs, **kwargs})
+        return _call(self.id, self.extra, self.entry_point, {**self.kwargs, **kwargs})
 
 
 @dataclass(frozen=True)
@@ -167,9 +167,9 @@ def make(id: str, **kwargs: Any) -> Any:
     return adapt(spec(id).make(**kwargs))
 
 
-def _call(id: str, extra: str | None, factory: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+def _call(id: str, extra: str | None, entry_point: EntryPoint, kwargs: dict[str, Any]) -> Any:
     try:
-        return factory(**kwargs)
+        return resolve(entry_point)(**kwargs)
     except ModuleNotFoundError as err:
         missing = (err.name or "").split(".")[0]
         if extra is None or missing in ("", "corral"):

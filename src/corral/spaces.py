@@ -21,6 +21,8 @@ def action_problem(space: spaces.Space, action: Any) -> str | None:
 
 
 def _integer_scalar(action: Any) -> int | None:
+    if type(action) is int or isinstance(action, np.integer):  # the common case, fast
+        return int(action)
     arr = np.asarray(action)
     if arr.shape != () or not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool):
         return None
@@ -30,12 +32,12 @@ def _integer_scalar(action: Any) -> int | None:
 @action_problem.register
 def _(space: spaces.Discrete, action: Any) -> str | None:
     value = _integer_scalar(action)
+    if value is not None and space.start <= value < space.start + space.n:
+        return None
     expected = f"an integer in [{space.start}, {space.start + space.n - 1}]"
     if value is None:
         return f"{expected}, got {action!r} of type {type(action).__name__}"
-    if not space.start <= value < space.start + space.n:
-        return f"{expected}, got {value}"
-    return None
+    return f"{expected}, got {value}"
 
 
 @action_problem.register

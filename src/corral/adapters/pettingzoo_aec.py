@@ -1,0 +1,195 @@
+"""PettingZoo ``AECEnv`` as a turn-based corral env, and the ``pettingzoo/classic`` ids.
+
+``obs`` holds only the agent whose turn it is. The adapter performs
+PettingZoo's dead steps (``step(None)`` for a terminated or truncated
+``agent_selection``) itself, inside the corral step that ended the agent.
+
+Rewards: PettingZoo reports, at each turn of an agent, its cumulative reward
+since it last acted. The adapter hands out the change of every agent's
+cumulative reward during each corral step, so an agent's corral rewards
+between two of its turns add up to what ``last()`` reports at the second one,
+and episode returns equal PettingZoo's.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from collections.abc import Mapping
+from functools import partial
+from typing import Any, NamedTuple
+
+import numpy as np
+from gymnasium import spaces
+
+from corral.adapters import register_adapter
+from corral.adapters.pettingzoo_parallel import MASK_KEY, build, observation_part, unpack
+from corral.env import AgentID, InfoDict, MultiAgentEnv, ObsDict, StepResult, validate_actions
+from corral.registry import register
+
+
+class _Exit(NamedTuple):
+    """How an agent left in a dead step, and what it saw then."""
+
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+    observation: Any
+
+
+class AECEnvAdapter(MultiAgentEnv):
+    """A PettingZoo ``AECEnv`` that follows the corral contract (turn-based).
+
+    ``state()`` and ``state_space`` exist exactly when the wrapped env has a
+    ``state_space``. The wrapped env is ``adapter.env``.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.metadata = getattr(env, "metadata", {"render_modes": []})
+        self.render_mode = getattr(env, "render_mode", None)
+        self.agents: list[AgentID] = []
+        self._acting: list[AgentID] = []
+        self._masks: dict[AgentID, np.ndarray | None] = {}
+        self._step = 0
+        # Filled by _raw_step during one corral step.
+        self._earned: defaultdict[AgentID, float] = defaultdict(float)
+        self._exits: dict[AgentID, _Exit] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names not found normally: forward the optional global state.
+        env = self.__dict__.get("env")
+        if name in ("state", "state_space") and hasattr(env, "state_space"):
+            return getattr(env, name)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    @property
+    def possible_agents(self) -> list[AgentID]:  # type: ignore[override]
+        return list(self.env.possible_agents)
+
+    def observation_space(self, agent: AgentID) -> spaces.Space:
+        return observation_part(self.env.observation_space(agent))
+
+    def action_space(self, agent: AgentID) -> spaces.Space:
+        return self.env.action_space(agent)
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[ObsDict, InfoDict]:
+        self.env.reset(seed=seed, options=options)
+        self._step = 0
+        self._earned.clear()
+        self._exits.clear()
+        self._step_out_dead()
+        self.agents = self._live_agents()
+        return self._observe()
+
+    def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
+        validate_actions(actions, self._acting, self.action_space, self._masks, self._step)
+        alive = list(self.agents)
+        self._earned.clear()
+        self._exits.clear()
+        self._raw_step(actions[self._acting[0]], acted=True)
+        self._step_out_dead()
+        self._step += 1
+        self.agents = self._live_agents()
+        # An agent that already left still gets what it earned before its dead step.
+        late = [a for a in self._earned if a not in alive and self._earned[a] != 0.0]
+        rewards = {a: self._earned.get(a, 0.0) for a in [*alive, *late]}
+        exits = {a: self._exit(a) for a in alive if a not in self.agents}
+        terms = {a: exits[a].terminated if a in exits else False for a in alive}
+        truncs = {a: exits[a].truncated if a in exits else False for a in alive}
+        obs, infos = self._observe()
+        for agent, exit_ in exits.items():
+            infos[agent] = {**exit_.info, "final_obs": unpack(exit_.observation, None)[0]}
+        return obs, rewards, terms, truncs, infos
+
+    def _raw_step(self, action: Any, acted: bool) -> None:
+        """Step the raw env once, adding each agent's change of cumulative reward to _earned."""
+        before = dict(_cumulative_rewards(self.env))
+        if acted:
+            # PettingZoo counts an agent's cumulative reward from its last action on.
+            before[self.env.agent_selection] = 0.0
+        self.env.step(action)
+        after = _cumulative_rewards(self.env)
+        for agent in dict.fromkeys([*before, *after]):
+            start = before.get(agent, 0.0)
+            self._earned[agent] += float(after.get(agent, start) - start)
+
+    def _step_out_dead(self) -> None:
+        """Perform the dead steps due now, keeping what each stepped-out agent last saw."""
+        env = self.env
+        while env.agents and self._is_done(env.agent_selection):
+            agent = env.agent_selection
+            self._exits[agent] = self._exit(agent)
+            self._raw_step(None, acted=False)
+
+    def _is_done(self, agent: AgentID) -> bool:
+        return bool(self.env.terminations[agent] or self.env.truncations[agent])
+
+    def _live_agents(self) -> list[AgentID]:
+        return [a for a in self.env.agents if not self._is_done(a)]
+
+    def _exit(self, agent: AgentID) -> _Exit:
+        """How ``agent`` ended: recorded at its dead step, or read now if that step is due later."""
+        if agent in self._exits:
+            return self._exits[agent]
+        env = self.env
+        return _Exit(
+            bool(env.terminations[agent]),
+            bool(env.truncations[agent]),
+            dict(env.infos.get(agent, {})),
+            env.observe(agent),
+        )
+
+    def _observe(self) -> tuple[ObsDict, InfoDict]:
+        self._acting = []
+        self._masks = {}
+        if not self.agents:
+            return {}, {}
+        agent = self.env.agent_selection
+        info = dict(self.env.infos.get(agent, {}))
+        observation, mask = unpack(self.env.observe(agent), info)
+        if mask is not None:
+            info[MASK_KEY] = mask
+            self._masks[agent] = mask
+        self._acting = [agent]
+        return {agent: observation}, {agent: info}
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _cumulative_rewards(env: Any) -> Mapping[AgentID, float]:
+    """The raw env's reward of each agent since it last acted (what ``last()`` reports)."""
+    try:  # PettingZoo's wrappers forward this one private attribute
+        return env._cumulative_rewards
+    except AttributeError:
+        return env.unwrapped._cumulative_rewards
+
+
+def _is_aec_env(env: Any) -> bool:
+    pettingzoo = sys.modules.get("pettingzoo")
+    return pettingzoo is not None and isinstance(env, pettingzoo.AECEnv)
+
+
+register_adapter(_is_aec_env, AECEnvAdapter)
+
+# The implementation modules: PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules.
+_CLASSIC = {
+    "rps_v2": "pettingzoo.classic.rps.rps",
+    "tictactoe_v3": "pettingzoo.classic.tictactoe.tictactoe",
+    "connect_four_v3": "pettingzoo.classic.connect_four.connect_four",
+    "leduc_holdem_v4": "pettingzoo.classic.rlcard_envs.leduc_holdem",
+    "texas_holdem_v4": "pettingzoo.classic.rlcard_envs.texas_holdem",
+    "texas_holdem_no_limit_v6": "pettingzoo.classic.rlcard_envs.texas_holdem_no_limit",
+    "chess_v6": "pettingzoo.classic.chess.chess",
+    "go_v5": "pettingzoo.classic.go.go",
+    "hanabi_v5": "pettingzoo.classic.hanabi.hanabi",
+}
+
+for _name, _module in _CLASSIC.items():
+    register(f"pettingzoo/classic/{_name}", partial(build, _module, "env"), extra="pettingzoo")

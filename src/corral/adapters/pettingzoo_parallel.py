@@ -1,0 +1,191 @@
+"""PettingZoo ``ParallelEnv`` under the corral contract, and the mpe2/sisl/butterfly ids.
+
+A parallel env already has the contract's shape; the adapter adds what
+PettingZoo leaves to each env: action checks with clear errors, the final
+observation of an ended agent in ``infos[a]["final_obs"]`` (it leaves ``obs``),
+an ``infos`` entry for every agent, and Dict observations with an
+``action_mask`` key unpacked into the ``"observation"`` part and
+``infos[a]["action_mask"]``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from corral.adapters import register_adapter
+from corral.env import (
+    AgentID,
+    BoolDict,
+    InfoDict,
+    MultiAgentEnv,
+    ObsDict,
+    StepResult,
+    validate_actions,
+)
+from corral.registry import register
+
+MASK_KEY = "action_mask"
+OBS_KEY = "observation"
+
+
+def observation_part(space: spaces.Space) -> spaces.Space:
+    """The space of what the agent sees: the ``"observation"`` part of a masked Dict space."""
+    if isinstance(space, spaces.Dict) and MASK_KEY in space.spaces and OBS_KEY in space.spaces:
+        return space[OBS_KEY]
+    return space
+
+
+def unpack(observation: Any, info: Mapping[str, Any] | None) -> tuple[Any, np.ndarray | None]:
+    """Split a raw observation into what the agent sees and its int8 action mask (or ``None``).
+
+    The mask comes from a Dict observation's ``action_mask`` key, else from ``info``.
+    """
+    if isinstance(observation, Mapping) and MASK_KEY in observation and OBS_KEY in observation:
+        return observation[OBS_KEY], np.asarray(observation[MASK_KEY], dtype=np.int8)
+    if info is not None and info.get(MASK_KEY) is not None:
+        return observation, np.asarray(info[MASK_KEY], dtype=np.int8)
+    return observation, None
+
+
+def build(module: str, factory: str, **kwargs: Any) -> Any:
+    """``module.factory(**kwargs)``, importing ``module`` only now (it is optional)."""
+    return getattr(importlib.import_module(module), factory)(**kwargs)
+
+
+class ParallelEnvAdapter(MultiAgentEnv):
+    """A PettingZoo ``ParallelEnv`` that follows the corral contract.
+
+    ``state()`` and ``state_space`` exist exactly when the wrapped env has a
+    ``state_space``. The wrapped env is ``adapter.env``.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.metadata = getattr(env, "metadata", {"render_modes": []})
+        self.render_mode = getattr(env, "render_mode", None)
+        self.agents: list[AgentID] = []
+        self._masks: dict[AgentID, np.ndarray | None] = {}
+        self._acting: list[AgentID] = []
+        self._step = 0
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names not found normally: forward the optional global state.
+        env = self.__dict__.get("env")
+        if name in ("state", "state_space") and hasattr(env, "state_space"):
+            return getattr(env, name)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    @property
+    def possible_agents(self) -> list[AgentID]:  # type: ignore[override]
+        return list(self.env.possible_agents)
+
+    def observation_space(self, agent: AgentID) -> spaces.Space:
+        return observation_part(self.env.observation_space(agent))
+
+    def action_space(self, agent: AgentID) -> spaces.Space:
+        return self.env.action_space(agent)
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[ObsDict, InfoDict]:
+        raw_obs, raw_infos = self.env.reset(seed=seed, options=options)
+        self._step = 0
+        self.agents = list(self.env.agents)
+        return self._observe(raw_obs, raw_infos or {}, ended=[])
+
+    def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
+        validate_actions(actions, self._acting, self.action_space, self._masks, self._step)
+        alive = list(self.agents)
+        raw_obs, raw_rewards, raw_terms, raw_truncs, raw_infos = self.env.step(dict(actions))
+        self._step += 1
+        keys = list(dict.fromkeys([*alive, *raw_rewards, *raw_terms, *raw_truncs]))
+        rewards = {a: raw_rewards.get(a, 0.0) for a in keys}
+        terms: BoolDict = {a: bool(raw_terms.get(a, False)) for a in keys}
+        truncs: BoolDict = {a: bool(raw_truncs.get(a, False)) for a in keys}
+        ended = [a for a in alive if terms[a] or truncs[a]]
+        self.agents = [a for a in self.env.agents if a not in ended]
+        obs, infos = self._observe(raw_obs, raw_infos or {}, ended)
+        return obs, rewards, terms, truncs, infos
+
+    def _observe(
+        self, raw_obs: Mapping[AgentID, Any], raw_infos: Mapping[AgentID, Any], ended: list[AgentID]
+    ) -> tuple[ObsDict, InfoDict]:
+        obs: ObsDict = {}
+        infos: InfoDict = {}
+        self._masks = {}
+        for agent in [a for a in self.agents if a in raw_obs]:
+            info = dict(raw_infos.get(agent, {}))
+            obs[agent], mask = unpack(raw_obs[agent], info)
+            if mask is not None:
+                info[MASK_KEY] = mask
+                self._masks[agent] = mask
+            infos[agent] = info
+        for agent in ended:
+            info = dict(raw_infos.get(agent, {}))
+            if agent in raw_obs:
+                info["final_obs"] = unpack(raw_obs[agent], None)[0]
+            infos[agent] = info
+        self._acting = list(obs)
+        return obs, infos
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _is_parallel_env(env: Any) -> bool:
+    pettingzoo = sys.modules.get("pettingzoo")
+    return pettingzoo is not None and isinstance(env, pettingzoo.ParallelEnv)
+
+
+register_adapter(_is_parallel_env, ParallelEnvAdapter)
+
+_MPE2 = {
+    name: f"mpe2.{name}"
+    for name in (
+        "simple_v3",
+        "simple_adversary_v3",
+        "simple_crypto_v3",
+        "simple_push_v3",
+        "simple_reference_v3",
+        "simple_speaker_listener_v4",
+        "simple_spread_v3",
+        "simple_tag_v3",
+        "simple_world_comm_v3",
+        "simple_formation_v1",
+        "simple_line_v1",
+        "collect_treasure_v1",
+    )
+}
+# The implementation modules: PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules.
+_SISL = {
+    "multiwalker_v9": "pettingzoo.sisl.multiwalker.multiwalker",
+    "pursuit_v5": "pettingzoo.sisl.pursuit.pursuit",
+}
+_BUTTERFLY = {
+    "pistonball_v6": "pettingzoo.butterfly.pistonball.pistonball",
+    "cooperative_pong_v6": "pettingzoo.butterfly.cooperative_pong.cooperative_pong",
+    "knights_archers_zombies_v11": (
+        "pettingzoo.butterfly.knights_archers_zombies.knights_archers_zombies"
+    ),
+}
+
+# (id prefix, pip extra, names -> module path)
+_SOURCES = (
+    ("mpe2", "pettingzoo", _MPE2),
+    ("pettingzoo/sisl", "sisl", _SISL),
+    ("pettingzoo/butterfly", "butterfly", _BUTTERFLY),
+)
+
+for _prefix, _extra, _table in _SOURCES:
+    for _name, _module in _table.items():
+        register(f"{_prefix}/{_name}", partial(build, _module, "parallel_env"), extra=_extra)
