@@ -1,0 +1,155 @@
+"""Turn-based rock-paper-scissors: ``corral/rps``.
+
+The smallest env whose rewards arrive in a step where the rewarded agent did
+not act, so learners must credit them to that agent's earlier action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from corral.env import AgentID, InfoDict, MultiAgentEnv, ObsDict, StepResult, validate_actions
+from corral.registry import register
+
+MOVES = ("rock", "paper", "scissors")
+
+
+def round_reward(move: int, other: int) -> float:
+    """+1 if ``move`` beats ``other``, -1 if it loses, 0 on a draw."""
+    return (0.0, 1.0, -1.0)[(move - other) % 3]
+
+
+class RockPaperScissors(MultiAgentEnv):
+    """Rock-paper-scissors played turn by turn for ``num_rounds`` rounds.
+
+    Each round ``player_0`` moves first (the observation dict holds only
+    ``player_0``), then ``player_1`` (only ``player_1``), without seeing
+    ``player_0``'s move of this round. The round's zero-sum reward (+1 win,
+    -1 loss, 0 draw) is paid to *both* players in the step of ``player_1``'s
+    move; ``player_0`` earns 0 in its own step. After the last round both
+    players terminate.
+
+    Actions are ``Discrete(3)``: 0 rock, 1 paper, 2 scissors. An observation
+    is ``float32[7]``: a one-hot of the player's own move in the previous
+    round, a one-hot of the opponent's (both zero in the first round), and the
+    fraction of rounds played. The global state is ``float32[10]``:
+    ``player_0``'s and ``player_1``'s previous moves, ``player_0``'s pending
+    move of this round (one-hots) and the fraction of rounds played.
+
+    Examples:
+        >>> env = RockPaperScissors(num_rounds=1)
+        >>> obs, infos = env.reset(seed=0)
+        >>> list(obs)
+        ['player_0']
+        >>> obs, rewards, *_ = env.step({"player_0": 0})
+        >>> list(obs), rewards
+        (['player_1'], {'player_0': 0.0, 'player_1': 0.0})
+        >>> obs, rewards, terms, truncs, infos = env.step({"player_1": 2})
+        >>> rewards, env.agents
+        ({'player_0': 1.0, 'player_1': -1.0}, [])
+    """
+
+    metadata = {"render_modes": ["ansi"], "name": "rps"}
+
+    def __init__(self, num_rounds: int = 3, render_mode: str | None = None) -> None:
+        if num_rounds < 1:
+            raise ValueError(f"num_rounds must be at least 1, got {num_rounds}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.num_rounds = num_rounds
+        self.render_mode = render_mode
+        self.possible_agents = ["player_0", "player_1"]
+        self.agents = []
+        self._obs_space = spaces.Box(0.0, 1.0, shape=(7,), dtype=np.float32)
+        self._action_space = spaces.Discrete(3)
+        self.state_space = spaces.Box(0.0, 1.0, shape=(10,), dtype=np.float32)
+        self._round = 0
+        self._turn = 0
+        self._step = 0
+        self._last = [-1, -1]
+        self._pending = -1
+
+    def observation_space(self, agent: AgentID) -> spaces.Box:
+        """``float32[7]``: own and opponent's previous moves, fraction of rounds played."""
+        return self._obs_space
+
+    def action_space(self, agent: AgentID) -> spaces.Discrete:
+        """``Discrete(3)``: rock, paper, scissors."""
+        return self._action_space
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[ObsDict, InfoDict]:
+        """Start the first round; ``player_0`` moves first. The game has no chance events."""
+        self.agents = list(self.possible_agents)
+        self._round = 0
+        self._turn = 0
+        self._step = 0
+        self._last = [-1, -1]
+        self._pending = -1
+        return {"player_0": self._observe(0)}, {"player_0": {}}
+
+    def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
+        """Record the move of the player to act; score the round after ``player_1``'s move."""
+        acting = [self.possible_agents[self._turn]] if self.agents else []
+        validate_actions(actions, acting, self.action_space, {}, self._step)
+        self._step += 1
+        move = int(actions[acting[0]])
+        if self._turn == 0:
+            self._pending = move
+            self._turn = 1
+            rewards = {"player_0": 0.0, "player_1": 0.0}
+            no = {"player_0": False, "player_1": False}
+            return {"player_1": self._observe(1)}, rewards, no, dict(no), {"player_1": {}}
+        reward = round_reward(self._pending, move)
+        rewards = {"player_0": reward, "player_1": -reward}
+        self._last = [self._pending, move]
+        self._pending = -1
+        self._round += 1
+        self._turn = 0
+        done = self._round == self.num_rounds
+        terms = {"player_0": done, "player_1": done}
+        truncs = {"player_0": False, "player_1": False}
+        if done:
+            infos = {a: {"final_obs": self._observe(i)} for i, a in enumerate(self.agents)}
+            self.agents = []
+            return {}, rewards, terms, truncs, infos
+        return {"player_0": self._observe(0)}, rewards, terms, truncs, {"player_0": {}}
+
+    def state(self) -> np.ndarray:
+        """Both previous moves, ``player_0``'s pending move and the fraction of rounds played."""
+        state = np.zeros(10, dtype=np.float32)
+        for offset, move in zip((0, 3, 6), (*self._last, self._pending), strict=True):
+            if move >= 0:
+                state[offset + move] = 1.0
+        state[9] = self._round / self.num_rounds
+        return state
+
+    def render(self) -> str | None:
+        """The round, the previous round's moves and who moves next, as text."""
+        if self.render_mode != "ansi":
+            return None
+        if self._last[0] < 0:
+            previous = "no round played yet"
+        else:
+            p0, p1 = (MOVES[m] for m in self._last)
+            outcome = {1.0: "player_0 wins", -1.0: "player_1 wins", 0.0: "draw"}
+            previous = f"last round: {p0} vs {p1} ({outcome[round_reward(*self._last)]})"
+        to_move = f"player_{self._turn} to move" if self.agents else "game over"
+        return f"round {self._round}/{self.num_rounds}; {previous}; {to_move}\n"
+
+    def _observe(self, player: int) -> np.ndarray:
+        obs = np.zeros(7, dtype=np.float32)
+        own, other = self._last[player], self._last[1 - player]
+        if own >= 0:
+            obs[own] = 1.0
+            obs[3 + other] = 1.0
+        obs[6] = self._round / self.num_rounds
+        return obs
+
+
+register("corral/rps", RockPaperScissors)
