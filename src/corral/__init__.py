@@ -1,6 +1,7 @@
 """corral: one contract, fast vectorised sampling and correct learning for MARL envs."""
 
 from corral.adapters import adapt
+from corral.checker import check_env
 from corral.env import MultiAgentEnv, validate_actions
 from corral.errors import (
     CorralError,
@@ -14,10 +15,12 @@ from corral.errors import (
 )
 from corral.groups import group_agents
 from corral.registry import make, register, register_namespace, registered_ids, spec
+from corral.vector import Batch, VectorEnv, make_vec
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Batch",
     "CorralError",
     "EnvContractError",
     "EpisodeOverError",
@@ -27,10 +30,12 @@ __all__ = [
     "MultiAgentEnv",
     "RegistrationError",
     "UnknownEnvError",
+    "VectorEnv",
     "adapt",
     "check_env",
     "group_agents",
     "make",
+    "make_vec",
     "register",
     "register_namespace",
     "registered_ids",
@@ -38,9 +43,3 @@ __all__ = [
     "validate_actions",
 ]
 
-
-def check_env(env, **kwargs):
-    """Run the conformance checker on ``env``; see :func:`corral.checker.check_env`."""
-    from corral.checker import check_env as _check_env
-
-    return _check_env(env, **kwargs)

@@ -87,7 +87,8 @@ def register(id: str, entry_point: EntryPoint, *, extra: str | None = None, **kw
         >>> corral.make("docs/rps-3").num_rounds
         3
     """
-    if "/" not in id:
+    source, _, name = id.partition("/")
+    if not source or not name:
         raise RegistrationError(f"env id {id!r} must read 'source/name', e.g. 'mine/{id}'")
     if id in _specs:
         raise RegistrationError(f"env id {id!r} is already registered")

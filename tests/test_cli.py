@@ -1,0 +1,208 @@
+"""The ``corral`` command line: list, check and play, with clean errors and exit codes."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from corral import cli
+from corral.registry import namespaces, register, registered_ids
+
+pytestmark = pytest.mark.usefixtures("isolated_registry")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def example() -> ModuleType:
+    """``examples/custom_env.py``, imported by path."""
+    spec = importlib.util.spec_from_file_location(
+        "custom_env_for_cli", ROOT / "examples" / "custom_env.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def nim(example: ModuleType) -> str:
+    register("test/nim", example.Nim)
+    return "test/nim"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list_prints_every_id_grouped_by_source(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "list")
+    assert code == 0
+    lines = out.splitlines()
+    for env_id in registered_ids():
+        assert f"  {env_id}" in lines
+        assert f"{env_id.split('/')[0]} (" in out
+    for prefix in namespaces():
+        assert f"{prefix}/<name>" in out
+
+
+def test_list_a_source(capsys: pytest.CaptureFixture[str], nim: str) -> None:
+    code, out, _ = run(capsys, "list", "test")
+    assert code == 0
+    assert out.splitlines() == ["test (1)", "  test/nim"]
+
+
+def test_list_unknown_source_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "list", "nosuchsource")
+    assert code == 2
+    assert out == ""
+    assert "no env of source 'nosuchsource'" in err
+    assert "Traceback" not in err
+
+
+def test_list_marks_ids_whose_extra_is_missing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, example: ModuleType
+) -> None:
+    monkeypatch.setattr(cli, "_extra_missing", lambda extra: extra == "fancy")
+    register("test/fancy", example.Nim, extra="fancy")
+    register("test/plain", example.Nim, extra="other")
+    _, out, _ = run(capsys, "list", "test")
+    assert "  test/fancy  [not installed: pip install 'corral[fancy]']" in out.splitlines()
+    assert "  test/plain" in out.splitlines()
+
+
+def test_extra_missing_reads_installed_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    requires = ['numpy>=1; extra == "fine"', 'not-a-real-dist-xyz>=1; extra == "fancy"']
+    monkeypatch.setattr(cli.importlib.metadata, "requires", lambda name: requires)
+    cli._extra_missing.cache_clear()
+    try:
+        assert cli._extra_missing("fancy") is True
+        assert cli._extra_missing("fine") is False
+        assert cli._extra_missing("unknown") is False
+    finally:
+        cli._extra_missing.cache_clear()
+
+
+def test_check_a_good_env_exits_0(capsys: pytest.CaptureFixture[str], nim: str) -> None:
+    code, out, _ = run(capsys, "check", nim, "--seed", "3", "--steps", "50")
+    assert code == 0
+    assert out.startswith("test/nim (seed 3,")
+    assert "ok, no contract violation found" in out
+
+
+def test_check_a_broken_env_exits_1_with_the_violations(
+    capsys: pytest.CaptureFixture[str], example: ModuleType
+) -> None:
+    class NaNReward(example.Nim):
+        def step(self, actions: Any) -> Any:
+            obs, rewards, terms, truncs, infos = super().step(actions)
+            return obs, dict.fromkeys(rewards, float("nan")), terms, truncs, infos
+
+    register("test/nan", NaNReward)
+    code, out, _ = run(capsys, "check", "test/nan")
+    assert code == 1
+    assert re.search(r"- step 0: reward of agent 'player_\d' is nan", out)
+
+
+def test_check_unknown_id_exits_2_with_a_suggestion(
+    capsys: pytest.CaptureFixture[str], nim: str
+) -> None:
+    code, out, err = run(capsys, "check", "test/nmi")
+    assert code == 2
+    assert out == ""
+    assert "unknown env id 'test/nmi'" in err
+    assert "Did you mean test/nim" in err
+    assert "Traceback" not in err
+
+
+def test_check_missing_dependency_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    register("test/needs-fancy", "fancy_sim_not_installed:Env", extra="fancy")
+    code, _, err = run(capsys, "check", "test/needs-fancy")
+    assert code == 2
+    assert "pip install 'corral[fancy]'" in err
+
+
+def test_bad_kwargs_exit_2(capsys: pytest.CaptureFixture[str], nim: str) -> None:
+    code, _, err = run(capsys, "check", nim, "--set", "no_such_option=1")
+    assert code == 2
+    assert "cannot build 'test/nim' with {'no_such_option': 1}" in err
+    code, _, err = run(capsys, "play", nim, "--set", "sticks")
+    assert code == 2
+    assert "expected KEY=VALUE" in err
+
+
+def test_module_attr_id_from_the_current_directory(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(ROOT))])
+    try:
+        code, out, _ = run(capsys, "check", "examples.custom_env:Nim", "--kwargs", "sticks=4")
+    finally:
+        sys.modules.pop("examples.custom_env", None)
+        sys.modules.pop("examples", None)
+    assert code == 0, out
+    assert out.startswith("examples.custom_env:Nim (")
+
+
+def test_parse_kwargs_reads_literals_else_strings() -> None:
+    parsed = cli.parse_kwargs(["n=3", "ratio=0.5", "flag=True", "size=(2, 3)", "mode=fast", "s="])
+    assert parsed == {"n": 3, "ratio": 0.5, "flag": True, "size": (2, 3), "mode": "fast", "s": ""}
+    with pytest.raises(cli.UsageError, match="KEY=VALUE"):
+        cli.parse_kwargs(["1x=2"])
+
+
+def test_play_prints_each_episode_and_the_mean(
+    capsys: pytest.CaptureFixture[str], nim: str
+) -> None:
+    code, out, _ = run(capsys, "play", nim, "--episodes", "3", "--seed", "1", "--set", "sticks=5")
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 4
+    for i, line in enumerate(lines[:3]):
+        match = re.fullmatch(
+            rf"episode {i}: length (\d), returns player_0=([+-]\d), player_1=([+-]\d)", line
+        )
+        assert match, line
+        length, first, second = map(int, match.groups())
+        assert 2 <= length <= 5  # 5 sticks, 1 to 3 taken per turn
+        assert {first, second} == {1, -1}
+    assert lines[3].startswith("mean returns over 3 episode(s): player_0=")
+
+
+def test_play_stops_an_endless_episode(capsys: pytest.CaptureFixture[str], nim: str) -> None:
+    code, out, _ = run(capsys, "play", nim, "--episodes", "1", "--max-steps", "1")
+    assert code == 0
+    assert "episode 0: length 1," in out
+    assert "(stopped: still running after 1 steps)" in out
+
+
+def test_python_dash_m_corral() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "corral", "list", "corral"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "  corral/rps" in done.stdout.splitlines()
+    missing = subprocess.run(
+        [sys.executable, "-m", "corral", "check", "corral/nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("corral: error: unknown env id 'corral/nope'")
+    assert "Traceback" not in missing.stderr

@@ -1,0 +1,198 @@
+"""The registry: register, make, namespaces, helpful errors, lazy optional imports."""
+
+from __future__ import annotations
+
+import doctest
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import corral
+from corral import groups, registry
+from corral.env import MultiAgentEnv
+from corral.errors import MissingDependencyError, RegistrationError, UnknownEnvError
+from corral.registry import make, namespaces, register, register_namespace, registered_ids, spec
+
+pytestmark = pytest.mark.usefixtures("isolated_registry")
+
+OPTIONAL_PACKAGES = ("pettingzoo", "pyspiel", "mpe2", "ray", "torch")
+
+
+class Recorder(MultiAgentEnv):
+    """An env that remembers the arguments it was built with."""
+
+    possible_agents = ["a_0"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args = args
+        self.kwargs = kwargs
+
+
+def needs_missing_package(**kwargs: Any) -> Any:
+    raise ModuleNotFoundError("No module named 'fancy_sim'", name="fancy_sim")
+
+
+def test_register_a_callable_with_defaults_merged_into_kwargs() -> None:
+    register("test/recorder", Recorder, size=3, mode="fast")
+    env = make("test/recorder", mode="slow", extra=1)
+    assert isinstance(env, Recorder)
+    assert env.kwargs == {"size": 3, "mode": "slow", "extra": 1}
+    assert "test/recorder" in registered_ids()
+    assert registered_ids("test") == ["test/recorder"]
+    assert spec("test/recorder").kwargs == {"size": 3, "mode": "fast"}
+
+
+def test_register_a_module_attr_string_resolves_only_at_make() -> None:
+    register("test/base", "corral.env:MultiAgentEnv")
+    register("test/lazy", "no_such_module_anywhere:Env")  # not imported yet: no error
+    assert type(make("test/base")) is MultiAgentEnv
+    with pytest.raises(ModuleNotFoundError):
+        make("test/lazy")
+
+
+def test_resolve_follows_dotted_attributes() -> None:
+    assert registry.resolve("corral.env:MultiAgentEnv.reset") is MultiAgentEnv.reset
+    assert registry.resolve(Recorder) is Recorder
+    with pytest.raises(RegistrationError, match="'module:attr'"):
+        registry.resolve("corral.env")
+
+
+def test_duplicate_id_is_an_error() -> None:
+    register("test/once", Recorder)
+    with pytest.raises(RegistrationError, match="'test/once' is already registered"):
+        register("test/once", Recorder)
+
+
+@pytest.mark.parametrize("bad_id", ["noslash", "spread"])
+def test_id_without_source_is_an_error(bad_id: str) -> None:
+    with pytest.raises(RegistrationError, match=f"'mine/{bad_id}'"):
+        register(bad_id, Recorder)
+
+
+def test_entry_point_must_be_callable_or_string() -> None:
+    with pytest.raises(RegistrationError, match="callable or 'module:attr'"):
+        register("test/number", 42)  # type: ignore[arg-type]
+
+
+def test_unknown_id_names_close_ids() -> None:
+    register("test/simple_spread_v3", Recorder)
+    register("test/simple_tag_v3", Recorder)
+    with pytest.raises(UnknownEnvError) as err:
+        make("test/simple_sprad_v3")
+    message = str(err.value)
+    assert "unknown env id 'test/simple_sprad_v3'" in message
+    assert "Did you mean test/simple_spread_v3" in message
+    assert "corral list" in message
+    assert isinstance(err.value, LookupError)
+
+
+def test_unknown_id_suggests_ids_containing_it() -> None:
+    register("test/pong_duel_v1", Recorder)
+    with pytest.raises(UnknownEnvError, match=r"Did you mean .*test/pong_duel_v1"):
+        spec("duel")
+
+
+def test_unknown_id_with_nothing_close_lists_sources() -> None:
+    register("test/recorder", Recorder)
+    with pytest.raises(UnknownEnvError) as err:
+        spec("zzz/qqqqqqqq")
+    assert "Did you mean" not in str(err.value)
+    assert "test/..." in str(err.value)
+
+
+def test_unknown_builtin_id_suggests_the_builtin() -> None:
+    if "mpe2/simple_spread_v3" not in registered_ids():
+        pytest.skip("mpe2/simple_spread_v3 is not registered")
+    with pytest.raises(UnknownEnvError, match="Did you mean mpe2/simple_spread_v3"):
+        spec("mpe2/simple_sprad_v3")
+
+
+def test_missing_third_party_module_names_the_extra() -> None:
+    register("test/fancy", needs_missing_package, extra="fancy")
+    with pytest.raises(MissingDependencyError) as err:
+        make("test/fancy")
+    message = str(err.value)
+    assert "'test/fancy'" in message
+    assert "'fancy_sim'" in message
+    assert "pip install 'corral[fancy]'" in message
+    assert isinstance(err.value, ImportError)
+
+
+def test_missing_module_of_a_string_entry_point_names_the_extra() -> None:
+    register("test/fancy-lazy", "fancy_sim.envs:Env", extra="fancy")
+    with pytest.raises(MissingDependencyError, match=r"pip install 'corral\[fancy\]'"):
+        make("test/fancy-lazy")
+
+
+def test_missing_module_without_extra_is_not_rewritten() -> None:
+    register("test/plain", needs_missing_package)
+    with pytest.raises(ModuleNotFoundError) as err:
+        make("test/plain")
+    assert not isinstance(err.value, MissingDependencyError)
+
+
+def test_make_adapts_what_the_entry_point_returns() -> None:
+    register("test/not-an-env", object)
+    with pytest.raises(TypeError, match="is not a multi-agent env"):
+        make("test/not-an-env")
+
+
+def test_namespace_builds_any_name() -> None:
+    register_namespace("testns", Recorder)
+    env = make("testns/anything-v0", size=2)
+    assert isinstance(env, Recorder)
+    assert env.args == ("anything-v0",)
+    assert env.kwargs == {"size": 2}
+    assert "testns" in namespaces()
+    assert not registered_ids("testns")
+    with pytest.raises(UnknownEnvError):
+        spec("testns/")
+
+
+def test_namespace_twice_is_an_error() -> None:
+    register_namespace("testns", Recorder)
+    with pytest.raises(RegistrationError, match="'testns' is already registered"):
+        register_namespace("testns", Recorder)
+
+
+def test_namespace_missing_dependency_names_its_extra() -> None:
+    def factory(name: str) -> Any:
+        raise ModuleNotFoundError("No module named 'fancy_sim'", name="fancy_sim")
+
+    register_namespace("fancyns", factory, extra="fancy")
+    with pytest.raises(MissingDependencyError, match=r"corral\[fancy\]"):
+        make("fancyns/anything")
+
+
+def test_registered_id_wins_over_its_namespace() -> None:
+    register_namespace("testns", lambda name: pytest.fail("namespace used"))
+    register("testns/fixed", Recorder, size=1)
+    assert make("testns/fixed").kwargs == {"size": 1}
+
+
+def test_top_level_api_is_the_registry() -> None:
+    assert corral.make is make
+    assert corral.register is register
+    assert corral.registered_ids is registered_ids
+
+
+@pytest.mark.parametrize("module", [registry, groups], ids=lambda m: m.__name__)
+def test_doctests_pass(module: Any) -> None:
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["import corral", "import corral; corral.registered_ids()"],
+    ids=["import", "load builtins"],
+)
+def test_optional_packages_are_not_imported(code: str) -> None:
+    probe = f"{code}; import sys; print([m for m in {OPTIONAL_PACKAGES!r} if m in sys.modules])"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
