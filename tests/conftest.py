@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -16,3 +17,13 @@ def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(registry, "_specs", dict(registry._specs))
     monkeypatch.setattr(registry, "_namespaces", dict(registry._namespaces))
     yield
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests marked ``slow`` (long learning runs) when ``CI=true``."""
+    if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        return
+    skip = pytest.mark.skip(reason="slow learning run: skipped under CI=true, run it by hand")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
