@@ -75,3 +75,11 @@ class VectorStateError(CorralError, RuntimeError):
 
 class WorkerTimeoutError(CorralError, TimeoutError):
     """A worker did not answer within the timeout; it is stopped and restarted."""
+
+
+class WorkerDiedError(CorralError, RuntimeError):
+    """A worker process died while answering a call; it is restarted at the next reset or step."""
+
+
+class WorkerRestartWarning(UserWarning):
+    """A worker process died and was restarted: its envs were reset mid-episode."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import singledispatch
+from functools import cached_property, singledispatch
 from typing import Any
 
 import numpy as np
@@ -144,11 +144,11 @@ class Group:
     observation_space: spaces.Space
     action_space: spaces.Space
 
-    @property
+    @cached_property
     def obs_tree(self) -> Tree:
         return array_tree(self.observation_space)
 
-    @property
+    @cached_property
     def action_tree(self) -> Tree:
         return array_tree(self.action_space)
 

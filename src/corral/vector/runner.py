@@ -79,6 +79,10 @@ class EnvRunner:
     def restart(self, i: int, env: Any, seed: int | None) -> None:
         """Replace env ``i`` (after its worker died): its agents are marked truncated."""
         self.envs[i] = env
+        # a fresh runner over shared arrays: row i still holds the dead worker's last step
+        for g in self.layout.groups:
+            for field in ("reward", "terminated", "truncated", "acting"):
+                self.arrays[f"{field}/{g}"][i] = 0
         for slots in self._agents.values():
             if slots.alive[i, slots.j]:
                 slots.truncated[i, slots.j] = True

@@ -47,11 +47,12 @@ def _(space: spaces.Discrete, array: Any, acting: np.ndarray) -> Problem:
     shape = _shape_problem((), array, acting.shape)
     if shape:
         return -1, -1, shape
-    if not (np.issubdtype(array.dtype, np.integer) or array.dtype == bool):
+    if array.dtype.kind not in "iub":
         return -1, -1, f"integer actions, got dtype {array.dtype}"
     low, high = space.start, space.start + space.n - 1
-    bad = acting & ((array < low) | (array > high))
-    return _first(bad, f"an integer in [{low}, {high}]")
+    if array.size == 0 or (array.min() >= low and array.max() <= high):
+        return None
+    return _first(acting & ((array < low) | (array > high)), f"an integer in [{low}, {high}]")
 
 
 @action_array_problem.register
@@ -63,11 +64,12 @@ def _(space: spaces.Box, array: Any, acting: np.ndarray) -> Problem:
     if not np.can_cast(array.dtype, space.dtype, casting="same_kind"):
         return -1, -1, f"actions castable to {space.dtype}, got dtype {array.dtype}"
     live = acting.reshape(*acting.shape, *([1] * len(space.shape)))
-    problem = _first(live & ~np.isfinite(array), "finite values (got NaN or inf)")
-    if problem is None:
-        outside = (array < space.low) | (array > space.high)
-        problem = _first(live & outside, f"values within [{space.low.min()}, {space.high.max()}]")
-    return problem
+    if not np.isfinite(array).all():
+        return _first(live & ~np.isfinite(array), "finite values (got NaN or inf)")
+    outside = (array < space.low) | (array > space.high)
+    if not outside.any():
+        return None
+    return _first(live & outside, f"values within [{space.low.min()}, {space.high.max()}]")
 
 
 @action_array_problem.register
@@ -119,6 +121,8 @@ def mask_problem(
     space: spaces.Discrete, array: Any, acting: np.ndarray, mask: np.ndarray
 ) -> Problem:
     """The first acting entry whose (in-range) discrete action its mask forbids."""
+    if mask.all():
+        return None
     index = np.clip(np.asarray(array, dtype=np.int64) - space.start, 0, space.n - 1)
     picked = np.take_along_axis(mask, index[..., None], axis=-1)[..., 0]
     return _first(acting & ~picked, "a legal action (its action mask forbids this one)")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ from corral.errors import InvalidActionError, VectorStateError
 from corral.groups import GroupMap
 from corral.vector.backend import EnvFn, backend_class
 from corral.vector.layout import Layout, array_tree, assemble
+from corral.vector.sampling import sample_array
 from corral.vector.validation import action_array_problem, mask_problem
 
 
@@ -107,6 +108,8 @@ class VectorEnv:
             group_map,
         )
         self._arrays = self._backend.start(self.layout)
+        self._batch_paths = [p for p in self._arrays if not p.startswith("action/")]
+        self._state_tree = None if info.state_space is None else array_tree(info.state_space)
         self._pending = _Pending.NONE
         self._started = False
         self._first_seed = seed
@@ -177,6 +180,17 @@ class VectorEnv:
         self._pending = _Pending.NONE
         self._backend.step_wait(timeout)
         return self._batch()
+
+    def sample_actions(self, batch: Batch, rng: np.random.Generator | None = None) -> dict:
+        """Uniformly random actions for every group, legal under ``batch.action_mask``."""
+        rng = np.random.default_rng() if rng is None else rng
+        lead = (self.num_envs,)
+        return {
+            name: sample_array(
+                g.action_space, (*lead, len(g.agents)), rng, batch.action_mask.get(name)
+            )
+            for name, g in self.layout.groups.items()
+        }
 
     # -- other calls ------------------------------------------------------------------
 
@@ -287,13 +301,13 @@ class VectorEnv:
     def _batch(self) -> Batch:
         arrays: Mapping[str, np.ndarray] = self._arrays
         if self.copy:
-            arrays = {path: a.copy() for path, a in arrays.items()}
+            arrays = {path: arrays[path].copy() for path in self._batch_paths}
         groups = self.layout.groups
 
         def per_group(field: str) -> dict[str, np.ndarray]:
             return {g: arrays[f"{field}/{g}"] for g in groups}
 
-        state_tree = array_tree(self.state_space) if self.state_space is not None else None
+        state_tree = self._state_tree
         return Batch(
             obs={g: assemble(group.obs_tree, f"obs/{g}", arrays) for g, group in groups.items()},
             reward=per_group("reward"),
@@ -332,12 +346,12 @@ def make_vec(
     ``seed`` seeds the first ``reset()`` (env ``i`` gets ``seed + i``); the env's
     keyword arguments go in ``env_kwargs``, backend options in ``**options``.
     """
-    from corral.registry import make, spec
+    from corral.registry import spec
 
-    spec(id)  # an unknown id fails here, in the caller's process
-    kwargs = dict(env_kwargs or {})
+    # The spec travels to the workers, so ids registered at run time work there too.
+    factory = _EnvFactory(spec(id), dict(env_kwargs or {}))
     return VectorEnv(
-        [_EnvFactory(make, id, kwargs)] * num_envs,
+        [factory] * num_envs,
         backend,
         seed=seed,
         group_map=group_map,
@@ -348,11 +362,12 @@ def make_vec(
 
 @dataclass(frozen=True)
 class _EnvFactory:
-    """A picklable ``lambda: make(id, **kwargs)`` for worker processes."""
+    """A picklable ``lambda: corral.make(id, **kwargs)`` for worker processes."""
 
-    make: Callable[..., Any]
-    id: str
+    spec: Any
     kwargs: dict[str, Any]
 
     def __call__(self) -> Any:
-        return self.make(self.id, **self.kwargs)
+        from corral.adapters import adapt
+
+        return adapt(self.spec.make(**self.kwargs))

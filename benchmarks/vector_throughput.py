@@ -1,0 +1,192 @@
+"""Env-steps/s of corral's vector backends against a raw PettingZoo loop.
+
+Everything is measured in one run on one machine, on mpe2 ``simple_spread_v3``
+(N=3, discrete actions, max_cycles=25) with actions generated beforehand, and
+printed as ratios to the raw loop. When installed, AgileRL's
+``AsyncPettingZooVecEnv`` and SuperSuit's ``concat_vec_envs_v1`` run on the
+same env in the same run.
+
+    python benchmarks/vector_throughput.py [--seconds 2] [--num-envs 1 2 4 8 16 32 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import platform
+import resource
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+ENV_KWARGS = {"N": 3, "max_cycles": 25, "continuous_actions": False}
+NUM_ACTIONS = 5
+
+
+def raw_env():
+    from mpe2 import simple_spread_v3
+
+    return simple_spread_v3.parallel_env(**ENV_KWARGS)
+
+
+def timed(step: Callable[[int], None], steps_per_call: int, seconds: float) -> float:
+    """Env-steps/s of ``step(k)`` called for ``seconds`` after a short warm-up."""
+    for k in range(3):
+        step(k)
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step(calls)
+        calls += 1
+    return calls * steps_per_call / (time.perf_counter() - start)
+
+
+def bench_raw(seconds: float) -> float:
+    env = raw_env()
+    env.reset(seed=0)
+    acts = np.random.default_rng(0).integers(0, NUM_ACTIONS, size=(4096, 3))
+    agents = list(env.possible_agents)
+
+    def step(k: int) -> None:
+        if not env.agents:
+            env.reset()
+        row = acts[k % len(acts)]
+        env.step({a: int(row[j]) for j, a in enumerate(agents)})
+
+    return timed(step, 1, seconds)
+
+
+def bench_corral(backend: str, num_envs: int, seconds: float) -> float:
+    import corral
+
+    options = {} if backend == "sync" else {"num_workers": 2}
+    venv = corral.make_vec(
+        "mpe2/simple_spread_v3",
+        num_envs,
+        backend,
+        seed=0,
+        env_kwargs=ENV_KWARGS,
+        copy=False,
+        **options,
+    )
+    venv.reset()
+    acts = np.random.default_rng(0).integers(0, NUM_ACTIONS, size=(256, num_envs, 3))
+    try:
+        return timed(lambda k: venv.step({"agent": acts[k % len(acts)]}), num_envs, seconds)
+    finally:
+        venv.close()
+
+
+def bench_agilerl(num_envs: int, seconds: float) -> float:
+    from agilerl.vector.pz_async_vec_env import AsyncPettingZooVecEnv
+
+    venv = AsyncPettingZooVecEnv([raw_env] * num_envs)
+    venv.reset(seed=0)
+    agents = list(venv.possible_agents)
+    acts = np.random.default_rng(0).integers(0, NUM_ACTIONS, size=(256, 3, num_envs))
+    try:
+        return timed(
+            lambda k: venv.step({a: acts[k % 256, j] for j, a in enumerate(agents)}),
+            num_envs,
+            seconds,
+        )
+    finally:
+        venv.close()
+
+
+def bench_supersuit(num_envs: int, seconds: float) -> float:
+    import supersuit as ss
+
+    vec = ss.pettingzoo_env_to_vec_env_v1(raw_env())
+    venv = ss.concat_vec_envs_v1(vec, num_envs, num_cpus=2, base_class="gymnasium")
+    venv.reset(seed=0)
+    acts = np.random.default_rng(0).integers(0, NUM_ACTIONS, size=(256, num_envs * 3))
+    try:
+        return timed(lambda k: venv.step(acts[k % 256]), num_envs, seconds)
+    finally:
+        venv.close()
+
+
+def peak_memory_mib() -> tuple[float, float]:
+    """Peak resident memory of this process and of its largest finished child, in MiB."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return own, children
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument("--backends", nargs="+", default=["sync", "subproc", "ray"])
+    args = parser.parse_args()
+
+    runners: dict[str, Callable[[int], float]] = {
+        name: (lambda n, b=name: bench_corral(b, n, args.seconds))
+        for name in args.backends
+        if name != "ray" or importlib.util.find_spec("ray") is not None
+    }
+    if importlib.util.find_spec("agilerl") is not None:
+        runners["agilerl-async"] = lambda n: bench_agilerl(n, args.seconds)
+    if importlib.util.find_spec("supersuit") is not None:
+        runners["supersuit-concat"] = lambda n: bench_supersuit(n, args.seconds)
+    if "ray" in runners:
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+    print(
+        f"machine: {platform.machine()}, {platform.processor() or '?'}, "
+        f"python {platform.python_version()}, {_cpus()} cores"
+    )
+    raw = bench_raw(args.seconds)
+    print(f"raw PettingZoo loop: {raw:,.0f} env-steps/s (ratio 1.00)\n")
+    results: dict[str, dict[int, float]] = {name: {} for name in runners}
+    header = "num_envs " + "".join(f"{name:>22}" for name in runners)
+    print(header)
+    for n in args.num_envs:
+        cells = []
+        for name, run in runners.items():
+            results[name][n] = rate = run(n)
+            cells.append(f"{rate:>12,.0f} ({rate / raw:4.2f}x)")
+        print(f"{n:>8} " + "".join(f"{c:>22}" for c in cells), flush=True)
+    own, child = peak_memory_mib()
+    print(f"\npeak memory: parent {own:.0f} MiB, largest child {child:.0f} MiB")
+    _print_targets(raw, results)
+
+
+def _print_targets(raw: float, results: dict[str, dict[int, float]]) -> None:
+    print("\ntargets:")
+    sync = results.get("sync", {}).get(1)
+    if sync:
+        print(
+            f"  sync at num_envs 1 within 15% of raw: {sync / raw:.2f}x "
+            f"-> {'met' if sync >= 0.85 * raw else 'NOT met'}"
+        )
+    subproc = results.get("subproc", {})
+    big = [n for n in subproc if n >= 16]
+    if big:
+        worst = min(subproc[n] for n in big) / raw
+        print(
+            f"  subproc >= 1.7x raw from num_envs 16: worst {worst:.2f}x "
+            f"-> {'met' if worst >= 1.7 else 'NOT met'}"
+        )
+    for other in ("agilerl-async", "supersuit-concat"):
+        if other in results and subproc:
+            ns = [n for n in subproc if n >= 4 and n in results[other]]
+            ahead = all(subproc[n] > results[other][n] for n in ns)
+            ratios = ", ".join(f"{n}: {subproc[n] / results[other][n]:.2f}x" for n in ns)
+            print(
+                f"  subproc ahead of {other} from num_envs 4: {ratios} "
+                f"-> {'met' if ahead else 'NOT met'}"
+            )
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+if __name__ == "__main__":
+    main()

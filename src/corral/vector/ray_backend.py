@@ -1,0 +1,430 @@
+"""The Ray backend: envs in Ray actors, so sampling can span a cluster.
+
+Each actor holds a contiguous slice of the envs and an
+:class:`~corral.vector.runner.EnvRunner` writing into the actor's own arrays.
+The parent keeps the full arrays: a step sends each actor its slice of the
+actions and copies the slice of the batch that comes back into place.
+
+Ray is optional and imported only when this backend is built.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from corral.adapters import adapt
+from corral.errors import EnvError, MissingDependencyError, WorkerTimeoutError
+from corral.vector.backend import Arrays, Backend, EnvFn, EnvInfo, call_env
+from corral.vector.layout import Layout
+from corral.vector.runner import EnvRunner
+
+# The arrays a replacement actor takes over from the parent: what
+# EnvRunner.restart reads to end the episodes its dead predecessor was running.
+_RESTORED_PREFIXES = ("obs/", "state", "alive/", "worker_restarts")
+
+Refs = list[Any]  # the ObjectRefs of one actor's calls, in submission order
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a :class:`MissingDependencyError` saying how to install it."""
+    try:
+        import ray
+    except ModuleNotFoundError as err:
+        raise MissingDependencyError(
+            "the 'ray' vector backend needs Ray: pip install 'corral[ray]'"
+        ) from err
+    return ray
+
+
+class RayWorker:
+    """One slice of the envs (global indices from ``offset``), run inside a Ray actor."""
+
+    def __init__(self, env_fns: Sequence[EnvFn], offset: int) -> None:
+        self.env_fns = list(env_fns)
+        self.offset = offset
+        self.envs: list[Any] = []
+
+    def make_envs(self) -> EnvInfo:
+        """Build the envs; return the agents and spaces of the first."""
+        self.envs = [adapt(fn()) for fn in self.env_fns]
+        return EnvInfo.of(self.envs[0])
+
+    def start(self, layout: Layout, restored: Arrays) -> None:
+        """Allocate this slice's arrays, taking the values in ``restored`` over."""
+        n = len(self.envs)
+        self.arrays = {
+            path: np.zeros((n, *shape[1:]), dtype)
+            for path, (shape, dtype) in layout.array_specs().items()
+        }
+        for path, value in restored.items():
+            self.arrays[path][...] = value
+        self.outputs = [p for p in self.arrays if not p.startswith("action/")]
+        self.runner = EnvRunner(self.envs, layout, self.arrays, self.offset)
+
+    def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> Arrays:
+        self.runner.reset(seeds, options)
+        return self._batch()
+
+    def step(self, actions: Arrays) -> Arrays:
+        for path, value in actions.items():
+            self.arrays[path][...] = value
+        self.runner.step()
+        return self._batch()
+
+    def restart(self) -> Arrays:
+        """End the episodes a dead predecessor was running (truncated) and reset the envs."""
+        for i, env in enumerate(self.envs):
+            self.runner.restart(i, env, None)
+        return self._batch()
+
+    def call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        return [
+            self._guard(i, name, lambda env=env: call_env(env, name, args, kwargs))
+            for i, env in enumerate(self.envs)
+        ]
+
+    def set_attr(self, name: str, values: Sequence[Any]) -> None:
+        for i, (env, value) in enumerate(zip(self.envs, values, strict=True)):
+            self._guard(i, f"set_attr({name})", lambda e=env, v=value: setattr(e, name, v))
+
+    def close(self) -> None:
+        envs, self.envs = self.envs, []
+        for i, env in enumerate(envs):
+            self._guard(i, "close", env.close)
+
+    def _batch(self) -> Arrays:
+        return {path: self.arrays[path] for path in self.outputs}
+
+    def _guard(self, i: int, what: str, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except Exception as err:
+            raise EnvError(
+                self.offset + i,
+                f"{what} raised {type(err).__name__}: {err}",
+                traceback.format_exc(),
+            ) from err
+
+
+class _RaySession:
+    """Starts Ray when no one has; shuts it down when the last backend using it closes."""
+
+    users = 0  # open backends on a Ray that this module started
+
+    @classmethod
+    def acquire(cls, ray: Any, address: str | None, num_cpus: int) -> bool:
+        """Make sure Ray runs; ``True`` if the caller must :meth:`release` it."""
+        if ray.is_initialized():
+            if cls.users == 0:
+                return False  # the user's Ray: never shut it down
+        elif address is not None:
+            ray.init(address=address)
+        else:
+            # "local": a new Ray of our own, even where `ray start` runs on this machine
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False)
+        cls.users += 1
+        return True
+
+    @classmethod
+    def release(cls, ray: Any) -> None:
+        cls.users -= 1
+        if cls.users == 0 and ray.is_initialized():
+            ray.shutdown()
+
+
+class RayBackend(Backend):
+    """Runs the envs in Ray actors, each holding a contiguous slice of them.
+
+    Options:
+        num_workers: number of actors (default: as many as the Ray cluster's
+            CPUs hold at ``num_cpus_per_worker`` each, at most one per env).
+        envs_per_worker: envs per actor, instead of ``num_workers`` (the last
+            actor may hold fewer).
+        ray_address: the cluster to join when Ray is not initialised yet
+            (``"auto"``, ``"ray://head:10001"``, ``"head:6379"``); without it a
+            local Ray is started. A Ray this backend starts is shut down on
+            close; a Ray the caller started is left running.
+        num_cpus_per_worker: CPUs each actor reserves (fractions allowed).
+        timeout: seconds to wait for the actors when a wait or call gives no
+            timeout (default: no limit).
+
+    A worker that dies is replaced, with a ``RuntimeWarning``: the episodes it
+    was running end, marked truncated, in the next step's batch (``done`` set,
+    ``worker_restarts`` counted); during a reset its envs simply reset. A
+    worker that misses a timeout is replaced the same way, after the
+    :class:`WorkerTimeoutError`. Episode stats of a cut episode are lost (0).
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[EnvFn],
+        *,
+        num_workers: int | None = None,
+        envs_per_worker: int | None = None,
+        ray_address: str | None = None,
+        num_cpus_per_worker: float = 1,
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(env_fns)
+        self._ray = ray = import_ray()
+        self.timeout = timeout
+        self._actors: list[Any] = []
+        self._layout: Layout | None = None
+        self._arrays: Arrays = {}
+        self._pending: tuple[dict[int, Refs], Callable[[int], Refs]] | None = None
+        self._restart_due: dict[int, Refs] = {}
+        self._closed = False
+        self.slices = (
+            env_slices(self.num_envs, num_workers, envs_per_worker)
+            if num_workers is not None or envs_per_worker is not None
+            else []
+        )
+        needed = math.ceil(len(self.slices) * num_cpus_per_worker)
+        self._owns_ray = _RaySession.acquire(ray, ray_address, max(os.cpu_count() or 1, needed))
+        try:
+            if not self.slices:
+                cpus = ray.cluster_resources().get("CPU", 1)
+                workers = max(1, int(cpus // num_cpus_per_worker))
+                self.slices = env_slices(self.num_envs, workers, None)
+            self._remote = ray.remote(num_cpus=num_cpus_per_worker)(RayWorker)
+            self._actors = [self._spawn(s) for s in self.slices]
+            refs = {k: [actor.make_envs.remote()] for k, actor in enumerate(self._actors)}
+            self._info = self._gather(refs, timeout, "make_envs")[0]
+        except BaseException:
+            self.close()
+            raise
+
+    def env_info(self) -> EnvInfo:
+        return self._info
+
+    def start(self, layout: Layout) -> Arrays:
+        self._layout = layout
+        self._arrays = {
+            path: np.zeros(shape, dtype) for path, (shape, dtype) in layout.array_specs().items()
+        }
+        refs = {k: [actor.start.remote(layout, {})] for k, actor in enumerate(self._actors)}
+        self._gather(refs, self.timeout, "start")
+        return self._arrays
+
+    # -- reset and step -----------------------------------------------------------
+
+    def reset_async(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> None:
+        def submit(k: int) -> Refs:
+            actor, s = self._actors[k], self.slices[k]
+            restart = self._take_restart(k)
+            return [*restart, actor.reset.remote(seeds[s.start : s.stop], options)]
+
+        self._pending = self._submit(submit), submit
+
+    def step_async(self) -> None:
+        actions = {p: a for p, a in self._arrays.items() if p.startswith("action/")}
+
+        def submit(k: int) -> Refs:
+            actor, s = self._actors[k], self.slices[k]
+            restart = self._take_restart(k)
+            if restart:
+                return restart
+            return [actor.step.remote({p: a[s.start : s.stop] for p, a in actions.items()})]
+
+        self._pending = self._submit(submit), submit
+
+    def reset_wait(self, timeout: float | None) -> None:
+        self._wait_pending(timeout, "reset")
+
+    def step_wait(self, timeout: float | None) -> None:
+        self._wait_pending(timeout, "step")
+
+    # -- other calls ------------------------------------------------------------------
+
+    def call(
+        self, name: str, args: tuple, kwargs: dict[str, Any], timeout: float | None
+    ) -> list[Any]:
+        refs = self._submit(lambda k: [self._actors[k].call.remote(name, args, kwargs)])
+        results = self._gather(refs, timeout, f"call({name!r})")
+        return [value for k in range(len(self._actors)) for value in results[k]]
+
+    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
+        values = list(values)
+
+        def submit(k: int) -> Refs:
+            s = self.slices[k]
+            return [self._actors[k].set_attr.remote(name, values[s.start : s.stop])]
+
+        self._gather(self._submit(submit), timeout, f"set_attr({name!r})")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        ray, actors, self._actors = self._ray, self._actors, []
+        errors = []
+        try:
+            if actors and ray.is_initialized():
+                refs = [actor.close.remote() for actor in actors]
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout)
+                for ref in ready:
+                    try:
+                        ray.get(ref)
+                    except ray.exceptions.RayActorError:
+                        continue  # a dead worker has no envs left to close
+                    except ray.exceptions.RayTaskError as err:
+                        errors.append(err)
+                for actor in actors:
+                    ray.kill(actor)
+        finally:
+            if self._owns_ray:
+                _RaySession.release(ray)
+        if errors:
+            raise _unwrap(errors[0])
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _spawn(self, s: range) -> Any:
+        return self._remote.remote(self.env_fns[s.start : s.stop], s.start)
+
+    def _submit(self, submit: Callable[[int], Refs]) -> dict[int, Refs]:
+        return {k: submit(k) for k in range(len(self._actors))}
+
+    def _take_restart(self, k: int) -> Refs:
+        """The calls that restart actor ``k``'s envs if it was replaced, else none."""
+        setup = self._restart_due.pop(k, None)
+        return [] if setup is None else [*setup, self._actors[k].restart.remote()]
+
+    def _wait_pending(self, timeout: float | None, what: str) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            refs, submit = pending
+            self._gather(refs, timeout, what, resubmit=submit, on_result=self._copy_in)
+
+    def _copy_in(self, k: int, outputs: Arrays) -> None:
+        s = self.slices[k]
+        for path, value in outputs.items():
+            self._arrays[path][s.start : s.stop] = value
+
+    def _replace(self, k: int, why: str) -> None:
+        """Swap actor ``k`` for a new one, whose envs restart at the next step or reset."""
+        s = self.slices[k]
+        warnings.warn(
+            f"the Ray worker of {_envs(s)} {why}; a new worker took over, whose envs start "
+            "new episodes (the cut ones end truncated; batch.worker_restarts counts it)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        self._ray.kill(self._actors[k])
+        actor = self._actors[k] = self._spawn(s)
+        restored = {
+            path: array[s.start : s.stop]
+            for path, array in self._arrays.items()
+            if path.startswith(_RESTORED_PREFIXES)
+        }
+        setup = [actor.make_envs.remote(), actor.start.remote(self._layout, restored)]
+        self._restart_due[k] = setup
+
+    def _gather(
+        self,
+        pending: dict[int, Refs],
+        timeout: float | None,
+        what: str,
+        resubmit: Callable[[int], Refs] | None = None,
+        on_result: Callable[[int, Any], None] | None = None,
+    ) -> dict[int, Any]:
+        """Wait for each actor's calls; the result of its last call, by actor.
+
+        ``on_result`` sees each result as it arrives. A dead actor is replaced;
+        with ``resubmit`` its calls go again to the replacement (once), else an
+        :class:`EnvError` says it died. Env errors are raised once every actor
+        answered, the one of the lowest env index first.
+        """
+        ray = self._ray
+        timeout = self.timeout if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pending = dict(pending)
+        results: dict[int, Any] = {}
+        errors: list[BaseException] = []
+        replaced: set[int] = set()
+        while pending:
+            last = {refs[-1]: k for k, refs in pending.items()}
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait(list(last), num_returns=len(last), timeout=left)
+            if not ready:
+                self._time_out(sorted(pending), timeout, what)
+            for ref in ready:
+                k = last[ref]
+                try:
+                    results[k] = ray.get(pending.pop(k))[-1]
+                except ray.exceptions.RayActorError as err:
+                    if self._layout is None or k in replaced:
+                        raise self._died(k, what, err) from err
+                    replaced.add(k)
+                    self._replace(k, f"died during {what}")
+                    if resubmit is None:
+                        errors.append(self._died(k, what, err))
+                    else:
+                        pending[k] = resubmit(k)
+                    continue
+                except ray.exceptions.RayTaskError as err:
+                    errors.append(err)
+                    continue
+                if on_result is not None:
+                    on_result(k, results[k])
+        if errors:
+            raise _unwrap(min(errors, key=_env_index))
+        return results
+
+    def _died(self, k: int, what: str, err: BaseException) -> EnvError:
+        s = self.slices[k]
+        return EnvError(s.start, f"the Ray worker of {_envs(s)} died during {what}: {err}")
+
+    def _time_out(self, late: list[int], timeout: float | None, what: str) -> None:
+        if self._layout is not None:
+            for k in late:
+                self._replace(k, f"did not answer {what} within {timeout} s")
+        envs = [i for k in late for i in self.slices[k]]
+        raise WorkerTimeoutError(
+            f"{what}: the Ray workers of envs {envs} did not answer within {timeout} s; "
+            "they were replaced, and their envs restart at the next step or reset"
+        )
+
+
+def env_slices(num_envs: int, num_workers: int | None, envs_per_worker: int | None) -> list[range]:
+    """Contiguous env index ranges, one per worker."""
+    if envs_per_worker is not None:
+        if envs_per_worker < 1:
+            raise ValueError(f"envs_per_worker must be at least 1, got {envs_per_worker}")
+        count = math.ceil(num_envs / envs_per_worker)
+        if num_workers is not None and num_workers != count:
+            raise ValueError(
+                f"{num_envs} envs at envs_per_worker={envs_per_worker} make {count} workers, "
+                f"not num_workers={num_workers}; give one of the two"
+            )
+        starts = range(0, num_envs, envs_per_worker)
+        return [range(lo, min(lo + envs_per_worker, num_envs)) for lo in starts]
+    if num_workers is None or num_workers < 1:
+        raise ValueError(f"num_workers must be at least 1, got {num_workers}")
+    count = min(num_envs, num_workers)
+    bounds = [math.ceil(num_envs * w / count) for w in range(count + 1)]
+    return [range(lo, hi) for lo, hi in itertools.pairwise(bounds)]
+
+
+def _envs(s: range) -> str:
+    return f"env {s.start}" if len(s) == 1 else f"envs {s.start}-{s.stop - 1}"
+
+
+def _env_index(err: BaseException) -> int:
+    cause = _unwrap(err)
+    return cause.env_index if isinstance(cause, EnvError) else -1
+
+
+def _unwrap(err: BaseException) -> BaseException:
+    """The :class:`EnvError` inside Ray's ``RayTaskError`` (it carries the env's traceback)."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, EnvError) else err

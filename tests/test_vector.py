@@ -1,0 +1,365 @@
+"""One suite for every backend: shapes, masks, autoreset, episode stats, determinism.
+
+Each case steps a vector env with random legal actions and, beside it, one
+plain corral env per slot driven with the same actions (the reference loop).
+Every batch field is checked against what the reference envs returned.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+import corral
+from corral.errors import InvalidActionError, MissingDependencyError, VectorStateError
+from corral.vector import VectorEnv, make_vec
+
+ENVS = {
+    "mpe2": ("mpe2/simple_spread_v3", {"N": 3, "max_cycles": 10}),
+    "classic": ("pettingzoo/classic/connect_four_v3", {}),
+    "rps4": ("corral/rps4", {}),
+    "tag": ("corral/tag", {}),
+    "openspiel": ("openspiel/kuhn_poker", {}),
+    "gym": ("gym/CartPole-v1", {"max_episode_steps": 15}),
+}
+
+
+def _backend_params() -> list:
+    params = []
+    for name, module in (("sync", None), ("subproc", None), ("ray", "ray")):
+        marks = []
+        if module and importlib.util.find_spec(module) is None:
+            marks.append(pytest.mark.skip(reason=f"{module} is not installed"))
+        params.append(pytest.param(name, marks=marks))
+    return params
+
+
+BACKENDS = _backend_params()
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """Start a local Ray once for this module when a Ray case runs."""
+    started = []
+
+    def start() -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            started.append(ray)
+
+    yield start
+    for ray in started:
+        ray.shutdown()
+
+
+def _make_or_skip(id: str, kwargs: dict):
+    try:
+        return corral.make(id, **kwargs)
+    except MissingDependencyError as err:
+        pytest.skip(str(err))
+
+
+def _options(backend: str, ray_session) -> dict:
+    if backend == "ray":
+        ray_session()
+    return {"num_workers": 2} if backend != "sync" else {}
+
+
+def _reference_step(envs, actions, venv, state):
+    """Step the plain envs with the vector actions; return per-env records."""
+    records = []
+    for i, env in enumerate(envs):
+        acting = state["acting"][i]
+        act = {}
+        for agent in acting:
+            g, j = venv.layout.position[agent]
+            value = actions[g][i, j]
+            act[agent] = int(value) if np.ndim(value) == 0 else value
+        obs, rew, term, trunc, infos = env.step(act)
+        state["returns"][i] = {a: state["returns"][i].get(a, 0.0) + r for a, r in rew.items()}
+        state["length"][i] += 1
+        rec = {"obs": obs, "rew": rew, "term": term, "trunc": trunc, "infos": infos}
+        if not env.agents:
+            rec["episode_return"] = state["returns"][i]
+            rec["episode_length"] = state["length"][i]
+            obs, infos = env.reset()
+            rec["reset_obs"], rec["reset_infos"] = obs, infos
+            state["returns"][i], state["length"][i] = {}, 0
+        state["acting"][i] = list(obs)
+        records.append(rec)
+    return records
+
+
+def _check_agent_obs(venv, batch_obs, i, obs):
+    for agent, value in obs.items():
+        g, j = venv.layout.position[agent]
+        np.testing.assert_array_equal(batch_obs[g][i, j], np.asarray(value), err_msg=agent)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(ENVS))
+def test_batches_match_reference_envs(case: str, backend: str, ray_session) -> None:
+    id, kwargs = ENVS[case]
+    _make_or_skip(id, kwargs)
+    num_envs, seed = 3, 7
+    venv = make_vec(
+        id, num_envs, backend, seed=seed, env_kwargs=kwargs, **_options(backend, ray_session)
+    )
+    envs = [corral.make(id, **kwargs) for _ in range(num_envs)]
+    try:
+        batch = venv.reset()
+        state = {"acting": [], "returns": [{} for _ in envs], "length": [0] * num_envs}
+        for i, env in enumerate(envs):
+            obs, _ = env.reset(seed=seed + i)
+            state["acting"].append(list(obs))
+            _check_agent_obs(venv, batch.obs, i, obs)
+        _check_shapes(venv, batch)
+        rng = np.random.default_rng(0)
+        dones = 0
+        for _ in range(60):
+            actions = venv.sample_actions(batch, rng)
+            batch = venv.step(actions)
+            records = _reference_step(envs, actions, venv, state)
+            for i, rec in enumerate(records):
+                _check_step(venv, batch, i, rec)
+                dones += "episode_return" in rec
+        assert dones > 0, "no episode ended: the autoreset path was not exercised"
+    finally:
+        venv.close()
+        for env in envs:
+            env.close()
+
+
+def _check_shapes(venv: VectorEnv, batch) -> None:
+    E = venv.num_envs
+    for g, agents in venv.groups.items():
+        n = len(agents)
+        space = venv.observation_space(g)
+        assert batch.obs[g].shape == (E, n, *space.shape)
+        for field in ("reward", "terminated", "truncated", "alive", "acting", "episode_return"):
+            assert getattr(batch, field)[g].shape == (E, n), field
+        if g in batch.action_mask:
+            assert batch.action_mask[g].shape == (E, n, venv.action_space(g).n)
+            assert batch.action_mask[g].dtype == bool
+    assert batch.done.shape == batch.episode_length.shape == (E,)
+
+
+def _check_step(venv: VectorEnv, batch, i: int, rec: dict) -> None:
+    position = venv.layout.position
+    for agent, reward in rec["rew"].items():
+        g, j = position[agent]
+        assert batch.reward[g][i, j] == reward, (i, agent)
+    for field, key in (("terminated", "term"), ("truncated", "trunc")):
+        for agent, flag in rec[key].items():
+            g, j = position[agent]
+            assert getattr(batch, field)[g][i, j] == flag, (field, i, agent)
+    done = "episode_return" in rec
+    assert bool(batch.done[i]) == done
+    obs, infos = (rec["reset_obs"], rec["reset_infos"]) if done else (rec["obs"], rec["infos"])
+    _check_agent_obs(venv, batch.obs, i, obs)
+    for g, agents in venv.groups.items():
+        acting = [a in obs for a in agents]
+        assert batch.acting[g][i].tolist() == acting, (i, g)
+    for agent in obs:
+        g, j = position[agent]
+        mask = infos[agent].get("action_mask")
+        if mask is not None:
+            np.testing.assert_array_equal(batch.action_mask[g][i, j], mask.astype(bool))
+    if done:
+        assert batch.episode_length[i] == rec["episode_length"]
+        for agent, ret in rec["episode_return"].items():
+            g, j = position[agent]
+            assert batch.episode_return[g][i, j] == pytest.approx(ret, abs=1e-9)
+        final = {a: info["final_obs"] for a, info in rec["infos"].items() if "final_obs" in info}
+        assert final, "the ended episode reported no final observation"
+        _check_agent_obs(venv, batch.final_obs, i, final)
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b.values[0] != "sync"])
+@pytest.mark.parametrize("case", ["mpe2", "classic", "rps4", "tag", "openspiel", "gym"])
+def test_backends_return_identical_batches(case: str, backend: str, ray_session) -> None:
+    id, kwargs = ENVS[case]
+    _make_or_skip(id, kwargs)
+    venvs = [
+        make_vec(id, 3, name, seed=3, env_kwargs=kwargs, **_options(name, ray_session))
+        for name in ("sync", backend)
+    ]
+    try:
+        batches = [v.reset() for v in venvs]
+        rng = np.random.default_rng(1)
+        for _ in range(40):
+            _assert_same(batches[0], batches[1])
+            actions = venvs[0].sample_actions(batches[0], rng)
+            batches = [v.step(actions) for v in venvs]
+        _assert_same(batches[0], batches[1])
+    finally:
+        for v in venvs:
+            v.close()
+
+
+def _assert_same(a, b) -> None:
+    for field in a.__dataclass_fields__:
+        x, y = getattr(a, field), getattr(b, field)
+        if isinstance(x, dict):
+            assert x.keys() == y.keys(), field
+            for key in x:
+                np.testing.assert_array_equal(x[key], y[key], err_msg=f"{field}[{key}]")
+        elif x is None:
+            assert y is None, field
+        else:
+            np.testing.assert_array_equal(x, y, err_msg=field)
+
+
+def test_turn_based_acting_mask_and_delayed_reward() -> None:
+    """corral/rps: one player acts per step; the round's reward reaches both."""
+    venv = make_vec("corral/rps", 2, seed=0, env_kwargs={"num_rounds": 1})
+    batch = venv.reset()
+    assert batch.acting["player"].tolist() == [[True, False]] * 2
+    batch = venv.step({"player": np.array([[0, 0], [0, 0]])})  # player_0: rock
+    assert batch.acting["player"].tolist() == [[False, True]] * 2
+    assert not batch.reward["player"].any()
+    batch = venv.step({"player": np.array([[0, 1], [0, 2]])})  # player_1: paper, scissors
+    assert batch.done.tolist() == [True, True]
+    assert batch.reward["player"].tolist() == [[-1, 1], [1, -1]]
+    assert batch.episode_return["player"].tolist() == [[-1, 1], [1, -1]]
+    assert batch.terminated["player"].all()
+    assert batch.acting["player"].tolist() == [[True, False]] * 2  # the next episode
+    venv.close()
+
+
+def test_dying_agents_leave_alive_and_acting() -> None:
+    venv = make_vec("corral/tag", 4, seed=0)
+    batch = venv.reset()
+    rng = np.random.default_rng(0)
+    deaths = 0
+    for _ in range(200):
+        before = {g: a.copy() for g, a in batch.alive.items()}
+        batch = venv.step(venv.sample_actions(batch, rng))
+        for g in batch.alive:
+            died = before[g] & batch.terminated[g] & ~batch.done[:, None]
+            deaths += int(died.sum())
+            assert not (batch.alive[g] & died).any()
+            assert not (batch.acting[g] & ~batch.alive[g]).any()
+    assert deaths > 0, "no agent died mid-episode in 200 steps"
+    venv.close()
+
+
+@pytest.fixture
+def rps_venv():
+    venv = make_vec("corral/rps", 2, seed=0)
+    batch = venv.reset()
+    yield venv, batch
+    venv.close()
+
+
+@pytest.mark.parametrize(
+    ("actions", "message"),
+    [
+        ({}, "group 'player' is missing"),
+        ({"player": np.zeros((2, 2)), "ghost": np.zeros((2, 1))}, "unknown group 'ghost'"),
+        ({"player": np.zeros((2, 3), dtype=np.int64)}, "shape (2, 2)"),
+        ({"player": np.zeros((2, 2), dtype=np.float32)}, "integer actions"),
+        ({"player": np.array([[0, 0], [5, 0]])}, "env 1, agent 'player_0'"),
+        ({"player": np.array([[0, 0], [-1, 0]])}, "an integer in [0, 2]"),
+    ],
+)
+def test_bad_actions_raise_before_stepping(rps_venv, actions, message) -> None:
+    venv, _ = rps_venv
+    with pytest.raises(InvalidActionError) as info:
+        venv.step(actions)
+    assert message in str(info.value)
+    after = venv.step({"player": np.zeros((2, 2), dtype=np.int64)})
+    assert after.acting["player"].tolist() == [[False, True]] * 2
+
+
+def test_out_of_range_entries_of_non_acting_agents_are_ignored(rps_venv) -> None:
+    venv, _ = rps_venv
+    batch = venv.step({"player": np.array([[1, 99], [2, -7]])})
+    assert batch.acting["player"].tolist() == [[False, True]] * 2
+
+
+def test_masked_action_is_rejected_with_group_env_and_agent() -> None:
+    venv = make_vec("corral/tag", 2, seed=0)
+    batch = venv.reset()
+    for g, mask in batch.action_mask.items():
+        where = np.argwhere(~mask & batch.acting[g][..., None])
+        if len(where):
+            e, j, a = where[0]
+            actions = venv.sample_actions(batch, np.random.default_rng(0))
+            actions[g][e, j] = a
+            with pytest.raises(InvalidActionError, match=f"env {e}, agent '{venv.groups[g][j]}'"):
+                venv.step(actions)
+            break
+    else:
+        pytest.skip("no action is masked in the first batch of corral/tag")
+    venv.close()
+
+
+def test_nan_in_continuous_actions_is_rejected() -> None:
+    venv = make_vec("gym/Pendulum-v1", 2, seed=0)
+    batch = venv.reset()
+    actions = venv.sample_actions(batch, np.random.default_rng(0))
+    actions["agent"][1, 0, 0] = np.nan
+    with pytest.raises(InvalidActionError, match=r"env 1, agent 'agent_0'.*finite"):
+        venv.step(actions)
+    actions["agent"][1, 0, 0] = 0.0
+    assert venv.step(actions).obs["agent"].shape == (2, 1, 3)
+    venv.close()
+
+
+def test_calls_out_of_order_raise_named_errors() -> None:
+    venv = make_vec("corral/rps", 2)
+    with pytest.raises(VectorStateError, match="before reset"):
+        venv.step({"player": np.zeros((2, 2), dtype=np.int64)})
+    with pytest.raises(VectorStateError, match="without a pending step_async"):
+        venv.step_wait()
+    venv.reset_async(seed=0)
+    with pytest.raises(VectorStateError, match="awaits its reset_wait"):
+        venv.step_async({"player": np.zeros((2, 2), dtype=np.int64)})
+    venv.reset_wait()
+    venv.close()
+    venv.close()
+    with pytest.raises(VectorStateError, match="closed"):
+        venv.reset()
+
+
+def test_seeding_gives_env_i_seed_plus_i() -> None:
+    venv = make_vec("mpe2/simple_spread_v3", 3, seed=10, env_kwargs={"N": 3})
+    batch = venv.reset()
+    for i in range(3):
+        env = _make_or_skip("mpe2/simple_spread_v3", {"N": 3})
+        obs, _ = env.reset(seed=10 + i)
+        _check_agent_obs(venv, batch.obs, i, obs)
+    venv.close()
+
+
+def test_copy_false_returns_views_that_the_next_step_overwrites() -> None:
+    venv = make_vec("corral/rps", 1, seed=0, copy=False)
+    first = venv.reset()
+    acting = first.acting["player"]
+    venv.step({"player": np.zeros((1, 2), dtype=np.int64)})
+    assert acting.tolist() == [[False, True]]
+    venv.close()
+
+
+def test_vector_env_from_user_constructors_and_group_map() -> None:
+    venv = VectorEnv([lambda: corral.make("corral/rps")] * 2, group_map="agent")
+    assert venv.groups == {"player_0": ("player_0",), "player_1": ("player_1",)}
+    batch = venv.reset(seed=0)
+    assert batch.obs["player_0"].shape[:2] == (2, 1)
+    venv.close()
+
+
+def test_render_and_attributes_reach_every_env() -> None:
+    venv = make_vec("corral/rps", 2, seed=0, env_kwargs={"render_mode": "ansi"})
+    venv.reset()
+    frames = venv.render()
+    assert len(frames) == 2 and all(isinstance(f, str) for f in frames)
+    venv.set_attr("marker", [1, 2])
+    assert venv.get_attr("marker") == [1, 2]
+    assert venv.call("state")[0].shape == venv.state_space.shape
+    venv.close()

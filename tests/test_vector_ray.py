@@ -1,0 +1,267 @@
+"""The Ray backend against a local Ray: same batches as ``sync``, errors, restarts, calls."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+import pytest
+
+import corral
+from corral.errors import (
+    EnvError,
+    MissingDependencyError,
+    VectorStateError,
+    WorkerTimeoutError,
+)
+from corral.vector import VectorEnv, make_vec
+from corral.vector.ray_backend import _RaySession, env_slices
+
+ray = pytest.importorskip("ray")
+
+# Options that fit two actors on the two CPUs of the test Ray, with room to replace one.
+RAY = {"num_workers": 2, "num_cpus_per_worker": 0.5}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    """One local Ray for the whole module; envs defined here travel by value."""
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # Ray workers cannot import this test module, so pickle its classes by value.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield
+    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    if started:
+        ray.shutdown()
+
+
+def _random_actions(venv: VectorEnv, batch: Any, rng: np.random.Generator) -> dict:
+    """Uniformly random legal actions for every (discrete) group."""
+    actions = {}
+    for g in venv.groups:
+        keys = rng.random(batch.action_mask[g].shape)
+        actions[g] = np.argmax(np.where(batch.action_mask[g], keys, -1.0), axis=-1)
+    return actions
+
+
+def _assert_same(x: Any, y: Any, where: str) -> None:
+    if isinstance(x, dict):
+        assert x.keys() == y.keys(), where
+        for key in x:
+            _assert_same(x[key], y[key], f"{where}[{key}]")
+    elif x is None:
+        assert y is None, where
+    else:
+        assert x.dtype == y.dtype, where
+        np.testing.assert_array_equal(x, y, err_msg=where)
+
+
+def _assert_batches_equal(x: Any, y: Any, step: int) -> None:
+    for field in fields(x):
+        _assert_same(getattr(x, field.name), getattr(y, field.name), f"step {step}: {field.name}")
+
+
+@pytest.mark.parametrize(
+    ("id", "kwargs"),
+    [
+        ("corral/rps", {}),
+        ("corral/tag", {}),
+        ("pettingzoo/classic/connect_four_v3", {}),
+        ("mpe2/simple_spread_v3", {"N": 3, "max_cycles": 10}),
+    ],
+)
+def test_batches_are_bit_identical_to_sync(id: str, kwargs: dict) -> None:
+    try:
+        sync = make_vec(id, 3, "sync", seed=7, env_kwargs=kwargs)
+    except MissingDependencyError as err:
+        pytest.skip(str(err))
+    remote = make_vec(id, 3, "ray", seed=7, env_kwargs=kwargs, **RAY)
+    with sync, remote:
+        assert remote._backend.slices == [range(0, 2), range(2, 3)]
+        a, b = sync.reset(), remote.reset()
+        _assert_batches_equal(a, b, 0)
+        rng = np.random.default_rng(0)
+        for step in range(1, 31):
+            actions = _random_actions(sync, a, rng)
+            a, b = sync.step(actions), remote.step(actions)
+            _assert_batches_equal(a, b, step)
+
+
+class _FlakyRPS:
+    """Rock-paper-scissors whose env number ``bad`` fails (or hangs) at its ``at``-th step."""
+
+    def __init__(self, index: int, bad: int, at: int, hang: float = 0.0) -> None:
+        self.env = corral.make("corral/rps")
+        self.index, self.bad, self.at, self.hang = index, bad, at, hang
+        self.steps = 0
+        self.label = "start"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Any:
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, actions: dict) -> Any:
+        self.steps += 1
+        if self.index == self.bad and self.steps == self.at:
+            if self.hang:
+                time.sleep(self.hang)
+            else:
+                self.explode()
+        return self.env.step(actions)
+
+    def explode(self) -> None:
+        raise ZeroDivisionError("the env broke on purpose")
+
+    def scaled(self, x: int, factor: int = 1) -> int:
+        return (x + self.index) * factor
+
+
+def _flaky_venv(bad: int, at: int, hang: float = 0.0, **options: Any) -> VectorEnv:
+    fns = [lambda i=i: _FlakyRPS(i, bad, at, hang) for i in range(3)]
+    return VectorEnv(fns, "ray", seed=0, **{**RAY, **options})
+
+
+def test_env_exception_reaches_the_parent_with_env_index_and_traceback() -> None:
+    with _flaky_venv(bad=2, at=2) as venv:
+        batch = venv.reset()
+        rng = np.random.default_rng(0)
+        batch = venv.step(_random_actions(venv, batch, rng))
+        with pytest.raises(EnvError) as info:
+            venv.step(_random_actions(venv, batch, rng))
+    err = info.value
+    assert type(err) is EnvError  # Ray's RayTaskError wrapper is gone
+    assert err.env_index == 2
+    assert "env 2: step() raised ZeroDivisionError: the env broke on purpose" in str(err)
+    assert "in explode" in err.remote_traceback
+    assert "ZeroDivisionError" in err.remote_traceback
+
+
+def test_call_get_attr_and_set_attr_span_every_actor() -> None:
+    with _flaky_venv(bad=-1, at=0) as venv:
+        assert venv.get_attr("index") == [0, 1, 2]
+        assert venv.call("scaled", 10, factor=2) == [20, 22, 24]
+        venv.set_attr("label", ["a", "b", "c"])
+        assert venv.get_attr("label") == ["a", "b", "c"]
+        venv.set_attr("label", "same")
+        assert venv.get_attr("label") == ["same"] * 3
+        with pytest.raises(EnvError, match="env 0: explode raised ZeroDivisionError"):
+            venv.call("explode")
+
+
+def test_close_twice_keeps_the_users_ray_and_refuses_later_calls() -> None:
+    venv = make_vec("corral/rps", 2, "ray", seed=0, **RAY)
+    actors = list(venv._backend._actors)
+    venv.reset()
+    venv.close()
+    venv.close()
+    assert ray.is_initialized()  # started by the test, so the backend must leave it running
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actors[0].make_envs.remote(), timeout=30)
+    with pytest.raises(VectorStateError, match="closed"):
+        venv.reset()
+
+
+def test_dead_worker_is_replaced_and_its_episodes_end_truncated() -> None:
+    sync = make_vec("corral/rps", 3, "sync", seed=1)
+    remote = make_vec("corral/rps", 3, "ray", seed=1, **RAY)
+    with sync, remote:
+        a, b = sync.reset(), remote.reset()
+        rng = np.random.default_rng(1)
+        actions = _random_actions(sync, a, rng)
+        a, b = sync.step(actions), remote.step(actions)
+        alive_before = b.alive["player"].copy()
+        obs_before = b.obs["player"].copy()
+        ray.kill(remote._backend._actors[0])
+        actions = _random_actions(sync, a, rng)
+        with pytest.warns(RuntimeWarning, match="worker of envs 0-1 died during step"):
+            b = remote.step(actions)
+        a = sync.step(actions)
+        assert b.worker_restarts.tolist() == [1, 1, 0]
+        assert b.done[:2].all()
+        np.testing.assert_array_equal(b.truncated["player"][:2], alive_before[:2])
+        np.testing.assert_array_equal(b.final_obs["player"][:2], obs_before[:2])
+        assert b.alive["player"][:2].all()  # a fresh episode
+        for field in ("done", "reward", "truncated", "terminated", "acting"):
+            x, y = getattr(a, field), getattr(b, field)
+            x, y = (x["player"], y["player"]) if isinstance(x, dict) else (x, y)
+            np.testing.assert_array_equal(x[2], y[2], err_msg=field)  # env 2 is untouched
+        b = remote.step(_random_actions(remote, b, rng))
+        assert b.worker_restarts.tolist() == [1, 1, 0]
+        assert not b.truncated["player"].any()
+
+
+def test_timeout_replaces_the_late_worker() -> None:
+    with _flaky_venv(bad=0, at=1, hang=30.0) as venv:
+        batch = venv.reset()
+        rng = np.random.default_rng(0)
+        venv.step_async(_random_actions(venv, batch, rng))
+        with (
+            pytest.warns(RuntimeWarning, match="did not answer step within 1.0 s"),
+            pytest.raises(WorkerTimeoutError, match=r"envs \[0, 1\]"),
+        ):
+            venv.step_wait(timeout=1.0)
+        batch = venv.step(_random_actions(venv, batch, rng))
+        assert batch.worker_restarts.tolist() == [1, 1, 0]
+        assert batch.done[:2].all()
+
+
+def test_env_slices_are_contiguous() -> None:
+    assert env_slices(5, None, 2) == [range(0, 2), range(2, 4), range(4, 5)]
+    assert env_slices(5, 2, None) == [range(0, 3), range(3, 5)]
+    assert env_slices(2, 4, None) == [range(0, 1), range(1, 2)]
+    with pytest.raises(ValueError, match="give one of the two"):
+        env_slices(5, 2, 2)
+    with pytest.raises(ValueError, match="num_workers must be at least 1"):
+        env_slices(5, 0, None)
+
+
+class _FakeRay:
+    def __init__(self, initialized: bool) -> None:
+        self.initialized = initialized
+        self.inits: list[dict] = []
+
+    def is_initialized(self) -> bool:
+        return self.initialized
+
+    def init(self, **kwargs: Any) -> None:
+        self.initialized = True
+        self.inits.append(kwargs)
+
+    def shutdown(self) -> None:
+        self.initialized = False
+
+
+def test_ray_started_by_the_backend_is_shut_down_by_its_last_user(monkeypatch) -> None:
+    monkeypatch.setattr(_RaySession, "users", 0)
+    fake = _FakeRay(initialized=False)
+    assert _RaySession.acquire(fake, "ray://head:10001", 2)
+    assert fake.inits == [{"address": "ray://head:10001"}]
+    assert _RaySession.acquire(fake, None, 2)  # a second backend on the same Ray
+    _RaySession.release(fake)
+    assert fake.initialized
+    _RaySession.release(fake)
+    assert not fake.initialized
+    assert _RaySession.acquire(fake, None, 3)  # no address: a Ray of its own on this machine
+    assert fake.inits[-1] == {"address": "local", "num_cpus": 3, "include_dashboard": False}
+    _RaySession.release(fake)
+    assert not fake.initialized
+
+
+def test_ray_started_by_the_user_is_left_running(monkeypatch) -> None:
+    monkeypatch.setattr(_RaySession, "users", 0)
+    fake = _FakeRay(initialized=True)
+    assert not _RaySession.acquire(fake, None, 2)
+    assert fake.inits == []
+
+
+def test_missing_ray_names_the_extra(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'corral\[ray\]'"):
+        make_vec("corral/rps", 2, "ray")
