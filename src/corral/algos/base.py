@@ -1,0 +1,109 @@
+"""What every learning algorithm gives the collector and the runner.
+
+An algorithm acts on vector batches and learns from per-agent transitions.
+Groups it does not learn (a fixed opponent, a past copy in self-play) are
+played by :data:`Policy` callables that the collector merges in. The
+algorithm never steps an env itself, so one collector and one runner serve
+MAPPO, IPPO, MADDPG and DQN alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+from corral.data.transitions import Transitions
+
+Actions = dict[str, np.ndarray]
+Extras = dict[str, dict[str, np.ndarray]]
+Policy = Callable[[np.ndarray, "np.ndarray | None", np.random.Generator], np.ndarray]
+"""A fixed policy for one group: ``(obs [E, n, ...], action_mask or None, rng) -> actions``."""
+
+
+@dataclass
+class AlgoConfig:
+    """Settings shared by every algorithm."""
+
+    gamma: float = 0.99
+    """Discount per decision of an agent."""
+    lr: float = 3e-4
+    """Adam learning rate."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of every network."""
+    seed: int = 0
+    """Seed of network initialisation and exploration."""
+
+    def replace(self, **changes: Any) -> AlgoConfig:
+        """A copy with ``changes`` applied; unknown names raise ``TypeError`` naming them."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} has no setting(s) {unknown}; known: {sorted(known)}"
+            )
+        return type(self)(**{**asdict(self), **changes})
+
+
+class Algorithm:
+    """Base class of corral's learners.
+
+    Args:
+        venv: the vector env it will act in (for groups, spaces, ``num_envs``).
+        config: its config dataclass (``type(self).Config``).
+        learn_groups: the groups it acts for and learns; default all.
+        device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
+    """
+
+    name: ClassVar[str]
+    Config: ClassVar[type[AlgoConfig]] = AlgoConfig
+
+    def __init__(
+        self,
+        venv: Any,
+        config: AlgoConfig | None = None,
+        *,
+        learn_groups: Collection[str] | None = None,
+        device: str = "cpu",
+    ) -> None:
+        self.config = config if config is not None else self.Config()
+        self.groups = {g: venv.groups[g] for g in (learn_groups or venv.groups)}
+        self.num_envs = venv.num_envs
+        self.observation_space = {g: venv.observation_space(g) for g in self.groups}
+        self.action_space = {g: venv.action_space(g) for g in self.groups}
+        self.state_space = venv.state_space
+        self.device = device
+
+    def act(self, batch: Any, *, explore: bool = True) -> tuple[Actions, Extras]:
+        """Actions ``[E, n, ...]`` for its groups, and extras to keep with them."""
+        raise NotImplementedError
+
+    def observe(self, transitions: Mapping[str, Transitions]) -> None:
+        """Store completed transitions (only those of its own groups are passed)."""
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        """Whether :meth:`update` should run now."""
+        raise NotImplementedError
+
+    def update(self) -> dict[str, float]:
+        """Learn from what was stored; returns scalar metrics (losses, ...)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume learning (networks, optimisers, counters)."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"`` becomes ``"cuda"`` when a GPU is available, else ``"cpu"``."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,103 @@
+"""Drive a vector env with an algorithm's actions and feed it the transitions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from corral.algos.base import Algorithm, Policy
+from corral.data.transitions import TransitionAssembler
+
+
+@dataclass
+class Progress:
+    """What a stretch of collection produced."""
+
+    env_steps: int = 0
+    """Env steps taken (one per env per vector step)."""
+    episode_returns: list[float] = field(default_factory=list)
+    """Each finished episode's return of the learned groups, averaged over their agents."""
+    episode_lengths: list[int] = field(default_factory=list)
+    updates: list[dict[str, float]] = field(default_factory=list)
+
+
+class Collector:
+    """Steps ``venv`` with ``algo`` (and fixed policies for other groups).
+
+    ``fixed`` maps groups that ``algo`` does not learn to :data:`Policy`
+    callables. Episode returns count only the learned groups.
+    """
+
+    def __init__(
+        self,
+        venv: Any,
+        algo: Algorithm,
+        fixed: Mapping[str, Policy] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.venv = venv
+        self.algo = algo
+        self.fixed = dict(fixed or {})
+        missing = set(venv.groups) - set(algo.groups) - set(self.fixed)
+        if missing:
+            raise ValueError(f"groups {sorted(missing)} have neither a learner nor a fixed policy")
+        self.rng = np.random.default_rng(seed)
+        self.assembler = TransitionAssembler(venv)
+        self.batch = venv.reset(seed=seed)
+
+    def actions(self, batch: Any, explore: bool) -> tuple[dict[str, np.ndarray], dict]:
+        actions, extras = self.algo.act(batch, explore=explore)
+        for g, policy in self.fixed.items():
+            actions[g] = policy(batch.obs[g], batch.action_mask.get(g), self.rng)
+        return actions, extras
+
+    def run(self, env_steps: int, *, learn: bool = True) -> Progress:
+        """Collect at least ``env_steps`` env steps, updating ``algo`` whenever it is ready."""
+        progress = Progress()
+        while progress.env_steps < env_steps:
+            actions, extras = self.actions(self.batch, explore=learn)
+            self.assembler.act(self.batch, actions, **extras)
+            self.batch = self.venv.step(actions)
+            progress.env_steps += self.venv.num_envs
+            done = self.assembler.observe(self.batch)
+            if learn:
+                own = {g: t for g, t in done.items() if g in self.algo.groups}
+                if own:
+                    self.algo.observe(own)
+                if self.algo.ready():
+                    progress.updates.append(self.algo.update())
+            self._record_episodes(progress)
+        return progress
+
+    def _record_episodes(self, progress: Progress) -> None:
+        finished = np.flatnonzero(self.batch.done)
+        if len(finished) == 0:
+            return
+        returns = np.concatenate(
+            [self.batch.episode_return[g][finished] for g in self.algo.groups], axis=1
+        )
+        progress.episode_returns.extend(returns.mean(axis=1).tolist())
+        progress.episode_lengths.extend(self.batch.episode_length[finished].tolist())
+
+
+def evaluate(
+    venv: Any,
+    algo: Algorithm,
+    episodes: int,
+    fixed: Mapping[str, Policy] | None = None,
+    seed: int | None = None,
+) -> Progress:
+    """Play ``episodes`` episodes greedily (no exploration, no learning)."""
+    collector = Collector(venv, algo, fixed, seed)
+    progress = Progress()
+    while len(progress.episode_returns) < episodes:
+        part = collector.run(venv.num_envs, learn=False)
+        progress.env_steps += part.env_steps
+        progress.episode_returns += part.episode_returns
+        progress.episode_lengths += part.episode_lengths
+    progress.episode_returns = progress.episode_returns[:episodes]
+    progress.episode_lengths = progress.episode_lengths[:episodes]
+    return progress

@@ -1,0 +1,48 @@
+"""Small torch building blocks shared by the algorithms."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+
+def flat_dim(space: spaces.Space) -> int:
+    """Length of a value of ``space`` once flattened to floats (one-hot for Discrete)."""
+    return int(spaces.flatdim(space))
+
+
+def as_input(obs: np.ndarray, space: spaces.Space, device: str) -> torch.Tensor:
+    """A float tensor ``[..., flat_dim]`` of observations laid out ``[..., *obs_shape]``."""
+    if isinstance(space, spaces.Discrete):
+        index = torch.as_tensor(np.asarray(obs) - space.start, device=device, dtype=torch.long)
+        return nn.functional.one_hot(index, int(space.n)).float()
+    lead = np.shape(obs)[: np.ndim(obs) - len(space.shape)]
+    array = np.asarray(obs, dtype=np.float32).reshape(*lead, -1)
+    return torch.as_tensor(array, device=device)
+
+
+def mlp(in_dim: int, out_dim: int, hidden: Sequence[int], out_gain: float = 1.0) -> nn.Sequential:
+    """Tanh MLP with orthogonal initialisation; the last layer scaled by ``out_gain``."""
+    layers: list[nn.Module] = []
+    dims = [in_dim, *hidden]
+    for a, b in zip(dims[:-1], dims[1:], strict=True):
+        layers += [_init(nn.Linear(a, b), np.sqrt(2)), nn.Tanh()]
+    layers.append(_init(nn.Linear(dims[-1], out_dim), out_gain))
+    return nn.Sequential(*layers)
+
+
+def _init(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def masked_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Logits with illegal actions (``mask`` false) pushed to a large negative value."""
+    if mask is None:
+        return logits
+    return logits.masked_fill(~mask.bool(), torch.finfo(logits.dtype).min / 2)
