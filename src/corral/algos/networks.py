@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,7 +30,7 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int], out_gain: float = 1.0)
     """Tanh MLP with orthogonal initialisation; the last layer scaled by ``out_gain``."""
     layers: list[nn.Module] = []
     dims = [in_dim, *hidden]
-    for a, b in zip(dims[:-1], dims[1:], strict=True):
+    for a, b in itertools.pairwise(dims):
         layers += [_init(nn.Linear(a, b), np.sqrt(2)), nn.Tanh()]
     layers.append(_init(nn.Linear(dims[-1], out_dim), out_gain))
     return nn.Sequential(*layers)
