@@ -4,7 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Optional extras installed for the demo and the tests (CI installs them all,
 # so no env test is skipped there).
-EXTRAS ?= pettingzoo,sisl,butterfly,openspiel,dev
+EXTRAS ?= pettingzoo,sisl,butterfly,openspiel,ray,torch,dev
+# A CPU build of PyTorch installs in seconds where this wheel is on hand; a
+# plain `pip install torch` would fetch a multi-GB CUDA build.
+TORCH_CPU ?= 2.13.0
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
@@ -15,6 +18,8 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q "torch==$(TORCH_CPU)" \
+		|| echo "torch $(TORCH_CPU) is not available here: the torch extra comes from the index"
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 
