@@ -1,0 +1,466 @@
+"""The ``subproc`` backend: worker processes stepping their envs into shared memory.
+
+Each worker runs a contiguous slice of the envs in series with an
+:class:`~corral.vector.runner.EnvRunner` over its rows of the batch arrays,
+which live in one block of shared memory (:mod:`corral.vector.shared_memory`):
+workers write observations, rewards, masks and state there and the parent
+reads them without copies. Pipes carry only commands and small replies.
+
+Every command sent to a worker gets exactly one reply, ``("ok", value)`` or
+``("error", exc)``; the parent collects all replies before raising the first
+error, so the pipes stay in step. A worker that dies is noticed through its
+process sentinel, one that outlives the timeout is killed; either is replaced
+at the next reset or step, where its envs are reset and their agents reported
+truncated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import time
+import traceback
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.reduction import recv_handle, send_handle
+from typing import Any
+
+import cloudpickle
+
+from corral.adapters import adapt
+from corral.errors import (
+    EnvError,
+    VectorStateError,
+    WorkerDiedError,
+    WorkerRestartWarning,
+    WorkerTimeoutError,
+)
+from corral.vector.backend import Arrays, Backend, EnvFn, EnvInfo, call_env
+from corral.vector.layout import Layout
+from corral.vector.runner import EnvRunner
+from corral.vector.shared_memory import BlockLayout, create_block, map_arrays
+
+CLOSE_GRACE_S = 1.0  # how long close() lets a worker finish before killing it
+
+
+def default_start_method() -> str:
+    """``"forkserver"`` where available (safe with torch and threads), else ``"spawn"``."""
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+def _preload_in_forkserver(ctx: Any) -> None:
+    """Have the fork server import this module once, so workers fork with corral loaded.
+
+    Only takes effect before the fork server starts; keeps the modules already asked for.
+    """
+    from multiprocessing import forkserver
+
+    # no public getter for the preload list: read it so a user's own list is kept
+    preload = list(getattr(forkserver._forkserver, "_preload_modules", None) or ["__main__"])
+    if __name__ not in preload:
+        ctx.set_forkserver_preload([*preload, __name__])
+
+
+def split_envs(
+    num_envs: int, num_workers: int | None = None, envs_per_worker: int | None = None
+) -> list[range]:
+    """Contiguous env ranges, one per worker, as even as possible."""
+    if envs_per_worker is not None:
+        if envs_per_worker < 1:
+            raise ValueError(f"envs_per_worker must be at least 1, got {envs_per_worker}")
+        count = -(-num_envs // envs_per_worker)
+        if num_workers is not None and num_workers != count:
+            raise ValueError(
+                f"{num_envs} envs at {envs_per_worker} per worker need {count} workers, "
+                f"not num_workers={num_workers}"
+            )
+        num_workers = count
+    if num_workers is None:
+        num_workers = os.cpu_count() or 1
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be at least 1, got {num_workers}")
+    num_workers = min(num_workers, num_envs)
+    base, extra = divmod(num_envs, num_workers)
+    sizes = [base + (k < extra) for k in range(num_workers)]
+    starts = [sum(sizes[:k]) for k in range(num_workers)]
+    return [range(lo, lo + size) for lo, size in zip(starts, sizes, strict=True)]
+
+
+# -- the worker's side ------------------------------------------------------------------
+
+
+def _error(index: int, what: str, err: BaseException) -> EnvError:
+    """``err`` (being handled) as an :class:`EnvError` of env ``index``, with its traceback."""
+    if isinstance(err, EnvError):
+        return err
+    return EnvError(index, f"{what} raised {type(err).__name__}: {err}", traceback.format_exc())
+
+
+class _Server:
+    """A worker's envs and, once attached to the shared block, their runner."""
+
+    def __init__(self, conn: Connection, envs: list[Any], offset: int) -> None:
+        self.conn = conn
+        self.envs = envs
+        self.offset = offset
+
+    def _guarded(self, i: int, what: str, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except Exception as err:
+            raise _error(self.offset + i, what, err) from err
+
+    def attach(self, layout: Layout, block: BlockLayout, seeds: list | None) -> None:
+        """Map this worker's rows; with ``seeds``, take over from a dead worker."""
+        fd = recv_handle(self.conn)
+        rows = slice(self.offset, self.offset + len(self.envs))
+        try:
+            arrays = map_arrays(fd, block, rows)
+        finally:
+            os.close(fd)
+        self.runner = EnvRunner(self.envs, layout, arrays, self.offset)
+        for i, seed in enumerate(seeds or []):
+            self.runner.restart(i, self.envs[i], seed)
+
+    def reset(self, seeds: list, options: dict[str, Any] | None) -> None:
+        self.runner.reset(seeds, options)
+
+    def step(self) -> None:
+        self.runner.step()
+
+    def call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        return [
+            self._guarded(i, f"{name}()", lambda e=env: call_env(e, name, args, kwargs))
+            for i, env in enumerate(self.envs)
+        ]
+
+    def set_attr(self, name: str, values: list[Any]) -> None:
+        for i, (env, value) in enumerate(zip(self.envs, values, strict=True)):
+            self._guarded(i, f"setting {name}", lambda e=env, v=value: setattr(e, name, v))
+
+
+def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Connection]) -> None:
+    """A worker's main function: build the envs, then answer commands until told to close."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    for parent_end in inherited:  # forked copies would hide the parent's exit from workers
+        parent_end.close()
+    envs: list[Any] = []
+    try:
+        for fn in cloudpickle.loads(payload):
+            envs.append(adapt(fn()))
+    except Exception as err:
+        conn.send(("error", _error(offset + len(envs), "building the env", err)))
+        return
+    conn.send(("ok", EnvInfo.of(envs[0])))  # the parent lays out the batch from worker 0's
+    server = _Server(conn, envs, offset)
+    while True:
+        try:
+            command, *args = conn.recv()
+        except EOFError:  # the parent is gone
+            break
+        if command == "close":
+            break
+        try:
+            reply = ("ok", getattr(server, command)(*args))
+        except Exception as err:
+            reply = ("error", _error(offset, f"{command}()", err))
+        try:
+            conn.send(reply)
+        except (pickle.PicklingError, TypeError, AttributeError) as err:
+            conn.send(("error", _error(offset, f"sending the reply to {command}()", err)))
+    for env in envs:
+        env.close()
+
+
+# -- the parent's side ------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Worker:
+    """The parent's handle on one worker process and the envs it runs."""
+
+    index: int
+    envs: range
+    process: Any = None
+    conn: Connection | None = None
+    dead: bool = True
+
+    def __str__(self) -> str:
+        first, last = self.envs[0], self.envs[-1]
+        return f"worker {self.index} (env{f' {first}' if first == last else f's {first}-{last}'})"
+
+    def stop(self, grace: float = 0.0) -> None:
+        """End the process (killing it after ``grace`` seconds) and release the pipe."""
+        if self.process is not None:
+            self.process.join(grace)
+            if self.process.exitcode is None:
+                self.process.kill()
+                self.process.join()
+            self.process.close()
+        if self.conn is not None:
+            self.conn.close()
+        self.process, self.conn, self.dead = None, None, True
+
+
+def _shutdown(workers: list[_Worker], fds: list[int]) -> None:
+    """Close every worker and the shared block (also run by the finalizer)."""
+    for worker in workers:
+        if not worker.dead:
+            with contextlib.suppress(OSError):  # one already gone is reaped by stop()
+                worker.conn.send(("close",))
+    deadline = time.monotonic() + CLOSE_GRACE_S
+    for worker in workers:
+        worker.stop(max(0.0, deadline - time.monotonic()))
+    for fd in fds:
+        os.close(fd)
+    fds.clear()
+
+
+class SubprocBackend(Backend):
+    """Runs the envs in worker processes, ``envs_per_worker`` each, over shared memory.
+
+    Args:
+        num_workers: number of worker processes (default: one per CPU, at most
+            one per env).
+        envs_per_worker: envs stepped in series by each worker; the envs are
+            split evenly (and contiguously) when only ``num_workers`` is given.
+        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (default:
+            :func:`default_start_method`).
+        timeout: default limit, in seconds, of every reset, step and call wait;
+            ``None`` waits as long as the workers live. Starting a worker has
+            no limit.
+        daemon: make the workers daemonic (they cannot start processes of their own).
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[EnvFn],
+        *,
+        num_workers: int | None = None,
+        envs_per_worker: int | None = None,
+        start_method: str | None = None,
+        timeout: float | None = None,
+        daemon: bool = True,
+    ) -> None:
+        super().__init__(env_fns)
+        self.timeout = timeout
+        self.daemon = daemon
+        self._ctx = mp.get_context(start_method or default_start_method())
+        if self._ctx.get_start_method() == "forkserver":
+            _preload_in_forkserver(self._ctx)
+        ranges = split_envs(self.num_envs, num_workers, envs_per_worker)
+        self._workers = [_Worker(k, envs) for k, envs in enumerate(ranges)]
+        self._payloads = [cloudpickle.dumps(self.env_fns[r.start : r.stop]) for r in ranges]
+        self._fds: list[int] = []
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._fds)
+        self._awaiting: tuple[str, list[_Worker], list | None] | None = None
+        try:
+            self._info = self._start(self._workers)[0]
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def worker_pids(self) -> list[int | None]:
+        """The process id of each worker (``None`` for one that is dead)."""
+        return [None if w.dead else w.process.pid for w in self._workers]
+
+    def env_info(self) -> EnvInfo:
+        return self._info
+
+    def start(self, layout: Layout) -> Arrays:
+        self._layout = layout
+        self._block = BlockLayout.of(layout.array_specs())
+        self._fds.append(create_block(self._block.size))
+        arrays = map_arrays(self._fds[0], self._block)
+        self._attach(self._workers, None)
+        return arrays
+
+    # -- reset and step ---------------------------------------------------------------
+
+    def reset_async(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> None:
+        seeds = list(seeds)
+        self._post("reset", lambda w: ("reset", seeds[w.envs.start : w.envs.stop], options), seeds)
+
+    def reset_wait(self, timeout: float | None) -> None:
+        self._finish(timeout)
+
+    def step_async(self) -> None:
+        self._post("step", lambda w: ("step",), None)
+
+    def step_wait(self, timeout: float | None) -> None:
+        self._finish(timeout)
+
+    def _post(self, what: str, message: Callable[[_Worker], tuple], seeds: list | None) -> None:
+        self._check_open()
+        workers = [w for w in self._workers if not w.dead]
+        self._send(workers, message)
+        self._awaiting = (what, workers, seeds)
+
+    def _finish(self, timeout: float | None) -> None:
+        (what, workers, seeds), self._awaiting = self._awaiting, None
+        self._gather(workers, what, self._limit(timeout))
+        self._revive(seeds or [None] * self.num_envs)
+
+    def _revive(self, seeds: list) -> None:
+        """Replace dead workers; their envs restart (with ``seeds``) truncating their agents."""
+        dead = [w for w in self._workers if w.dead]
+        if not dead:
+            return
+        self._start(dead)
+        self._attach(dead, seeds)
+        warnings.warn(
+            f"{', '.join(map(str, dead))} died and was restarted; its envs were reset "
+            "and their agents reported truncated",
+            WorkerRestartWarning,
+            stacklevel=6,  # the caller of VectorEnv.step() or reset()
+        )
+
+    # -- other calls ------------------------------------------------------------------
+
+    def call(
+        self, name: str, args: tuple, kwargs: dict[str, Any], timeout: float | None
+    ) -> list[Any]:
+        replies = self._request(self._workers, lambda w: ("call", name, args, kwargs), timeout)
+        return [value for reply in replies for value in reply]
+
+    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
+        values = list(values)
+        self._request(
+            self._workers, lambda w: ("set_attr", name, values[w.envs.start : w.envs.stop]), timeout
+        )
+
+    def close(self) -> None:
+        self._finalizer()
+
+    # -- talking to workers ---------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if not self._finalizer.alive:
+            raise VectorStateError("the subproc backend is closed")
+
+    def _limit(self, timeout: float | None) -> float | None:
+        return self.timeout if timeout is None else timeout
+
+    def _request(
+        self, workers: list[_Worker], message: Callable[[_Worker], tuple], timeout: float | None
+    ) -> list[Any]:
+        """Send ``message(w)`` to each worker and return their replies, in order."""
+        self._check_open()
+        what = message(workers[0])[0]
+        self._send(workers, message)
+        replies = self._gather(workers, what, self._limit(timeout))
+        dead = [w for w in workers if w.dead]
+        if dead:
+            raise WorkerDiedError(
+                f"{', '.join(map(str, dead))} died before answering {what}(); "
+                "it is restarted at the next reset or step"
+            )
+        return [replies[w.index] for w in workers]
+
+    def _start(self, workers: list[_Worker]) -> dict[int, EnvInfo]:
+        """Start the processes of ``workers``; return what their envs are, by worker index."""
+        for worker in workers:
+            conn, child = self._ctx.Pipe()
+            inherited = []
+            if self._ctx.get_start_method() == "fork":
+                inherited = [conn, *(w.conn for w in self._workers if w.conn is not None)]
+            process = self._ctx.Process(
+                target=_serve,
+                args=(child, self._payloads[worker.index], worker.envs.start, inherited),
+                name=f"corral-subproc-{worker.index}",
+                daemon=self.daemon,
+            )
+            try:
+                process.start()
+            finally:
+                child.close()
+            worker.process, worker.conn, worker.dead = process, conn, False
+        try:
+            return self._gather(workers, "start", None)
+        except EnvError:  # a worker that cannot build its envs has exited
+            for worker in workers:
+                worker.stop()
+            raise
+
+    def _attach(self, workers: list[_Worker], seeds: list | None) -> None:
+        """Have ``workers`` map the shared block; with ``seeds``, restart their envs."""
+
+        def message(w: _Worker) -> tuple:
+            rows = None if seeds is None else seeds[w.envs.start : w.envs.stop]
+            return ("attach", self._layout, self._block, rows)
+
+        self._send(workers, message, fd=self._fds[0])
+        self._gather(workers, "attach", None)
+
+    def _send(
+        self, workers: list[_Worker], message: Callable[[_Worker], tuple], fd: int | None = None
+    ) -> None:
+        """Send ``message(w)`` (then the file descriptor ``fd``) to each live worker."""
+        for worker in workers:
+            if worker.dead:
+                continue
+            try:
+                worker.conn.send(message(worker))
+                if fd is not None:
+                    send_handle(worker.conn, fd, worker.process.pid)
+            except (BrokenPipeError, ConnectionResetError):
+                worker.stop()
+
+    def _gather(self, workers: list[_Worker], what: str, timeout: float | None) -> dict[int, Any]:
+        """Each live worker's reply, by worker index; workers found dead are stopped.
+
+        Once every worker has answered, raises the error of the first worker that replied one.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        waiting = {w.index: w for w in workers if not w.dead}
+        replies: dict[int, Any] = {}
+        errors: dict[int, BaseException] = {}
+        try:
+            while waiting:
+                handles = {w.conn: w for w in waiting.values()}
+                handles.update({w.process.sentinel: w for w in waiting.values()})
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                ready = wait(list(handles), left)
+                if not ready:
+                    self._time_out(list(waiting.values()), what, timeout)
+                for worker in {handles[h].index: handles[h] for h in ready}.values():
+                    del waiting[worker.index]
+                    status, value = self._receive(worker)
+                    if status == "ok":
+                        replies[worker.index] = value
+                    elif status == "error":
+                        errors[worker.index] = value
+        except KeyboardInterrupt:
+            self.close()
+            raise
+        if errors:
+            raise errors[min(errors)]
+        return replies
+
+    @staticmethod
+    def _receive(worker: _Worker) -> tuple[str, Any]:
+        """The worker's reply, or ``("dead", None)`` (and the worker stopped) if it died."""
+        try:
+            reply = worker.conn.recv() if worker.conn.poll() else None
+        except (EOFError, OSError):  # the pipe broke with the process
+            reply = None
+        if reply is None:
+            worker.stop()
+            return "dead", None
+        return reply
+
+    @staticmethod
+    def _time_out(workers: list[_Worker], what: str, timeout: float | None) -> None:
+        for worker in workers:
+            worker.stop()
+        raise WorkerTimeoutError(
+            f"{', '.join(map(str, workers))} did not answer {what}() within {timeout} s; "
+            "it was stopped and is restarted at the next reset or step"
+        )

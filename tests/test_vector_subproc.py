@@ -1,0 +1,357 @@
+"""The ``subproc`` backend: same batches as ``sync``, faults, shutdown and start methods."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
+from functools import partial
+
+import cloudpickle
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import corral
+from corral.errors import (
+    EnvError,
+    VectorStateError,
+    WorkerDiedError,
+    WorkerRestartWarning,
+    WorkerTimeoutError,
+)
+from corral.vector import VectorEnv
+from corral.vector.subproc import split_envs
+
+# Workers started by spawn or forkserver cannot import this module (tests/ is
+# not a package): send the classes below to them by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class CountEnv(corral.MultiAgentEnv):
+    """One agent counting its steps; an episode lasts ``length`` steps.
+
+    At step ``fault_at`` the env raises (``fault="raise"``) or hangs
+    (``fault="hang"``). ``label`` identifies the env in calls and frames.
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, label: int = 0, length: int = 4, fault: str | None = None, fault_at=2):
+        self.label = label
+        self.length = length
+        self.fault = fault
+        self.fault_at = fault_at
+        self.possible_agents = ["a"]
+        self.agents: list[str] = []
+        self.t = 0
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return spaces.Box(0.0, 100.0, (1,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.t = ["a"], 0
+        return {"a": self._obs()}, {"a": {}}
+
+    def step(self, actions):
+        self.t += 1
+        if self.t == self.fault_at and self.fault == "raise":
+            self.explode_on_purpose()
+        if self.t == self.fault_at and self.fault == "hang":
+            time.sleep(60)
+        done = self.t >= self.length
+        infos = {"a": {"final_obs": self._obs()} if done else {}}
+        obs = {} if done else {"a": self._obs()}
+        self.agents = [] if done else ["a"]
+        return obs, {"a": 1.0}, {"a": done}, {"a": False}, infos
+
+    def explode_on_purpose(self) -> None:
+        raise ValueError("boom")
+
+    def scaled_label(self, factor: int) -> int:
+        if self.fault == "raise":
+            self.explode_on_purpose()
+        return self.label * factor
+
+    def render(self) -> np.ndarray:
+        return np.full((2, 2, 3), self.label, np.uint8)
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t], np.float32)
+
+
+def count_envs(num_envs: int = 5, **faulty) -> list:
+    """Constructors of ``num_envs`` CountEnvs; ``faulty`` maps an env index to its fault."""
+    return [partial(CountEnv, label=i, fault=faulty.get(f"env{i}")) for i in range(num_envs)]
+
+
+def subproc(env_fns, **options) -> VectorEnv:
+    """A subproc vector env with two workers, started the default way (forkserver)."""
+    return VectorEnv(env_fns, backend="subproc", **{"num_workers": 2, **options})
+
+
+def zero_actions(venv: VectorEnv) -> dict:
+    return {g: np.zeros((venv.num_envs, len(ids)), np.int64) for g, ids in venv.groups.items()}
+
+
+def assert_same_batch(got, want) -> None:
+    for field in dataclasses.fields(want):
+        assert_same_tree(getattr(got, field.name), getattr(want, field.name), field.name)
+
+
+def assert_same_tree(a, b, name: str) -> None:
+    if isinstance(b, dict):
+        assert a.keys() == b.keys(), name
+        for key in b:
+            assert_same_tree(a[key], b[key], f"{name}/{key}")
+    elif b is None:
+        assert a is None, name
+    else:
+        assert a.dtype == b.dtype, name
+        np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+# -- the same batches as sync ---------------------------------------------------------
+
+CASES = {
+    "rps": ("corral/rps", {}),
+    "tag": ("corral/tag", {}),
+    "mpe2": ("mpe2/simple_spread_v3", {"N": 3, "max_cycles": 10}),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_batches_equal_sync_batches(case: str) -> None:
+    id, kwargs = CASES[case]
+    if id.startswith("mpe2"):
+        pytest.importorskip("mpe2")
+    fns = [partial(corral.make, id, **kwargs)] * 5
+    sync = VectorEnv(fns, backend="sync")
+    with VectorEnv(fns, backend="subproc", num_workers=2) as venv:  # 3 + 2 envs
+        want, got = sync.reset(seed=7), venv.reset(seed=7)
+        assert_same_batch(got, want)
+        rng = np.random.default_rng(0)
+        for _ in range(50):
+            actions = sync.sample_actions(want, rng)
+            want, got = sync.step(actions), venv.step(actions)
+            assert_same_batch(got, want)
+    sync.close()
+
+
+def test_split_envs_is_contiguous_and_even() -> None:
+    assert split_envs(5, 2) == [range(0, 3), range(3, 5)]
+    assert split_envs(5, envs_per_worker=2) == [range(0, 2), range(2, 4), range(4, 5)]
+    assert split_envs(2, 8) == [range(0, 1), range(1, 2)]
+    with pytest.raises(ValueError, match="need 3 workers"):
+        split_envs(5, 2, envs_per_worker=2)
+
+
+# -- calls --------------------------------------------------------------------------------
+
+
+def test_call_get_attr_set_attr_and_render_span_every_worker() -> None:
+    with subproc(count_envs(5)) as venv:
+        venv.reset(seed=0)
+        assert venv.get_attr("label") == [0, 1, 2, 3, 4]
+        assert venv.call("scaled_label", 10) == [0, 10, 20, 30, 40]
+        venv.set_attr("label", [5, 6, 7, 8, 9])
+        assert venv.get_attr("label") == [5, 6, 7, 8, 9]
+        frames = venv.render()
+        assert [int(frame[0, 0, 0]) for frame in frames] == [5, 6, 7, 8, 9]
+
+
+def test_wait_without_async_is_a_state_error() -> None:
+    with subproc(count_envs(2)) as venv:
+        venv.reset()
+        with pytest.raises(VectorStateError):
+            venv.step_wait()
+    with pytest.raises(VectorStateError):
+        venv.reset()
+
+
+def test_call_errors_name_the_env_and_leave_the_workers_usable() -> None:
+    with subproc(count_envs(5, env3="raise")) as venv:
+        with pytest.raises(EnvError) as info:
+            venv.call("scaled_label", 2)
+        assert info.value.env_index == 3
+        assert "explode_on_purpose" in str(info.value)
+        assert venv.get_attr("label") == [0, 1, 2, 3, 4]
+
+
+# -- faults -------------------------------------------------------------------------------
+
+
+def test_env_exception_is_raised_with_env_index_and_worker_traceback() -> None:
+    with subproc(count_envs(5, env3="raise")) as venv:
+        venv.reset(seed=0)
+        venv.step(zero_actions(venv))
+        with pytest.raises(EnvError) as info:
+            venv.step(zero_actions(venv))
+        assert info.value.env_index == 3
+        assert "env 3" in str(info.value)
+        assert "explode_on_purpose" in str(info.value)  # the worker's traceback
+        assert "ValueError: boom" in str(info.value)
+        batch = venv.reset(seed=1)
+        assert batch.acting["a"].all()
+        batch = venv.step(zero_actions(venv))
+        assert batch.reward["a"].tolist() == [[1.0]] * 5
+
+
+def test_env_that_cannot_be_built_fails_construction_without_leftovers() -> None:
+    def broken():
+        raise RuntimeError("no env today")
+
+    before = set(mp.active_children())
+    with pytest.raises(EnvError, match=r"env 4: .* no env today"):
+        subproc([partial(CountEnv)] * 4 + [broken])
+    assert set(mp.active_children()) <= before
+
+
+def test_killed_worker_is_restarted_and_its_envs_reported_truncated() -> None:
+    with subproc(count_envs(5)) as venv:
+        venv.reset(seed=0)
+        venv.step(zero_actions(venv))
+        old = venv._backend.worker_pids
+        os.kill(old[1], signal.SIGKILL)
+        with pytest.warns(WorkerRestartWarning, match="worker 1"):
+            batch = venv.step(zero_actions(venv))
+        new = venv._backend.worker_pids
+        assert new[0] == old[0] and new[1] != old[1]
+        assert batch.done.tolist() == [False, False, False, True, True]
+        assert batch.truncated["a"][:, 0].tolist() == [False, False, False, True, True]
+        assert batch.worker_restarts.tolist() == [0, 0, 0, 1, 1]
+        assert batch.reward["a"][:, 0].tolist() == [1.0, 1.0, 1.0, 0.0, 0.0]
+        assert batch.final_obs["a"][3:, 0, 0].tolist() == [1.0, 1.0]  # the killed episodes
+        assert batch.obs["a"][:, 0, 0].tolist() == [2.0, 2.0, 2.0, 0.0, 0.0]
+        batch = venv.step(zero_actions(venv))
+        assert batch.obs["a"][:, 0, 0].tolist() == [3.0, 3.0, 3.0, 1.0, 1.0]
+        assert batch.worker_restarts.tolist() == [0, 0, 0, 1, 1]
+
+
+def test_restarted_envs_start_a_new_turn() -> None:
+    with subproc([partial(corral.make, "corral/rps")] * 4) as venv:
+        venv.reset(seed=0)
+        batch = venv.step({"player": np.zeros((4, 2), np.int64)})
+        assert batch.acting["player"].tolist() == [[False, True]] * 4
+        os.kill(venv._backend.worker_pids[1], signal.SIGKILL)
+        with pytest.warns(WorkerRestartWarning):
+            batch = venv.step({"player": np.zeros((4, 2), np.int64)})
+        assert batch.acting["player"].tolist() == [[True, False]] * 4
+        assert batch.truncated["player"].tolist() == [[False, False]] * 2 + [[True, True]] * 2
+        assert batch.alive["player"].all()
+
+
+def test_worker_killed_before_a_call_raises_then_restarts_at_the_next_step() -> None:
+    with subproc(count_envs(4)) as venv:
+        venv.reset(seed=0)
+        os.kill(venv._backend.worker_pids[0], signal.SIGKILL)
+        with pytest.raises(WorkerDiedError, match="worker 0"):
+            venv.get_attr("label")
+        with pytest.warns(WorkerRestartWarning):
+            batch = venv.step(zero_actions(venv))
+        assert batch.done.tolist() == [True, True, False, False]
+        assert venv.get_attr("label") == [0, 1, 2, 3]
+
+
+def test_hanging_worker_times_out_and_is_replaced() -> None:
+    with subproc(count_envs(5, env4="hang"), timeout=0.5) as venv:
+        venv.reset(seed=0)
+        venv.step(zero_actions(venv))
+        hung = venv._backend.worker_pids[1]
+        start = time.monotonic()
+        with pytest.raises(WorkerTimeoutError, match="worker 1"):
+            venv.step(zero_actions(venv))
+        assert time.monotonic() - start < 5
+        assert process_gone(hung)
+        with pytest.warns(WorkerRestartWarning):
+            batch = venv.reset(seed=3)
+        assert batch.worker_restarts.tolist() == [0, 0, 0, 1, 1]
+        batch = venv.step(zero_actions(venv))
+        assert batch.obs["a"][:, 0, 0].tolist() == [1.0] * 5
+
+
+def test_keyboard_interrupt_while_waiting_closes_the_workers() -> None:
+    venv = subproc(count_envs(3, env2="hang"))
+    venv.reset(seed=0)
+    venv.step(zero_actions(venv))
+    pids = venv._backend.worker_pids
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        venv.step(zero_actions(venv))
+    timer.join()
+    assert all(process_gone(pid) for pid in pids)
+    venv.close()
+
+
+# -- shutdown -------------------------------------------------------------------------------
+
+
+def test_close_is_idempotent_and_leaves_no_process_or_shared_memory() -> None:
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    venv = subproc(count_envs(5))
+    venv.reset(seed=0)
+    venv.step(zero_actions(venv))
+    pids = venv._backend.worker_pids
+    assert {p.pid for p in mp.active_children()} >= set(pids)
+    venv.close()
+    venv.close()
+    assert all(process_gone(pid) for pid in pids)
+    assert not {p.pid for p in mp.active_children()} & set(pids)
+    shm_after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    assert shm_after <= shm_before
+    with pytest.raises(VectorStateError):
+        venv.step(zero_actions(venv))
+
+
+def test_a_vector_env_never_closed_stops_its_workers_when_collected() -> None:
+    venv = subproc(count_envs(2))
+    venv.reset(seed=0)
+    pids = venv._backend.worker_pids
+    del venv
+    gc.collect()
+    assert all(process_gone(pid) for pid in pids)
+
+
+def test_close_after_faults_stops_every_worker() -> None:
+    venv = subproc(count_envs(5, env1="raise", env4="hang"), timeout=0.5)
+    venv.reset(seed=0)
+    venv.step(zero_actions(venv))
+    pids = venv._backend.worker_pids
+    with pytest.raises(WorkerTimeoutError):  # env 1's error arrives first, the hang ends the wait
+        venv.step(zero_actions(venv))
+    venv.close()
+    venv.close()
+    assert all(process_gone(pid) for pid in pids)
+
+
+# -- start methods --------------------------------------------------------------------------
+
+
+# Python 3.12+ warns about fork() once any thread runs in the process (Ray, torch).
+@pytest.mark.filterwarnings("ignore:.*use of fork\\(\\) may lead to deadlocks:DeprecationWarning")
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_every_start_method_builds_and_steps(method: str) -> None:
+    if method not in mp.get_all_start_methods():
+        pytest.skip(f"{method} is not available here")
+    fns = [lambda: corral.make("corral/rps")] * 3
+    with VectorEnv(fns, backend="subproc", num_workers=2, start_method=method) as venv:
+        venv.reset(seed=0)
+        batch = venv.step({"player": np.zeros((3, 2), np.int64)})
+        assert batch.acting["player"].tolist() == [[False, True]] * 3
