@@ -185,7 +185,7 @@ def test_backends_return_identical_batches(case: str, backend: str, ray_session)
     id, kwargs = ENVS[case]
     _make_or_skip(id, kwargs)
     venvs = [
-        make_vec(id, 3, name, seed=3, env_kwargs=kwargs, **_options(name, ray_session))
+        make_vec(id, 3, name, seed=3, state=True, env_kwargs=kwargs, **_options(name, ray_session))
         for name in ("sync", backend)
     ]
     try:
@@ -354,12 +354,42 @@ def test_vector_env_from_user_constructors_and_group_map() -> None:
     venv.close()
 
 
+def test_state_is_opt_in_and_matches_each_envs_state() -> None:
+    plain = make_vec("corral/tag", 2, seed=0)
+    assert plain.state_space is None and plain.reset().state is None
+    plain.close()
+    venv = make_vec("corral/tag", 2, seed=0, state=True)
+    batch = venv.reset()
+    envs = [corral.make("corral/tag") for _ in range(2)]
+    for i, env in enumerate(envs):
+        env.reset(seed=i)
+        np.testing.assert_array_equal(batch.state[i], env.state())
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        batch = venv.step(venv.sample_actions(batch, rng))
+        states = venv.call("state")
+        for i in range(2):
+            np.testing.assert_array_equal(batch.state[i], states[i])
+        if batch.done.any():
+            e = int(np.flatnonzero(batch.done)[0])
+            assert not np.array_equal(batch.final_state[e], batch.state[e])
+    venv.close()
+
+
 def test_render_and_attributes_reach_every_env() -> None:
-    venv = make_vec("corral/rps", 2, seed=0, env_kwargs={"render_mode": "ansi"})
+    venv = make_vec("corral/rps", 2, seed=0, state=True, env_kwargs={"render_mode": "ansi"})
     venv.reset()
     frames = venv.render()
     assert len(frames) == 2 and all(isinstance(f, str) for f in frames)
     venv.set_attr("marker", [1, 2])
     assert venv.get_attr("marker") == [1, 2]
     assert venv.call("state")[0].shape == venv.state_space.shape
+    venv.close()
+
+
+def test_envs_inside_a_vector_env_skip_their_own_action_checks() -> None:
+    """The batch is validated once in the parent; each env need not check again."""
+    assert corral.make("corral/rps").check_actions is True
+    venv = make_vec("corral/rps", 2, seed=0)
+    assert venv.get_attr("check_actions") == [False, False]
     venv.close()

@@ -52,6 +52,9 @@ class MultiAgentEnv:
     possible_agents: list[AgentID] = []
     agents: list[AgentID] = []
     render_mode: str | None = None
+    check_actions: bool = True
+    """Validate actions in ``step``. A vector env turns this off for the envs it
+    runs: it has validated the whole batch of actions before they arrive."""
 
     def observation_space(self, agent: AgentID) -> spaces.Space:
         """The observation space of ``agent``; fixed for the env's lifetime."""

@@ -55,7 +55,10 @@ class GymnasiumEnvAdapter(MultiAgentEnv):
         return {AGENT: observation}, {AGENT: self._info(info)}
 
     def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
-        validate_actions(actions, self.agents, self.action_space, {AGENT: self._mask}, self._step)
+        if self.check_actions:
+            validate_actions(
+                actions, self.agents, self.action_space, {AGENT: self._mask}, self._step
+            )
         observation, reward, terminated, truncated, info = self.env.step(actions[AGENT])
         self._step += 1
         infos = {AGENT: self._info(info)}

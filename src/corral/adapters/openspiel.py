@@ -107,7 +107,8 @@ class OpenSpielEnv(MultiAgentEnv):
         return self._observe()
 
     def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
-        validate_actions(actions, self._acting, self.action_space, self._masks, self._step)
+        if self.check_actions:
+            validate_actions(actions, self._acting, self.action_space, self._masks, self._step)
         state = self._state
         assert state is not None  # validate_actions raised if reset() was never called
         if state.is_simultaneous_node():

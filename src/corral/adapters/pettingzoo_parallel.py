@@ -101,7 +101,8 @@ class ParallelEnvAdapter(MultiAgentEnv):
         return self._observe(raw_obs, raw_infos or {}, ended=[])
 
     def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
-        validate_actions(actions, self._acting, self.action_space, self._masks, self._step)
+        if self.check_actions:
+            validate_actions(actions, self._acting, self.action_space, self._masks, self._step)
         alive = list(self.agents)
         raw_obs, raw_rewards, raw_terms, raw_truncs, raw_infos = self.env.step(dict(actions))
         self._step += 1

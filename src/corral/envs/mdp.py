@@ -143,7 +143,8 @@ class TabularMDP(MultiAgentEnv):
 
     def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
         """Draw the next state; terminate on entering a terminal state."""
-        validate_actions(actions, self.agents, self.action_space, {}, self._step)
+        if self.check_actions:
+            validate_actions(actions, self.agents, self.action_space, {}, self._step)
         self._step += 1
         state, action = self._state, int(actions["agent_0"])
         self._state = self._sample(self._cumulative[state, action])
@@ -238,7 +239,8 @@ class MatrixGame(MultiAgentEnv):
 
     def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
         """Pay every player from the table; the game is over."""
-        validate_actions(actions, self.agents, self.action_space, {}, self._step)
+        if self.check_actions:
+            validate_actions(actions, self.agents, self.action_space, {}, self._step)
         self._step += 1
         joint = tuple(int(actions[a]) for a in self.possible_agents)
         rewards = {a: float(self.payoffs[(i, *joint)]) for i, a in enumerate(self.possible_agents)}

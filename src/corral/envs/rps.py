@@ -96,7 +96,8 @@ class RockPaperScissors(MultiAgentEnv):
     def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
         """Record the move of the player to act; score the round after ``player_1``'s move."""
         acting = [self.possible_agents[self._turn]] if self.agents else []
-        validate_actions(actions, acting, self.action_space, {}, self._step)
+        if self.check_actions:
+            validate_actions(actions, acting, self.action_space, {}, self._step)
         self._step += 1
         move = int(actions[acting[0]])
         if self._turn == 0:

@@ -90,7 +90,8 @@ class RockPaperScissors4(MultiAgentEnv):
         """Play the round of the scheduled pair."""
         i, j = SCHEDULE[self._step % len(SCHEDULE)]
         acting = [PLAYERS[i], PLAYERS[j]] if self.agents else []
-        validate_actions(actions, acting, self.action_space, {}, self._step)
+        if self.check_actions:
+            validate_actions(actions, acting, self.action_space, {}, self._step)
         move_i, move_j = int(actions[PLAYERS[i]]), int(actions[PLAYERS[j]])
         reward = round_reward(move_i, move_j)
         rewards = dict.fromkeys(PLAYERS, 0.0)

@@ -154,7 +154,10 @@ class Tag(MultiAgentEnv):
 
     def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
         """Move every live agent, then remove the prey that were caught."""
-        validate_actions(actions, self.agents, self.action_space, self._current_masks, self._step)
+        if self.check_actions:
+            validate_actions(
+                actions, self.agents, self.action_space, self._current_masks, self._step
+            )
         self._step += 1
         old = self._pos
         new = list(old)

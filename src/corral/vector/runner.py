@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from corral.env import MultiAgentEnv
 from corral.errors import EnvError
 from corral.vector.layout import Layout, array_tree, reader, writer
 
@@ -34,6 +35,8 @@ class EnvRunner:
         offset: int = 0,
     ) -> None:
         self.envs = list(envs)
+        for env in self.envs:
+            _skip_action_checks(env)
         self.layout = layout
         self.arrays = arrays
         self.offset = offset
@@ -79,6 +82,7 @@ class EnvRunner:
     def restart(self, i: int, env: Any, seed: int | None) -> None:
         """Replace env ``i`` (after its worker died): its agents are marked truncated."""
         self.envs[i] = env
+        _skip_action_checks(env)
         # a fresh runner over shared arrays: row i still holds the dead worker's last step
         for g in self.layout.groups:
             for field in ("reward", "terminated", "truncated", "acting"):
@@ -176,6 +180,12 @@ class EnvRunner:
         for g in self.layout.groups:
             arrays[f"episode_return/{g}"][i] = self._running_return[g][i]
         arrays["episode_length"][i] = self._length[i]
+
+
+def _skip_action_checks(env: Any) -> None:
+    """The vector env validated the batch: checking each env's actions again is waste."""
+    if isinstance(env, MultiAgentEnv):
+        env.check_actions = False
 
 
 class _AgentSlots:

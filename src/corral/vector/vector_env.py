@@ -66,6 +66,9 @@ class VectorEnv:
             shared memory) or ``"ray"`` (Ray actors).
         seed: seed of the first ``reset()`` called without one.
         group_map: how agents form groups; see :func:`corral.group_agents`.
+        state: fill ``Batch.state`` and ``final_state`` from the envs' ``state()``
+            (a centralised critic needs it). Off by default: it costs one
+            ``state()`` call per env step, a fifth of an MPE step.
         copy: return arrays the caller owns (``True``) or views into the
             backend's buffers, valid until the next step (``False``, faster).
         **options: backend options (``num_workers``, ``envs_per_worker``,
@@ -87,6 +90,7 @@ class VectorEnv:
         *,
         seed: int | None = None,
         group_map: GroupMap = None,
+        state: bool = False,
         copy: bool = True,
         **options: Any,
     ) -> None:
@@ -103,13 +107,14 @@ class VectorEnv:
             info.possible_agents,
             info.observation_spaces.__getitem__,
             info.action_spaces.__getitem__,
-            info.state_space,
+            info.state_space if state else None,
             len(env_fns),
             group_map,
         )
         self._arrays = self._backend.start(self.layout)
         self._batch_paths = [p for p in self._arrays if not p.startswith("action/")]
-        self._state_tree = None if info.state_space is None else array_tree(info.state_space)
+        space = self.layout.state_space
+        self._state_tree = None if space is None else array_tree(space)
         self._pending = _Pending.NONE
         self._started = False
         self._first_seed = seed
@@ -337,6 +342,7 @@ def make_vec(
     *,
     seed: int | None = None,
     group_map: GroupMap = None,
+    state: bool = False,
     copy: bool = True,
     env_kwargs: Mapping[str, Any] | None = None,
     **options: Any,
@@ -355,6 +361,7 @@ def make_vec(
         backend,
         seed=seed,
         group_map=group_map,
+        state=state,
         copy=copy,
         **options,
     )
