@@ -47,7 +47,9 @@ def unpack(observation: Any, info: Mapping[str, Any] | None) -> tuple[Any, np.nd
 
     The mask comes from a Dict observation's ``action_mask`` key, else from ``info``.
     """
-    if isinstance(observation, Mapping) and MASK_KEY in observation and OBS_KEY in observation:
+    if type(observation) is not np.ndarray and (  # the common case, checked cheaply
+        isinstance(observation, Mapping) and MASK_KEY in observation and OBS_KEY in observation
+    ):
         return observation[OBS_KEY], np.asarray(observation[MASK_KEY], dtype=np.int8)
     if info is not None and info.get(MASK_KEY) is not None:
         return observation, np.asarray(info[MASK_KEY], dtype=np.int8)

@@ -152,7 +152,7 @@ class Group:
     def action_tree(self) -> Tree:
         return array_tree(self.action_space)
 
-    @property
+    @cached_property
     def num_actions(self) -> int | None:
         """Number of discrete actions (the mask's length), or ``None`` if not discrete."""
         space = self.action_space

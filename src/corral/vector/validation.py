@@ -49,7 +49,7 @@ def _(space: spaces.Discrete, array: Any, acting: np.ndarray) -> Problem:
         return -1, -1, shape
     if array.dtype.kind not in "iub":
         return -1, -1, f"integer actions, got dtype {array.dtype}"
-    low, high = space.start, space.start + space.n - 1
+    low, high = int(space.start), int(space.start + space.n - 1)
     if array.size == 0 or (array.min() >= low and array.max() <= high):
         return None
     return _first(acting & ((array < low) | (array > high)), f"an integer in [{low}, {high}]")

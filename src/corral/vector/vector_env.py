@@ -113,6 +113,11 @@ class VectorEnv:
         )
         self._arrays = self._backend.start(self.layout)
         self._batch_paths = [p for p in self._arrays if not p.startswith("action/")]
+        self._action_plan = [
+            (name, g, self._arrays[f"acting/{name}"], self._arrays.get(f"action_mask/{name}"))
+            for name, g in self.layout.groups.items()
+        ]
+        self._views: Batch | None = None  # with copy=False every batch is the same views
         space = self.layout.state_space
         self._state_tree = None if space is None else array_tree(space)
         self._pending = _Pending.NONE
@@ -253,7 +258,7 @@ class VectorEnv:
         raise VectorStateError(f"{call}() without a pending {state.value}_async()")
 
     def _write_actions(self, actions: Mapping[str, Any]) -> None:
-        if not isinstance(actions, Mapping):
+        if type(actions) is not dict and not isinstance(actions, Mapping):
             raise InvalidActionError(
                 f"actions must be a dict keyed by group ({list(self.groups)}), "
                 f"got {type(actions).__name__}"
@@ -263,8 +268,7 @@ class VectorEnv:
                 raise InvalidActionError(
                     f"actions for unknown group {name!r}; the groups are {list(self.groups)}"
                 )
-        for name, group in self.layout.groups.items():
-            acting = self._arrays[f"acting/{name}"]
+        for name, group, acting, mask in self._action_plan:
             if name not in actions:
                 if acting.any():
                     env, j = (int(x) for x in np.argwhere(acting)[0])
@@ -273,25 +277,18 @@ class VectorEnv:
                         f"agent {group.agents[j]!r} must act"
                     )
                 continue
-            self._check_group_actions(name, actions[name], acting)
-        for name, group in self.layout.groups.items():
+            problem = action_array_problem(group.action_space, actions[name], acting)
+            if problem is None and mask is not None:
+                problem = mask_problem(group.action_space, actions[name], acting, mask)
+            if problem is not None:
+                env, j, text = problem
+                where = f"group {name!r}" + (
+                    f", env {env}, agent {group.agents[j]!r}" if env >= 0 else ""
+                )
+                raise InvalidActionError(f"{where}: expected {text}")
+        for name, group, _, _ in self._action_plan:
             if name in actions:
                 self._store(group.action_tree, f"action/{name}", actions[name])
-
-    def _check_group_actions(self, name: str, array: Any, acting: np.ndarray) -> None:
-        group = self.layout.groups[name]
-        problem = action_array_problem(group.action_space, array, acting)
-        if problem is None and group.num_actions is not None:
-            mask = self._arrays[f"action_mask/{name}"]
-            problem = mask_problem(group.action_space, array, acting, mask)
-        if problem is not None:
-            env, j, text = problem
-            where = (
-                f"group {name!r}"
-                if env < 0
-                else (f"group {name!r}, env {env}, agent {group.agents[j]!r}")
-            )
-            raise InvalidActionError(f"{where}: expected {text}")
 
     def _store(self, tree: Any, path: str, value: Any) -> None:
         if isinstance(tree, dict):
@@ -304,9 +301,13 @@ class VectorEnv:
             self._arrays[path][...] = value
 
     def _batch(self) -> Batch:
-        arrays: Mapping[str, np.ndarray] = self._arrays
-        if self.copy:
-            arrays = {path: arrays[path].copy() for path in self._batch_paths}
+        if not self.copy:
+            if self._views is None:
+                self._views = self._assemble(self._arrays)
+            return self._views
+        return self._assemble({path: self._arrays[path].copy() for path in self._batch_paths})
+
+    def _assemble(self, arrays: Mapping[str, np.ndarray]) -> Batch:
         groups = self.layout.groups
 
         def per_group(field: str) -> dict[str, np.ndarray]:
