@@ -4,14 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Optional extras installed for the demo and the tests (CI installs them all,
 # so no env test is skipped there).
-EXTRAS ?= pettingzoo,sisl,butterfly,openspiel,ray,torch,dev
+EXTRAS ?= pettingzoo,sisl,butterfly,openspiel,ray,train,dev
 # A CPU build of PyTorch installs in seconds where this wheel is on hand; a
 # plain `pip install torch` would fetch a multi-GB CUDA build.
 TORCH_CPU ?= 2.13.0
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: run test lint install clean
+.PHONY: run play test lint install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,20 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+# The main job: train MAPPO on MPE simple_spread for a few minutes on 2 cores,
+# then draw its learning curve and record a GIF of the trained agents.
+RUN_DIR ?= runs/make-run-mappo-simple_spread
+RUN_STEPS ?= 300000
 run: install
+	rm -rf $(RUN_DIR)
+	$(BIN)/corral train mappo --env mpe2/simple_spread_v3 --backend subproc --num-envs 16 \
+		--total-steps $(RUN_STEPS) --run-dir $(RUN_DIR) --set eval_every=25000 eval_episodes=20
+	$(BIN)/corral plot $(RUN_DIR) -o $(RUN_DIR)/curve.png
+	$(BIN)/corral eval $(RUN_DIR) --episodes 20 --gif $(RUN_DIR)/episode.gif
+	@echo "run directory: $(RUN_DIR) (curve.png, episode.gif, metrics.csv, best.pt)"
+
+# Random policies through the env layer, and the conformance checker.
+play: install
 	$(BIN)/corral play mpe2/simple_spread_v3 --episodes 3 --seed 0 --set N=3 --set max_cycles=25
 	$(BIN)/corral play pettingzoo/classic/connect_four_v3 --episodes 3 --seed 0
 	$(BIN)/corral play openspiel/kuhn_poker --episodes 3 --seed 0

@@ -150,3 +150,22 @@ def test_rewards_accumulate_until_the_agent_acts_again(two_agents) -> None:
     t = two_agents.observe(final)["a"]
     assert t["agent"].tolist() == [1]
     assert t["reward"].tolist() == [11.0]  # 2 + 4 + 5, all after a_1's single action
+
+
+def test_rows_ending_an_episode_allow_every_next_action() -> None:
+    """The new episode's mask must not leak into a truncated row's bootstrap."""
+    venv = make_vec("corral/tag", 2, seed=0, env_kwargs={"max_cycles": 3})
+    assembler = TransitionAssembler(venv)
+    batch = venv.reset()
+    rng = np.random.default_rng(0)
+    ended = 0
+    for _ in range(6):
+        actions = venv.sample_actions(batch, rng)
+        assembler.act(batch, actions)
+        batch = venv.step(actions)
+        for t in assembler.observe(batch).values():
+            done = batch.done[t["env"]]
+            assert t["next_action_mask"][done].all()
+            ended += int(done.sum())
+    assert ended > 0
+    venv.close()

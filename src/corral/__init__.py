@@ -1,5 +1,7 @@
 """corral: one contract, fast vectorised sampling and correct learning for MARL envs."""
 
+from typing import Any
+
 from corral.adapters import adapt
 from corral.checker import check_env
 from corral.env import MultiAgentEnv, validate_actions
@@ -16,6 +18,20 @@ from corral.errors import (
 from corral.groups import group_agents
 from corral.registry import make, register, register_namespace, registered_ids, spec
 from corral.vector import Batch, VectorEnv, make_vec
+
+
+def train(algo: str | type, env: str | None = None, **settings: Any) -> Any:
+    """Train ``algo`` (``"mappo"``, ``"ippo"``, ``"maddpg"``, ``"dqn"``) on the env ``env``.
+
+    ``settings`` are run settings (``total_steps``, ``num_envs``, ``seed``...,
+    see :class:`corral.training.RunConfig`) and the algorithm's (``lr``...);
+    ``resume=RUN_DIR`` continues a run. Returns :class:`corral.training.Results`.
+    Needs ``pip install 'corral[train]'``.
+    """
+    from corral.training import train as train_run
+
+    return train_run(algo, env, **settings)
+
 
 __version__ = "0.1.0"
 
@@ -40,5 +56,6 @@ __all__ = [
     "register_namespace",
     "registered_ids",
     "spec",
+    "train",
     "validate_actions",
 ]

@@ -1,8 +1,12 @@
-"""The ``corral`` command line: list the registered envs, check one, play one at random.
+"""The ``corral`` command line: list, check and play envs; train, evaluate and plot runs.
 
     corral list [SOURCE]
     corral check ID [--seed S] [--steps N] [--set key=value ...]
     corral play ID [--episodes N] [--seed S] [--set key=value ...]
+    corral train ALGO --env ID [--num-envs N] [--total-steps N] [--set key=value ...]
+    corral train --resume RUN [--total-steps N]
+    corral eval RUN [--episodes N] [--gif out.gif]
+    corral plot RUN [RUN ...] -o curves.png
 
 ``ID`` is a registered id (``mpe2/simple_spread_v3``) or an entry point
 ``module:attr`` (``examples.custom_env:Nim``, importable from the current
@@ -14,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import functools
 import importlib.metadata
+import logging
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import groupby
 from typing import Any
 
@@ -65,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         "--max-steps", type=int, default=10_000, help="stop an episode after this many steps"
     )
     play.set_defaults(run=_play)
+    _add_training_commands(commands)
     return parser
 
 
@@ -214,3 +221,154 @@ def play_episode(
 
 def _format(values: dict[Any, float]) -> str:
     return ", ".join(f"{agent}={value:+.3g}" for agent, value in values.items())
+
+
+# -- training: corral.training is imported only by these commands --------------------------
+
+
+def _add_training_commands(commands: Any) -> None:
+    train = commands.add_parser("train", help="train an algorithm on an env (corral[train])")
+    train.add_argument("algo", nargs="?", help="mappo, ippo, maddpg, dqn, or module:attr")
+    train.add_argument("--env", metavar="ID", help="a registered env id")
+    train.add_argument(
+        "--resume", metavar="RUN", help="continue the run in this directory (its ALGO and env)"
+    )
+    for flag, metavar, text in (
+        ("--num-envs", "N", "envs stepped in parallel"),
+        ("--backend", "NAME", "vector backend: sync, subproc or ray"),
+        ("--total-steps", "N", "env steps to train for (2e6 is fine)"),
+        ("--seed", "S", "seed of envs, algorithm and generators"),
+        ("--device", "DEVICE", "cpu, cuda or auto"),
+        ("--run-dir", "DIR", "where the run writes (default runs/<algo>-<env>-s<seed>-<time>)"),
+    ):
+        setting = flag[2:].replace("-", "_")
+        train.add_argument(flag, dest=setting, metavar=metavar, help=text)
+    train.add_argument(
+        "--self-play",
+        dest="self_play",
+        action="store_const",
+        const="true",
+        help="learn a turn-based game against snapshots of itself (dqn)",
+    )
+    train.add_argument(
+        "--set",
+        dest="settings",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any run or algorithm setting (env_kwargs.N=3 sets one env keyword argument)",
+    )
+    train.add_argument("--no-progress", action="store_true", help="log lines, no progress bar")
+    train.set_defaults(run=_train)
+
+    evaluate = commands.add_parser("eval", help="evaluate a run's best (or latest) checkpoint")
+    evaluate.add_argument("run_dir", metavar="RUN", help="a run directory")
+    evaluate.add_argument("--episodes", type=int, default=20, help="greedy episodes to play")
+    evaluate.add_argument("--checkpoint", choices=("best", "latest"), default="best")
+    evaluate.add_argument("--seed", type=int, help="seed of the episodes (default: the run's)")
+    evaluate.add_argument("--device", help="cpu, cuda or auto (default: the run's)")
+    evaluate.add_argument("--gif", metavar="PATH", help="also record one episode as a GIF")
+    evaluate.set_defaults(run=_eval)
+
+    plot = commands.add_parser("plot", help="plot eval return against env steps")
+    plot.add_argument("run_dirs", metavar="RUN", nargs="+", help="run directories")
+    plot.add_argument("-o", "--output", default="curves.png", help="image file to write")
+    plot.add_argument("--band", choices=("minmax", "std"), default="minmax")
+    plot.set_defaults(run=_plot)
+
+
+_SETTING_FLAGS = ("num_envs", "backend", "total_steps", "seed", "device", "run_dir", "self_play")
+
+
+def _train(args: argparse.Namespace) -> int:
+    from corral.training import Runner, load_config
+    from corral.training.config import parse_assignments
+
+    overrides: dict[str, Any] = {}
+    with _training_errors():
+        overrides.update(parse_assignments(args.settings))
+        overrides.update(
+            {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k) is not None}
+        )
+        if args.resume:
+            runner = Runner.resume(args.resume, progress=not args.no_progress, **overrides)
+        elif not args.algo or not args.env:
+            raise UsageError("give ALGO and --env ID, or --resume RUN")
+        else:
+            config = load_config(args.algo, args.env, overrides)
+            runner = Runner(config, progress=not args.no_progress)
+    try:
+        with _console_logging(), runner:
+            results = runner.benchmark()
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: resume from the last checkpoint with "
+            f"corral train --resume {runner.run_dir}",
+            file=sys.stderr,
+        )
+        return 130
+    best = "-" if results.best_eval is None else f"{results.best_eval:.4g}"
+    print(f"run {results.run_dir}: {results.env_steps} env steps, best eval return {best}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from corral.training.render import RenderError, record_episode
+    from corral.training.runner import evaluate_policy, load_run
+
+    with _training_errors():
+        config, algo, saved = load_run(args.run_dir, args.checkpoint, device=args.device)
+    result = evaluate_policy(config, algo, args.episodes, seed=args.seed)
+    spread = "" if result.std is None else f" +- {result.std:.4g}"
+    print(
+        f"{args.run_dir} ({args.checkpoint} checkpoint, {saved['env_steps']} env steps): "
+        f"mean return {result.mean:.4g}{spread} over {args.episodes} episodes"
+    )
+    if args.gif:
+        seed = 0 if args.seed is None else args.seed
+        try:
+            frames = record_episode(config, algo, args.gif, seed=seed)
+        except RenderError as err:
+            print(f"no GIF written: {err}", file=sys.stderr)
+        else:
+            print(f"wrote {args.gif} ({frames} frames)")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from corral.training.plot import plot_runs
+
+    with _training_errors():
+        path = plot_runs(args.run_dirs, args.output, band=args.band)
+    print(f"wrote {path}")
+    return 0
+
+
+@contextlib.contextmanager
+def _training_errors() -> Iterator[None]:
+    """Settings, runs and extras that cannot be used are usage errors, shown without traceback."""
+    from corral.training import ConfigError
+
+    try:
+        yield
+    except (ConfigError, MissingDependencyError, UnknownEnvError, RegistrationError) as err:
+        raise UsageError(str(err)) from err
+    except (ValueError, TypeError) as err:  # unknown algorithm, env kwargs, unsupported spaces
+        raise UsageError(str(err)) from err
+
+
+@contextlib.contextmanager
+def _console_logging() -> Iterator[None]:
+    """corral's log records (progress lines, evaluations) go to stderr while a command runs."""
+    logger = logging.getLogger("corral")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

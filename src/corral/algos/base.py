@@ -59,6 +59,8 @@ class Algorithm:
 
     name: ClassVar[str]
     Config: ClassVar[type[AlgoConfig]] = AlgoConfig
+    uses_state: ClassVar[bool] = False
+    """Whether it reads ``batch.state``: its vector envs are then built with ``state=True``."""
 
     def __init__(
         self,

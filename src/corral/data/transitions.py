@@ -80,7 +80,8 @@ class TransitionAssembler:
             if g in batch.action_mask:
                 fields["action_mask"] = batch.action_mask[g]
             for name, per_group in extras.items():
-                fields[name] = np.asarray(per_group[g])
+                if g in per_group:  # groups played by fixed policies carry no extras
+                    fields[name] = np.asarray(per_group[g])
             store = self._pending.setdefault(g, {})
             for name, value in fields.items():
                 if name not in store:
@@ -115,7 +116,9 @@ class TransitionAssembler:
         if batch.state is not None:
             t["next_state"] = _where_rows(done, batch.final_state[env], batch.state[env])
         if g in batch.action_mask:
-            t["next_action_mask"] = batch.action_mask[g][complete].copy()
+            # The contract gives no mask for a final observation: after an episode's end
+            # (where only truncated rows bootstrap) every action counts as legal.
+            t["next_action_mask"] = batch.action_mask[g][complete] | done[:, None]
         t["env"], t["agent"] = env, agent
         self._is_pending[g][complete] = False
         self._reward[g][complete] = 0

@@ -1,0 +1,357 @@
+"""DQN: independent Q-learners, one Q-network shared by the agents of a group.
+
+Each agent learns from its own transitions (see :mod:`corral.data.transitions`),
+treating the others as part of the env; the agents of a group share one
+online network, one target network, one optimiser and one replay buffer.
+Details:
+
+* Double DQN: the target of a transition is
+  ``r + gamma * Q_target(s', argmax_a' Q_online(s', a'))`` where ``a'``
+  ranges over the legal actions of ``next_action_mask``; a terminated
+  transition has no bootstrap, a truncated one bootstraps from its
+  ``next_obs`` (the final observation). A row whose next mask allows no
+  action counts every action as legal.
+* Huber loss, gradient norm clipping, Adam.
+* The target network follows the online one every ``target_update_interval``
+  gradient steps, by ``target <- tau * online + (1 - tau) * target``
+  (``tau = 1``: a hard copy).
+* Epsilon-greedy acting with epsilon decaying linearly over env steps.
+  Illegal actions (``action_mask`` false) are never chosen: the greedy action
+  is the best legal one and exploration draws uniformly among legal ones.
+* ``gradient_steps`` gradient steps per ``train_freq`` env steps, counted
+  from when the replay buffers hold ``learning_starts`` transitions.
+* ``self_play``: the learner plays one seat of a turn-based game against
+  frozen snapshots of itself (see :mod:`corral.algos.selfplay`); only its
+  own transitions are stored.
+
+Only ``Discrete`` action spaces are supported. Checkpoints
+(:meth:`DQN.state_dict`) hold the networks, optimisers, counters (hence the
+epsilon schedule), random generators and the self-play pool, but not the
+replay buffers: a resumed run refills them to ``learning_starts`` before it
+learns again.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, resolve_device
+from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
+from corral.algos.selfplay import SelfPlay
+from corral.data.buffers import ReplayBuffer
+from corral.data.transitions import Transitions
+from corral.vector.sampling import sample_array
+
+STORED = ("obs", "action", "reward", "next_obs", "terminated", "next_action_mask")
+"""The transition fields the replay buffers keep."""
+
+
+@dataclass
+class Config(AlgoConfig):
+    """DQN settings."""
+
+    lr: float = 5e-4
+    """Adam learning rate."""
+    buffer_size: int = 100_000
+    """Replay buffer capacity per group, in transitions."""
+    batch_size: int = 64
+    """Transitions per gradient step (per group)."""
+    learning_starts: int = 500
+    """Transitions stored (all groups together) before learning starts."""
+    train_freq: int = 4
+    """Env steps (one per env per vector step) per round of ``gradient_steps`` gradient steps."""
+    gradient_steps: int = 1
+    """Gradient steps per ``train_freq`` env steps."""
+    target_update_interval: int = 250
+    """Gradient steps between target network updates."""
+    tau: float = 1.0
+    """Target update rate: 1 copies the online network, less makes a Polyak average."""
+    epsilon_start: float = 1.0
+    """Exploration rate at the first env step."""
+    epsilon_end: float = 0.05
+    """Exploration rate after ``epsilon_decay_steps`` env steps."""
+    epsilon_decay_steps: int = 10_000
+    """Env steps over which epsilon falls linearly from start to end."""
+    huber_delta: float = 1.0
+    """TD errors beyond it get a constant gradient; returns noisier than that bias the estimates."""
+    max_grad_norm: float = 10.0
+    """Gradient norm clipping."""
+    self_play: bool = False
+    """Play one seat per env and episode against snapshots of itself (turn-based games)."""
+    pool_size: int = 10
+    """Self-play: the most snapshots kept in the opponent pool."""
+    snapshot_interval: int = 1_000
+    """Self-play: gradient steps between snapshots added to the pool."""
+    random_opponent_prob: float = 0.0
+    """Self-play: probability that an episode's opponent is a uniformly random legal player."""
+    opponent_epsilon: float = 0.0
+    """Self-play: exploration rate of the snapshot opponents."""
+
+
+class DQN(Algorithm):
+    """Double DQN with action masks, parameters shared per group, optional self-play."""
+
+    name: ClassVar[str] = "dqn"
+    Config: ClassVar[type[AlgoConfig]] = Config
+    config: Config
+
+    def __init__(
+        self,
+        venv: Any,
+        config: Config | None = None,
+        *,
+        learn_groups: Collection[str] | None = None,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(venv, config, learn_groups=learn_groups, device=device)
+        for g, space in self.action_space.items():
+            if not isinstance(space, spaces.Discrete):
+                raise ValueError(
+                    f"DQN needs Discrete action spaces, but group {g!r} has {space}; "
+                    "use MAPPO/IPPO or MADDPG for other action spaces"
+                )
+        cfg = self.config
+        self.device = resolve_device(device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            self.q = {
+                g: mlp(flat_dim(self.observation_space[g]), int(space.n), cfg.hidden).to(
+                    self.device
+                )
+                for g, space in self.action_space.items()
+            }
+        self.target = {g: _frozen(net) for g, net in self.q.items()}
+        self.optimizer = {
+            g: torch.optim.Adam(net.parameters(), lr=cfg.lr) for g, net in self.q.items()
+        }
+        self.buffer = {
+            g: ReplayBuffer(cfg.buffer_size, seed=cfg.seed + 1 + i)
+            for i, g in enumerate(self.groups)
+        }
+        self.rng = np.random.default_rng(cfg.seed)
+        self.env_steps = 0
+        self.gradient_step = 0
+        self._pending_steps = 0  # env steps not yet answered by gradient steps
+        self.selfplay = (
+            SelfPlay(self.groups, cfg.pool_size, cfg.random_opponent_prob, seed=cfg.seed)
+            if cfg.self_play
+            else None
+        )
+
+    # -- acting ----------------------------------------------------------------------
+
+    def epsilon(self) -> float:
+        """The exploration rate at the current env step."""
+        cfg = self.config
+        progress = min(1.0, self.env_steps / max(1, cfg.epsilon_decay_steps))
+        return cfg.epsilon_start + progress * (cfg.epsilon_end - cfg.epsilon_start)
+
+    def greedy(self, group: str, obs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """The online network's best legal action per observation ``[..., *obs_shape]``."""
+        return self._greedy(self.q[group], group, obs, mask)
+
+    def _greedy(
+        self, net: nn.Module, group: str, obs: np.ndarray, mask: np.ndarray | None
+    ) -> np.ndarray:
+        with torch.no_grad():
+            q = net(as_input(obs, self.observation_space[group], self.device))
+            if mask is not None:
+                q = masked_logits(q, torch.as_tensor(mask, device=self.device))
+            best = q.argmax(-1).cpu().numpy()
+        return best + int(self.action_space[group].start)
+
+    def _epsilon_greedy(
+        self, net: nn.Module, group: str, obs: np.ndarray, mask: np.ndarray, epsilon: float
+    ) -> np.ndarray:
+        actions = self._greedy(net, group, obs, mask)
+        explore = self.rng.random(mask.shape[:-1]) < epsilon
+        if explore.any():
+            random = sample_array(self.action_space[group], mask.shape[:-1], self.rng, mask)
+            actions = np.where(explore, random, actions)
+        return actions
+
+    def act(self, batch: Any, *, explore: bool = True) -> tuple[Actions, Extras]:
+        """Epsilon-greedy legal actions (greedy when ``explore`` is false) for every agent.
+
+        With self-play, the slots the learner does not play get the opponent's
+        actions, and the extra ``learner`` marks the learner's slots.
+        """
+        if explore:
+            self.env_steps += len(batch.done)
+            if self._stored() >= self.config.learning_starts:
+                self._pending_steps += len(batch.done)
+        epsilon = self.epsilon() if explore else 0.0
+        masks = batch.action_mask  # every Discrete group has one
+        actions = {
+            g: self._epsilon_greedy(self.q[g], g, batch.obs[g], masks[g], epsilon)
+            for g in self.groups
+        }
+        if self.selfplay is None:
+            return actions, {}
+        self.selfplay.begin_episodes(batch)
+        learner = self.selfplay.learner_slots()
+        for snapshot, envs in self.selfplay.opponents():
+            for g in self.groups:
+                mask = masks[g][envs]
+                if snapshot is None:
+                    theirs = sample_array(self.action_space[g], mask.shape[:-1], self.rng, mask)
+                else:
+                    eps = self.config.opponent_epsilon
+                    theirs = self._epsilon_greedy(snapshot[g], g, batch.obs[g][envs], mask, eps)
+                actions[g][envs] = np.where(learner[g][envs], actions[g][envs], theirs)
+        return actions, {"learner": learner}
+
+    # -- learning --------------------------------------------------------------------
+
+    def observe(self, transitions: Mapping[str, Transitions]) -> None:
+        """Store the transitions (with self-play, only those of the learner's actions)."""
+        for g, t in transitions.items():
+            keep = t["learner"].astype(bool) if "learner" in t else np.ones(len(t["reward"]), bool)
+            if keep.any():
+                self.buffer[g].add({name: t[name][keep] for name in STORED})
+
+    def _stored(self) -> int:
+        return sum(len(b) for b in self.buffer.values())
+
+    def ready(self) -> bool:
+        """``train_freq`` env steps taken since the last update, once learning has started."""
+        return self._stored() >= max(1, self.config.learning_starts) and (
+            self._pending_steps >= self.config.train_freq
+        )
+
+    def update(self) -> dict[str, float]:
+        """``gradient_steps`` gradient steps for every ``train_freq`` env steps since the last."""
+        cfg = self.config
+        rounds = self._pending_steps // cfg.train_freq
+        self._pending_steps -= rounds * cfg.train_freq
+        metrics: dict[str, list[float]] = {}
+        for _ in range(rounds * cfg.gradient_steps):
+            for g, buffer in self.buffer.items():
+                if len(buffer):
+                    for key, value in self._learn(g, buffer.sample(cfg.batch_size)).items():
+                        metrics.setdefault(f"{key}/{g}", []).append(value)
+            self.gradient_step += 1
+            if self.gradient_step % cfg.target_update_interval == 0:
+                for g in self.q:
+                    _soft_update(self.target[g], self.q[g], cfg.tau)
+            if self.selfplay is not None and self.gradient_step % cfg.snapshot_interval == 0:
+                self.selfplay.add({g: _frozen(net) for g, net in self.q.items()})
+        out = {key: float(np.mean(values)) for key, values in metrics.items()}
+        out["epsilon"] = self.epsilon()
+        if self.selfplay is not None:
+            out["selfplay/pool"] = float(len(self.selfplay.pool))
+            returns = self.selfplay.pop_returns()
+            if returns:
+                out["selfplay/return"] = float(np.mean(returns))
+        return out
+
+    def targets(self, group: str, t: Mapping[str, np.ndarray]) -> torch.Tensor:
+        """The double-DQN targets of transitions ``t`` of ``group``."""
+        space = self.observation_space[group]
+        with torch.no_grad():
+            next_obs = as_input(t["next_obs"], space, self.device)
+            return double_q_target(
+                torch.as_tensor(t["reward"], dtype=torch.float32, device=self.device),
+                torch.as_tensor(t["terminated"], dtype=torch.bool, device=self.device),
+                self.q[group](next_obs),
+                self.target[group](next_obs),
+                torch.as_tensor(t["next_action_mask"], dtype=torch.bool, device=self.device),
+                self.config.gamma,
+            )
+
+    def _learn(self, group: str, t: Transitions) -> dict[str, float]:
+        net = self.q[group]
+        obs = as_input(t["obs"], self.observation_space[group], self.device)
+        action = t["action"] - int(self.action_space[group].start)
+        index = torch.as_tensor(action, dtype=torch.long, device=self.device)
+        q = net(obs).gather(-1, index[:, None]).squeeze(-1)
+        loss = nn.functional.huber_loss(q, self.targets(group, t), delta=self.config.huber_delta)
+        optimizer = self.optimizer[group]
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(net.parameters(), self.config.max_grad_norm)
+        optimizer.step()
+        return {"loss": loss.item(), "q": q.mean().item()}
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimisers, counters, generators and the self-play pool (no replay buffers)."""
+        state: dict[str, Any] = {
+            "q": {g: net.state_dict() for g, net in self.q.items()},
+            "target": {g: net.state_dict() for g, net in self.target.items()},
+            "optimizer": {g: opt.state_dict() for g, opt in self.optimizer.items()},
+            "env_steps": self.env_steps,
+            "gradient_step": self.gradient_step,
+            "pending_steps": self._pending_steps,
+            "rng": self.rng.bit_generator.state,
+        }
+        if self.selfplay is not None:
+            state["selfplay"] = self.selfplay.state_dict()
+            state["pool"] = [
+                {g: net.state_dict() for g, net in s.items()} for s in self.selfplay.pool
+            ]
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`; the replay buffers are left as they are."""
+        for g in self.q:
+            self.q[g].load_state_dict(state["q"][g])
+            self.target[g].load_state_dict(state["target"][g])
+            self.optimizer[g].load_state_dict(state["optimizer"][g])
+        self.env_steps = int(state["env_steps"])
+        self.gradient_step = int(state["gradient_step"])
+        self._pending_steps = int(state["pending_steps"])
+        self.rng.bit_generator.state = state["rng"]
+        if self.selfplay is not None:
+            self.selfplay.load_state_dict(state["selfplay"])
+            self.selfplay.pool = [
+                {g: _loaded(self.q[g], nets[g]) for g in self.q} for nets in state["pool"]
+            ]
+
+
+def double_q_target(
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    next_q: torch.Tensor,
+    next_q_target: torch.Tensor,
+    next_mask: torch.Tensor,
+    gamma: float,
+) -> torch.Tensor:
+    """``reward + gamma * next_q_target[argmax over legal actions of next_q]``, 0 when terminated.
+
+    ``next_q`` and ``next_q_target`` are the online and target networks'
+    values at the next observations ``[B, A]``; ``next_mask`` ``[B, A]`` marks
+    the legal next actions (a row with none counts all as legal).
+    """
+    legal = next_mask | ~next_mask.any(-1, keepdim=True)
+    best = masked_logits(next_q, legal).argmax(-1, keepdim=True)
+    bootstrap = next_q_target.gather(-1, best).squeeze(-1)
+    return reward + gamma * torch.where(terminated, 0.0, bootstrap)
+
+
+def _frozen(net: nn.Module) -> nn.Module:
+    """A copy of ``net`` that takes no gradients."""
+    clone = copy.deepcopy(net)
+    clone.requires_grad_(False)
+    return clone
+
+
+def _loaded(like: nn.Module, weights: Mapping[str, Any]) -> nn.Module:
+    clone = _frozen(like)
+    clone.load_state_dict(weights)
+    return clone
+
+
+def _soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    with torch.no_grad():
+        for t, o in zip(target.parameters(), online.parameters(), strict=True):
+            t.lerp_(o, tau)

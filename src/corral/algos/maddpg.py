@@ -1,0 +1,408 @@
+"""MADDPG: decentralised deterministic actors, centralised critics (Lowe et al., 2017).
+
+Each learned group has one actor, shared by its agents, that sees only the
+agent's own observation, and one critic that sees the global information:
+the env's ``state`` (or, without one, every learned agent's observation), the
+joint action of every learned agent in the env, and which agent of the group
+it evaluates. Groups played by fixed policies are part of the environment.
+
+Actions:
+
+* ``Box``: a tanh output scaled to the bounds, plus Gaussian exploration
+  noise whose standard deviation decays linearly.
+* ``Discrete``: logits (illegal actions masked); exploration samples from
+  them, or with a linearly decaying probability ``epsilon`` takes a uniform
+  legal action; greedy play takes the argmax; the actor learns through a
+  straight-through Gumbel-softmax sample.
+
+The critic sees the other agents' actions normalised (one-hot for
+``Discrete``, ``[-1, 1]`` for ``Box``). A ``Box`` critic also takes the
+agent's own action as input; a ``Discrete`` critic instead outputs one value
+per own action, so that Q is linear in the own (one-hot or relaxed) action
+and the straight-through Gumbel-softmax gradient moves the logits toward
+actions of higher value. (Fed the own action as input, an MLP's gradient at
+a one-hot corner can point anywhere; on ``mdp/two_round_nmdp`` it pointed
+the wrong way.)
+
+The env's ``state`` reaches the critics only from a vector env made with
+``state=True`` (the runner does so, as ``MADDPG.uses_state``); otherwise the
+critics see the observations of all learned agents, as in the paper.
+
+Joint replay: MADDPG is meant for simultaneous-move envs (MPE, matrix
+games), where every agent acts at every step. Then each vector step
+completes one transition of every learned agent in every env, and these are
+stored together as one row of a joint replay buffer (all agents'
+observations, actions, rewards, next observations). Turn-based or
+asynchronous envs, and envs whose agents leave before the episode ends,
+raise a ``ValueError`` at the first step where an agent does not act.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, resolve_device
+from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
+from corral.data.buffers import ReplayBuffer
+from corral.data.transitions import Transitions
+
+_CHECKPOINTED = ("actor", "critic", "actor_target", "critic_target", "actor_opt", "critic_opt")
+
+
+@dataclass
+class Config(AlgoConfig):
+    """MADDPG settings; ``lr`` is the actors' learning rate."""
+
+    critic_lr: float = 1e-3
+    """Adam learning rate of the critics."""
+    buffer_size: int = 100_000
+    """Capacity of the joint replay buffer, in env steps."""
+    batch_size: int = 256
+    """Env steps sampled per gradient step."""
+    learning_starts: int = 1_000
+    """Env steps collected before the first gradient step."""
+    train_freq: int = 16
+    """Env steps collected per gradient step (of every group's critic and actor)."""
+    tau: float = 0.01
+    """Polyak factor of the target networks: ``target += tau * (online - target)``."""
+    max_grad_norm: float = 1.0
+    """Gradient norm clip of every network."""
+    noise_std: float = 0.3
+    """Initial std of the Gaussian exploration noise of ``Box`` actions, in units of
+    half the action range."""
+    noise_std_final: float = 0.05
+    """The noise std reached after ``explore_decay_steps`` env steps, and kept."""
+    epsilon: float = 0.3
+    """Initial probability of a uniform random legal ``Discrete`` action when exploring."""
+    epsilon_final: float = 0.02
+    """The probability reached after ``explore_decay_steps`` env steps, and kept."""
+    explore_decay_steps: int = 50_000
+    """Env steps over which ``noise_std`` and ``epsilon`` decay linearly."""
+    temperature: float = 1.0
+    """Temperature of the Gumbel-softmax relaxation of ``Discrete`` actions."""
+    action_reg: float = 1e-3
+    """Weight of the squared pre-activation outputs (logits, pre-tanh) in the actor loss."""
+    use_state: bool = True
+    """Give the critics the env's ``state`` when the vector env has one (else every
+    learned agent's observation)."""
+
+
+class MADDPG(Algorithm):
+    """Multi-agent DDPG with parameters shared within each group."""
+
+    name = "maddpg"
+    Config = Config
+    uses_state = True
+
+    def __init__(
+        self,
+        venv: Any,
+        config: Config | None = None,
+        *,
+        learn_groups: Collection[str] | None = None,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(venv, config, learn_groups=learn_groups, device=resolve_device(device))
+        cfg = self.config
+        self.sizes = {g: len(agents) for g, agents in self.groups.items()}
+        self.act_dims = {g: _action_dim(g, self.action_space[g]) for g in self.groups}
+        self.discrete = {g: isinstance(self.action_space[g], spaces.Discrete) for g in self.groups}
+        joint_dim = sum(self.sizes[g] * self.act_dims[g] for g in self.groups)
+        self._others: dict[str, torch.Tensor] = {}  # [n, joint_dim]: 0 on agent i's own slot
+        offset = 0
+        for g, n in self.sizes.items():
+            own = torch.eye(n).repeat_interleave(self.act_dims[g], 1)
+            self._others[g] = torch.ones(n, joint_dim, device=self.device)
+            self._others[g][:, offset : offset + own.shape[1]] -= own.to(self.device)
+            offset += own.shape[1]
+        self.critic_sees_state = cfg.use_state and isinstance(self.state_space, spaces.Box)
+        global_dim = (
+            flat_dim(self.state_space)
+            if self.critic_sees_state
+            else sum(self.sizes[g] * flat_dim(self.observation_space[g]) for g in self.groups)
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            self.actor = {
+                g: mlp(flat_dim(self.observation_space[g]), self.act_dims[g], cfg.hidden, 0.01)
+                for g in self.groups
+            }
+            self.critic = {}
+            for g, d in self.act_dims.items():
+                critic_in = global_dim + joint_dim + self.sizes[g]  # + the agent's index
+                if self.discrete[g]:  # a value per own action
+                    self.critic[g] = mlp(critic_in, d, cfg.hidden)
+                else:  # the own action as input
+                    self.critic[g] = mlp(critic_in + d, 1, cfg.hidden)
+        for net in (*self.actor.values(), *self.critic.values()):
+            net.to(self.device)
+        self.actor_target = {g: copy.deepcopy(net) for g, net in self.actor.items()}
+        self.critic_target = {g: copy.deepcopy(net) for g, net in self.critic.items()}
+        self.actor_opt = {
+            g: torch.optim.Adam(net.parameters(), lr=cfg.lr, foreach=True)
+            for g, net in self.actor.items()
+        }
+        self.critic_opt = {
+            g: torch.optim.Adam(net.parameters(), lr=cfg.critic_lr, foreach=True)
+            for g, net in self.critic.items()
+        }
+        self._online_params = _parameters(self.actor, self.critic)
+        self._target_params = _parameters(self.actor_target, self.critic_target)
+        self.buffer = ReplayBuffer(cfg.buffer_size, seed=cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.torch_rng = torch.Generator(self.device).manual_seed(cfg.seed)
+        self.env_steps = 0
+        self._due = 0  # env steps collected and not yet paid for by gradient steps
+
+    # -- acting ------------------------------------------------------------------------------
+
+    def exploration(self) -> tuple[float, float]:
+        """The current ``Box`` noise std and ``Discrete`` random-action probability."""
+        cfg = self.config
+        frac = min(1.0, self.env_steps / max(1, cfg.explore_decay_steps))
+        return (
+            cfg.noise_std + frac * (cfg.noise_std_final - cfg.noise_std),
+            cfg.epsilon + frac * (cfg.epsilon_final - cfg.epsilon),
+        )
+
+    def act(self, batch: Any, *, explore: bool = True) -> tuple[Actions, Extras]:
+        """Every learned agent's action; raises ``ValueError`` if one of them is not acting."""
+        actions: Actions = {}
+        noise_std, epsilon = self.exploration()
+        for g in self.groups:
+            _check_all_acting(g, self.groups[g], batch.acting[g])
+            space = self.action_space[g]
+            with torch.no_grad():
+                out = self.actor[g](as_input(batch.obs[g], self.observation_space[g], self.device))
+            out = out.cpu().numpy()
+            if self.discrete[g]:
+                legal = batch.action_mask[g].astype(bool)
+                if explore:  # Gumbel-max: a sample of softmax(out), or of uniform logits
+                    uniform = self.rng.random(out.shape[:-1]) < epsilon
+                    out = np.where(uniform[..., None], 0.0, out)
+                    out = out + self.rng.gumbel(size=out.shape)
+                actions[g] = np.where(legal, out, -np.inf).argmax(axis=-1) + space.start
+            else:
+                a = np.tanh(out)
+                if explore:
+                    a = np.clip(a + noise_std * self.rng.normal(size=a.shape), -1, 1)
+                scaled = space.low + (a.reshape(*a.shape[:-1], *space.shape) + 1) / 2 * (
+                    space.high - space.low
+                )
+                actions[g] = np.clip(scaled, space.low, space.high).astype(space.dtype)
+        return actions, {}
+
+    # -- storing ----------------------------------------------------------------------------
+
+    def observe(self, transitions: Mapping[str, Transitions]) -> None:
+        """Store the step's transitions of all learned agents as one joint row per env."""
+        row: Transitions = {}
+        for g, n in self.sizes.items():
+            t = _by_env_and_agent(g, n, self.num_envs, transitions.get(g))
+            space = self.action_space[g]
+            row[f"{g}/obs"] = t["obs"]
+            row[f"{g}/action"] = _critic_action(space, t["action"]).astype(np.float32)
+            row[f"{g}/reward"] = t["reward"].astype(np.float32)
+            row[f"{g}/next_obs"] = t["next_obs"]
+            row[f"{g}/terminated"] = t["terminated"]
+            if self.discrete[g]:
+                row[f"{g}/action_mask"] = t["action_mask"]
+                row[f"{g}/next_action_mask"] = t["next_action_mask"]
+            if self.critic_sees_state and "state" not in row:
+                row["state"], row["next_state"] = t["state"][:, 0], t["next_state"][:, 0]
+        row["reward"] = row[f"{next(iter(self.groups))}/reward"]  # the buffer counts rows by it
+        self.buffer.add(row)
+        rows = len(row["reward"])
+        self.env_steps += rows
+        self._due += rows
+
+    def ready(self) -> bool:
+        cfg = self.config
+        return (
+            self.env_steps >= cfg.learning_starts
+            and len(self.buffer) >= cfg.batch_size
+            and self._due >= cfg.train_freq
+        )
+
+    # -- learning -------------------------------------------------------------------------------
+
+    def update(self) -> dict[str, float]:
+        """One gradient step of every critic and actor per ``train_freq`` env steps collected."""
+        steps = self._due // self.config.train_freq
+        self._due -= steps * self.config.train_freq
+        totals: dict[str, float] = {}
+        for _ in range(steps):
+            for name, value in self._gradient_step().items():
+                totals[name] = totals.get(name, 0.0) + value / steps
+        totals["noise_std"], totals["epsilon"] = self.exploration()
+        return totals
+
+    def _gradient_step(self) -> dict[str, float]:
+        cfg = self.config
+        data = self.buffer.sample(cfg.batch_size)
+        obs = {g: self._obs(data[f"{g}/obs"], g) for g in self.groups}
+        next_obs = {g: self._obs(data[f"{g}/next_obs"], g) for g in self.groups}
+        actions = {g: self._tensor(data[f"{g}/action"]) for g in self.groups}
+        with torch.no_grad():
+            next_actions = {g: self._target_action(g, next_obs[g], data) for g in self.groups}
+        joint = torch.cat([a.flatten(1) for a in actions.values()], 1)
+        next_joint = torch.cat([a.flatten(1) for a in next_actions.values()], 1)
+        glob = self._global(data, obs, "state")
+        next_glob = self._global(data, next_obs, "next_state")
+        metrics: dict[str, float] = {}
+        for g in self.groups:
+            with torch.no_grad():
+                next_q = self._q(g, self.critic_target[g], next_glob, next_joint, next_actions[g])
+                bootstrap = 1.0 - self._tensor(data[f"{g}/terminated"]).float()
+                target = self._tensor(data[f"{g}/reward"]) + cfg.gamma * bootstrap * next_q
+            q = self._q(g, self.critic[g], glob, joint, actions[g])
+            critic_loss = nn.functional.mse_loss(q, target)
+            _step(self.critic_opt[g], self.critic[g], critic_loss, cfg.max_grad_norm)
+
+            raw = self.actor[g](obs[g])
+            own = self._train_action(g, raw, data)
+            actor_loss = -self._q(g, self.critic[g], glob, joint, own).mean()
+            actor_loss = actor_loss + cfg.action_reg * raw.pow(2).mean()
+            _step(self.actor_opt[g], self.actor[g], actor_loss, cfg.max_grad_norm)
+            metrics |= {
+                f"critic_loss/{g}": critic_loss.item(),
+                f"actor_loss/{g}": actor_loss.item(),
+                f"q/{g}": q.mean().item(),
+            }
+        with torch.no_grad():
+            for target_param, param in zip(self._target_params, self._online_params, strict=True):
+                target_param.lerp_(param, cfg.tau)
+        return metrics
+
+    def _q(
+        self, g: str, critic: nn.Module, glob: torch.Tensor, joint: torch.Tensor, own: torch.Tensor
+    ) -> torch.Tensor:
+        """Q ``[B, n]`` of each agent of ``g`` taking ``own`` ``[B, n, d]``; others: ``joint``."""
+        b, n = own.shape[:2]
+        others = joint.unsqueeze(1) * self._others[g]
+        ids = torch.eye(n, device=self.device).expand(b, n, n)
+        x = [glob.unsqueeze(1).expand(b, n, -1), others, ids]
+        if self.discrete[g]:
+            return (critic(torch.cat(x, dim=-1)) * own).sum(-1)
+        return critic(torch.cat([*x, own], dim=-1)).squeeze(-1)
+
+    def _target_action(self, g: str, next_obs: torch.Tensor, data: Transitions) -> torch.Tensor:
+        raw = self.actor_target[g](next_obs)
+        if self.discrete[g]:
+            mask = self._tensor(data[f"{g}/next_action_mask"])
+            index = masked_logits(raw, mask).argmax(-1)
+            return nn.functional.one_hot(index, raw.shape[-1]).float()
+        return torch.tanh(raw)
+
+    def _train_action(self, g: str, raw: torch.Tensor, data: Transitions) -> torch.Tensor:
+        """The actor's differentiable action: straight-through Gumbel-softmax or tanh."""
+        if not self.discrete[g]:
+            return torch.tanh(raw)
+        raw = masked_logits(raw, self._tensor(data[f"{g}/action_mask"]))
+        uniform = torch.rand(raw.shape, generator=self.torch_rng, device=self.device)
+        gumbel = -torch.log(-torch.log(uniform.clamp_min(1e-10)))
+        soft = torch.softmax((raw + gumbel) / self.config.temperature, dim=-1)
+        hard = nn.functional.one_hot(soft.argmax(-1), raw.shape[-1]).float()
+        return hard - soft.detach() + soft
+
+    def _global(self, data: Transitions, obs: Mapping[str, torch.Tensor], key: str) -> torch.Tensor:
+        if self.critic_sees_state:
+            return as_input(data[key], self.state_space, self.device)
+        return torch.cat([o.flatten(1) for o in obs.values()], dim=1)
+
+    def _obs(self, array: np.ndarray, g: str) -> torch.Tensor:
+        return as_input(array, self.observation_space[g], self.device)
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(array, device=self.device)
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, targets, optimisers, counters and random states (not the replay buffer)."""
+        state: dict[str, Any] = {
+            key: {g: part.state_dict() for g, part in getattr(self, key).items()}
+            for key in _CHECKPOINTED
+        }
+        state |= {
+            "env_steps": self.env_steps,
+            "due": self._due,
+            "rng": self.rng.bit_generator.state,
+            "torch_rng": self.torch_rng.get_state(),
+        }
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for key in _CHECKPOINTED:
+            for g, part in getattr(self, key).items():
+                part.load_state_dict(state[key][g])
+        self.env_steps = int(state["env_steps"])
+        self._due = int(state["due"])
+        self.rng.bit_generator.state = state["rng"]
+        self.torch_rng.set_state(state["torch_rng"])
+
+
+def _action_dim(group: str, space: spaces.Space) -> int:
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if (
+        isinstance(space, spaces.Box)
+        and np.isfinite(space.low).all()
+        and np.isfinite(space.high).all()
+    ):
+        return int(np.prod(space.shape))
+    raise ValueError(
+        f"MADDPG supports Discrete and bounded Box actions; group {group!r} has {space}"
+    )
+
+
+def _critic_action(space: spaces.Space, action: np.ndarray) -> np.ndarray:
+    """Env actions as the critic sees them: one-hot (``Discrete``) or in ``[-1, 1]`` (``Box``)."""
+    if isinstance(space, spaces.Discrete):
+        return np.eye(int(space.n))[np.asarray(action) - space.start]
+    lead = action.shape[: action.ndim - len(space.shape)]
+    scaled = 2 * (action - space.low) / (space.high - space.low) - 1
+    return np.clip(scaled, -1, 1).reshape(*lead, -1)
+
+
+def _check_all_acting(group: str, agents: tuple[str, ...], acting: np.ndarray) -> None:
+    if acting.all():
+        return
+    env, j = (int(x) for x in np.argwhere(~acting)[0])
+    raise ValueError(
+        f"MADDPG needs every agent to act at every step (simultaneous moves), but in env {env} "
+        f"agent {agents[j]!r} of group {group!r} is not acting: turn-based and asynchronous "
+        "envs, and envs whose agents leave early, are not supported (use DQN or MAPPO)"
+    )
+
+
+def _by_env_and_agent(group: str, n: int, num_envs: int, t: Transitions | None) -> Transitions:
+    """``t``'s fields as ``[E, n, ...]``, checking that every agent of every env is there."""
+    if t is not None:
+        key = t["env"] * n + t["agent"]
+        order = np.argsort(key)
+        if np.array_equal(key[order], np.arange(num_envs * n)):
+            return {name: v[order].reshape(num_envs, n, *v.shape[1:]) for name, v in t.items()}
+    raise ValueError(
+        f"MADDPG needs a transition of every agent of group {group!r} in every env at every "
+        "step (simultaneous moves)"
+    )
+
+
+def _parameters(*nets: Mapping[str, nn.Module]) -> list[nn.Parameter]:
+    return [p for per_group in nets for net in per_group.values() for p in net.parameters()]
+
+
+def _step(opt: torch.optim.Optimizer, net: nn.Module, loss: torch.Tensor, clip: float) -> None:
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(net.parameters(), clip, foreach=True)
+    opt.step()

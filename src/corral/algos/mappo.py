@@ -1,0 +1,425 @@
+"""MAPPO and IPPO: PPO with one actor and one critic shared by the agents of a group.
+
+MAPPO's critic sees the env's global ``state`` (centralised training,
+decentralised execution): build its vector env with ``state=True``. Without a
+``state`` (the env has none, or the vector env was built without it) MAPPO's
+critic sees the local observations, which makes it IPPO; ``MAPPO.use_state``
+says which. IPPO's critic sees each agent's own observation. Greedy acting
+needs observations only. With ``agent_id`` on, every network of a group of
+several agents also sees a one-hot of the agent's index in the group, so
+agents with different roles (the two seats of a game) can share parameters,
+and MAPPO's critic can tell apart the agents it values from one shared state.
+
+Actions: ``Discrete`` spaces get a categorical policy over the legal actions
+(``action_mask``); ``Box`` spaces a diagonal Gaussian with a learned,
+state-independent log-std, in coordinates where the Box spans ``[-1, 1]``.
+The env receives the sample mapped to the Box and clipped to its bounds (the
+vector env rejects out-of-bound actions), while log-probabilities are those
+of the unclipped sample, as in most PPO implementations.
+
+Transitions are per agent (see :mod:`corral.data.transitions`), so turn-based
+and asynchronous envs need nothing special: :meth:`MAPPO.act` answers for
+every agent, the env ignores the agents that are not acting, and each
+completed transition carries the ``log_prob``, ``value`` and raw ``sample``
+of its decision.
+
+Defaults follow the MPE settings of Yu et al. 2022, "The Surprising
+Effectiveness of PPO in Cooperative Multi-Agent Games" (lr 7e-4, 10 epochs,
+one minibatch, clip 0.2, entropy 0.01, GAE lambda 0.95, gradient norm 10,
+value normalisation, 64-unit layers); only ``rollout_steps`` (128 vector
+steps) differs, set for 8 to 32 envs rather than the paper's 128 threads.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+from torch.distributions import Categorical, Distribution, Independent, Normal
+
+from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, resolve_device
+from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
+from corral.data.buffers import RolloutBuffer, gae
+from corral.data.transitions import Transitions
+
+METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
+"""What :meth:`MAPPO.update` reports per group (means over its minibatches)."""
+
+
+@dataclass
+class Config(AlgoConfig):
+    """MAPPO/IPPO settings; the defaults are MAPPO's for MPE (see the module docstring)."""
+
+    lr: float = 7e-4
+    """Adam learning rate of actor and critic."""
+    rollout_steps: int = 128
+    """Vector steps collected between updates (``rollout_steps * num_envs`` env steps)."""
+    epochs: int = 10
+    """Passes over the rollout per update."""
+    minibatches: int = 1
+    """Minibatches per epoch (per group)."""
+    clip: float = 0.2
+    """PPO ratio clipping range."""
+    value_clip: float | None = 0.2
+    """Clip the (normalised) value change per update to this range; ``None`` turns it off."""
+    vf_coef: float = 1.0
+    """Weight of the value loss."""
+    ent_coef: float = 0.01
+    """Weight of the entropy bonus."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    max_grad_norm: float = 10.0
+    """Gradient norm clipping, applied to actor and critic separately."""
+    normalize_advantages: bool = True
+    """Standardise advantages over each group's rollout."""
+    normalize_values: bool = True
+    """Learn values of standardised returns (running mean/std, outputs preserved as in PopArt)."""
+    agent_id: bool = True
+    """Append a one-hot of the agent's index in its group to every network's input."""
+    log_std_init: float = 0.0
+    """Initial log-std of Gaussian policies (in units of half the Box's width)."""
+
+
+class _CategoricalHead(nn.Module):
+    """A categorical policy over a ``Discrete`` space, restricted to legal actions."""
+
+    def __init__(self, space: spaces.Discrete, in_dim: int, config: Config) -> None:
+        super().__init__()
+        self.start = int(space.start)
+        self.net = mlp(in_dim, int(space.n), config.hidden, out_gain=0.01)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> Distribution:
+        return Categorical(logits=masked_logits(self.net(x), mask), validate_args=False)
+
+    def sample(self, dist: Distribution, generator: torch.Generator) -> torch.Tensor:
+        """A draw by the Gumbel-max trick, from ``generator``'s stream."""
+        u = torch.rand(dist.logits.shape, generator=generator).clamp_(min=1e-20)
+        return (dist.logits - torch.log(-torch.log(u)).to(dist.logits.device)).argmax(-1)
+
+    def greedy(self, dist: Distribution) -> torch.Tensor:
+        return dist.logits.argmax(-1)
+
+    def to_env(self, sample: np.ndarray) -> np.ndarray:
+        return sample + self.start
+
+
+class _GaussianHead(nn.Module):
+    """A diagonal Gaussian over a ``Box`` rescaled to ``[-1, 1]`` (unbounded axes unscaled)."""
+
+    def __init__(self, space: spaces.Box, in_dim: int, config: Config) -> None:
+        super().__init__()
+        self.space = space
+        low, high = space.low.reshape(-1), space.high.reshape(-1)
+        bounded = np.isfinite(low) & np.isfinite(high)
+        centre = np.where(bounded, (low + high) / 2, 0.0)
+        scale = np.where(bounded, (high - low) / 2, 1.0)
+        self.centre, self.scale = centre.astype(np.float32), scale.astype(np.float32)
+        self.net = mlp(in_dim, len(low), config.hidden, out_gain=0.01)
+        self.log_std = nn.Parameter(torch.full((len(low),), float(config.log_std_init)))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> Distribution:
+        mean = self.net(x)
+        std = self.log_std.exp().expand_as(mean)
+        return Independent(Normal(mean, std, validate_args=False), 1, validate_args=False)
+
+    def sample(self, dist: Distribution, generator: torch.Generator) -> torch.Tensor:
+        noise = torch.randn(dist.mean.shape, generator=generator).to(dist.mean.device)
+        return dist.mean + dist.stddev * noise
+
+    def greedy(self, dist: Distribution) -> torch.Tensor:
+        return dist.mean
+
+    def to_env(self, sample: np.ndarray) -> np.ndarray:
+        action = np.clip(
+            self.centre + self.scale * sample,
+            self.space.low.reshape(-1),
+            self.space.high.reshape(-1),
+        )
+        return action.reshape(*sample.shape[:-1], *self.space.shape).astype(self.space.dtype)
+
+
+@functools.singledispatch
+def policy_head(space: spaces.Space, in_dim: int, config: Config) -> nn.Module:
+    """The policy head for actions in ``space``."""
+    raise TypeError(f"MAPPO supports Discrete and Box action spaces, not {space}")
+
+
+@policy_head.register
+def _(space: spaces.Discrete, in_dim: int, config: Config) -> nn.Module:
+    return _CategoricalHead(space, in_dim, config)
+
+
+@policy_head.register
+def _(space: spaces.Box, in_dim: int, config: Config) -> nn.Module:
+    return _GaussianHead(space, in_dim, config)
+
+
+class ValueNorm(nn.Module):
+    """Running mean and std of returns; :meth:`update` keeps the critic's outputs unchanged.
+
+    When off it is the identity. The statistics cover every return seen.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        super().__init__()
+        self.enabled = enabled
+        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("var", torch.ones((), dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    @property
+    def std(self) -> torch.Tensor:
+        return self.var.sqrt().clamp(min=1e-2)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.mean) / self.std).float() if self.enabled else x
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * self.std + self.mean).float() if self.enabled else x
+
+    @torch.no_grad()
+    def update(self, returns: torch.Tensor, out: nn.Linear) -> None:
+        """Merge ``returns`` into the statistics and rescale ``out`` (the critic's last layer)."""
+        if not self.enabled:
+            return
+        old_mean, old_std = self.mean.clone(), self.std.clone()
+        x = returns.double()
+        n, total = len(x), self.count + len(x)
+        delta = x.mean() - self.mean
+        m2 = self.var * self.count + x.var(unbiased=False) * n + delta**2 * self.count * n / total
+        self.mean += delta * n / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+        out.weight.mul_((old_std / self.std).float())
+        out.bias.copy_(((old_std * out.bias + old_mean - self.mean) / self.std).float())
+
+
+class GroupNets(nn.Module):
+    """The actor, critic and value normaliser of one group."""
+
+    def __init__(self, actor_in: int, critic_in: int, action_space: spaces.Space, config: Config):
+        super().__init__()
+        self.actor = policy_head(action_space, actor_in, config)
+        self.critic = mlp(critic_in, 1, config.hidden)
+        self.value_norm = ValueNorm(config.normalize_values)
+
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        """Denormalised value estimates ``[...]`` of critic inputs ``[..., critic_in]``."""
+        return self.value_norm.denormalize(self.critic(x).squeeze(-1))
+
+
+class MAPPO(Algorithm):
+    """Multi-agent PPO with a centralised critic on ``state``; see the module docstring."""
+
+    name: ClassVar[str] = "mappo"
+    Config: ClassVar[type[AlgoConfig]] = Config
+    centralised: ClassVar[bool] = True
+    uses_state: ClassVar[bool] = True
+    """Whether the critic sees the global state (when the env has one)."""
+
+    def __init__(
+        self,
+        venv: Any,
+        config: AlgoConfig | None = None,
+        *,
+        learn_groups: Collection[str] | None = None,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(venv, config, learn_groups=learn_groups, device=resolve_device(device))
+        cfg = self.config
+        self.use_state = self.centralised and self.state_space is not None
+        self.nets: dict[str, GroupNets] = {}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            for g, agents in self.groups.items():
+                ids = len(agents) if cfg.agent_id and len(agents) > 1 else 0
+                actor_in = flat_dim(self.observation_space[g]) + ids
+                seen = self.state_space if self.use_state else self.observation_space[g]
+                nets = GroupNets(actor_in, flat_dim(seen) + ids, self.action_space[g], cfg)
+                self.nets[g] = nets.to(self.device)
+                self.optimizers[g] = torch.optim.Adam(nets.parameters(), lr=cfg.lr, eps=1e-5)
+        self.buffers = {g: RolloutBuffer() for g in self.groups}
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.steps_since_update = 0
+        self.updates = 0
+
+    # -- inputs ------------------------------------------------------------------
+
+    def _with_id(self, g: str, x: torch.Tensor, agent: np.ndarray | None) -> torch.Tensor:
+        """``x`` with a one-hot of ``agent`` appended; ``None`` means ``x`` is ``[E, n, ...]``."""
+        n = len(self.groups[g])
+        if not self.config.agent_id or n == 1:
+            return x
+        if agent is None:
+            index = torch.arange(n, device=self.device).expand(x.shape[:-1])
+        else:
+            index = torch.as_tensor(agent, device=self.device, dtype=torch.long)
+        return torch.cat([x, nn.functional.one_hot(index, n).float()], dim=-1)
+
+    def _actor_input(self, g: str, obs: Any, agent: np.ndarray | None) -> torch.Tensor:
+        return self._with_id(g, as_input(obs, self.observation_space[g], self.device), agent)
+
+    def _critic_input(self, g: str, obs: Any, state: Any, agent: np.ndarray | None) -> torch.Tensor:
+        """Critic inputs of rows (``agent`` given) or of a batch's ``[E, n]`` agents (``None``)."""
+        if not self.use_state:
+            return self._actor_input(g, obs, agent)
+        x = as_input(state, self.state_space, self.device)
+        if agent is None:
+            x = x.unsqueeze(1).expand(-1, len(self.groups[g]), -1)
+        return self._with_id(g, x, agent)
+
+    def _mask(self, mask: np.ndarray | None) -> torch.Tensor | None:
+        return None if mask is None else torch.as_tensor(mask, device=self.device, dtype=torch.bool)
+
+    # -- acting --------------------------------------------------------------------
+
+    @torch.no_grad()
+    def act(self, batch: Any, *, explore: bool = True) -> tuple[Actions, Extras]:
+        """Actions of every agent of its groups, sampled (``explore``) or greedy.
+
+        Extras: the raw ``sample`` and its ``log_prob``; when exploring also the
+        critic's ``value``. Greedy acting uses observations only, so it needs no
+        ``Batch.state``.
+        """
+        if explore and self.use_state and batch.state is None:
+            raise ValueError(
+                f"{type(self).__name__}'s critic needs Batch.state, but the batch has none: "
+                "build the vector env with state=True"
+            )
+        actions: Actions = {}
+        extras: Extras = {"sample": {}, "log_prob": {}}
+        for g, nets in self.nets.items():
+            obs = batch.obs[g]
+            mask = self._mask(batch.action_mask.get(g))
+            dist = nets.actor(self._actor_input(g, obs, None), mask)
+            sample = nets.actor.sample(dist, self.generator) if explore else nets.actor.greedy(dist)
+            extras["sample"][g] = sample.cpu().numpy()
+            extras["log_prob"][g] = dist.log_prob(sample).cpu().numpy()
+            actions[g] = nets.actor.to_env(extras["sample"][g])
+            if explore:
+                value = nets.value(self._critic_input(g, obs, batch.state, None))
+                extras.setdefault("value", {})[g] = value.cpu().numpy()
+        if explore:
+            self.steps_since_update += 1
+        return actions, extras
+
+    def observe(self, transitions: Mapping[str, Transitions]) -> None:
+        for g, t in transitions.items():
+            self.buffers[g].add(t)
+
+    def ready(self) -> bool:
+        """After ``rollout_steps`` exploring vector steps, once some transition completed."""
+        collected = any(len(b) for b in self.buffers.values())
+        return collected and self.steps_since_update >= self.config.rollout_steps
+
+    # -- learning --------------------------------------------------------------------
+
+    def update(self) -> dict[str, float]:
+        """PPO epochs over each group's rollout; metrics are named ``group/metric``."""
+        metrics: dict[str, float] = {}
+        for g, buffer in self.buffers.items():
+            if len(buffer):
+                for name, value in self._update_group(g, buffer.data()).items():
+                    metrics[f"{g}/{name}"] = value
+            buffer.clear()
+        self.steps_since_update = 0
+        self.updates += 1
+        return metrics
+
+    def _update_group(self, g: str, t: Transitions) -> dict[str, float]:
+        cfg, nets = self.config, self.nets[g]
+        agent = t["agent"]
+        critic_in = self._critic_input(g, t["obs"], t.get("state"), agent)
+        with torch.no_grad():
+            next_in = self._critic_input(g, t["next_obs"], t.get("next_state"), agent)
+            next_value = nets.value(next_in).cpu().numpy()
+        advantage, returns = gae(t, t["value"], next_value, cfg.gamma, cfg.gae_lambda)
+        tensor = functools.partial(torch.as_tensor, device=self.device, dtype=torch.float32)
+        advantage, returns, old_value = tensor(advantage), tensor(returns), tensor(t["value"])
+        nets.value_norm.update(returns, nets.critic[-1])
+        target, old_value = nets.value_norm.normalize(returns), nets.value_norm.normalize(old_value)
+        if cfg.normalize_advantages and len(advantage) > 1:
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        actor_in = self._actor_input(g, t["obs"], agent)
+        mask = self._mask(t.get("action_mask"))
+        sample = torch.as_tensor(t["sample"], device=self.device)
+        old_log_prob = tensor(t["log_prob"])
+
+        size = -(-len(advantage) // cfg.minibatches)
+        history = []
+        for _ in range(cfg.epochs):
+            for index in torch.randperm(len(advantage), generator=self.generator).split(size):
+                index = index.to(self.device)
+                dist = nets.actor(actor_in[index], None if mask is None else mask[index])
+                log_ratio = dist.log_prob(sample[index]) - old_log_prob[index]
+                ratio = log_ratio.exp()
+                adv = advantage[index]
+                clipped = ratio.clamp(1 - cfg.clip, 1 + cfg.clip)
+                policy_loss = -torch.min(ratio * adv, clipped * adv).mean()
+                value = nets.critic(critic_in[index]).squeeze(-1)
+                value_loss = (value - target[index]) ** 2
+                if cfg.value_clip is not None:
+                    old = old_value[index]
+                    value_clipped = old + (value - old).clamp(-cfg.value_clip, cfg.value_clip)
+                    value_loss = torch.max(value_loss, (value_clipped - target[index]) ** 2)
+                value_loss = 0.5 * value_loss.mean()
+                entropy = dist.entropy().mean()
+                loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+                self.optimizers[g].zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(nets.actor.parameters(), cfg.max_grad_norm)
+                nn.utils.clip_grad_norm_(nets.critic.parameters(), cfg.max_grad_norm)
+                self.optimizers[g].step()
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - log_ratio).mean()
+                    clip_frac = ((ratio - 1).abs() > cfg.clip).float().mean()
+                    history.append(
+                        torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_frac])
+                    )
+        means = torch.stack(history).mean(dim=0).tolist()
+        return dict(zip(METRICS, means, strict=True))
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimisers, value normalisers, random stream, counters and rollout.
+
+        Only tensors and plain Python values: ``torch.load(weights_only=True)`` reads it.
+        """
+        return {
+            "nets": {g: nets.state_dict() for g, nets in self.nets.items()},
+            "optimizers": {g: opt.state_dict() for g, opt in self.optimizers.items()},
+            "generator": self.generator.get_state(),
+            "steps_since_update": self.steps_since_update,
+            "updates": self.updates,
+            "buffers": {
+                g: {name: torch.as_tensor(v) for name, v in buffer.data().items()}
+                for g, buffer in self.buffers.items()
+            },
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for g, nets in self.nets.items():
+            nets.load_state_dict(state["nets"][g])
+            self.optimizers[g].load_state_dict(state["optimizers"][g])
+            self.buffers[g].clear()
+            if state["buffers"][g]:
+                self.buffers[g].add({k: v.numpy().copy() for k, v in state["buffers"][g].items()})
+        self.generator.set_state(state["generator"])
+        self.steps_since_update = int(state["steps_since_update"])
+        self.updates = int(state["updates"])
+
+
+class IPPO(MAPPO):
+    """Independent PPO: as :class:`MAPPO`, but each critic sees the agent's own observation."""
+
+    name: ClassVar[str] = "ippo"
+    centralised: ClassVar[bool] = False
+    uses_state: ClassVar[bool] = False

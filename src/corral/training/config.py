@@ -1,0 +1,386 @@
+"""Training configuration: run settings plus the algorithm's config, from YAML and overrides.
+
+Settings come, later winning, from: the config dataclasses' defaults; the
+algorithm's YAML file (``corral/training/configs/<algo>.yaml``); its
+``envs:`` sections whose key (an env id or a glob such as ``mpe2/*``)
+matches the env, globs in file order, then the exact id; and overrides
+(``--set key=value`` on the command line, keyword arguments in Python).
+
+Names are flat: a name is a field of :class:`RunConfig`, of the algorithm's
+``Config``, or of both (``seed``, ``self_play``), and is set wherever it is a
+field. ``env_kwargs.N=3`` sets one key of a dict setting. Values are typed
+by the field's annotation, so ``total_steps=2e6`` is the int 2000000 and
+``hidden=128,128`` the tuple ``(128, 128)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+import importlib.resources
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from corral.algos import ALGORITHMS, algorithm_class
+from corral.algos.base import AlgoConfig
+from corral.errors import CorralError, MissingDependencyError
+from corral.registry import resolve
+
+DEVICES = ("cpu", "cuda", "auto")
+
+
+class ConfigError(CorralError, ValueError):
+    """A setting that is unknown, of the wrong type, or cannot be used."""
+
+
+@dataclass
+class RunConfig:
+    """What a training run does around the algorithm: env, budget, evaluation, output."""
+
+    env: str = ""
+    """Registered env id, e.g. ``mpe2/simple_spread_v3``."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the env."""
+    num_envs: int = 8
+    """Envs stepped in parallel."""
+    backend: str = "sync"
+    """Vector backend: ``sync``, ``subproc`` or ``ray``."""
+    group_map: Any = None
+    """How agents form groups (``corral.group_agents``): ``None`` by name prefix, ``"agent"``..."""
+    learn_groups: tuple[str, ...] = ()
+    """Groups the algorithm learns (empty: all); the others are played by ``opponent``."""
+    opponent: str = "random"
+    """Policy of the groups not learned: ``random`` (uniform legal actions) or ``module:attr``."""
+    self_play: bool = False
+    """Learn a turn-based game against snapshots of itself (for algorithms that support it)."""
+    total_steps: int = 100_000
+    """Env steps to train for (one per env per vector step)."""
+    eval_every: int = 10_000
+    """Env steps between greedy evaluations (0: only at the end)."""
+    eval_episodes: int = 10
+    """Episodes per evaluation."""
+    checkpoint_every: int = 50_000
+    """Env steps between checkpoints besides those at each evaluation (0: none besides)."""
+    log_every: int = 2_000
+    """Env steps between rows of ``metrics.csv``."""
+    seed: int = 0
+    """Seed of the envs, the algorithm and every random generator."""
+    device: str = "auto"
+    """``cpu``, ``cuda`` (or ``cuda:N``) or ``auto`` (a GPU when there is one)."""
+    run_dir: str = ""
+    """Where the run writes; empty: ``runs/<algo>-<env>-s<seed>-<time>``."""
+    tensorboard: bool = True
+    """Also write TensorBoard events when ``tensorboard`` is installed."""
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):
+            raise ConfigError(f"device must be one of {DEVICES} or cuda:N, got {self.device!r}")
+        for name in ("num_envs", "eval_episodes", "log_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run needs: the algorithm, its config, and the run settings.
+
+    ``algo`` is a registered name (``"mappo"``) or the ``module:attr`` of an
+    :class:`~corral.algos.base.Algorithm` subclass.
+    """
+
+    algo: str
+    run: RunConfig
+    algo_config: AlgoConfig
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (lists for tuples) as written to a run's ``config.yaml``."""
+        return {
+            "algo": self.algo,
+            "run": _plain(dataclasses.asdict(self.run)),
+            "algo_config": _plain(dataclasses.asdict(self.algo_config)),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
+        """The config that :meth:`to_dict` wrote."""
+        algo, algo_cls = algorithm_spec(str(data["algo"]))
+        return cls(
+            algo,
+            _build(RunConfig, data.get("run") or {}),
+            _build(algo_cls.Config, data.get("algo_config") or {}),
+        )
+
+
+def algorithm_spec(algo: str | type) -> tuple[str, type]:
+    """The name to record and the class of an algorithm given by name, ``module:attr`` or class."""
+    if isinstance(algo, type):
+        return f"{algo.__module__}:{algo.__qualname__}", algo
+    if ":" in algo:
+        try:
+            return algo, resolve(algo)
+        except (ImportError, AttributeError) as err:
+            raise ConfigError(f"cannot load the algorithm {algo!r}: {err}") from err
+    return algo, algorithm_class(algo)
+
+
+def load_config(
+    algo: str | type,
+    env: str | None = None,
+    overrides: Mapping[str, Any] | Sequence[str] = (),
+    *,
+    defaults: Mapping[str, Any] | None = None,
+) -> TrainConfig:
+    """The effective config of training ``algo`` on ``env``.
+
+    ``algo`` is a registered name, a ``module:attr`` or an algorithm class.
+    ``overrides`` is a mapping of names to values, or ``"key=value"`` strings;
+    ``defaults`` replaces the algorithm's packaged YAML file (for tests and
+    user config files).
+    """
+    algo, algo_cls = algorithm_spec(algo)
+    user = dict(overrides) if isinstance(overrides, Mapping) else parse_assignments(overrides)
+    if env is not None:
+        user["env"] = env
+    env_id = user.get("env")
+    if not env_id:
+        raise ConfigError("no env given: pass --env ID (Python: env=ID)")
+    if defaults is None:
+        defaults = packaged_defaults(algo if algo in ALGORITHMS else getattr(algo_cls, "name", ""))
+    file = dict(defaults)
+    layers = [*_env_layers(file.pop("envs", None) or {}, str(env_id)), user]
+    settings = file
+    for layer in layers:
+        settings = _merge(settings, layer)
+    run_values, algo_values = _split(settings, algo_cls.Config)
+    return TrainConfig(algo, _build(RunConfig, run_values), _build(algo_cls.Config, algo_values))
+
+
+def replace_run(run: RunConfig, **changes: Any) -> RunConfig:
+    """A copy of ``run`` with ``changes`` typed and applied."""
+    return _build(RunConfig, {**dataclasses.asdict(run), **changes})
+
+
+def parse_assignments(items: Sequence[str]) -> dict[str, str]:
+    """``["lr=1e-3", "env_kwargs.N=3"]`` -> ``{"lr": "1e-3", "env_kwargs.N": "3"}`` (untyped)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_]\w*(\.\w+)*", key):
+            raise ConfigError(f"expected KEY=VALUE with KEY a setting name, got {item!r}")
+        out[key] = value
+    return out
+
+
+def packaged_defaults(algo: str) -> dict[str, Any]:
+    """The settings of ``configs/<algo>.yaml`` shipped with corral (empty if there is none)."""
+    if not re.fullmatch(r"\w+", algo):
+        return {}
+    resource = importlib.resources.files("corral.training") / "configs" / f"{algo}.yaml"
+    if not resource.is_file():
+        return {}
+    return read_yaml(resource.read_text())
+
+
+def read_yaml(text: str) -> dict[str, Any]:
+    """A YAML mapping (an empty document is an empty mapping)."""
+    yaml = _yaml()
+    data = yaml.safe_load(text)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config file must hold a mapping, got {type(data).__name__}")
+    return data
+
+
+def write_yaml(data: Mapping[str, Any]) -> str:
+    """``data`` as YAML, keys in insertion order."""
+    return _yaml().safe_dump(dict(data), sort_keys=False)
+
+
+def _yaml() -> types.ModuleType:
+    try:
+        import yaml
+    except ModuleNotFoundError as err:
+        raise MissingDependencyError(
+            "training configs need PyYAML, which is not installed: pip install 'corral[train]'"
+        ) from err
+    return yaml
+
+
+def _env_layers(sections: Mapping[str, Any], env: str) -> list[dict[str, Any]]:
+    """The ``envs:`` sections that apply to ``env``: matching globs in order, then the exact id."""
+    globs = [v for k, v in sections.items() if k != env and fnmatch.fnmatchcase(env, k)]
+    exact = [sections[env]] if env in sections else []
+    return [dict(layer or {}) for layer in [*globs, *exact]]
+
+
+def _merge(base: Mapping[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``layer``; a dotted key ``a.b`` sets key ``b`` of dict setting ``a``."""
+    out = dict(base)
+    for key, value in layer.items():
+        name, _, sub = key.partition(".")
+        if sub:
+            inner = out.get(name)
+            inner = dict(inner) if isinstance(inner, Mapping) else {}
+            inner[sub] = _parse_text(value) if isinstance(value, str) else value
+            out[name] = inner
+        else:
+            out[key] = value
+    return out
+
+
+def _split(settings: Mapping[str, Any], algo_config: type) -> tuple[dict, dict]:
+    run_names = {f.name for f in fields(RunConfig)}
+    algo_names = {f.name for f in fields(algo_config)}
+    unknown = sorted(set(settings) - run_names - algo_names)
+    if unknown:
+        known = sorted(run_names | algo_names)
+        hints = {name: difflib.get_close_matches(name, known, n=1) for name in unknown}
+        said = ", ".join(
+            f"{n!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for n, h in hints.items()
+        )
+        raise ConfigError(f"unknown setting(s) {said}; known: {', '.join(known)}")
+    run = {k: v for k, v in settings.items() if k in run_names}
+    algo = {k: v for k, v in settings.items() if k in algo_names}
+    return run, algo
+
+
+def _build(cls: type, values: Mapping[str, Any]) -> Any:
+    """``cls(**values)`` with every value coerced to its field's type."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"{cls.__name__} has no setting(s) {unknown}")
+    typed = {}
+    for name, value in values.items():
+        try:
+            typed[name] = coerce(value, hints[name])
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"setting {name}={value!r}: {err}") from None
+    try:
+        return cls(**typed)
+    except TypeError as err:
+        raise ConfigError(f"cannot build {cls.__name__}: {err}") from err
+
+
+def coerce(value: Any, annotation: Any) -> Any:
+    """``value`` (a string from the command line, or YAML/Python data) as type ``annotation``.
+
+    Raises ``ValueError`` or ``TypeError`` saying what was expected.
+    """
+    if annotation is Any:
+        return _parse_text(value) if isinstance(value, str) else value
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return _coerce_union(value, args)
+    if origin is typing.Literal:
+        if value not in args:
+            raise ValueError(f"expected one of {list(args)}")
+        return value
+    if origin in (tuple, list):
+        return _coerce_sequence(value, origin, args)
+    if origin is dict or annotation is dict:
+        value = _parse_text(value) if isinstance(value, str) else value
+        if not isinstance(value, Mapping):
+            raise TypeError(f"expected a mapping, got {value!r}")
+        return dict(value)
+    if annotation is bool:
+        return _coerce_bool(value)
+    if annotation is int:
+        return _coerce_int(value)
+    if annotation is float:
+        if isinstance(value, bool):
+            raise TypeError(f"expected a number, got {value!r}")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise TypeError(f"expected a string, got {value!r}")
+        return str(value)
+    raise TypeError(f"settings of type {annotation} are not supported")
+
+
+def _coerce_union(value: Any, args: tuple) -> Any:
+    if type(None) in args and (value is None or (isinstance(value, str) and _is_null(value))):
+        return None
+    errors = []
+    for arm in (a for a in args if a is not type(None)):
+        try:
+            return coerce(value, arm)
+        except (TypeError, ValueError) as err:
+            errors.append(str(err))
+    raise ValueError("; ".join(errors))
+
+
+def _coerce_sequence(value: Any, origin: type, args: tuple) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        value = _parse_text(text) if text[:1] in "[(" else [p for p in text.split(",") if p.strip()]
+        if isinstance(value, str):
+            value = [value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"expected a sequence, got {value!r}")
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        if len(args) != len(value):
+            raise ValueError(f"expected {len(args)} items, got {len(value)}")
+        return tuple(coerce(v, a) for v, a in zip(value, args, strict=True))
+    item = args[0] if args else Any
+    return origin(coerce(v, item) for v in value)
+
+
+def _coerce_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("true", "yes", "on", "1"):
+            return True
+        if text in ("false", "no", "off", "0"):
+            return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _coerce_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"expected an integer, got {value!r}")
+    if isinstance(value, str):
+        value = float(value.replace("_", "")) if re.search(r"[.eE]", value) else int(value)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"expected an integer, got {value!r}")
+        return int(value)
+    if isinstance(value, int):
+        return value
+    raise TypeError(f"expected an integer, got {value!r}")
+
+
+def _is_null(text: str) -> bool:
+    return text.strip().lower() in ("none", "null", "~", "")
+
+
+def _parse_text(text: str) -> Any:
+    """A command-line value as YAML data (numbers, lists, mappings, null); else the string."""
+    yaml = _yaml()
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, recursively, so ``yaml.safe_dump`` writes plain YAML."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

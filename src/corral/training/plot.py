@@ -1,0 +1,101 @@
+"""Learning curves: evaluation return against env steps, mean and spread over seeds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from corral.errors import MissingDependencyError
+from corral.training.config import ConfigError, read_yaml
+from corral.training.metrics import read_metrics
+
+
+@dataclass
+class Curve:
+    """The runs of one algorithm on one env, on a common grid of env steps."""
+
+    algo: str
+    env: str
+    steps: np.ndarray
+    """``[T]`` env steps."""
+    returns: np.ndarray
+    """``[runs, T]`` evaluation returns, interpolated between each run's evaluations."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.algo} ({len(self.returns)} run{'s' if len(self.returns) > 1 else ''})"
+
+
+def curves(run_dirs: Sequence[str | Path]) -> list[Curve]:
+    """One :class:`Curve` per (algorithm, env) among ``run_dirs``, in order of appearance.
+
+    Each curve's grid runs up to the shortest of its runs, so the mean is
+    taken where every run has data.
+    """
+    runs: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
+    for run_dir in run_dirs:
+        config = _run_config(run_dir)
+        rows = [r for r in read_metrics(run_dir) if "eval_return" in r]
+        if not rows:
+            raise ConfigError(f"{run_dir} has no evaluation yet")
+        steps = np.array([r["env_steps"] for r in rows])
+        values = np.array([r["eval_return"] for r in rows])
+        name = str(config["algo"]).rpartition(":")[2]
+        runs.setdefault((name, str(config["run"]["env"])), []).append((steps, values))
+    out = []
+    for (algo, env), members in runs.items():
+        end = min(s[-1] for s, _ in members)
+        grid = np.unique(np.concatenate([s[s <= end] for s, _ in members]))
+        returns = np.stack([np.interp(grid, s, v) for s, v in members])
+        out.append(Curve(algo, env, grid, returns))
+    return out
+
+
+def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, *, band: str = "minmax") -> Path:
+    """Plot the learning curves of ``run_dirs`` to the image ``out`` (one panel per env).
+
+    Runs of the same algorithm and env (seeds) are drawn as their mean with a
+    shaded ``band``: ``"minmax"`` (the range over runs) or ``"std"`` (one
+    standard deviation).
+    """
+    if band not in ("minmax", "std"):
+        raise ConfigError(f"band must be 'minmax' or 'std', got {band!r}")
+    try:
+        from matplotlib.figure import Figure
+    except ModuleNotFoundError as err:
+        raise MissingDependencyError(
+            "plotting needs matplotlib, which is not installed: pip install 'corral[train]'"
+        ) from err
+    found = curves(run_dirs)
+    envs = list(dict.fromkeys(c.env for c in found))
+    figure = Figure(figsize=(6 * len(envs), 4), layout="constrained")
+    axes = figure.subplots(1, len(envs), squeeze=False)[0]
+    for ax, env in zip(axes, envs, strict=True):
+        for curve in (c for c in found if c.env == env):
+            mean = curve.returns.mean(axis=0)
+            if band == "minmax":
+                low, high = curve.returns.min(axis=0), curve.returns.max(axis=0)
+            else:
+                std = curve.returns.std(axis=0)
+                low, high = mean - std, mean + std
+            (line,) = ax.plot(curve.steps, mean, label=curve.label)
+            if len(curve.returns) > 1:
+                ax.fill_between(curve.steps, low, high, color=line.get_color(), alpha=0.25)
+        ax.set_title(env)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("eval return")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    figure.savefig(out, dpi=100)
+    return Path(out)
+
+
+def _run_config(run_dir: str | Path) -> dict:
+    """A run's ``config.yaml`` as data (without importing its algorithm)."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run directory (it has no config.yaml)")
+    return read_yaml(path.read_text())

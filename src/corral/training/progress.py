@@ -1,0 +1,81 @@
+"""Progress of a run: a tqdm bar when tqdm is installed, else one log line per metrics row."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+log = logging.getLogger("corral.training")
+
+
+class LineProgress:
+    """Logs env steps, steps/s and returns at every metrics row."""
+
+    def __init__(self, total: int, initial: int = 0) -> None:
+        self.total = total
+
+    def update(self, row: Mapping[str, float]) -> None:
+        log.info("%s", describe(row, self.total))
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    @contextlib.contextmanager
+    def redirect_logging(self) -> Iterator[None]:
+        yield
+
+
+class BarProgress:
+    """A tqdm bar over env steps; its postfix shows the latest returns."""
+
+    def __init__(self, total: int, initial: int = 0) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(
+            total=total, initial=initial, unit="step", unit_scale=True, dynamic_ncols=True
+        )
+
+    def update(self, row: Mapping[str, float]) -> None:
+        self.bar.update(int(row["env_steps"]) - self.bar.n)
+        self.bar.set_postfix_str(_returns(row), refresh=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+    @contextlib.contextmanager
+    def redirect_logging(self) -> Iterator[None]:
+        """Log records are written above the bar instead of through it."""
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        with logging_redirect_tqdm(loggers=[logging.getLogger("corral")]):
+            yield
+
+
+def progress(total: int, initial: int = 0, bar: bool = True) -> Any:
+    """A tqdm bar when ``bar`` is true and tqdm is installed, else a line logger."""
+    if bar:
+        try:
+            return BarProgress(total, initial)
+        except ModuleNotFoundError:
+            log.info("tqdm is not installed: progress is logged line by line")
+    return LineProgress(total, initial)
+
+
+def describe(row: Mapping[str, float], total: int) -> str:
+    """One line: ``steps 4,000/10,000 | 2,345 steps/s | return 1.2 | eval 3.4``."""
+    parts = [f"steps {int(row['env_steps']):,}/{total:,}"]
+    if "steps_per_s" in row:
+        parts.append(f"{row['steps_per_s']:,.0f} steps/s")
+    text = _returns(row)
+    return " | ".join([*parts, text] if text else parts)
+
+
+def _returns(row: Mapping[str, float]) -> str:
+    parts = []
+    if "train_return" in row:
+        parts.append(f"return {row['train_return']:.3g}")
+    if "eval_return" in row:
+        parts.append(f"eval {row['eval_return']:.3g}")
+    return " | ".join(parts)

@@ -1,0 +1,543 @@
+"""The training runner: train, evaluate periodically, log metrics, checkpoint, resume.
+
+A run lives in one directory::
+
+    runs/mappo-mpe2_simple_spread_v3-s0-20250101-120000/
+        config.yaml      the effective config (what `--resume` and `corral eval` read)
+        metrics.csv      one row per `log_every` env steps (see corral.training.metrics)
+        checkpoint.pt    the latest checkpoint: everything needed to resume
+        best.pt          the checkpoint of the best evaluation so far
+        train.log        what the run logged
+        tb/              TensorBoard events, when tensorboard is installed
+
+A checkpoint holds the algorithm's ``state_dict``, the env steps done, the
+metrics so far, the best evaluation, and every random generator's state. A
+resumed run continues from the checkpoint's step with the same metrics and
+generators; the envs restart their episodes (episodes in flight at the
+checkpoint are not part of it), from seeds derived from the run's seed and
+the step. Where no episode is in flight at checkpoints (one-step games), a
+resumed run on the ``sync`` backend equals an uninterrupted one exactly,
+given an algorithm whose ``state_dict`` is complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from corral.algos.base import Algorithm, Policy, resolve_device
+from corral.algos.collector import Collector, Progress, evaluate
+from corral.registry import resolve
+from corral.training import checkpoint
+from corral.training.config import (
+    ConfigError,
+    RunConfig,
+    TrainConfig,
+    algorithm_spec,
+    load_config,
+    read_yaml,
+    replace_run,
+    write_yaml,
+)
+from corral.training.metrics import MetricsLog, Row
+from corral.training.progress import progress as make_progress
+from corral.vector import VectorEnv, make_vec
+from corral.vector.sampling import sample_array
+
+log = logging.getLogger("corral.training")
+
+LATEST = "checkpoint.pt"
+BEST = "best.pt"
+RESUMABLE = frozenset(
+    {"total_steps", "eval_every", "eval_episodes", "checkpoint_every", "log_every", "device"}
+    | {"backend", "tensorboard"}
+)
+"""Run settings that may change when a run is resumed (the schedule, not what is learned)."""
+
+
+@dataclass
+class Evaluation:
+    """Returns of greedy episodes (of the learned groups, averaged over their agents)."""
+
+    mean: float
+    std: float | None
+    returns: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Results:
+    """What a run produced."""
+
+    run_dir: Path
+    env_steps: int
+    final_eval: float | None
+    """Mean return of the last evaluation."""
+    best_eval: float | None
+    """Mean return of the best evaluation (the one saved in ``best.pt``)."""
+    best_steps: int | None
+    """Env steps at the best evaluation."""
+    metrics: list[Row]
+    """The rows of ``metrics.csv``."""
+    config: TrainConfig
+
+
+class Runner:
+    """Trains one algorithm on one env according to a :class:`TrainConfig`.
+
+    ``progress``: show a tqdm bar (when tqdm is installed) rather than log lines.
+    ``restore``: a checkpoint of this run to continue from; :meth:`resume`
+    continues a run from its directory.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        progress: bool = True,
+        restore: Mapping[str, Any] | None = None,
+    ) -> None:
+        run = config.run
+        self.config = config
+        self.show_bar = progress
+        self.resumed = restore is not None
+        self.run_dir = _prepare_run_dir(config, resuming=self.resumed)
+        (self.run_dir / "config.yaml").write_text(write_yaml(config.to_dict()))
+        algorithm_spec(config.algo)  # imports the algorithm's modules (torch) before seeding
+        if restore is None:
+            checkpoint.seed_everything(run.seed)
+        self.eval_venv: VectorEnv | None = None
+        self.venv = build_venv(run, state=uses_state(config))
+        try:
+            self.algo = build_algorithm(config, self.venv)
+            self.fixed = fixed_policies(config, self.venv, self.algo)
+            saved = restore or {}
+            self.env_steps = int(saved.get("env_steps", 0))
+            self.elapsed = float(saved.get("elapsed", 0.0))
+            self.best_eval: float | None = saved.get("best_eval")
+            self.best_steps: int | None = saved.get("best_steps")
+            # A resumed run's envs start new episodes, from seeds that follow the step.
+            seed = run.seed + self.env_steps
+            self.collector = Collector(self.venv, self.algo, self.fixed, seed=seed)
+            if restore is not None:
+                self.algo.load_state_dict(restore["algo_state"])
+                self.collector.rng.bit_generator.state = restore["collector_rng"]
+                checkpoint.set_rng_state(restore["rng"])
+            self.metrics = MetricsLog(
+                self.run_dir, saved.get("metrics", []), tensorboard=run.tensorboard
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def resume(cls, run_dir: str | Path, *, progress: bool = True, **schedule: Any) -> Runner:
+        """The run in ``run_dir``, restored from its latest checkpoint.
+
+        ``schedule`` may change settings of :data:`RESUMABLE` (e.g. a larger
+        ``total_steps`` to train on).
+        """
+        run_dir = Path(run_dir)
+        config = read_run_config(run_dir)
+        fixed = sorted(set(schedule) - RESUMABLE)
+        if fixed:
+            raise ConfigError(
+                f"cannot change {fixed} of a run being resumed; only {sorted(RESUMABLE)}"
+            )
+        config.run = replace_run(config.run, **schedule)
+        if not (run_dir / LATEST).is_file():
+            raise ConfigError(f"{run_dir} has no {LATEST} to resume from")
+        config.run.run_dir = str(run_dir)
+        return cls(config, progress=progress, restore=checkpoint.load(run_dir / LATEST))
+
+    # -- the training loop -------------------------------------------------------------
+
+    def benchmark(self) -> Results:
+        """Train to ``total_steps``, evaluating every ``eval_every`` steps and at the end.
+
+        Writes a metrics row every ``log_every`` steps, ``checkpoint.pt`` at
+        every evaluation and every ``checkpoint_every`` steps, and ``best.pt``
+        whenever an evaluation beats the best so far.
+        """
+        run = self.config.run
+        with self._run_logging():
+            if run.tensorboard and not self.metrics.tensorboard:
+                log.info("TensorBoard is not installed: metrics go to metrics.csv only")
+            if self.resumed:
+                log.info("resumed at %d env steps; the envs start new episodes", self.env_steps)
+            bar = make_progress(run.total_steps, self.env_steps, bar=self.show_bar)
+            try:
+                with bar.redirect_logging():
+                    if self.env_steps == 0 and not self.metrics.rows and run.eval_every > 0:
+                        bar.update(self._log_row(Progress(), 0.0, evaluate=True))
+                    while self.env_steps < run.total_steps:
+                        bar.update(self._train_chunk())
+                    log.info("%s", self._summary())
+            finally:
+                bar.close()
+        return self.results()
+
+    def _train_chunk(self) -> Row:
+        run = self.config.run
+        before = self.env_steps
+        started = time.perf_counter()
+        part = self.collector.run(self._next_stop() - before)
+        self.env_steps += part.env_steps
+        seconds = time.perf_counter() - started
+        self.elapsed += seconds
+        finished = self.env_steps >= run.total_steps
+        evaluate = finished or _crossed(run.eval_every, before, self.env_steps)
+        row = self._log_row(part, seconds, evaluate=evaluate)
+        if evaluate or _crossed(run.checkpoint_every, before, self.env_steps):
+            self.save_checkpoint(self.run_dir / LATEST)
+        return row
+
+    def _next_stop(self) -> int:
+        """The next env step at which a row, evaluation or checkpoint is due."""
+        run = self.config.run
+        periods = [p for p in (run.log_every, run.eval_every, run.checkpoint_every) if p > 0]
+        stops = [(self.env_steps // p + 1) * p for p in periods]
+        return min([*stops, run.total_steps])
+
+    def _log_row(self, part: Progress, seconds: float, *, evaluate: bool) -> Row:
+        row: Row = {"env_steps": self.env_steps, "wall_time": self.elapsed}
+        if seconds > 0:
+            row["steps_per_s"] = part.env_steps / seconds
+        if part.episode_returns:
+            row["train_return"] = float(np.mean(part.episode_returns))
+            row["train_episodes"] = len(part.episode_returns)
+        result = self.evaluate() if evaluate else None
+        if result is not None:
+            row["eval_return"] = result.mean
+            if result.std is not None:
+                row["eval_return_std"] = result.std
+        row.update(_mean_metrics(part.updates))
+        self.metrics.add(row)
+        if result is not None and (self.best_eval is None or result.mean > self.best_eval):
+            self.best_eval, self.best_steps = result.mean, self.env_steps
+            log.info("new best eval %.4g at %d env steps: %s", result.mean, self.env_steps, BEST)
+            self.save_checkpoint(self.run_dir / BEST)
+        return row
+
+    # -- evaluation and checkpoints ---------------------------------------------------------
+
+    def evaluate(self, episodes: int | None = None) -> Evaluation:
+        """Greedy episodes of the current policy (``eval_episodes`` by default)."""
+        run = self.config.run
+        if self.eval_venv is None and not run.self_play:
+            self.eval_venv = build_venv(run, state=uses_state(self.config))
+        return evaluate_policy(
+            self.config, self.algo, episodes or run.eval_episodes, venv=self.eval_venv
+        )
+
+    def save_checkpoint(self, path: str | Path) -> None:
+        """Write everything needed to resume at the current step to ``path``."""
+        checkpoint.save(
+            path,
+            {
+                "algo": self.config.algo,
+                "algo_state": self.algo.state_dict(),
+                "env_steps": self.env_steps,
+                "elapsed": self.elapsed,
+                "best_eval": self.best_eval,
+                "best_steps": self.best_steps,
+                "metrics": list(self.metrics.rows),
+                "rng": checkpoint.rng_state(),
+                "collector_rng": self.collector.rng.bit_generator.state,
+            },
+        )
+
+    def results(self) -> Results:
+        evals = [r["eval_return"] for r in self.metrics.rows if "eval_return" in r]
+        return Results(
+            run_dir=self.run_dir,
+            env_steps=self.env_steps,
+            final_eval=evals[-1] if evals else None,
+            best_eval=self.best_eval,
+            best_steps=self.best_steps,
+            metrics=list(self.metrics.rows),
+            config=self.config,
+        )
+
+    def close(self) -> None:
+        """Close the envs and the metrics log; the run directory stays as it is."""
+        for venv in (getattr(self, "venv", None), getattr(self, "eval_venv", None)):
+            if venv is not None:
+                venv.close()
+        if getattr(self, "metrics", None) is not None:
+            self.metrics.close()
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _summary(self) -> str:
+        best = "none" if self.best_eval is None else f"{self.best_eval:.4g} at {self.best_steps}"
+        return f"done: {self.env_steps} env steps in {self.elapsed:.1f}s; best eval {best}"
+
+    @contextlib.contextmanager
+    def _run_logging(self) -> Iterator[None]:
+        """Log records of corral also go to ``train.log`` while the run trains."""
+        logger = logging.getLogger("corral")
+        handler = logging.FileHandler(self.run_dir / "train.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        level = logger.level
+        logger.addHandler(handler)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+        log.info("run %s: %s on %s", self.run_dir, self.config.algo, self.config.run.env)
+        try:
+            yield
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+            handler.close()
+
+
+def train(
+    algo: str | type,
+    env: str | None = None,
+    *,
+    progress: bool = True,
+    resume: str | Path | None = None,
+    **overrides: Any,
+) -> Results:
+    """Train ``algo`` on ``env`` (settings: :class:`RunConfig` and the algorithm's Config).
+
+    ``resume`` continues the run in that directory instead (``overrides`` may
+    then change only its schedule, see :data:`RESUMABLE`).
+
+    Examples:
+        >>> import corral
+        >>> results = corral.train(  # doctest: +SKIP
+        ...     "mappo", env="mpe2/simple_spread_v3", total_steps=200_000, lr=1e-3
+        ... )
+        >>> results.best_eval, results.run_dir  # doctest: +SKIP
+    """
+    if resume is not None:
+        runner = Runner.resume(resume, progress=progress, **overrides)
+    else:
+        runner = Runner(load_config(algo, env, overrides), progress=progress)
+    with runner:
+        return runner.benchmark()
+
+
+# -- building blocks, shared with `corral eval` ---------------------------------------------------
+
+
+def build_venv(
+    run: RunConfig,
+    *,
+    num_envs: int | None = None,
+    backend: str | None = None,
+    state: bool = False,
+    **env_kwargs: Any,
+) -> VectorEnv:
+    """The vector env of ``run`` (``env_kwargs`` are added to the run's)."""
+    return make_vec(
+        run.env,
+        num_envs or run.num_envs,
+        backend or run.backend,
+        seed=run.seed,
+        group_map=run.group_map,
+        state=state,
+        env_kwargs={**run.env_kwargs, **env_kwargs},
+    )
+
+
+def uses_state(config: TrainConfig) -> bool:
+    """Whether the algorithm of ``config`` reads the global state (see ``Algorithm.uses_state``)."""
+    return bool(getattr(algorithm_spec(config.algo)[1], "uses_state", False))
+
+
+def build_algorithm(config: TrainConfig, venv: VectorEnv) -> Algorithm:
+    """The algorithm of ``config`` for ``venv``, with its learned groups and device."""
+    _, algo_cls = algorithm_spec(config.algo)
+    run = config.run
+    if run.self_play and not getattr(config.algo_config, "self_play", False):
+        raise ConfigError(f"algorithm {config.algo!r} does not support self_play")
+    learn = list(run.learn_groups) or list(venv.groups)
+    unknown = sorted(set(learn) - set(venv.groups))
+    if unknown:
+        raise ConfigError(
+            f"learn_groups {unknown} are not groups of {run.env}: {list(venv.groups)}"
+        )
+    return algo_cls(venv, config.algo_config, learn_groups=learn, device=_device(run.device))
+
+
+def fixed_policies(config: TrainConfig, venv: VectorEnv, algo: Algorithm) -> dict[str, Policy]:
+    """The :data:`Policy` of each group that ``algo`` does not learn (``run.opponent``)."""
+    others = [g for g in venv.groups if g not in algo.groups]
+    if not others:
+        return {}
+    opponent = config.run.opponent
+    if opponent == "random":
+        return {g: RandomPolicy(venv.action_space(g)) for g in others}
+    try:
+        policy = resolve(opponent)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ConfigError(f"opponent must be 'random' or 'module:attr': {err}") from err
+    return dict.fromkeys(others, policy)
+
+
+class RandomPolicy:
+    """A :data:`Policy` playing uniformly random legal actions of ``space``."""
+
+    def __init__(self, space: Any) -> None:
+        self.space = space
+
+    def __call__(self, obs: Any, mask: np.ndarray | None, rng: np.random.Generator) -> Any:
+        return sample_array(self.space, _lead(obs), rng, mask)
+
+
+def evaluate_policy(
+    config: TrainConfig,
+    algo: Algorithm,
+    episodes: int,
+    *,
+    venv: VectorEnv | None = None,
+    seed: int | None = None,
+) -> Evaluation:
+    """``episodes`` greedy episodes of ``algo``, the other groups played as in training.
+
+    Self-play runs are measured against uniformly random legal players (see
+    :func:`evaluate_vs_random`). ``venv`` defaults to a fresh vector env of the
+    run; every evaluation of a run plays the same seeds unless ``seed`` is given.
+    """
+    seed = _eval_seed(config.run) if seed is None else seed
+    if config.run.self_play:
+        return evaluate_vs_random(config, algo, episodes, seed)
+    own = venv is None
+    venv = build_venv(config.run, state=uses_state(config)) if venv is None else venv
+    try:
+        fixed = fixed_policies(config, venv, algo)
+        done = evaluate(venv, algo, episodes, fixed, seed=seed)
+    finally:
+        if own:
+            venv.close()
+    returns = [float(r) for r in done.episode_returns]
+    return Evaluation(float(np.mean(returns)), float(np.std(returns)), returns)
+
+
+def evaluate_vs_random(config: TrainConfig, algo: Any, episodes: int, seed: int) -> Evaluation:
+    """Greedy play against uniformly random legal players, in each seat in turn.
+
+    ``returns`` holds each seat's mean; ``std`` is ``None`` (only the seats' means are measured).
+    """
+    from corral.algos.selfplay import evaluate_vs_random as versus_random
+
+    run = config.run
+    seats = sum(len(agents) for agents in algo.groups.values())
+    means, games = [], []
+    for seat in range(seats):
+        n = episodes // seats + (seat < episodes % seats)
+        if n:
+            means.append(
+                versus_random(
+                    algo,
+                    run.env,
+                    n,
+                    seat,
+                    num_envs=run.num_envs,
+                    seed=seed,
+                    env_kwargs=run.env_kwargs,
+                )
+            )
+            games.append(n)
+    return Evaluation(float(np.average(means, weights=games)), None, [float(m) for m in means])
+
+
+def read_run_config(run_dir: str | Path) -> TrainConfig:
+    """The config a run wrote to ``run_dir/config.yaml``."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run directory (it has no config.yaml)")
+    return TrainConfig.from_dict(read_yaml(path.read_text()))
+
+
+def load_run(
+    run_dir: str | Path, which: str = "best", *, device: str | None = None
+) -> tuple[TrainConfig, Algorithm, dict]:
+    """The config, the algorithm restored from ``best.pt`` (or ``latest``), and that checkpoint.
+
+    ``which="best"`` falls back to the latest checkpoint when no evaluation
+    has been saved yet. ``device`` replaces the run's (a GPU run on a CPU machine).
+    """
+    run_dir = Path(run_dir)
+    config = read_run_config(run_dir)
+    if device is not None:
+        config.run = replace_run(config.run, device=device)
+    names = {"best": [BEST, LATEST], "latest": [LATEST]}
+    if which not in names:
+        raise ConfigError(f"checkpoint must be 'best' or 'latest', got {which!r}")
+    path = next((run_dir / n for n in names[which] if (run_dir / n).is_file()), None)
+    if path is None:
+        raise ConfigError(f"{run_dir} has no checkpoint yet")
+    venv = build_venv(config.run, backend="sync", state=uses_state(config))
+    try:
+        algo = build_algorithm(config, venv)
+    finally:
+        venv.close()
+    saved = checkpoint.load(path)
+    algo.load_state_dict(saved["algo_state"])
+    return config, algo, saved
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _prepare_run_dir(config: TrainConfig, *, resuming: bool) -> Path:
+    run = config.run
+    if run.run_dir:
+        path = Path(run.run_dir)
+        if not resuming and (path / LATEST).exists():
+            raise ConfigError(f"{path} already holds a run; resume it or choose another run_dir")
+    else:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        name = config.algo.rpartition(":")[2].lower()
+        base = Path("runs") / f"{name}-{run.env.replace('/', '_')}-s{run.seed}-{stamp}"
+        path, n = base, 1
+        while path.exists():
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+        run.run_dir = str(path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _device(device: str) -> str:
+    """``auto`` without PyTorch loaded is the CPU (an algorithm without torch has no GPU)."""
+    if device == "auto" and "torch" not in sys.modules:
+        return "cpu"
+    return resolve_device(device)
+
+
+def _eval_seed(run: RunConfig) -> int:
+    """Every evaluation of a run plays the same seeds, apart from the training envs' seeds."""
+    return run.seed + 1_000_003
+
+
+def _crossed(period: int, before: int, after: int) -> bool:
+    return period > 0 and after // period > before // period
+
+
+def _mean_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
+    keys = dict.fromkeys(k for u in updates for k in u)
+    return {k: float(np.mean([u[k] for u in updates if k in u])) for k in keys}
+
+
+def _lead(obs: Any) -> tuple[int, ...]:
+    """``(E, n)`` of a group's observations (nested for Dict/Tuple spaces)."""
+    while isinstance(obs, (dict, tuple)):
+        obs = next(iter(obs.values())) if isinstance(obs, dict) else obs[0]
+    return tuple(np.shape(obs)[:2])

@@ -1,0 +1,478 @@
+"""The training runner end to end, with a tiny tabular learner (no PyTorch): run directory,
+metrics, evaluation, best checkpoint, resume, configs, plots and GIFs."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+pytest.importorskip("yaml")
+
+import corral
+from corral.algos.base import AlgoConfig, Algorithm
+from corral.training import ConfigError, Runner, load_config, load_run
+from corral.training import checkpoint as ckpt
+from corral.training.metrics import COLUMNS, MetricsLog, read_metrics
+from corral.training.runner import BEST, LATEST, evaluate_policy
+from corral.vector.sampling import sample_array
+
+
+@dataclass
+class TabularConfig(AlgoConfig):
+    """Settings of :class:`TabularQ`."""
+
+    lr: float = 0.3
+    """Step size of the Q-table updates."""
+    epsilon: float = 0.3
+    """Exploration rate."""
+    states: int = 8
+    """Table rows: an observation's state is the argmax of its entries, modulo this."""
+    batch: int = 4
+    """Completed transition sets stored before an update."""
+    prefer: int = 0
+    """The action an untrained table plays greedily."""
+
+
+class TabularQ(Algorithm):
+    """Q-learning on a table per group; the state of an observation is its argmax."""
+
+    name: ClassVar[str] = "tabular"
+    Config: ClassVar[type[AlgoConfig]] = TabularConfig
+    config: TabularConfig
+
+    def __init__(self, venv: Any, config: AlgoConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(venv, config, **kwargs)
+        self.q = {}
+        for g in self.groups:
+            self.q[g] = np.zeros((self.config.states, int(self.action_space[g].n)))
+            self.q[g][:, self.config.prefer] = 1e-3
+        self.rng = np.random.default_rng(self.config.seed)
+        self.pending: list[Mapping[str, Any]] = []
+        self.updates = 0
+
+    def _state(self, obs: np.ndarray) -> np.ndarray:
+        flat = np.asarray(obs).reshape(*np.shape(obs)[:-1], -1)
+        return np.argmax(flat, axis=-1) % self.config.states
+
+    def act(self, batch: Any, *, explore: bool = True) -> tuple[dict, dict]:
+        actions = {}
+        for g in self.groups:
+            q = self.q[g][self._state(batch.obs[g])]
+            mask = batch.action_mask.get(g)
+            best = np.argmax(np.where(mask, q, -np.inf) if mask is not None else q, axis=-1)
+            if explore:
+                random = sample_array(self.action_space[g], best.shape, self.rng, mask)
+                best = np.where(self.rng.random(best.shape) < self.config.epsilon, random, best)
+            actions[g] = best
+        return actions, {}
+
+    def observe(self, transitions: Mapping[str, Any]) -> None:
+        self.pending.append(dict(transitions))
+
+    def ready(self) -> bool:
+        return len(self.pending) >= self.config.batch
+
+    def update(self) -> dict[str, float]:
+        errors = []
+        for transitions in self.pending:
+            for g, t in transitions.items():
+                s, s2 = self._state(t["obs"]), self._state(t["next_obs"])
+                bootstrap = np.where(t["terminated"], 0.0, self.q[g][s2].max(axis=-1))
+                target = t["reward"] + self.config.gamma * bootstrap
+                error = target - self.q[g][s, t["action"]]
+                np.add.at(self.q[g], (s, t["action"]), self.config.lr * error)
+                errors.extend(error.tolist())
+        self.pending.clear()
+        self.updates += 1
+        return {"loss": float(np.mean(np.square(errors))) if errors else 0.0}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "q": {g: q.copy() for g, q in self.q.items()},
+            "rng": self.rng.bit_generator.state,
+            "pending": list(self.pending),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.q = {g: np.array(q) for g, q in state["q"].items()}
+        self.rng.bit_generator.state = state["rng"]
+        self.pending = list(state["pending"])
+        self.updates = int(state["updates"])
+
+
+class Killed(Exception):
+    """Stands for a kill of the training process right after a checkpoint."""
+
+
+def config(tmp_path: Path, name: str = "run", env: str = "mdp/climbing", **settings: Any) -> Any:
+    base = {
+        "num_envs": 4,
+        "total_steps": 400,
+        "eval_every": 80,
+        "eval_episodes": 8,
+        "checkpoint_every": 0,
+        "log_every": 40,
+        "device": "cpu",
+        "run_dir": str(tmp_path / name),
+    }
+    return load_config(TabularQ, env, {**base, **settings})
+
+
+def train(cfg: Any) -> Any:
+    with Runner(cfg, progress=False) as runner:
+        return runner.benchmark()
+
+
+def without_time(rows: list[dict[str, float]]) -> list[dict[str, float]]:
+    return [{k: v for k, v in r.items() if k not in ("wall_time", "steps_per_s")} for r in rows]
+
+
+# -- configs ------------------------------------------------------------------------------
+
+
+def test_settings_are_typed_by_their_fields() -> None:
+    cfg = load_config(
+        TabularQ,
+        "mdp/climbing",
+        ["total_steps=2e6", "hidden=32,32", "tensorboard=no", "lr=1e-2", "env_kwargs.x=3"],
+    )
+    assert cfg.run.total_steps == 2_000_000 and isinstance(cfg.run.total_steps, int)
+    assert cfg.algo_config.hidden == (32, 32)
+    assert cfg.run.tensorboard is False
+    assert cfg.algo_config.lr == pytest.approx(0.01)
+    assert cfg.run.env_kwargs == {"x": 3}
+
+
+def test_a_name_of_both_configs_sets_both() -> None:
+    cfg = load_config(TabularQ, "mdp/climbing", {"seed": 7})
+    assert cfg.run.seed == 7 and cfg.algo_config.seed == 7
+
+
+def test_env_sections_apply_globs_then_the_exact_id() -> None:
+    defaults = {
+        "num_envs": 2,
+        "lr": 0.5,
+        "envs": {
+            "mdp/climbing": {"num_envs": 6},
+            "mdp/*": {"num_envs": 3, "eval_episodes": 5},
+            "mpe2/*": {"eval_episodes": 99},
+        },
+    }
+    cfg = load_config(TabularQ, "mdp/climbing", {"lr": 0.1}, defaults=defaults)
+    assert cfg.run.num_envs == 6  # exact id beats the glob listed after it
+    assert cfg.run.eval_episodes == 5
+    assert cfg.algo_config.lr == pytest.approx(0.1)  # overrides beat the file
+    other = load_config(TabularQ, "mdp/penalty", defaults=defaults)
+    assert other.run.num_envs == 3 and other.algo_config.lr == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"totl_steps": 5}, "did you mean 'total_steps'"),
+        ({"num_envs": "many"}, "num_envs"),
+        ({"num_envs": 0}, "num_envs must be at least 1"),
+        ({"device": "tpu"}, "device"),
+        ({"tensorboard": "maybe"}, "true or false"),
+    ],
+)
+def test_bad_settings_raise_config_errors(overrides: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(TabularQ, "mdp/climbing", overrides)
+
+
+def test_import_corral_loads_no_training_module() -> None:
+    code = (
+        "import sys, corral; "
+        "assert not {'torch', 'yaml', 'corral.training'} & set(sys.modules), sys.modules.keys()"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_packaged_defaults_exist_for_every_algorithm() -> None:
+    from corral.algos import ALGORITHMS
+    from corral.training.config import packaged_defaults
+
+    for name in ALGORITHMS:
+        settings = packaged_defaults(name)
+        assert settings["total_steps"] > 0, name
+        assert "envs" in settings, name
+
+
+# -- a run ---------------------------------------------------------------------------------
+
+
+def test_a_run_writes_config_metrics_checkpoints_and_log(tmp_path: Path) -> None:
+    results = train(config(tmp_path))
+    run = tmp_path / "run"
+    assert results.run_dir == run and results.env_steps == 400
+    for name in ("config.yaml", "metrics.csv", LATEST, BEST, "train.log"):
+        assert (run / name).is_file(), name
+    header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert header[: len(COLUMNS)] == list(COLUMNS) and "loss" in header
+    rows = read_metrics(run)
+    assert [int(r["env_steps"]) for r in rows] == list(range(0, 401, 40))
+    assert [int(r["env_steps"]) for r in rows if "eval_return" in r] == list(range(0, 401, 80))
+    assert all("train_return" in r and "loss" in r for r in rows[1:])
+    assert results.final_eval == rows[-1]["eval_return"]
+    assert results.metrics == rows
+    assert load_config(TabularQ, "mdp/climbing").run.total_steps != 400
+    assert load_run(run)[0].run.total_steps == 400  # config.yaml holds the effective config
+
+
+def test_best_checkpoint_holds_the_best_evaluation(tmp_path: Path) -> None:
+    results = train(config(tmp_path, eval_every=40, prefer=2))
+    rows = [r for r in results.metrics if "eval_return" in r]
+    best = max(rows, key=lambda r: r["eval_return"])  # the first of equal bests
+    assert best["env_steps"] > 0 and best["eval_return"] > rows[0]["eval_return"]
+    assert results.best_eval == best["eval_return"]
+    assert (
+        results.best_steps == best["env_steps"] == ckpt.load(tmp_path / "run" / BEST)["env_steps"]
+    )
+    cfg, algo, _ = load_run(tmp_path / "run", "best")
+    assert evaluate_policy(cfg, algo, 8).mean == pytest.approx(results.best_eval)
+    assert load_run(tmp_path / "run", "latest")[2]["env_steps"] == 400
+
+
+def test_evaluation_is_deterministic_and_greedy(tmp_path: Path) -> None:
+    train(config(tmp_path))
+    cfg, algo, _ = load_run(tmp_path / "run")
+    first = evaluate_policy(cfg, algo, 6)
+    assert evaluate_policy(cfg, algo, 6).returns == first.returns
+    assert len(first.returns) == 6
+    assert first.std == pytest.approx(np.std(first.returns))
+
+
+def test_progress_lines_are_logged_without_a_bar(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="corral"):
+        train(config(tmp_path))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("steps ")]
+    assert len(lines) == 11 and lines[-1].startswith("steps 400/400")
+    assert "steps/s" in lines[-1] and "eval" in lines[-1]
+    assert "steps 400/400" in (tmp_path / "run" / "train.log").read_text()
+
+
+def test_a_progress_bar_counts_env_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("tqdm")
+    with Runner(config(tmp_path), progress=True) as runner:
+        runner.benchmark()
+    err = capsys.readouterr().err
+    assert "400/400" in err and "eval" in err
+
+
+def test_tensorboard_events_are_written_when_installed(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    train(config(tmp_path, tensorboard=True))
+    assert list((tmp_path / "run" / "tb").glob("events.out.tfevents.*"))
+
+
+def test_a_run_directory_is_not_overwritten(tmp_path: Path) -> None:
+    train(config(tmp_path))
+    with pytest.raises(ConfigError, match="already holds a run"):
+        Runner(config(tmp_path), progress=False)
+
+
+def test_default_run_dir_names_algorithm_env_and_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = config(tmp_path, run_dir="", total_steps=40, seed=3)
+    with Runner(cfg, progress=False) as runner:
+        first = runner.run_dir
+    with Runner(config(tmp_path, run_dir="", total_steps=40, seed=3), progress=False) as runner:
+        second = runner.run_dir
+    assert first.parent == Path("runs") and first.name.startswith("tabularq-mdp_climbing-s3-")
+    assert second != first
+
+
+# -- resume --------------------------------------------------------------------------------
+
+
+def kill_after_checkpoint(monkeypatch: pytest.MonkeyPatch, at_step: int) -> None:
+    save = Runner.save_checkpoint
+
+    def save_then_die(self: Runner, path: str | Path) -> None:
+        save(self, path)
+        if Path(path).name == LATEST and self.env_steps >= at_step:
+            raise Killed
+
+    monkeypatch.setattr(Runner, "save_checkpoint", save_then_die)
+
+
+def test_resume_of_a_killed_run_equals_an_uninterrupted_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One-step games have no episode in flight at a checkpoint: resuming changes nothing."""
+    whole = train(config(tmp_path, "whole"))
+    with monkeypatch.context() as patch:
+        kill_after_checkpoint(patch, 160)
+        with pytest.raises(Killed):
+            train(config(tmp_path, "killed"))
+    assert ckpt.load(tmp_path / "killed" / LATEST)["env_steps"] == 160
+    with Runner.resume(tmp_path / "killed", progress=False) as runner:
+        assert runner.env_steps == 160
+        resumed = runner.benchmark()
+        assert "resumed at 160 env steps" in (tmp_path / "killed" / "train.log").read_text()
+        q = runner.algo.q
+    assert resumed.env_steps == 400
+    assert without_time(resumed.metrics) == without_time(whole.metrics)
+    assert without_time(read_metrics(tmp_path / "killed")) == without_time(whole.metrics)
+    _, algo, _ = load_run(tmp_path / "whole", "latest")
+    assert all(np.array_equal(q[g], algo.q[g]) for g in q)
+    assert resumed.best_eval == whole.best_eval and resumed.best_steps == whole.best_steps
+
+
+def test_resume_continues_from_the_checkpoint_in_multi_step_games(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = config(
+        tmp_path,
+        env="corral/rps",
+        group_map="agent",
+        learn_groups=["player_0"],
+        eval_every=0,
+        checkpoint_every=80,
+    )
+    with monkeypatch.context() as patch:
+        kill_after_checkpoint(patch, 160)
+        with pytest.raises(Killed), Runner(cfg, progress=False) as runner:
+            # rows written after the checkpoint are lost with the kill
+            runner.benchmark()
+    rows_at_kill = read_metrics(tmp_path / "run")
+    assert rows_at_kill[-1]["env_steps"] == 160
+    resumed = Runner.resume(tmp_path / "run", progress=False)
+    with resumed:
+        results = resumed.benchmark()
+    steps = [int(r["env_steps"]) for r in results.metrics]
+    assert steps == list(range(40, 401, 40))
+    assert results.metrics[: len(rows_at_kill)] == rows_at_kill
+    assert results.metrics[-1]["wall_time"] >= rows_at_kill[-1]["wall_time"]
+
+
+def test_resume_may_extend_the_schedule_but_not_what_is_learned(tmp_path: Path) -> None:
+    first = train(config(tmp_path, total_steps=200, eval_every=100))
+    with pytest.raises(ConfigError, match="cannot change"):
+        Runner.resume(tmp_path / "run", progress=False, lr=0.9)
+    results = corral.train(TabularQ, resume=tmp_path / "run", total_steps=320, progress=False)
+    assert results.env_steps == 320
+    assert results.metrics[: len(first.metrics)] == first.metrics
+    assert [int(r["env_steps"]) for r in results.metrics[len(first.metrics) :]] == [
+        240,
+        280,
+        300,
+        320,
+    ]
+
+
+def test_resume_needs_a_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a run directory"):
+        Runner.resume(tmp_path, progress=False)
+
+
+# -- groups, opponents, the Python entry point ------------------------------------------------
+
+
+def test_groups_not_learned_are_played_by_the_opponent(tmp_path: Path) -> None:
+    cfg = config(tmp_path, env="corral/rps", group_map="agent", learn_groups=["player_1"])
+    with Runner(cfg, progress=False) as runner:
+        assert list(runner.algo.groups) == ["player_1"]
+        assert list(runner.fixed) == ["player_0"]
+        results = runner.benchmark()
+    assert results.env_steps == 400
+
+
+def test_unknown_learn_groups_and_self_play_without_support_fail(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not groups of"):
+        Runner(config(tmp_path, learn_groups=["nobody"]), progress=False)
+    with pytest.raises(ConfigError, match="does not support self_play"):
+        Runner(config(tmp_path, "b", self_play=True), progress=False)
+
+
+def test_corral_train_returns_the_results(tmp_path: Path) -> None:
+    results = corral.train(
+        TabularQ,
+        env="mdp/climbing",
+        total_steps=120,
+        eval_every=60,
+        log_every=60,
+        num_envs=2,
+        run_dir=str(tmp_path / "api"),
+        progress=False,
+    )
+    assert results.env_steps == 120 and results.run_dir == tmp_path / "api"
+    assert results.best_eval is not None and results.final_eval is not None
+    assert results.config.run.num_envs == 2
+
+
+# -- metrics, plots and GIFs ------------------------------------------------------------------
+
+
+def test_a_new_metric_rewrites_the_header(tmp_path: Path) -> None:
+    metrics = MetricsLog(tmp_path, tensorboard=False)
+    metrics.add({"env_steps": 10, "loss": 1.0})
+    metrics.add({"env_steps": 20, "loss": 0.5, "entropy": 2.0, "eval_return": float("nan")})
+    rows = read_metrics(tmp_path / "metrics.csv")
+    assert rows == [{"env_steps": 10, "loss": 1.0}, {"env_steps": 20, "loss": 0.5, "entropy": 2.0}]
+    assert (tmp_path / "metrics.csv").read_text().splitlines()[0].endswith("loss,entropy")
+
+
+def test_plot_draws_mean_and_band_over_seeds(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from corral.training.plot import curves, plot_runs
+
+    runs = [train(config(tmp_path, f"s{seed}", seed=seed)).run_dir for seed in (0, 1)]
+    (found,) = curves(runs)
+    assert found.returns.shape == (2, 6) and found.env == "mdp/climbing"
+    out = plot_runs(runs, tmp_path / "curves.png")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000
+
+
+def test_gif_of_an_env_that_renders(tmp_path: Path) -> None:
+    pytest.importorskip("mpe2")
+    iio = pytest.importorskip("imageio.v3")
+    from corral.training.render import record_episode
+
+    cfg = config(tmp_path, env="mpe2/simple_spread_v3", env_kwargs={"N": 2, "max_cycles": 5})
+    venv = corral.make_vec(cfg.run.env, 1, env_kwargs=cfg.run.env_kwargs)
+    algo = TabularQ(venv, cfg.algo_config.replace(prefer=1))  # keeps moving: distinct frames
+    venv.close()
+    frames = record_episode(cfg, algo, tmp_path / "spread.gif")
+    data = (tmp_path / "spread.gif").read_bytes()
+    assert data[:6] == b"GIF89a" and frames == 5
+    # GIF writers merge identical consecutive frames (mpe2's first step may not move)
+    assert 1 < iio.imread(tmp_path / "spread.gif", index=None).shape[0] <= frames
+
+
+def test_envs_that_cannot_render_say_so(tmp_path: Path) -> None:
+    from corral.training.render import RenderError, record_episode
+
+    cfg = config(tmp_path, env="corral/rps")
+    venv = corral.make_vec("corral/rps", 1)
+    algo = TabularQ(venv, cfg.algo_config)
+    venv.close()
+    with pytest.raises(RenderError, match="cannot render"):
+        record_episode(cfg, algo, tmp_path / "rps.gif")
+    assert not (tmp_path / "rps.gif").exists()
+
+
+def test_algorithms_that_read_the_state_get_vector_envs_with_state(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    for algo, centralised in (("mappo", True), ("ippo", False)):
+        cfg = load_config(algo, "corral/rps", {"run_dir": str(tmp_path / algo), "num_envs": 2})
+        with Runner(cfg, progress=False) as runner:
+            assert (runner.venv.state_space is not None) is centralised
+            assert runner.algo.use_state is centralised

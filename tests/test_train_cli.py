@@ -1,0 +1,187 @@
+"""``corral train``, ``corral eval`` and ``corral plot`` through ``corral.cli.main``."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("yaml")
+
+from test_runner import TabularQ
+
+from corral import cli
+from corral.training.metrics import read_metrics
+
+TINY = f"{TabularQ.__module__}:TabularQ"
+FAST = ["num_envs=2", "eval_episodes=4", "log_every=20", "device=cpu", "tensorboard=false"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def train(
+    capsys: pytest.CaptureFixture[str], run_dir: Path, *extra: str, algo: str = TINY
+) -> tuple[int, str, str]:
+    return run(
+        capsys,
+        "train",
+        algo,
+        "--env",
+        "mdp/climbing",
+        "--total-steps",
+        "80",
+        "--run-dir",
+        str(run_dir),
+        "--no-progress",
+        "--set",
+        *FAST,
+        "eval_every=40",
+        *extra,
+    )
+
+
+def test_train_writes_a_run_and_reports_it(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    code, out, err = train(capsys, tmp_path / "r", "--seed", "5", "--set", "lr=0.5")
+    assert code == 0, err
+    assert f"run {tmp_path / 'r'}: 80 env steps, best eval return" in out
+    assert "steps 80/80" in err  # progress lines go to stderr
+    config = (tmp_path / "r" / "config.yaml").read_text()
+    assert "seed: 5" in config and "lr: 0.5" in config
+    assert [r["env_steps"] for r in read_metrics(tmp_path / "r")] == [0, 20, 40, 60, 80]
+
+
+def test_resume_continues_a_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert train(capsys, tmp_path / "r")[0] == 0
+    code, out, err = run(
+        capsys, "train", "--resume", str(tmp_path / "r"), "--total-steps", "120", "--no-progress"
+    )
+    assert code == 0, err
+    assert "120 env steps" in out
+    steps = [r["env_steps"] for r in read_metrics(tmp_path / "r")]
+    assert steps == [0, 20, 40, 60, 80, 100, 120]
+
+
+def test_eval_prints_mean_and_std(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert train(capsys, tmp_path / "r")[0] == 0
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "6", "--device", "cpu")
+    assert code == 0, err
+    assert "best checkpoint" in out and "mean return" in out and "+-" in out
+    assert "over 6 episodes" in out
+
+
+def test_eval_gif_of_an_env_that_cannot_render_is_skipped(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert train(capsys, tmp_path / "r")[0] == 0
+    gif = tmp_path / "x.gif"
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "2", "--gif", str(gif))
+    assert code == 0
+    assert "mean return" in out
+    assert "no GIF written" in err and "cannot render" in err
+    assert not gif.exists()
+
+
+def test_plot_writes_a_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    for seed in ("0", "1"):
+        assert train(capsys, tmp_path / seed, "--seed", seed)[0] == 0
+    out_png = tmp_path / "curves.png"
+    code, out, err = run(
+        capsys, "plot", str(tmp_path / "0"), str(tmp_path / "1"), "-o", str(out_png)
+    )
+    assert code == 0, err
+    assert f"wrote {out_png}" in out
+    assert out_png.read_bytes()[:4] == b"\x89PNG" and out_png.stat().st_size > 5_000
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "mappo"], "give ALGO and --env"),
+        (["train", "nope", "--env", "mdp/climbing"], "unknown algorithm"),
+        (["train", TINY, "--env", "mdp/climbing", "--set", "totl_steps=3"], "total_steps"),
+        (["train", TINY, "--env", "no/such_env", "--run-dir", "{tmp}/x"], "no/such_env"),
+        (["train", "--resume", "{tmp}"], "not a run directory"),
+        (["eval", "{tmp}"], "not a run directory"),
+        (["plot", "{tmp}", "-o", "{tmp}/c.png"], "not a run directory"),
+    ],
+)
+def test_unusable_commands_exit_2_with_a_message(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
+) -> None:
+    code, _, err = run(capsys, *(a.format(tmp=tmp_path) for a in argv))
+    assert code == 2
+    assert message in err and "Traceback" not in err
+
+
+def test_resume_cannot_change_what_is_learned(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert train(capsys, tmp_path / "r")[0] == 0
+    code, _, err = run(capsys, "train", "--resume", str(tmp_path / "r"), "--seed", "3")
+    assert code == 2 and "cannot change ['seed']" in err
+
+
+# -- the real algorithms, with tiny budgets ---------------------------------------------------
+
+REAL = {  # algorithm: env, settings, whether the env renders rgb_array frames
+    "mappo": ("mpe2/simple_spread_v3", ["rollout_steps=8", "epochs=1"], True),
+    "ippo": ("mdp/climbing", ["rollout_steps=8", "epochs=1"], False),
+    "maddpg": (
+        "mpe2/simple_spread_v3",
+        ["learning_starts=20", "train_freq=8", "batch_size=16"],
+        True,
+    ),
+    "dqn": ("pettingzoo/classic/tictactoe_v3", ["learning_starts=20", "batch_size=16"], True),
+}
+
+
+@pytest.mark.parametrize("algo", sorted(REAL))
+def test_every_algorithm_trains_resumes_evaluates_and_plots(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, algo: str
+) -> None:
+    pytest.importorskip("torch")
+    env, settings, renders = REAL[algo]
+    if env.startswith(("mpe2", "pettingzoo")):
+        pytest.importorskip("pettingzoo")
+    extra = ["--self-play"] if algo == "dqn" else []
+    kwargs = ["env_kwargs={N: 2, max_cycles: 5}"] if env.startswith("mpe2") else []
+    base = ["train", algo, "--env", env, "--run-dir", str(tmp_path / "r"), "--no-progress"]
+    code, _, err = run(
+        capsys,
+        *base,
+        "--total-steps",
+        "40",
+        *extra,
+        "--set",
+        *FAST,
+        "eval_every=20",
+        "eval_episodes=2",
+        "log_every=20",
+        *settings,
+        *kwargs,
+    )
+    assert code == 0, err
+    code, out, err = run(
+        capsys, "train", "--resume", str(tmp_path / "r"), "--total-steps", "60", "--no-progress"
+    )
+    assert code == 0, err
+    assert "60 env steps" in out
+    assert [r["env_steps"] for r in read_metrics(tmp_path / "r")] == [0, 20, 40, 60]
+    gif = tmp_path / "episode.gif"
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "2", "--gif", str(gif))
+    assert code == 0, err
+    assert "mean return" in out
+    if renders:
+        assert gif.read_bytes()[:6] == b"GIF89a"
+    else:
+        assert "no GIF written" in err and not gif.exists()
+    if importlib.util.find_spec("matplotlib") is not None:
+        png = tmp_path / "curves.png"
+        assert run(capsys, "plot", str(tmp_path / "r"), "-o", str(png))[0] == 0
+        assert png.read_bytes()[:4] == b"\x89PNG"
