@@ -61,6 +61,21 @@ def build(module: str, factory: str, **kwargs: Any) -> Any:
     return getattr(importlib.import_module(module), factory)(**kwargs)
 
 
+def build_unchecked(module: str, **kwargs: Any) -> Any:
+    """``module``'s parallel env without PettingZoo's checking wrappers.
+
+    PettingZoo wraps an AEC env in wrappers that enforce the call order and
+    assert (or clip) actions, and every attribute read goes through them: a
+    third of an MPE step. The adapter checks actions itself, with clearer
+    errors, so it builds ``aec_to_parallel(raw_env(...))``; what the env
+    computes is unchanged (the differential tests compare it step by step with
+    the wrapped env).
+    """
+    from pettingzoo.utils.conversions import aec_to_parallel
+
+    return aec_to_parallel(build(module, "raw_env", **kwargs))
+
+
 class ParallelEnvAdapter(MultiAgentEnv):
     """A PettingZoo ``ParallelEnv`` that follows the corral contract.
 
@@ -182,13 +197,13 @@ _BUTTERFLY = {
     ),
 }
 
-# (id prefix, pip extra, names -> module path)
+# (id prefix, pip extra, names -> module path, how to build from the module)
 _SOURCES = (
-    ("mpe2", "pettingzoo", _MPE2),
-    ("pettingzoo/sisl", "sisl", _SISL),
-    ("pettingzoo/butterfly", "butterfly", _BUTTERFLY),
+    ("mpe2", "pettingzoo", _MPE2, build_unchecked),
+    ("pettingzoo/sisl", "sisl", _SISL, partial(build, factory="parallel_env")),
+    ("pettingzoo/butterfly", "butterfly", _BUTTERFLY, partial(build, factory="parallel_env")),
 )
 
-for _prefix, _extra, _table in _SOURCES:
+for _prefix, _extra, _table, _builder in _SOURCES:
     for _name, _module in _table.items():
-        register(f"{_prefix}/{_name}", partial(build, _module, "parallel_env"), extra=_extra)
+        register(f"{_prefix}/{_name}", partial(_builder, _module), extra=_extra)
