@@ -33,8 +33,9 @@ def rate_of(run, steps: int) -> float:
 def random_rate(args: argparse.Namespace) -> float:
     import corral
 
-    venv = corral.make_vec(ENV, args.num_envs, args.backend, seed=0,
-                           env_kwargs={"N": 3, "max_cycles": 25})
+    venv = corral.make_vec(
+        ENV, args.num_envs, args.backend, seed=0, env_kwargs={"N": 3, "max_cycles": 25}
+    )
     batch = [venv.reset()]
     rng = np.random.default_rng(0)
 
@@ -54,10 +55,16 @@ def algo_rate(name: str, args: argparse.Namespace) -> float:
     from corral.training.runner import build_algorithm, build_venv, uses_state
 
     continuous = name == "maddpg"
-    config = load_config(name, ENV, {
-        "num_envs": args.num_envs, "backend": args.backend, "device": args.device,
-        "env_kwargs": {"N": 3, "max_cycles": 25, "continuous_actions": continuous},
-    })
+    config = load_config(
+        name,
+        ENV,
+        {
+            "num_envs": args.num_envs,
+            "backend": args.backend,
+            "device": args.device,
+            "env_kwargs": {"N": 3, "max_cycles": 25, "continuous_actions": continuous},
+        },
+    )
     venv = build_venv(config.run, state=uses_state(config))
     try:
         algo = build_algorithm(config, venv)
@@ -81,16 +88,22 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
-    print(f"machine: {platform.machine()}, python {platform.python_version()}, torch "
-          f"{torch.__version__}, {torch.get_num_threads()} torch thread(s), GPU {gpu}")
-    print(f"env {ENV} (N=3, max_cycles=25), num_envs {args.num_envs}, backend {args.backend}, "
-          f"device {args.device}, {args.steps:,} env steps each\n")
+    print(
+        f"machine: {platform.machine()}, python {platform.python_version()}, torch "
+        f"{torch.__version__}, {torch.get_num_threads()} torch thread(s), GPU {gpu}"
+    )
+    print(
+        f"env {ENV} (N=3, max_cycles=25), num_envs {args.num_envs}, backend {args.backend}, "
+        f"device {args.device}, {args.steps:,} env steps each\n"
+    )
     base = random_rate(args)
     print(f"{'random policy':>14}: {base:8,.0f} env steps/s")
     for name in args.algos:
         rate = algo_rate(name, args)
-        print(f"{name:>14}: {rate:8,.0f} env steps/s ({rate / base:.2f}x the random policy)",
-              flush=True)
+        print(
+            f"{name:>14}: {rate:8,.0f} env steps/s ({rate / base:.2f}x the random policy)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -124,32 +124,39 @@ def main() -> None:
     runners: dict[str, Callable[[int], float]] = {
         name: (lambda n, b=name: bench_corral(b, n, args.seconds))
         for name in args.backends
-        if name != "ray" or importlib.util.find_spec("ray") is not None
+        if name != "ray"
     }
     if importlib.util.find_spec("agilerl") is not None:
         runners["agilerl-async"] = lambda n: bench_agilerl(n, args.seconds)
     if importlib.util.find_spec("supersuit") is not None:
         runners["supersuit-concat"] = lambda n: bench_supersuit(n, args.seconds)
-    if "ray" in runners:
-        import ray
-
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
 
     print(
         f"machine: {platform.machine()}, {platform.processor() or '?'}, "
         f"python {platform.python_version()}, {_cpus()} cores"
     )
     raw = bench_raw(args.seconds)
-    print(f"raw PettingZoo loop: {raw:,.0f} env-steps/s (ratio 1.00)\n")
     results: dict[str, dict[int, float]] = {name: {} for name in runners}
-    header = "num_envs " + "".join(f"{name:>22}" for name in runners)
-    print(header)
     for n in args.num_envs:
-        cells = []
         for name, run in runners.items():
-            results[name][n] = rate = run(n)
-            cells.append(f"{rate:>12,.0f} ({rate / raw:4.2f}x)")
-        print(f"{n:>8} " + "".join(f"{c:>22}" for c in cells), flush=True)
+            results[name][n] = run(n)
+    if "ray" in args.backends and importlib.util.find_spec("ray") is not None:
+        # Ray's daemons use CPU while Ray runs, so its column is measured alone, last.
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        results["ray"] = {n: bench_corral("ray", n, args.seconds) for n in args.num_envs}
+        ray.shutdown()
+    raw_after = bench_raw(args.seconds)
+    print(
+        f"raw PettingZoo loop: {raw:,.0f} env-steps/s before, {raw_after:,.0f} after; "
+        f"ratios below are to their mean"
+    )
+    raw = (raw + raw_after) / 2
+    print("\nnum_envs " + "".join(f"{name:>22}" for name in results))
+    for n in args.num_envs:
+        cells = [f"{r[n]:>12,.0f} ({r[n] / raw:4.2f}x)" for r in results.values()]
+        print(f"{n:>8} " + "".join(f"{c:>22}" for c in cells))
     own, child = peak_memory_mib()
     print(f"\npeak memory: parent {own:.0f} MiB, largest child {child:.0f} MiB")
     _print_targets(raw, results)
