@@ -20,11 +20,15 @@ from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
-from gymnasium import spaces
 
 from corral.adapters import register_adapter
-from corral.adapters.pettingzoo_parallel import MASK_KEY, build, observation_part, unpack
-from corral.env import AgentID, InfoDict, MultiAgentEnv, ObsDict, StepResult, validate_actions
+from corral.adapters.pettingzoo_parallel import (
+    MASK_KEY,
+    PettingZooAdapter,
+    build,
+    unpack,
+)
+from corral.env import AgentID, InfoDict, ObsDict, StepResult, validate_actions
 from corral.registry import register
 
 
@@ -37,7 +41,7 @@ class _Exit(NamedTuple):
     observation: Any
 
 
-class AECEnvAdapter(MultiAgentEnv):
+class AECEnvAdapter(PettingZooAdapter):
     """A PettingZoo ``AECEnv`` that follows the corral contract (turn-based).
 
     ``state()`` and ``state_space`` exist exactly when the wrapped env has a
@@ -55,23 +59,6 @@ class AECEnvAdapter(MultiAgentEnv):
         # Filled by _raw_step during one corral step.
         self._earned: defaultdict[AgentID, float] = defaultdict(float)
         self._exits: dict[AgentID, _Exit] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        # Only reached for names not found normally: forward the optional global state.
-        env = self.__dict__.get("env")
-        if name in ("state", "state_space") and hasattr(env, "state_space"):
-            return getattr(env, name)
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
-
-    @property
-    def possible_agents(self) -> list[AgentID]:  # type: ignore[override]
-        return list(self.env.possible_agents)
-
-    def observation_space(self, agent: AgentID) -> spaces.Space:
-        return observation_part(self.env.observation_space(agent))
-
-    def action_space(self, agent: AgentID) -> spaces.Space:
-        return self.env.action_space(agent)
 
     def reset(
         self, seed: int | None = None, options: dict[str, Any] | None = None
@@ -156,12 +143,6 @@ class AECEnvAdapter(MultiAgentEnv):
             self._masks[agent] = mask
         self._acting = [agent]
         return {agent: observation}, {agent: info}
-
-    def render(self) -> Any:
-        return self.env.render()
-
-    def close(self) -> None:
-        self.env.close()
 
 
 def _cumulative_rewards(env: Any) -> Mapping[AgentID, float]:

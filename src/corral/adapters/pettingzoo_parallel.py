@@ -76,21 +76,15 @@ def build_unchecked(module: str, **kwargs: Any) -> Any:
     return aec_to_parallel(build(module, "raw_env", **kwargs))
 
 
-class ParallelEnvAdapter(MultiAgentEnv):
-    """A PettingZoo ``ParallelEnv`` that follows the corral contract.
+class PettingZooAdapter(MultiAgentEnv):
+    """What both PettingZoo adapters pass through from the wrapped ``env``.
 
     ``state()`` and ``state_space`` exist exactly when the wrapped env has a
-    ``state_space``. The wrapped env is ``adapter.env``.
+    ``state_space``; Dict observations with an action mask are seen as their
+    ``"observation"`` part.
     """
 
-    def __init__(self, env: Any) -> None:
-        self.env = env
-        self.metadata = getattr(env, "metadata", {"render_modes": []})
-        self.render_mode = getattr(env, "render_mode", None)
-        self.agents: list[AgentID] = []
-        self._masks: dict[AgentID, np.ndarray | None] = {}
-        self._acting: list[AgentID] = []
-        self._step = 0
+    env: Any
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names not found normally: forward the optional global state.
@@ -108,6 +102,29 @@ class ParallelEnvAdapter(MultiAgentEnv):
 
     def action_space(self, agent: AgentID) -> spaces.Space:
         return self.env.action_space(agent)
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class ParallelEnvAdapter(PettingZooAdapter):
+    """A PettingZoo ``ParallelEnv`` that follows the corral contract.
+
+    ``state()`` and ``state_space`` exist exactly when the wrapped env has a
+    ``state_space``. The wrapped env is ``adapter.env``.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.metadata = getattr(env, "metadata", {"render_modes": []})
+        self.render_mode = getattr(env, "render_mode", None)
+        self.agents: list[AgentID] = []
+        self._masks: dict[AgentID, np.ndarray | None] = {}
+        self._acting: list[AgentID] = []
+        self._step = 0
 
     def reset(
         self, seed: int | None = None, options: dict[str, Any] | None = None
@@ -152,12 +169,6 @@ class ParallelEnvAdapter(MultiAgentEnv):
             infos[agent] = info
         self._acting = list(obs)
         return obs, infos
-
-    def render(self) -> Any:
-        return self.env.render()
-
-    def close(self) -> None:
-        self.env.close()
 
 
 def _is_parallel_env(env: Any) -> bool:
