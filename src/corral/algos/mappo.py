@@ -220,8 +220,8 @@ class MAPPO(Algorithm):
     name: ClassVar[str] = "mappo"
     Config: ClassVar[type[AlgoConfig]] = Config
     centralised: ClassVar[bool] = True
-    uses_state: ClassVar[bool] = True
     """Whether the critic sees the global state (when the env has one)."""
+    uses_state: ClassVar[bool] = True
 
     def __init__(
         self,
