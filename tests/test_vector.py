@@ -376,6 +376,30 @@ def test_state_is_opt_in_and_matches_each_envs_state() -> None:
     venv.close()
 
 
+def test_final_state_is_the_state_after_the_last_step() -> None:
+    venv = make_vec("corral/tag", 1, seed=0, state=True)
+    env = corral.make("corral/tag")
+    batch, _ = venv.reset(), env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    episodes = 0
+    while episodes < 2:
+        actions = venv.sample_actions(batch, rng)
+        batch = venv.step(actions)
+        env.step(
+            {
+                a: actions[g][0, j]
+                for g, agents in venv.groups.items()
+                for j, a in enumerate(agents)
+                if a in env.agents
+            }
+        )
+        if batch.done[0]:
+            np.testing.assert_array_equal(batch.final_state[0], env.state())
+            env.reset()
+            episodes += 1
+    venv.close()
+
+
 def test_render_and_attributes_reach_every_env() -> None:
     venv = make_vec("corral/rps", 2, seed=0, state=True, env_kwargs={"render_mode": "ansi"})
     venv.reset()

@@ -72,9 +72,9 @@ class EnvRunner:
             actions = {a: self._agents[a].read_action(i) for a in self._acting[i]}
             result = self._guard(i, "step", lambda e=env, act=actions: e.step(act))
             self._record_step(i, *result)
-            if env.agents:
-                self._write_state(i, env)
-            else:
+            # also after the last step: final_state is the state the episode ended in
+            self._write_state(i, env)
+            if not env.agents:
                 self._end_episode(i)
                 obs, infos = self._guard(i, "reset", env.reset)
                 self._begin_episode(i, obs, infos)
