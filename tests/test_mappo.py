@@ -149,7 +149,7 @@ def test_simple_spread_runs_updates_with_finite_losses(cls: type[MAPPO], continu
         assert np.isfinite(extras[name]["agent"]).all()
     critic_in = algo.nets["agent"].critic[0].in_features
     seen = venv.state_space if cls is MAPPO else venv.observation_space("agent")
-    assert critic_in == int(np.prod(seen.shape)) + 3  # plus the one-hot agent index
+    assert critic_in == int(np.prod(seen.shape)) + 1 + 3  # plus the time, the one-hot index
 
 
 def test_mappo_critic_falls_back_to_observations_without_a_state() -> None:
@@ -157,7 +157,8 @@ def test_mappo_critic_falls_back_to_observations_without_a_state() -> None:
     venv = corral.make_vec("pettingzoo/classic/tictactoe_v3", 4, seed=0)
     assert venv.state_space is None
     algo = MAPPO(venv, Config(rollout_steps=8, epochs=1))
-    assert algo.nets["player"].critic[0].in_features == 3 * 3 * 2 + 2  # the board, the index
+    # the board, the time, the index
+    assert algo.nets["player"].critic[0].in_features == 3 * 3 * 2 + 1 + 2
     # The vector env rejects illegal moves, so a run proves the action masks are honoured.
     progress = Collector(venv, algo, seed=0).run(4 * 16)
     assert progress.updates and progress.episode_returns
@@ -184,6 +185,80 @@ def test_unsupported_action_space_is_named() -> None:
 def test_registered_names() -> None:
     assert algorithm_class("mappo") is MAPPO and MAPPO.name == "mappo"
     assert algorithm_class("ippo") is IPPO and IPPO.name == "ippo"
+
+
+# -- value targets of fixed-length episodes ------------------------------------------------------
+
+
+def rollout(env_id: str, env_steps: int, config: Config, **env_kwargs) -> tuple:
+    """A MAPPO and its rollout of ``env_steps`` (no update), per group."""
+    venv = corral.make_vec(env_id, 4, seed=0, state=True, env_kwargs=env_kwargs)
+    algo = MAPPO(venv, config.replace(rollout_steps=10**6))
+    Collector(venv, algo, seed=0).run(env_steps)
+    return algo, {g: buffer.data() for g, buffer in algo.buffers.items()}
+
+
+@pytest.mark.parametrize(
+    ("env_id", "env_kwargs"),
+    [("corral/tag", {"max_cycles": 6}), ("corral/rps", {"num_rounds": 3})],
+)
+def test_the_critic_sees_each_agents_decision_index_in_its_episode(env_id, env_kwargs) -> None:
+    # tag: simultaneous moves, prey that die early, the rest truncated; rps: turn by turn.
+    algo, rollouts = rollout(env_id, 4 * 40, Config(), **env_kwargs)
+    for t in rollouts.values():
+        ended = t["terminated"] | t["truncated"]
+        for key in set(zip(t["env"], t["agent"], strict=True)):
+            rows = np.flatnonzero((t["env"] == key[0]) & (t["agent"] == key[1]))
+            expected = [0]
+            for row in rows[:-1]:
+                expected.append(0 if ended[row] else expected[-1] + 1)
+            np.testing.assert_array_equal(t["decision"][rows], expected)
+        assert ended.any() and t["decision"].max() >= 2
+    # the decision index is an input of the critic: the stored values depend on it
+    g, t = "predator" if env_id == "corral/tag" else "player", next(iter(rollouts.values()))
+    x = algo._critic_input(g, t["obs"], t["state"], t["decision"], t["agent"])
+    later = algo._critic_input(g, t["obs"], t["state"], t["decision"] + 5, t["agent"])
+    assert not torch.equal(algo.nets[g].value(x), algo.nets[g].value(later))
+
+
+def test_values_count_nothing_after_a_truncated_episode_unless_told_to_bootstrap() -> None:
+    # Predators are truncated after max_cycles steps; caught prey terminate.
+    algo, rollouts = rollout("corral/tag", 4 * 30, Config(), max_cycles=6)
+    t = rollouts["predator"]
+    ended = t["terminated"] | t["truncated"]
+    assert t["truncated"].any()
+    _, returns = algo.advantages("predator", t)
+    np.testing.assert_allclose(returns[ended], t["reward"][ended], rtol=0, atol=1e-6)
+
+    algo.config = algo.config.replace(bootstrap_truncated=True)
+    _, returns = algo.advantages("predator", t)
+    last = algo._critic_input(
+        "predator", t["next_obs"], t["next_state"], t["decision"] + 1, t["agent"]
+    )
+    with torch.no_grad():
+        bootstrap = algo.config.gamma * algo.nets["predator"].value(last).numpy()
+    trunc = t["truncated"]
+    np.testing.assert_allclose(returns[trunc], (t["reward"] + bootstrap)[trunc], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_mappo_beats_random_play_on_simple_spread() -> None:
+    # Regression: a critic blind to time, or values bootstrapped past the end of MPE's
+    # 25-step episodes, taught the agents to drift away (returns fell below random play's).
+    pytest.importorskip("mpe2")
+    kwargs = {"N": 3, "max_cycles": 25}
+    venv = corral.make_vec("mpe2/simple_spread_v3", 16, seed=0, state=True, env_kwargs=kwargs)
+    algo = MAPPO(venv)
+    Collector(venv, algo, seed=0).run(150_000)
+    eval_venv = corral.make_vec("mpe2/simple_spread_v3", 16, env_kwargs=kwargs)
+    trained = np.array(evaluate(eval_venv, algo, 200, seed=1000).episode_returns)
+    batch, random, rng = eval_venv.reset(seed=1000), [], np.random.default_rng(0)
+    while len(random) < 200:
+        batch = eval_venv.step(eval_venv.sample_actions(batch, rng))
+        random += batch.episode_return["agent"][batch.done].mean(axis=1).tolist()
+    random = np.array(random[:200])
+    standard_error = np.sqrt((trained.var() + random.var()) / 200)
+    assert trained.mean() > random.mean() + 5 * standard_error, (trained.mean(), random.mean())
 
 
 # -- update schedule and checkpoints ------------------------------------------------------------

@@ -23,6 +23,17 @@ every agent, the env ignores the agents that are not acting, and each
 completed transition carries the ``log_prob``, ``value`` and raw ``sample``
 of its decision.
 
+Values are those of the episode's return: a truncated episode (MPE's
+``max_cycles``) counts nothing after its end, as the return the runner
+reports and Yu et al. do (``bootstrap_truncated`` turns bootstrapping on). A
+value then depends on the time left, so the critic also sees how many
+decisions the agent has made in its episode (``time_scale``). Without that
+input the critic must average over time, and with values bootstrapped past
+the episode's end its targets rest mostly on its own extrapolation; either
+way it overrates states that agents reach late in an episode, and the
+policy learns to reach them: on ``mpe2/simple_spread_v3`` the agents drift
+away and the return falls below that of random play.
+
 Defaults follow the MPE settings of Yu et al. 2022, "The Surprising
 Effectiveness of PPO in Cooperative Multi-Agent Games" (lr 7e-4, 10 epochs,
 one minibatch, clip 0.2, entropy 0.01, GAE lambda 0.95, gradient norm 10,
@@ -84,6 +95,13 @@ class Config(AlgoConfig):
     """Append a one-hot of the agent's index in its group to every network's input."""
     log_std_init: float = 0.0
     """Initial log-std of Gaussian policies (in units of half the Box's width)."""
+    time_scale: float | None = 1 / 32
+    """The critic also sees the agent's decision count in its episode times this; ``None``: not.
+
+    About one over the episode's length in decisions suits.
+    """
+    bootstrap_truncated: bool = False
+    """Bootstrap from the value of a truncated episode's last observation (as for endless tasks)."""
 
 
 class _CategoricalHead(nn.Module):
@@ -242,10 +260,15 @@ class MAPPO(Algorithm):
                 ids = len(agents) if cfg.agent_id and len(agents) > 1 else 0
                 actor_in = flat_dim(self.observation_space[g]) + ids
                 seen = self.state_space if self.use_state else self.observation_space[g]
-                nets = GroupNets(actor_in, flat_dim(seen) + ids, self.action_space[g], cfg)
+                critic_in = flat_dim(seen) + (cfg.time_scale is not None) + ids
+                nets = GroupNets(actor_in, critic_in, self.action_space[g], cfg)
                 self.nets[g] = nets.to(self.device)
                 self.optimizers[g] = torch.optim.Adam(nets.parameters(), lr=cfg.lr, eps=1e-5)
         self.buffers = {g: RolloutBuffer() for g in self.groups}
+        self.decision_count = {
+            g: np.zeros((self.num_envs, len(agents)), dtype=np.int64)
+            for g, agents in self.groups.items()
+        }
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.steps_since_update = 0
         self.updates = 0
@@ -266,14 +289,35 @@ class MAPPO(Algorithm):
     def _actor_input(self, g: str, obs: Any, agent: np.ndarray | None) -> torch.Tensor:
         return self._with_id(g, as_input(obs, self.observation_space[g], self.device), agent)
 
-    def _critic_input(self, g: str, obs: Any, state: Any, agent: np.ndarray | None) -> torch.Tensor:
-        """Critic inputs of rows (``agent`` given) or of a batch's ``[E, n]`` agents (``None``)."""
-        if not self.use_state:
-            return self._actor_input(g, obs, agent)
-        x = as_input(state, self.state_space, self.device)
-        if agent is None:
-            x = x.unsqueeze(1).expand(-1, len(self.groups[g]), -1)
+    def _critic_input(
+        self, g: str, obs: Any, state: Any, decision: np.ndarray, agent: np.ndarray | None
+    ) -> torch.Tensor:
+        """Critic inputs of rows (``agent`` given) or of a batch's ``[E, n]`` agents (``None``).
+
+        ``decision`` is each agent's decision index in its episode.
+        """
+        if self.use_state:
+            x = as_input(state, self.state_space, self.device)
+            if agent is None:
+                x = x.unsqueeze(1).expand(-1, len(self.groups[g]), -1)
+        else:
+            x = as_input(obs, self.observation_space[g], self.device)
+        if self.config.time_scale is not None:
+            time = torch.as_tensor(decision, device=self.device, dtype=torch.float32)
+            x = torch.cat([x, (time * self.config.time_scale).unsqueeze(-1)], dim=-1)
         return self._with_id(g, x, agent)
+
+    def _decisions(self, g: str, batch: Any) -> np.ndarray:
+        """Each agent's decision index in its episode at ``batch``, then counts its decisions.
+
+        Counted over the batches it explores on: a vector env reset elsewhere leaves the
+        counts off until each env's episode ends.
+        """
+        count = self.decision_count[g]
+        count[batch.done] = 0  # these envs were reset: their agents start a new episode
+        now = count.copy()
+        count += batch.acting[g]
+        return now
 
     def _mask(self, mask: np.ndarray | None) -> torch.Tensor | None:
         return None if mask is None else torch.as_tensor(mask, device=self.device, dtype=torch.bool)
@@ -285,8 +329,8 @@ class MAPPO(Algorithm):
         """Actions of every agent of its groups, sampled (``explore``) or greedy.
 
         Extras: the raw ``sample`` and its ``log_prob``; when exploring also the
-        critic's ``value``. Greedy acting uses observations only, so it needs no
-        ``Batch.state``.
+        critic's ``value`` and the agent's ``decision`` index in its episode.
+        Greedy acting uses observations only, so it needs no ``Batch.state``.
         """
         if explore and self.use_state and batch.state is None:
             raise ValueError(
@@ -304,8 +348,10 @@ class MAPPO(Algorithm):
             extras["log_prob"][g] = dist.log_prob(sample).cpu().numpy()
             actions[g] = nets.actor.to_env(extras["sample"][g])
             if explore:
-                value = nets.value(self._critic_input(g, obs, batch.state, None))
+                decision = self._decisions(g, batch)
+                value = nets.value(self._critic_input(g, obs, batch.state, decision, None))
                 extras.setdefault("value", {})[g] = value.cpu().numpy()
+                extras.setdefault("decision", {})[g] = decision
         if explore:
             self.steps_since_update += 1
         return actions, extras
@@ -333,14 +379,23 @@ class MAPPO(Algorithm):
         self.updates += 1
         return metrics
 
+    def advantages(self, g: str, t: Transitions) -> tuple[np.ndarray, np.ndarray]:
+        """GAE advantages and value targets of group ``g``'s rollout ``t``."""
+        cfg = self.config
+        with torch.no_grad():
+            next_in = self._critic_input(
+                g, t["next_obs"], t.get("next_state"), t["decision"] + 1, t["agent"]
+            )
+            next_value = self.nets[g].value(next_in).cpu().numpy()
+        if not cfg.bootstrap_truncated:
+            next_value = np.where(t["truncated"], 0.0, next_value)
+        return gae(t, t["value"], next_value, cfg.gamma, cfg.gae_lambda)
+
     def _update_group(self, g: str, t: Transitions) -> dict[str, float]:
         cfg, nets = self.config, self.nets[g]
         agent = t["agent"]
-        critic_in = self._critic_input(g, t["obs"], t.get("state"), agent)
-        with torch.no_grad():
-            next_in = self._critic_input(g, t["next_obs"], t.get("next_state"), agent)
-            next_value = nets.value(next_in).cpu().numpy()
-        advantage, returns = gae(t, t["value"], next_value, cfg.gamma, cfg.gae_lambda)
+        critic_in = self._critic_input(g, t["obs"], t.get("state"), t["decision"], agent)
+        advantage, returns = self.advantages(g, t)
         tensor = functools.partial(torch.as_tensor, device=self.device, dtype=torch.float32)
         advantage, returns, old_value = tensor(advantage), tensor(returns), tensor(t["value"])
         nets.value_norm.update(returns, nets.critic[-1])
@@ -391,6 +446,8 @@ class MAPPO(Algorithm):
     def state_dict(self) -> dict[str, Any]:
         """Networks, optimisers, value normalisers, random stream, counters and rollout.
 
+        The counters include each agent's decision count in its running episode.
+
         Only tensors and plain Python values: ``torch.load(weights_only=True)`` reads it.
         """
         return {
@@ -399,6 +456,7 @@ class MAPPO(Algorithm):
             "generator": self.generator.get_state(),
             "steps_since_update": self.steps_since_update,
             "updates": self.updates,
+            "decision_count": {g: torch.tensor(c) for g, c in self.decision_count.items()},
             "buffers": {
                 g: {name: torch.as_tensor(v) for name, v in buffer.data().items()}
                 for g, buffer in self.buffers.items()
@@ -413,6 +471,8 @@ class MAPPO(Algorithm):
             if state["buffers"][g]:
                 self.buffers[g].add({k: v.numpy().copy() for k, v in state["buffers"][g].items()})
         self.generator.set_state(state["generator"])
+        for g, count in self.decision_count.items():
+            count[:] = state["decision_count"][g].numpy()
         self.steps_since_update = int(state["steps_since_update"])
         self.updates = int(state["updates"])
 
