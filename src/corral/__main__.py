@@ -1,5 +1,7 @@
-"""``python -m corral``: the corral command line."""
+"""``python -m corral``: the same command line as ``corral``."""
+
+import sys
 
 from corral.cli import main
 
-raise SystemExit(main())
+sys.exit(main())
