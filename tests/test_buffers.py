@@ -95,3 +95,22 @@ def test_replay_buffer_keeps_the_newest_rows_of_an_oversized_add() -> None:
     buf = ReplayBuffer(2, seed=0)
     buf.add(_rows(reward=[1.0, 2.0, 3.0]))
     assert sorted(set(buf.sample(50)["reward"].tolist())) == [2.0, 3.0]
+
+
+def test_replay_buffer_state_dict_restores_rows_position_and_sampling() -> None:
+    buf = ReplayBuffer(capacity=5, seed=0)
+    buf.add({"reward": np.arange(7.0), "obs": np.arange(14.0).reshape(7, 2)})
+    state = buf.state_dict()
+    assert len(state["data"]["reward"]) == 5
+    copy = ReplayBuffer(capacity=5, seed=123)  # another seed: the sampler's state is restored
+    copy.load_state_dict(state)
+    assert len(copy) == 5
+    a, b = buf.sample(16), copy.sample(16)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    buf.add({"reward": np.array([70.0]), "obs": np.array([[70.0, 71.0]])})
+    copy.add({"reward": np.array([70.0]), "obs": np.array([[70.0, 71.0]])})
+    after, copied = buf.state_dict(), copy.state_dict()
+    assert after["next"] == copied["next"] == 1
+    assert all(np.array_equal(after["data"][k], copied["data"][k]) for k in a)
+    with pytest.raises(ValueError, match="capacity 5 cannot be loaded into one of capacity 4"):
+        ReplayBuffer(capacity=4).load_state_dict(state)

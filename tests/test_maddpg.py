@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import io
 from types import SimpleNamespace
 
@@ -216,12 +215,14 @@ def test_turn_based_env_raises_a_clear_error() -> None:
 def test_state_dict_round_trip_resumes_learning_exactly() -> None:
     algo, _ = _train("mdp/two_round_dmdp", 600, seed=1)
     saved = io.BytesIO()
-    torch.save(algo.state_dict(), saved)
+    torch.save({"algo": algo.state_dict(), "replay": algo.replay_state_dict()}, saved)
     saved.seek(0)
     venv = corral.make_vec("mdp/two_round_dmdp", 8, seed=1)
     resumed = MADDPG(venv, MADDPG.Config(seed=7, **MDP_CONFIG))
-    resumed.load_state_dict(torch.load(saved, weights_only=False))
-    resumed.buffer = copy.deepcopy(algo.buffer)  # the replay buffer is not in the checkpoint
+    checkpoint = torch.load(saved, weights_only=False)
+    resumed.load_state_dict(checkpoint["algo"])
+    resumed.load_replay_state_dict(checkpoint["replay"])
+    assert len(resumed.buffer) == len(algo.buffer) == 600
     assert resumed.env_steps == algo.env_steps == 600
 
     runs = []

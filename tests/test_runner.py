@@ -304,8 +304,8 @@ def test_default_run_dir_names_algorithm_env_and_seed(
 def kill_after_checkpoint(monkeypatch: pytest.MonkeyPatch, at_step: int) -> None:
     save = Runner.save_checkpoint
 
-    def save_then_die(self: Runner, path: str | Path) -> None:
-        save(self, path)
+    def save_then_die(self: Runner, path: str | Path, **kwargs: Any) -> None:
+        save(self, path, **kwargs)
         if Path(path).name == LATEST and self.env_steps >= at_step:
             raise Killed
 
@@ -333,6 +333,53 @@ def test_resume_of_a_killed_run_equals_an_uninterrupted_one(
     _, algo, _ = load_run(tmp_path / "whole", "latest")
     assert all(np.array_equal(q[g], algo.q[g]) for g in q)
     assert resumed.best_eval == whole.best_eval and resumed.best_steps == whole.best_steps
+
+
+def dqn_config(tmp_path: Path, name: str, **settings: Any) -> Any:
+    base = {
+        "num_envs": 4,
+        "total_steps": 400,
+        "eval_every": 80,
+        "eval_episodes": 8,
+        "checkpoint_every": 0,
+        "log_every": 40,
+        "device": "cpu",
+        "run_dir": str(tmp_path / name),
+        "learning_starts": 40,
+        "batch_size": 16,
+        "train_freq": 4,
+        "epsilon_decay_steps": 300,
+    }
+    return load_config("dqn", "mdp/climbing", {**base, **settings})
+
+
+def test_dqn_resumes_with_its_replay_buffers_as_if_never_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    whole = train(dqn_config(tmp_path, "whole"))
+    for name, keep in (("killed", True), ("forgetful", False)):
+        with monkeypatch.context() as patch:
+            kill_after_checkpoint(patch, 160)
+            with pytest.raises(Killed):
+                train(dqn_config(tmp_path, name, checkpoint_replay=keep))
+        saved = ckpt.load(tmp_path / name / LATEST)
+        assert ("replay" in saved) is keep
+        assert "replay" not in ckpt.load(tmp_path / name / BEST)
+    replay = ckpt.load(tmp_path / "killed" / LATEST)["replay"]["player"]
+    assert len(replay["data"]["reward"]) == 320  # 160 one-step games of two players
+    with Runner.resume(tmp_path / "killed", progress=False) as runner:
+        resumed = runner.benchmark()
+        weights = runner.algo.q["player"].state_dict()
+    assert without_time(resumed.metrics) == without_time(whole.metrics)
+    _, algo, _ = load_run(tmp_path / "whole", "latest")
+    for key, value in algo.q["player"].state_dict().items():
+        assert value.equal(weights[key]), key
+    # Without the buffers the resumed run learns from fewer, other transitions.
+    with Runner.resume(tmp_path / "forgetful", progress=False) as runner:
+        runner.benchmark()
+        forgetful = runner.algo.q["player"].state_dict()
+    assert not all(value.equal(forgetful[key]) for key, value in weights.items())
 
 
 def test_resume_continues_from_the_checkpoint_in_multi_step_games(

@@ -101,6 +101,15 @@ class Algorithm:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         raise NotImplementedError
 
+    def replay_state_dict(self) -> dict[str, Any] | None:
+        """An off-policy learner's replay memory, kept apart from :meth:`state_dict` so that
+        only resumable checkpoints carry it; ``None`` for a learner that keeps none."""
+        return None
+
+    def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`replay_state_dict`."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no replay memory to restore")
+
 
 def resolve_device(device: str) -> str:
     """``"auto"`` becomes ``"cuda"`` when a GPU is available, else ``"cpu"``."""

@@ -24,11 +24,10 @@ Details:
   frozen snapshots of itself (see :mod:`corral.algos.selfplay`); only its
   own transitions are stored.
 
-Only ``Discrete`` action spaces are supported. Checkpoints
-(:meth:`DQN.state_dict`) hold the networks, optimisers, counters (hence the
-epsilon schedule), random generators and the self-play pool, but not the
-replay buffers: a resumed run refills them to ``learning_starts`` before it
-learns again.
+Only ``Discrete`` action spaces are supported. :meth:`DQN.state_dict` holds
+the networks, optimisers, counters (hence the epsilon schedule), random
+generators and the self-play pool; the replay buffers are saved apart
+(:meth:`DQN.replay_state_dict`), in the checkpoints a run resumes from.
 """
 
 from __future__ import annotations
@@ -284,7 +283,8 @@ class DQN(Algorithm):
     # -- checkpoints -------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Networks, optimisers, counters, generators and the self-play pool (no replay buffers)."""
+        """Networks, optimisers, counters, generators and the self-play pool (not the replay
+        buffers: see :meth:`replay_state_dict`)."""
         state: dict[str, Any] = {
             "q": {g: net.state_dict() for g, net in self.q.items()},
             "target": {g: net.state_dict() for g, net in self.target.items()},
@@ -300,6 +300,14 @@ class DQN(Algorithm):
                 {g: net.state_dict() for g, net in s.items()} for s in self.selfplay.pool
             ]
         return state
+
+    def replay_state_dict(self) -> dict[str, Any]:
+        """Every group's replay buffer."""
+        return {g: buffer.state_dict() for g, buffer in self.buffer.items()}
+
+    def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
+        for g, buffer in self.buffer.items():
+            buffer.load_state_dict(state[g])
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`; the replay buffers are left as they are."""

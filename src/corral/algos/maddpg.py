@@ -327,7 +327,8 @@ class MADDPG(Algorithm):
     # -- checkpoints ------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Networks, targets, optimisers, counters and random states (not the replay buffer)."""
+        """Networks, targets, optimisers, counters and random states (the replay buffer is in
+        :meth:`replay_state_dict`)."""
         state: dict[str, Any] = {
             key: {g: part.state_dict() for g, part in getattr(self, key).items()}
             for key in _CHECKPOINTED
@@ -339,6 +340,13 @@ class MADDPG(Algorithm):
             "torch_rng": self.torch_rng.get_state(),
         }
         return state
+
+    def replay_state_dict(self) -> dict[str, Any]:
+        """The joint replay buffer."""
+        return self.buffer.state_dict()
+
+    def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.buffer.load_state_dict(state)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for key in _CHECKPOINTED:

@@ -8,6 +8,7 @@ is declared by its fields, not by a class per combination of features.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -116,6 +117,31 @@ class ReplayBuffer:
 
     def __len__(self) -> int:
         return self._size
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stored rows (only the filled ones), the write position and the sampler's state."""
+        return {
+            "capacity": self.capacity,
+            "data": {name: array[: self._size].copy() for name, array in self._data.items()},
+            "next": self._next,
+            "size": self._size,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` into a buffer of the same capacity."""
+        if int(state["capacity"]) != self.capacity:
+            raise ValueError(
+                f"a replay buffer of capacity {state['capacity']} cannot be loaded into one of "
+                f"capacity {self.capacity}"
+            )
+        data = state["data"]
+        self._size, self._next = int(state["size"]), int(state["next"])
+        if data:
+            self._allocate({name: (a.shape[1:], a.dtype) for name, a in data.items()})
+            for name, array in data.items():
+                self._data[name][: self._size] = array
+        self.rng.bit_generator.state = state["rng"]
 
     def sample(self, batch_size: int) -> Transitions:
         """``batch_size`` rows drawn uniformly with replacement."""

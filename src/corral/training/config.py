@@ -66,6 +66,9 @@ class RunConfig:
     """Episodes per evaluation."""
     checkpoint_every: int = 50_000
     """Env steps between checkpoints besides those at each evaluation (0: none besides)."""
+    checkpoint_replay: bool = True
+    """Keep an off-policy learner's replay buffers in ``checkpoint.pt`` (not in ``best.pt``)
+    so that a resumed run learns on from them; they take about ``buffer_size`` rows."""
     log_every: int = 2_000
     """Env steps between rows of ``metrics.csv``."""
     seed: int = 0

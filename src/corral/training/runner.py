@@ -59,7 +59,7 @@ LATEST = "checkpoint.pt"
 BEST = "best.pt"
 RESUMABLE = frozenset(
     {"total_steps", "eval_every", "eval_episodes", "checkpoint_every", "log_every", "device"}
-    | {"backend", "tensorboard"}
+    | {"backend", "tensorboard", "checkpoint_replay"}
 )
 """Run settings that may change when a run is resumed (the schedule, not what is learned)."""
 
@@ -129,6 +129,8 @@ class Runner:
             self.collector = Collector(self.venv, self.algo, self.fixed, seed=seed)
             if restore is not None:
                 self.algo.load_state_dict(restore["algo_state"])
+                if "replay" in restore:
+                    self.algo.load_replay_state_dict(restore["replay"])
                 self.collector.rng.bit_generator.state = restore["collector_rng"]
                 checkpoint.set_rng_state(restore["rng"])
             self.metrics = MetricsLog(
@@ -197,7 +199,7 @@ class Runner:
         evaluate = finished or _crossed(run.eval_every, before, self.env_steps)
         row = self._log_row(part, seconds, evaluate=evaluate)
         if evaluate or _crossed(run.checkpoint_every, before, self.env_steps):
-            self.save_checkpoint(self.run_dir / LATEST)
+            self.save_checkpoint(self.run_dir / LATEST, replay=run.checkpoint_replay)
         return row
 
     def _next_stop(self) -> int:
@@ -238,22 +240,24 @@ class Runner:
             self.config, self.algo, episodes or run.eval_episodes, venv=self.eval_venv
         )
 
-    def save_checkpoint(self, path: str | Path) -> None:
-        """Write everything needed to resume at the current step to ``path``."""
-        checkpoint.save(
-            path,
-            {
-                "algo": self.config.algo,
-                "algo_state": self.algo.state_dict(),
-                "env_steps": self.env_steps,
-                "elapsed": self.elapsed,
-                "best_eval": self.best_eval,
-                "best_steps": self.best_steps,
-                "metrics": list(self.metrics.rows),
-                "rng": checkpoint.rng_state(),
-                "collector_rng": self.collector.rng.bit_generator.state,
-            },
-        )
+    def save_checkpoint(self, path: str | Path, *, replay: bool = False) -> None:
+        """Write everything needed to resume at the current step to ``path``; ``replay``
+        adds the algorithm's replay memory (when it keeps one)."""
+        state = {
+            "algo": self.config.algo,
+            "algo_state": self.algo.state_dict(),
+            "env_steps": self.env_steps,
+            "elapsed": self.elapsed,
+            "best_eval": self.best_eval,
+            "best_steps": self.best_steps,
+            "metrics": list(self.metrics.rows),
+            "rng": checkpoint.rng_state(),
+            "collector_rng": self.collector.rng.bit_generator.state,
+        }
+        memory = self.algo.replay_state_dict() if replay else None
+        if memory is not None:
+            state["replay"] = memory
+        checkpoint.save(path, state)
 
     def results(self) -> Results:
         evals = [r["eval_return"] for r in self.metrics.rows if "eval_return" in r]
