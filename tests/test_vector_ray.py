@@ -186,6 +186,11 @@ def test_dead_worker_is_replaced_and_its_episodes_end_truncated() -> None:
         rng = np.random.default_rng(1)
         actions = _random_actions(sync, a, rng)
         a, b = sync.step(actions), remote.step(actions)
+        earned = b.reward["player"].copy()
+        actions = _random_actions(sync, a, rng)  # the second move of the round pays
+        a, b = sync.step(actions), remote.step(actions)
+        earned += b.reward["player"]
+        assert earned.any()
         alive_before = b.alive["player"].copy()
         obs_before = b.obs["player"].copy()
         ray.kill(remote._backend._actors[0])
@@ -197,6 +202,9 @@ def test_dead_worker_is_replaced_and_its_episodes_end_truncated() -> None:
         assert b.done[:2].all()
         np.testing.assert_array_equal(b.truncated["player"][:2], alive_before[:2])
         np.testing.assert_array_equal(b.final_obs["player"][:2], obs_before[:2])
+        # the cut episodes' totals outlive the dead actor
+        np.testing.assert_array_equal(b.episode_return["player"][:2], earned[:2])
+        assert b.episode_length[:2].tolist() == [2, 2]
         assert b.alive["player"][:2].all()  # a fresh episode
         for field in ("done", "reward", "truncated", "terminated", "acting"):
             x, y = getattr(a, field), getattr(b, field)

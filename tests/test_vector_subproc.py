@@ -238,6 +238,9 @@ def test_killed_worker_is_restarted_and_its_envs_reported_truncated() -> None:
         assert batch.worker_restarts.tolist() == [0, 0, 0, 1, 1]
         assert batch.reward["a"][:, 0].tolist() == [1.0, 1.0, 1.0, 0.0, 0.0]
         assert batch.final_obs["a"][3:, 0, 0].tolist() == [1.0, 1.0]  # the killed episodes
+        # their totals outlive the worker: one step, paid 1.0, before it died
+        assert batch.episode_return["a"][3:, 0].tolist() == [1.0, 1.0]
+        assert batch.episode_length[3:].tolist() == [1, 1]
         assert batch.obs["a"][:, 0, 0].tolist() == [2.0, 2.0, 2.0, 0.0, 0.0]
         batch = venv.step(zero_actions(venv))
         assert batch.obs["a"][:, 0, 0].tolist() == [3.0, 3.0, 3.0, 1.0, 1.0]

@@ -205,6 +205,7 @@ class Layout:
                     out[path] = ((E, *spec.shape), spec.dtype)
         out["done"] = ((E,), np.dtype(bool))
         out["episode_length"] = ((E,), np.dtype(np.int64))
+        out["running_length"] = ((E,), np.dtype(np.int64))
         out["worker_restarts"] = ((E,), np.dtype(np.int64))
         return out
 
@@ -217,4 +218,7 @@ _AGENT_FIELDS = {
     "alive": bool,
     "acting": bool,
     "episode_return": np.float64,
+    # The return so far of each running episode: kept with the batch (not in a worker) so
+    # that a worker's replacement can report the episode its death cut short.
+    "running_return": np.float64,
 }

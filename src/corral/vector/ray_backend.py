@@ -29,7 +29,7 @@ from corral.vector.runner import EnvRunner
 
 # The arrays a replacement actor takes over from the parent: what
 # EnvRunner.restart reads to end the episodes its dead predecessor was running.
-_RESTORED_PREFIXES = ("obs/", "state", "alive/", "worker_restarts")
+_RESTORED_PREFIXES = ("obs/", "state", "alive/", "worker_restarts", "running_")
 
 Refs = list[Any]  # the ObjectRefs of one actor's calls, in submission order
 

@@ -42,8 +42,8 @@ class EnvRunner:
         self.offset = offset
         self.has_state = layout.state_space is not None
         self._acting: list[list[str]] = [[] for _ in self.envs]
-        self._running_return = {g: np.zeros_like(arrays[f"reward/{g}"]) for g in layout.groups}
-        self._length = np.zeros(len(self.envs), dtype=np.int64)
+        self._running_return = {g: arrays[f"running_return/{g}"] for g in layout.groups}
+        self._length = arrays["running_length"]
         self._obs_paths = [p for p in arrays if p.startswith("obs/")]
         self._state_paths = [p for p in arrays if p.startswith("state")]
         self._agents: dict[str, _AgentSlots] = {}

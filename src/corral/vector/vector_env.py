@@ -112,7 +112,7 @@ class VectorEnv:
             group_map,
         )
         self._arrays = self._backend.start(self.layout)
-        self._batch_paths = [p for p in self._arrays if not p.startswith("action/")]
+        self._batch_paths = [p for p in self._arrays if not p.startswith(("action/", "running_"))]
         self._action_plan = [
             (name, g, self._arrays[f"acting/{name}"], self._arrays.get(f"action_mask/{name}"))
             for name, g in self.layout.groups.items()
