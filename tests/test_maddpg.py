@@ -234,3 +234,24 @@ def test_state_dict_round_trip_resumes_learning_exactly() -> None:
     (updates, actions), (resumed_updates, resumed_actions) = runs
     assert updates and updates == resumed_updates
     np.testing.assert_array_equal(actions, resumed_actions)
+
+
+def test_critics_see_each_agents_own_observation_and_activation_is_chosen() -> None:
+    pytest.importorskip("mpe2")
+    kwargs = {"N": 3, "max_cycles": 25, "continuous_actions": True}
+    venv = corral.make_vec("mpe2/simple_spread_v3", 2, seed=0, state=True, env_kwargs=kwargs)
+    obs_dim = venv.observation_space("agent").shape[0]
+    widths = {}
+    for own in (True, False):
+        algo = MADDPG(venv, MADDPG.Config(critic_own_obs=own, activation="relu"))
+        critic = algo.critic["agent"]
+        widths[own] = critic[0].in_features
+        assert any(isinstance(layer, torch.nn.ReLU) for layer in critic)
+        assert not any(isinstance(layer, torch.nn.Tanh) for layer in algo.actor["agent"])
+        updates = Collector(venv, algo, seed=0).run(algo.config.learning_starts + 64).updates
+        assert updates and all(np.isfinite(v) for u in updates for v in u.values())
+    # state, the others' actions, the agent's index and own action; plus its observation
+    assert widths[True] - widths[False] == obs_dim
+    with pytest.raises(ValueError, match=r"activation must be one of \['relu', 'tanh'\]"):
+        MADDPG(venv, MADDPG.Config(activation="gelu"))
+    venv.close()

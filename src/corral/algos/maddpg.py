@@ -93,6 +93,12 @@ class Config(AlgoConfig):
     use_state: bool = True
     """Give the critics the env's ``state`` when the vector env has one (else every
     learned agent's observation)."""
+    activation: str = "tanh"
+    """Hidden-layer activation of actors and critics: ``tanh`` or ``relu``."""
+    critic_own_obs: bool = True
+    """Also give each agent's critic input its own observation (an agent-specific global
+    state): with one critic shared by a group, it need not pick the agent's part out of
+    the global input by its index."""
 
 
 class MADDPG(Algorithm):
@@ -132,16 +138,24 @@ class MADDPG(Algorithm):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             self.actor = {
-                g: mlp(flat_dim(self.observation_space[g]), self.act_dims[g], cfg.hidden, 0.01)
+                g: mlp(
+                    flat_dim(self.observation_space[g]),
+                    self.act_dims[g],
+                    cfg.hidden,
+                    0.01,
+                    cfg.activation,
+                )
                 for g in self.groups
             }
             self.critic = {}
             for g, d in self.act_dims.items():
                 critic_in = global_dim + joint_dim + self.sizes[g]  # + the agent's index
+                if cfg.critic_own_obs:
+                    critic_in += flat_dim(self.observation_space[g])
                 if self.discrete[g]:  # a value per own action
-                    self.critic[g] = mlp(critic_in, d, cfg.hidden)
+                    self.critic[g] = mlp(critic_in, d, cfg.hidden, activation=cfg.activation)
                 else:  # the own action as input
-                    self.critic[g] = mlp(critic_in + d, 1, cfg.hidden)
+                    self.critic[g] = mlp(critic_in + d, 1, cfg.hidden, activation=cfg.activation)
         for net in (*self.actor.values(), *self.critic.values()):
             net.to(self.device)
         self.actor_target = {g: copy.deepcopy(net) for g, net in self.actor.items()}
@@ -260,16 +274,18 @@ class MADDPG(Algorithm):
         metrics: dict[str, float] = {}
         for g in self.groups:
             with torch.no_grad():
-                next_q = self._q(g, self.critic_target[g], next_glob, next_joint, next_actions[g])
+                next_q = self._q(
+                    g, self.critic_target[g], next_glob, next_joint, next_actions[g], next_obs[g]
+                )
                 bootstrap = 1.0 - self._tensor(data[f"{g}/terminated"]).float()
                 target = self._tensor(data[f"{g}/reward"]) + cfg.gamma * bootstrap * next_q
-            q = self._q(g, self.critic[g], glob, joint, actions[g])
+            q = self._q(g, self.critic[g], glob, joint, actions[g], obs[g])
             critic_loss = nn.functional.mse_loss(q, target)
             _step(self.critic_opt[g], self.critic[g], critic_loss, cfg.max_grad_norm)
 
             raw = self.actor[g](obs[g])
             own = self._train_action(g, raw, data)
-            actor_loss = -self._q(g, self.critic[g], glob, joint, own).mean()
+            actor_loss = -self._q(g, self.critic[g], glob, joint, own, obs[g]).mean()
             actor_loss = actor_loss + cfg.action_reg * raw.pow(2).mean()
             _step(self.actor_opt[g], self.actor[g], actor_loss, cfg.max_grad_norm)
             metrics |= {
@@ -283,13 +299,22 @@ class MADDPG(Algorithm):
         return metrics
 
     def _q(
-        self, g: str, critic: nn.Module, glob: torch.Tensor, joint: torch.Tensor, own: torch.Tensor
+        self,
+        g: str,
+        critic: nn.Module,
+        glob: torch.Tensor,
+        joint: torch.Tensor,
+        own: torch.Tensor,
+        obs: torch.Tensor,
     ) -> torch.Tensor:
-        """Q ``[B, n]`` of each agent of ``g`` taking ``own`` ``[B, n, d]``; others: ``joint``."""
+        """Q ``[B, n]`` of each agent of ``g`` (observing ``obs``) taking ``own`` ``[B, n, d]``;
+        the others take theirs in ``joint``."""
         b, n = own.shape[:2]
         others = joint.unsqueeze(1) * self._others[g]
         ids = torch.eye(n, device=self.device).expand(b, n, n)
         x = [glob.unsqueeze(1).expand(b, n, -1), others, ids]
+        if self.config.critic_own_obs:
+            x.append(obs.flatten(2))
         if self.discrete[g]:
             return (critic(torch.cat(x, dim=-1)) * own).sum(-1)
         return critic(torch.cat([*x, own], dim=-1)).squeeze(-1)

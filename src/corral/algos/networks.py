@@ -26,12 +26,24 @@ def as_input(obs: np.ndarray, space: spaces.Space, device: str) -> torch.Tensor:
     return torch.as_tensor(array, device=device)
 
 
-def mlp(in_dim: int, out_dim: int, hidden: Sequence[int], out_gain: float = 1.0) -> nn.Sequential:
-    """Tanh MLP with orthogonal initialisation; the last layer scaled by ``out_gain``."""
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+"""Hidden-layer activations by the name a config gives."""
+
+
+def mlp(
+    in_dim: int,
+    out_dim: int,
+    hidden: Sequence[int],
+    out_gain: float = 1.0,
+    activation: str = "tanh",
+) -> nn.Sequential:
+    """MLP with orthogonal initialisation; the last layer scaled by ``out_gain``."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     layers: list[nn.Module] = []
     dims = [in_dim, *hidden]
     for a, b in itertools.pairwise(dims):
-        layers += [_init(nn.Linear(a, b), np.sqrt(2)), nn.Tanh()]
+        layers += [_init(nn.Linear(a, b), np.sqrt(2)), ACTIVATIONS[activation]()]
     layers.append(_init(nn.Linear(dims[-1], out_dim), out_gain))
     return nn.Sequential(*layers)
 
