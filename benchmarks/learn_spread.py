@@ -109,11 +109,13 @@ def report(args: argparse.Namespace) -> bool:
             f"seed {seed}: {len(steps)} evaluations up to {steps[-1]:,.0f} steps; "
             f"best {returns[best]:.2f} at {steps[best]:,.0f}; final {returns[-1]:.2f}"
         )
-    grid = curves[0][0]
-    if not all(np.array_equal(steps, grid) for steps, _ in curves):
+    # runs still going may be an evaluation apart: average where every seed has one
+    shared = min(len(steps) for steps, _ in curves)
+    grid = curves[0][0][:shared]
+    if not all(np.array_equal(steps[:shared], grid) for steps, _ in curves):
         sys.exit("the seeds were evaluated at different env steps: cannot average them")
-    mean = np.mean([returns for _, returns in curves], axis=0)
-    spread = np.std([returns for _, returns in curves], axis=0)
+    mean = np.mean([returns[:shared] for _, returns in curves], axis=0)
+    spread = np.std([returns[:shared] for _, returns in curves], axis=0)
     every = max(1, len(grid) // 10)
     print(f"\nmean over {len(runs)} seeds (std across seeds), every {every}th evaluation:")
     for i in range(0, len(grid), every):
