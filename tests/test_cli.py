@@ -207,14 +207,3 @@ def test_python_dash_m_corral() -> None:
     assert missing.stderr.startswith("corral: error: unknown env id 'corral/nope'")
     assert "Traceback" not in missing.stderr
 
-
-def test_python_dash_m_corral_is_the_same_command_line() -> None:
-    def corral(*argv: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "corral", *argv]
-        return subprocess.run(command, capture_output=True, text=True, check=False)
-
-    done = corral("list", "mdp")
-    assert done.returncode == 0, done.stderr
-    assert "mdp/climbing" in done.stdout
-    bad = corral("list", "nope")
-    assert bad.returncode == 2

@@ -1,7 +1,5 @@
-"""``python -m corral``: the same command line as ``corral``."""
-
-import sys
+"""``python -m corral``: the corral command line."""
 
 from corral.cli import main
 
-sys.exit(main())
+raise SystemExit(main())
