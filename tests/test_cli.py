@@ -206,4 +206,3 @@ def test_python_dash_m_corral() -> None:
     assert missing.returncode == 2
     assert missing.stderr.startswith("corral: error: unknown env id 'corral/nope'")
     assert "Traceback" not in missing.stderr
-
