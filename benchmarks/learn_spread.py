@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -74,18 +75,19 @@ def train(args: argparse.Namespace) -> None:
     """Run every seed, ``args.jobs`` at a time; each writes ``<out>/<algo>-s<seed>.log``."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pending = list(args.seeds)
-    running: list[tuple[int, subprocess.Popen]] = []
+    running: list[tuple[int, subprocess.Popen, IO[str]]] = []
     start = time.perf_counter()
     while pending or running:
         while pending and len(running) < args.jobs:
             seed = pending.pop(0)
             log = open(args.out / f"{args.algo}-s{seed}.log", "a")  # noqa: SIM115
             proc = subprocess.Popen(command(args, seed), stdout=log, stderr=log, env=env)
-            running.append((seed, proc))
+            running.append((seed, proc, log))
         time.sleep(5)
-        for seed, proc in list(running):
+        for seed, proc, log in list(running):
             if proc.poll() is not None:
-                running.remove((seed, proc))
+                running.remove((seed, proc, log))
+                log.close()
                 took = time.perf_counter() - start
                 print(f"seed {seed}: exit {proc.returncode} after {took / 60:.1f} min", flush=True)
                 if proc.returncode != 0:
