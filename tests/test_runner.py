@@ -113,7 +113,13 @@ class Killed(Exception):
     """Stands for a kill of the training process right after a checkpoint."""
 
 
-def config(tmp_path: Path, name: str = "run", env: str = "mdp/climbing", **settings: Any) -> Any:
+def config(
+    tmp_path: Path,
+    name: str = "run",
+    env: str = "mdp/climbing",
+    algo: str | type = TabularQ,
+    **settings: Any,
+) -> Any:
     base = {
         "num_envs": 4,
         "total_steps": 400,
@@ -124,7 +130,7 @@ def config(tmp_path: Path, name: str = "run", env: str = "mdp/climbing", **setti
         "device": "cpu",
         "run_dir": str(tmp_path / name),
     }
-    return load_config(TabularQ, env, {**base, **settings})
+    return load_config(algo, env, {**base, **settings})
 
 
 def train(cfg: Any) -> Any:
@@ -336,21 +342,8 @@ def test_resume_of_a_killed_run_equals_an_uninterrupted_one(
 
 
 def dqn_config(tmp_path: Path, name: str, **settings: Any) -> Any:
-    base = {
-        "num_envs": 4,
-        "total_steps": 400,
-        "eval_every": 80,
-        "eval_episodes": 8,
-        "checkpoint_every": 0,
-        "log_every": 40,
-        "device": "cpu",
-        "run_dir": str(tmp_path / name),
-        "learning_starts": 40,
-        "batch_size": 16,
-        "train_freq": 4,
-        "epsilon_decay_steps": 300,
-    }
-    return load_config("dqn", "mdp/climbing", {**base, **settings})
+    small = {"learning_starts": 40, "batch_size": 16, "train_freq": 4, "epsilon_decay_steps": 300}
+    return config(tmp_path, name, algo="dqn", **{**small, **settings})
 
 
 def test_dqn_resumes_with_its_replay_buffers_as_if_never_killed(
