@@ -11,8 +11,8 @@ return is each agent's reward summed over its 25 steps, averaged over the 3
 agents. Targets: MAPPO >= -13 within 5M env steps, MADDPG >= -14 within 2M
 env steps, on the mean of 3 seeds.
 
-A run directory that already exists is resumed (``corral train --resume``),
-so a killed benchmark goes on where it stopped; ``--report`` only reads
+A run directory that already exists is resumed (``corral train --resume``,
+up to ``--total-steps``), so a killed benchmark goes on where it stopped; ``--report`` only reads
 finished runs.
 
     python benchmarks/learn_spread.py mappo [--seeds 0 1 2] [--total-steps 5e6]
@@ -35,38 +35,31 @@ from corral.training.metrics import read_metrics
 
 ENV = "mpe2/simple_spread_v3"
 TARGETS = {"mappo": (-13.0, 5_000_000), "maddpg": (-14.0, 2_000_000)}
-ENV_SETTINGS = {
-    "mappo": ["env_kwargs.N=3", "env_kwargs.max_cycles=25", "env_kwargs.local_ratio=0.5"],
-    "maddpg": [
-        "env_kwargs.N=3",
-        "env_kwargs.max_cycles=25",
-        "env_kwargs.local_ratio=0.5",
-        "env_kwargs.continuous_actions=true",
-    ],
-}
+ENV_SETTINGS = ["env_kwargs.N=3", "env_kwargs.max_cycles=25", "env_kwargs.local_ratio=0.5"]
+CONTINUOUS = {"mappo": False, "maddpg": True}
 
 
 def command(args: argparse.Namespace, seed: int) -> list[str]:
     """The ``corral train`` command line of one seed (a resume if its run exists)."""
     run_dir = args.out / f"{args.algo}-s{seed}"
-    corral = [sys.executable, "-m", "corral"]
+    common = ["--total-steps", str(int(args.total_steps)), "--no-progress"]
+    corral = [sys.executable, "-m", "corral", "train"]
     if (run_dir / "checkpoint.pt").exists():
-        return [*corral, "train", "--resume", str(run_dir), "--no-progress"]
+        return [*corral, "--resume", str(run_dir), *common]
+    continuous = f"env_kwargs.continuous_actions={str(CONTINUOUS[args.algo]).lower()}"
     return [
         *corral,
-        "train",
         args.algo,
         "--env",
         ENV,
         "--seed",
         str(seed),
-        "--total-steps",
-        str(int(args.total_steps)),
         "--run-dir",
         str(run_dir),
-        "--no-progress",
+        *common,
         "--set",
-        *ENV_SETTINGS[args.algo],
+        *ENV_SETTINGS,
+        continuous,
         *args.set,
     ]
 
