@@ -255,3 +255,19 @@ def test_critics_see_each_agents_own_observation_and_activation_is_chosen() -> N
     with pytest.raises(ValueError, match=r"activation must be one of \['relu', 'tanh'\]"):
         MADDPG(venv, MADDPG.Config(activation="gelu"))
     venv.close()
+
+
+def test_learning_rates_decay_linearly_and_resume_with_the_step_count() -> None:
+    venv = corral.make_vec("mdp/one_round_dmdp", 4, seed=0)
+    config = MADDPG.Config(lr=1e-2, critic_lr=4e-3, lr_decay_steps=1000, lr_final_frac=0.2)
+    algo = MADDPG(venv, config.replace(learning_starts=0, batch_size=8, train_freq=4))
+    Collector(venv, algo, seed=0).run(500)
+    assert algo.update()["lr_scale"] == pytest.approx(1 - 0.5 * 0.8)
+    assert algo.actor_opt["agent"].param_groups[0]["lr"] == pytest.approx(1e-2 * 0.6)
+    assert algo.critic_opt["agent"].param_groups[0]["lr"] == pytest.approx(4e-3 * 0.6)
+    restored = MADDPG(venv, algo.config)
+    restored.load_state_dict(algo.state_dict())
+    assert restored.lr_scale() == pytest.approx(0.6)
+    Collector(venv, algo, seed=0).run(1000)
+    assert algo.lr_scale() == pytest.approx(0.2)  # kept after lr_decay_steps
+    assert MADDPG(venv).lr_scale() == 1.0

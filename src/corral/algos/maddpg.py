@@ -86,6 +86,11 @@ class Config(AlgoConfig):
     """The probability reached after ``explore_decay_steps`` env steps, and kept."""
     explore_decay_steps: int = 50_000
     """Env steps over which ``noise_std`` and ``epsilon`` decay linearly."""
+    lr_decay_steps: int = 0
+    """Env steps over which both learning rates fall linearly to ``lr_final_frac`` of their
+    initial values, then stay; 0 keeps them constant."""
+    lr_final_frac: float = 0.1
+    """The fraction of ``lr`` and ``critic_lr`` reached after ``lr_decay_steps``."""
     temperature: float = 1.0
     """Temperature of the Gumbel-softmax relaxation of ``Discrete`` actions."""
     action_reg: float = 1e-3
@@ -187,6 +192,14 @@ class MADDPG(Algorithm):
             cfg.epsilon + frac * (cfg.epsilon_final - cfg.epsilon),
         )
 
+    def lr_scale(self) -> float:
+        """The current factor on ``lr`` and ``critic_lr`` (1 without ``lr_decay_steps``)."""
+        cfg = self.config
+        if cfg.lr_decay_steps <= 0:
+            return 1.0
+        frac = min(1.0, self.env_steps / cfg.lr_decay_steps)
+        return 1.0 - frac * (1.0 - cfg.lr_final_frac)
+
     def act(self, batch: Any, *, explore: bool = True) -> tuple[Actions, Extras]:
         """Every learned agent's action; raises ``ValueError`` if one of them is not acting."""
         actions: Actions = {}
@@ -250,13 +263,20 @@ class MADDPG(Algorithm):
 
     def update(self) -> dict[str, float]:
         """One gradient step of every critic and actor per ``train_freq`` env steps collected."""
-        steps = self._due // self.config.train_freq
-        self._due -= steps * self.config.train_freq
+        cfg = self.config
+        steps = self._due // cfg.train_freq
+        self._due -= steps * cfg.train_freq
+        scale = self.lr_scale()
+        for opts, lr in ((self.actor_opt, cfg.lr), (self.critic_opt, cfg.critic_lr)):
+            for opt in opts.values():
+                for param_group in opt.param_groups:
+                    param_group["lr"] = lr * scale
         totals: dict[str, float] = {}
         for _ in range(steps):
             for name, value in self._gradient_step().items():
                 totals[name] = totals.get(name, 0.0) + value / steps
         totals["noise_std"], totals["epsilon"] = self.exploration()
+        totals["lr_scale"] = scale
         return totals
 
     def _gradient_step(self) -> dict[str, float]:
