@@ -9,6 +9,7 @@ from corral.errors import (
     CorralError,
     EnvContractError,
     EpisodeOverError,
+    ExportError,
     GroupError,
     InvalidActionError,
     MissingDependencyError,
@@ -16,6 +17,7 @@ from corral.errors import (
     UnknownEnvError,
 )
 from corral.groups import group_agents
+from corral.interop import to_gymnasium, to_pettingzoo
 from corral.registry import make, register, register_namespace, registered_ids, spec
 from corral.vector import Batch, VectorEnv, make_vec
 
@@ -40,6 +42,7 @@ __all__ = [
     "CorralError",
     "EnvContractError",
     "EpisodeOverError",
+    "ExportError",
     "GroupError",
     "InvalidActionError",
     "MissingDependencyError",
@@ -56,6 +59,8 @@ __all__ = [
     "register_namespace",
     "registered_ids",
     "spec",
+    "to_gymnasium",
+    "to_pettingzoo",
     "train",
     "validate_actions",
 ]

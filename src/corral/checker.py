@@ -231,6 +231,15 @@ def _obs_keys_are_live_agents(env: Any, frame: _Frame) -> Iterator[str]:
             )
 
 
+def _simultaneous_envs_ask_every_live_agent(env: Any, frame: _Frame) -> Iterator[str]:
+    if getattr(env, "simultaneous", False) and set(frame.obs) != set(frame.agents):
+        yield (
+            f"{frame.where}: the env declares simultaneous = True, but obs holds "
+            f"{list(frame.obs)} while env.agents is {frame.agents}; every live agent must "
+            "act at every step of a simultaneous env"
+        )
+
+
 def _obs_in_observation_spaces(env: Any, frame: _Frame) -> Iterator[str]:
     possible = _possible(env)
     for agent, value in frame.obs.items():
@@ -417,6 +426,7 @@ def _agents_leave_only_by_ending(env: Any, frame: _Frame) -> Iterator[str]:
 FRAME_RULES: tuple[Rule, ...] = (
     _agents_are_possible_agents,
     _obs_keys_are_live_agents,
+    _simultaneous_envs_ask_every_live_agent,
     _obs_in_observation_spaces,
     _episode_end_has_no_obs,
     _infos_cover_acting_agents,

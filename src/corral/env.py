@@ -15,6 +15,10 @@ observation dict are the agents that must act next.**
   step. Legal actions of a discrete agent are ``infos[a]["action_mask"]``, an
   ``int8`` array of 0/1 (the dtype ``gymnasium.spaces.Discrete.sample`` takes).
 * Optional: ``state()`` and ``state_space`` for a global state.
+* Optional: ``simultaneous = True`` declares that every live agent acts at
+  every step (``obs`` keys equal ``agents``). Undeclared envs are treated as
+  turn-based or asynchronous; :func:`corral.to_pettingzoo` reads it to pick
+  PettingZoo's Parallel or AEC API.
 
 Any object with these members is an env; :class:`MultiAgentEnv` documents them
 and gives defaults, and :func:`validate_actions` gives every env the same
@@ -52,6 +56,10 @@ class MultiAgentEnv:
     possible_agents: list[AgentID] = []
     agents: list[AgentID] = []
     render_mode: str | None = None
+    simultaneous: bool = False
+    """Every live agent acts at every step (``obs`` keys equal ``agents``), as in
+    a PettingZoo ``ParallelEnv``. Leave it ``False`` for turn-based and
+    asynchronous envs; :func:`corral.to_pettingzoo` exports those as AEC envs."""
     check_actions: bool = True
     """Validate actions in ``step``. A vector env turns this off for the envs it
     runs: it has validated the whole batch of actions before they arrive."""

@@ -40,6 +40,11 @@ class GroupError(CorralError, ValueError):
     """Agents put in one group although their spaces differ."""
 
 
+class ExportError(CorralError, ValueError):
+    """An env asked for in a form it cannot take: ``corral.to_pettingzoo(env, api="parallel")``
+    on an env that is not simultaneous, ``corral.to_gymnasium`` on a multi-agent env."""
+
+
 class EnvContractError(CorralError):
     """An env that breaks the env contract (raised by the conformance checker)."""
 

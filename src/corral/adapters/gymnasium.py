@@ -31,6 +31,8 @@ class GymnasiumEnvAdapter(MultiAgentEnv):
     enforced on the next step.
     """
 
+    simultaneous = True  # one agent, acting at every step
+
     def __init__(self, env: gymnasium.Env) -> None:
         self.env = env
         self.possible_agents = [AGENT]

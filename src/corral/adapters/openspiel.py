@@ -71,6 +71,8 @@ class OpenSpielEnv(MultiAgentEnv):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
         self.game = game
         self.render_mode = render_mode
+        # Every player acts at every node of a simultaneous-move game (chance is sampled here).
+        self.simultaneous = game_type.dynamics == pyspiel.GameType.Dynamics.SIMULTANEOUS
         self.possible_agents = [f"player_{i}" for i in range(game.num_players())]
         self.agents = []
         self._shape = tuple(shape)

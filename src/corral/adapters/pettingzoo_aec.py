@@ -26,6 +26,7 @@ from corral.adapters.pettingzoo_parallel import (
     MASK_KEY,
     PettingZooAdapter,
     build,
+    final_observation,
     unpack,
 )
 from corral.env import AgentID, InfoDict, ObsDict, StepResult, validate_actions
@@ -89,7 +90,7 @@ class AECEnvAdapter(PettingZooAdapter):
         truncs = {a: exits[a].truncated if a in exits else False for a in alive}
         obs, infos = self._observe()
         for agent, exit_ in exits.items():
-            infos[agent] = {**exit_.info, "final_obs": unpack(exit_.observation, None)[0]}
+            infos[agent] = {**exit_.info, **final_observation(exit_.observation)}
         return obs, rewards, terms, truncs, infos
 
     def _raw_step(self, action: Any, acted: bool) -> None:

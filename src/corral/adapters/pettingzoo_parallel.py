@@ -5,7 +5,9 @@ PettingZoo leaves to each env: action checks with clear errors, the final
 observation of an ended agent in ``infos[a]["final_obs"]`` (it leaves ``obs``),
 an ``infos`` entry for every agent, and Dict observations with an
 ``action_mask`` key unpacked into the ``"observation"`` part and
-``infos[a]["action_mask"]``.
+``infos[a]["action_mask"]`` (the mask that came with an ended agent's last
+observation is ``infos[a]["final_action_mask"]``, so that
+:func:`corral.to_pettingzoo` can give that observation back whole).
 """
 
 from __future__ import annotations
@@ -35,11 +37,14 @@ MASK_KEY = "action_mask"
 OBS_KEY = "observation"
 
 
+def is_masked(space: spaces.Space) -> bool:
+    """Whether ``space`` is a Dict of an ``"observation"`` and its ``"action_mask"``."""
+    return isinstance(space, spaces.Dict) and MASK_KEY in space.spaces and OBS_KEY in space.spaces
+
+
 def observation_part(space: spaces.Space) -> spaces.Space:
     """The space of what the agent sees: the ``"observation"`` part of a masked Dict space."""
-    if isinstance(space, spaces.Dict) and MASK_KEY in space.spaces and OBS_KEY in space.spaces:
-        return space[OBS_KEY]
-    return space
+    return space[OBS_KEY] if is_masked(space) else space
 
 
 def unpack(observation: Any, info: Mapping[str, Any] | None) -> tuple[Any, np.ndarray | None]:
@@ -54,6 +59,15 @@ def unpack(observation: Any, info: Mapping[str, Any] | None) -> tuple[Any, np.nd
     if info is not None and info.get(MASK_KEY) is not None:
         return observation, np.asarray(info[MASK_KEY], dtype=np.int8)
     return observation, None
+
+
+def final_observation(observation: Any) -> dict[str, Any]:
+    """The ``infos`` entries of an ended agent's last raw observation.
+
+    ``final_obs``, and ``final_action_mask`` when the observation carried a mask.
+    """
+    final, mask = unpack(observation, None)
+    return {"final_obs": final} if mask is None else {"final_obs": final, "final_action_mask": mask}
 
 
 def build(module: str, factory: str, **kwargs: Any) -> Any:
@@ -97,6 +111,11 @@ class PettingZooAdapter(MultiAgentEnv):
     def possible_agents(self) -> list[AgentID]:  # type: ignore[override]
         return list(self.env.possible_agents)
 
+    @property
+    def mask_in_obs(self) -> bool:
+        """Whether the wrapped env packs action masks into Dict observations (classic does)."""
+        return any(is_masked(self.env.observation_space(a)) for a in self.env.possible_agents)
+
     def observation_space(self, agent: AgentID) -> spaces.Space:
         return observation_part(self.env.observation_space(agent))
 
@@ -116,6 +135,8 @@ class ParallelEnvAdapter(PettingZooAdapter):
     ``state()`` and ``state_space`` exist exactly when the wrapped env has a
     ``state_space``. The wrapped env is ``adapter.env``.
     """
+
+    simultaneous = True
 
     def __init__(self, env: Any) -> None:
         self.env = env
@@ -165,7 +186,7 @@ class ParallelEnvAdapter(PettingZooAdapter):
         for agent in ended:
             info = dict(raw_infos.get(agent, {}))
             if agent in raw_obs:
-                info["final_obs"] = unpack(raw_obs[agent], None)[0]
+                info.update(final_observation(raw_obs[agent]))
             infos[agent] = info
         self._acting = list(obs)
         return obs, infos

@@ -52,6 +52,7 @@ class TabularMDP(MultiAgentEnv):
     """
 
     metadata = {"render_modes": ["ansi"], "name": "tabular_mdp"}
+    simultaneous = True  # one agent, acting at every step
 
     def __init__(
         self,
@@ -191,6 +192,7 @@ class MatrixGame(MultiAgentEnv):
     """
 
     metadata = {"render_modes": ["ansi"], "name": "matrix_game"}
+    simultaneous = True
 
     def __init__(
         self,

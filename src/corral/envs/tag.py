@@ -69,6 +69,7 @@ class Tag(MultiAgentEnv):
     """
 
     metadata = {"render_modes": ["ansi"], "name": "tag"}
+    simultaneous = True
 
     def __init__(
         self,
