@@ -1,7 +1,9 @@
 """The env contract: one interface for simultaneous, turn-based and asynchronous envs.
 
-It is the PettingZoo Parallel API read in one more way: **the keys of the
-observation dict are the agents that must act next.**
+It has the members of the PettingZoo Parallel API, read corral's way: **the
+keys of the observation dict are the agents that must act next.** (PettingZoo's
+own tools want its conventions; :func:`corral.to_pettingzoo` exports an env
+with them.)
 
 * ``reset(seed, options) -> (obs, infos)`` and
   ``step(actions) -> (obs, rewards, terminations, truncations, infos)``.
