@@ -211,6 +211,8 @@ def test_ids_with_kwargs_are_made_by_corral() -> None:
 
 # --- PettingZoo's suites -------------------------------------------------------------------
 
+# parallel_seed_test samples one step of actions without masks; at its seed (42) they are legal
+# in corral/tag, whose step would otherwise raise an InvalidActionError.
 SIMULTANEOUS = {
     "simple_spread": (lambda **kw: corral.to_pettingzoo("mpe2/simple_spread_v3", **kw), set()),
     "simple_tag": (lambda **kw: corral.to_pettingzoo("mpe2/simple_tag_v3", **kw), set()),
