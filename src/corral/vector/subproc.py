@@ -39,6 +39,7 @@ from corral.errors import (
     VectorStateError,
     WorkerDiedError,
     WorkerRestartWarning,
+    WorkerStartError,
     WorkerTimeoutError,
 )
 from corral.vector.backend import Arrays, Backend, EnvFn, EnvInfo, call_env
@@ -190,6 +191,8 @@ class _Worker:
     process: Any = None
     conn: Connection | None = None
     dead: bool = True
+    exitcode: int | None = None
+    """The exit code of the last process stopped (negative: the signal that ended it)."""
 
     def __str__(self) -> str:
         first, last = self.envs[0], self.envs[-1]
@@ -202,6 +205,7 @@ class _Worker:
             if self.process.exitcode is None:
                 self.process.kill()
                 self.process.join()
+            self.exitcode = self.process.exitcode
             self.process.close()
         if self.conn is not None:
             self.conn.close()
@@ -383,11 +387,15 @@ class SubprocBackend(Backend):
                 child.close()
             worker.process, worker.conn, worker.dead = process, conn, False
         try:
-            return self._gather(workers, "start", None)
-        except EnvError:  # a worker that cannot build its envs has exited
+            infos = self._gather(workers, "start", None)
+            died = [w for w in workers if w.dead]
+            if died:
+                raise _start_error(died, self._ctx.get_start_method())
+        except (EnvError, WorkerStartError):  # a worker that cannot build its envs has exited
             for worker in workers:
                 worker.stop()
             raise
+        return infos
 
     def _attach(self, workers: list[_Worker], seeds: list | None) -> None:
         """Have ``workers`` map the shared block; with ``seeds``, restart their envs."""
@@ -464,3 +472,27 @@ class SubprocBackend(Backend):
             f"{', '.join(map(str, workers))} did not answer {what}() within {timeout} s; "
             "it was stopped and is restarted at the next reset or step"
         )
+
+
+def _start_error(workers: list[_Worker], start_method: str) -> WorkerStartError:
+    """What to tell when ``workers`` exited before saying what their envs are."""
+    codes = {w.index: w.exitcode for w in workers}
+    how = "; ".join(f"{w}: {_exit_status(w.exitcode)}" for w in workers)
+    message = f"{len(workers)} worker(s) died while starting, before building their envs ({how})."
+    if start_method == "fork":
+        message += " A forked worker runs none of the script's code: was it killed (out of memory?)"
+    else:
+        message += (
+            f" A worker started with {start_method!r} imports the script that created the "
+            "VectorEnv (the __main__ module) again, so a script that builds a vector env at "
+            "module level starts workers from inside the worker, which Python forbids. Fix: "
+            'put that code under `if __name__ == "__main__":`, or use backend="sync". '
+            "The worker's own traceback is on stderr above."
+        )
+    return WorkerStartError(message, codes)
+
+
+def _exit_status(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
