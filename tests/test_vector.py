@@ -11,9 +11,10 @@ import importlib.util
 
 import numpy as np
 import pytest
+from gymnasium import spaces
 
 import corral
-from corral.errors import InvalidActionError, MissingDependencyError, VectorStateError
+from corral.errors import EnvError, InvalidActionError, MissingDependencyError, VectorStateError
 from corral.vector import VectorEnv, make_vec
 
 ENVS = {
@@ -416,4 +417,62 @@ def test_envs_inside_a_vector_env_skip_their_own_action_checks() -> None:
     assert corral.make("corral/rps").check_actions is True
     venv = make_vec("corral/rps", 2, seed=0)
     assert venv.get_attr("check_actions") == [False, False]
+    venv.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_call_errors_are_env_errors_on_every_backend(backend: str, ray_session) -> None:
+    """A missing method, a method that raises and a missing attribute: one error type."""
+    venv = make_vec("corral/tag", 3, backend, **_options(backend, ray_session))
+    try:
+        with pytest.raises(EnvError) as missing:
+            venv.call("no_such_method")
+        with pytest.raises(EnvError) as raising:
+            venv.call("observation_space", "nobody")  # a KeyError inside the env
+        with pytest.raises(EnvError) as attribute:
+            venv.get_attr("no_such_attribute")
+        assert venv.call("action_space", "prey_0") == [spaces.Discrete(9)] * 3  # still usable
+    finally:
+        venv.close()
+    for info, text, cause in (
+        (missing, "env 0: no_such_method() raised AttributeError", "no_such_method"),
+        (raising, "env 0: observation_space() raised KeyError: 'nobody'", "KeyError"),
+        (attribute, "env 0: reading attribute 'no_such_attribute' raised AttributeError", ""),
+    ):
+        assert type(info.value) is EnvError
+        assert info.value.env_index == 0
+        assert str(info.value).startswith(text)
+        assert "Traceback" in info.value.remote_traceback and cause in info.value.remote_traceback
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_episode_limit_and_source_attributes_reach_every_backend(backend: str, ray_session) -> None:
+    pytest.importorskip("mpe2")
+    kwargs = {"N": 2, "max_cycles": 7}
+    venv = make_vec(
+        "mpe2/simple_spread_v3", 2, backend, env_kwargs=kwargs, **_options(backend, ray_session)
+    )
+    try:
+        assert venv.max_episode_steps == 7
+        assert venv.get_attr("max_cycles") == [7, 7]  # an attribute of the raw mpe2 env
+        assert venv.get_attr("max_episode_steps") == [7, 7]
+        assert callable(venv.get_attr("state")[0])  # get_attr reads methods, call calls them
+        with pytest.raises(EnvError, match="has no attribute 'max_cyclez', nor has the"):
+            venv.get_attr("max_cyclez")
+        batch = venv.reset(seed=0)
+        rng = np.random.default_rng(0)
+        for _ in range(7):
+            assert not batch.done.any()
+            batch = venv.step(venv.sample_actions(batch, rng))
+        assert batch.done.all() and batch.episode_length.tolist() == [7, 7]
+    finally:
+        venv.close()
+
+
+def test_vector_env_without_an_episode_limit_says_none() -> None:
+    venv = make_vec("corral/rps4", 1, env_kwargs={"num_cycles": 3})
+    assert venv.max_episode_steps == 9
+    venv.close()
+    venv = VectorEnv([lambda: _make_or_skip("pettingzoo/classic/go_v5", {})])
+    assert venv.max_episode_steps is None
     venv.close()

@@ -73,6 +73,11 @@ class RockPaperScissors(MultiAgentEnv):
         self._last = [-1, -1]
         self._pending = -1
 
+    @property
+    def max_episode_steps(self) -> int:  # type: ignore[override]
+        """Every episode lasts exactly two steps a round."""
+        return 2 * self.num_rounds
+
     def observation_space(self, agent: AgentID) -> spaces.Box:
         """``float32[7]``: own and opponent's previous moves, fraction of rounds played."""
         return self._obs_space

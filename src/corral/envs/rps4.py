@@ -69,6 +69,11 @@ class RockPaperScissors4(MultiAgentEnv):
         self._step = 0
         self._last = [-1] * len(PLAYERS)
 
+    @property
+    def max_episode_steps(self) -> int:  # type: ignore[override]
+        """Every episode lasts exactly three steps a cycle."""
+        return self._num_steps
+
     def observation_space(self, agent: AgentID) -> spaces.Box:
         """``float32[7]``: own and opponent's previous moves, fraction of steps taken."""
         return self._obs_space

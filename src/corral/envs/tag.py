@@ -130,6 +130,11 @@ class Tag(MultiAgentEnv):
         self._step = 0
         self._current_masks: dict[AgentID, np.ndarray] = {}
 
+    @property
+    def max_episode_steps(self) -> int:  # type: ignore[override]
+        """``max_cycles``: every live agent is truncated then."""
+        return self.max_cycles
+
     def observation_space(self, agent: AgentID) -> spaces.Box:
         """A predator's and a prey's observations differ in size; see the class docstring."""
         return self._obs_spaces[agent]

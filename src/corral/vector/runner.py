@@ -9,14 +9,13 @@ batch for the same seeds and actions.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from corral.env import MultiAgentEnv
-from corral.errors import EnvError
+from corral.vector.backend import guarded
 from corral.vector.layout import Layout, array_tree, reader, writer
 
 
@@ -98,14 +97,7 @@ class EnvRunner:
     # -- bookkeeping --------------------------------------------------------------
 
     def _guard(self, i: int, what: str, call: Callable[[], Any]) -> Any:
-        try:
-            return call()
-        except Exception as err:
-            raise EnvError(
-                self.offset + i,
-                f"{what}() raised {type(err).__name__}: {err}",
-                traceback.format_exc(),
-            ) from err
+        return guarded(self.offset + i, f"{what}()", call)
 
     def _clear_step_fields(self) -> None:
         for g in self.layout.groups:

@@ -42,7 +42,7 @@ from corral.errors import (
     WorkerStartError,
     WorkerTimeoutError,
 )
-from corral.vector.backend import Arrays, Backend, EnvFn, EnvInfo, call_env
+from corral.vector.backend import Arrays, Backend, EnvFn, EnvInfo, call_envs, set_env_attrs
 from corral.vector.layout import Layout
 from corral.vector.runner import EnvRunner
 from corral.vector.shared_memory import BlockLayout, create_block, map_arrays
@@ -111,12 +111,6 @@ class _Server:
         self.envs = envs
         self.offset = offset
 
-    def _guarded(self, i: int, what: str, call: Callable[[], Any]) -> Any:
-        try:
-            return call()
-        except Exception as err:
-            raise _error(self.offset + i, what, err) from err
-
     def attach(self, layout: Layout, block: BlockLayout, seeds: list | None) -> None:
         """Map this worker's rows; with ``seeds``, take over from a dead worker."""
         fd = recv_handle(self.conn)
@@ -135,15 +129,11 @@ class _Server:
     def step(self) -> None:
         self.runner.step()
 
-    def call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
-        return [
-            self._guarded(i, f"{name}()", lambda e=env: call_env(e, name, args, kwargs))
-            for i, env in enumerate(self.envs)
-        ]
+    def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
+        return call_envs(self.envs, self.offset, name, args, kwargs)
 
     def set_attr(self, name: str, values: list[Any]) -> None:
-        for i, (env, value) in enumerate(zip(self.envs, values, strict=True)):
-            self._guarded(i, f"setting {name}", lambda e=env, v=value: setattr(e, name, v))
+        set_env_attrs(self.envs, self.offset, name, values)
 
 
 def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Connection]) -> None:
@@ -329,7 +319,7 @@ class SubprocBackend(Backend):
     # -- other calls ------------------------------------------------------------------
 
     def call(
-        self, name: str, args: tuple, kwargs: dict[str, Any], timeout: float | None
+        self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None
     ) -> list[Any]:
         replies = self._request(self._workers, lambda w: ("call", name, args, kwargs), timeout)
         return [value for reply in replies for value in reply]

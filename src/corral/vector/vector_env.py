@@ -102,6 +102,7 @@ class VectorEnv:
         self._backend = backend_class(backend)(list(env_fns), **options)
         info = self._backend.env_info()
         self.metadata = info.metadata
+        self._max_episode_steps = info.max_episode_steps
         self.possible_agents = info.possible_agents
         self.layout = Layout(
             info.possible_agents,
@@ -146,6 +147,11 @@ class VectorEnv:
     @property
     def state_space(self) -> Any:
         return self.layout.state_space
+
+    @property
+    def max_episode_steps(self) -> int | None:
+        """The first env's ``max_episode_steps``: the most steps an episode lasts, or ``None``."""
+        return self._max_episode_steps
 
     # -- reset and step -----------------------------------------------------------
 
@@ -210,9 +216,9 @@ class VectorEnv:
         return self._backend.call(name, args, kwargs, timeout)
 
     def get_attr(self, name: str, timeout: float | None = None) -> list:
-        """Attribute ``name`` of every env."""
+        """Attribute ``name`` of every env (an adapter's, else its source env's)."""
         self._expect(_Pending.NONE, "get_attr")
-        return self._backend.call("__getattribute__", (name,), {}, timeout)
+        return self._backend.call(name, None, {}, timeout)
 
     def set_attr(self, name: str, values: Any, timeout: float | None = None) -> None:
         """Set attribute ``name`` of env ``i`` to ``values[i]`` (or every env to ``values``)."""
