@@ -291,6 +291,11 @@ class EndedAgentStays(Broken):
         self.agents.append("p_2")
 
 
+class AgentListedTwice(Broken):
+    def corrupt(self, obs, rewards, terms, truncs, infos):
+        self.agents.append("p_0")  # e.g. an env that adds a joining agent every step
+
+
 class AgentVanishes(Broken):
     n = 2
 
@@ -373,6 +378,7 @@ BROKEN = [
     (MissingFinalObs, "step 2: agent 'p_2' ended but infos['p_2']['final_obs']"),
     (FinalObsOutsideSpace, "step 2: infos['p_2']['final_obs'] is not in the observation space"),
     (EndedAgentStays, "step 2: agent 'p_2' ended but is still in env.agents"),
+    (AgentListedTwice, "step 1: env.agents lists agent 'p_0' 2 times; each live agent is listed"),
     (AgentVanishes, "step 2: agent 'p_2' left env.agents without terminations or truncations"),
     (Revived, "step 5: agent 'p_2' was revived after its episode ended at step 2"),
     (ObsAfterEpisodeEnd, "step 6: the episode is over (env.agents is empty) but obs holds"),

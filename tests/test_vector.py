@@ -8,7 +8,9 @@ Every batch field is checked against what the reference envs returned.
 from __future__ import annotations
 
 import importlib.util
+import sys
 
+import cloudpickle
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -476,3 +478,64 @@ def test_vector_env_without_an_episode_limit_says_none() -> None:
     venv = VectorEnv([lambda: _make_or_skip("pettingzoo/classic/go_v5", {})])
     assert venv.max_episode_steps is None
     venv.close()
+
+
+class JoiningEnv(corral.MultiAgentEnv):
+    """``agent_0`` plays from the reset; ``agent_1`` joins (alive and acting) after step 2;
+    ``agent_2`` joins ``agents`` after step 3 but first acts after step 4. Five steps."""
+
+    possible_agents = ["agent_0", "agent_1", "agent_2"]
+
+    def __init__(self) -> None:
+        self.agents: list[str] = []
+        self.t = 0
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return spaces.Box(0.0, 10.0, (1,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, ["agent_0"]
+        return self._observe()
+
+    def step(self, actions):
+        corral.validate_actions(actions, self._acting(), self.action_space, {}, self.t)
+        alive = list(self.agents)
+        self.t += 1
+        done = self.t == 5
+        rewards = dict.fromkeys(alive, 1.0)
+        terms, truncs = dict.fromkeys(alive, done), dict.fromkeys(alive, False)
+        if done:
+            final = np.full(1, self.t, np.float32)
+            self.agents = []
+            return {}, rewards, terms, truncs, {a: {"final_obs": final} for a in alive}
+        self.agents = self.possible_agents[: 1 + (self.t >= 2) + (self.t >= 3)]
+        obs, infos = self._observe()
+        return obs, rewards, terms, truncs, infos
+
+    def _acting(self) -> list[str]:
+        return self.possible_agents[: 1 + (self.t >= 2) + (self.t >= 4)]
+
+    def _observe(self) -> tuple[dict, dict]:
+        acting = self._acting()
+        return {a: np.full(1, self.t, np.float32) for a in acting}, {a: {} for a in acting}
+
+
+@pytest.mark.parametrize("backend", ["sync", "subproc"])
+def test_agents_that_join_mid_episode_are_alive(backend: str) -> None:
+    assert corral.check_env(JoiningEnv()).ok  # joining keeps the contract
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+    venv = VectorEnv([JoiningEnv] * 2, backend)
+    alive, acting = [], []
+    batch = venv.reset(seed=0)
+    for _ in range(6):
+        alive.append(batch.alive["agent"][0].tolist())
+        acting.append(batch.acting["agent"][0].tolist())
+        assert not (batch.acting["agent"] & ~batch.alive["agent"]).any()
+        batch = venv.step({"agent": np.zeros((2, 3), np.int64)})
+    venv.close()
+    F, T = False, True
+    assert alive == [[T, F, F], [T, F, F], [T, T, F], [T, T, T], [T, T, T], [T, F, F]]
+    assert acting == [[T, F, F], [T, F, F], [T, T, F], [T, T, F], [T, T, T], [T, F, F]]

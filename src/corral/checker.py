@@ -216,6 +216,15 @@ def _agents_are_possible_agents(env: Any, frame: _Frame) -> Iterator[str]:
             )
 
 
+def _agents_are_listed_once(env: Any, frame: _Frame) -> Iterator[str]:
+    for agent, count in Counter(frame.agents).items():
+        if count > 1:
+            yield (
+                f"{frame.where}: env.agents lists agent {agent!r} {count} times; each live "
+                "agent is listed once (an agent that joins mid-episode is added once)"
+            )
+
+
 def _obs_keys_are_live_agents(env: Any, frame: _Frame) -> Iterator[str]:
     possible = _possible(env)
     for agent in frame.obs:
@@ -227,7 +236,8 @@ def _obs_keys_are_live_agents(env: Any, frame: _Frame) -> Iterator[str]:
         elif frame.agents and agent not in frame.agents:
             yield (
                 f"{frame.where}: obs holds agent {agent!r}, which is not in env.agents "
-                f"{frame.agents}; only live agents may be asked to act"
+                f"{frame.agents}; only live agents may be asked to act (an agent that joins "
+                "mid-episode enters env.agents no later than obs)"
             )
 
 
@@ -416,6 +426,7 @@ def _agents_leave_only_by_ending(env: Any, frame: _Frame) -> Iterator[str]:
 
 FRAME_RULES: tuple[Rule, ...] = (
     _agents_are_possible_agents,
+    _agents_are_listed_once,
     _obs_keys_are_live_agents,
     _obs_in_observation_spaces,
     _episode_end_has_no_obs,
