@@ -98,3 +98,7 @@ class WorkerStartError(WorkerDiedError):
 
 class WorkerRestartWarning(UserWarning):
     """A worker process died and was restarted: its envs were reset mid-episode."""
+
+
+class CheckIncompleteWarning(UserWarning):
+    """``check_env`` found no violation, but no episode ended: some rules went unchecked."""
