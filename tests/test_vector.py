@@ -539,3 +539,28 @@ def test_agents_that_join_mid_episode_are_alive(backend: str) -> None:
     F, T = False, True
     assert alive == [[T, F, F], [T, F, F], [T, T, F], [T, T, T], [T, T, T], [T, F, F]]
     assert acting == [[T, F, F], [T, F, F], [T, T, F], [T, T, F], [T, T, T], [T, F, F]]
+
+
+def test_clip_actions_clips_box_actions_into_bounds_and_counts_them() -> None:
+    pytest.importorskip("mpe2")
+    kwargs = {"N": 2, "continuous_actions": True}  # Box(0, 1, (5,)) actions
+    clipping = make_vec("mpe2/simple_spread_v3", 2, seed=0, clip_actions=True, env_kwargs=kwargs)
+    plain = make_vec("mpe2/simple_spread_v3", 2, seed=0, env_kwargs=kwargs)
+    clipping.reset(), plain.reset()
+    actions = np.full((2, 2, 5), 0.5, np.float32)
+    actions[0, 1, :2] = [1.7, -0.3]
+    with pytest.raises(InvalidActionError, match=r"env 0, agent 'agent_1': expected values within"):
+        plain.step({"agent": actions})
+    actions[1, 0, 4] = np.inf  # clipped to the bound like any value past it
+    batch = clipping.step({"agent": actions})
+    assert batch.clipped_actions["agent"].tolist() == [[0, 2], [1, 0]]
+    assert actions[0, 1, 0] == np.float32(1.7)  # the caller's array is left as it was
+    want = plain.step({"agent": np.clip(actions, 0.0, 1.0)})
+    np.testing.assert_array_equal(batch.obs["agent"], want.obs["agent"])
+    assert not want.clipped_actions["agent"].any()
+    batch = clipping.step({"agent": np.full((2, 2, 5), 0.5, np.float32)})
+    assert not batch.clipped_actions["agent"].any()
+    actions[1, 1, 0] = np.nan
+    with pytest.raises(InvalidActionError, match=r"env 1, agent 'agent_1'.*finite"):
+        clipping.step({"agent": actions})
+    clipping.close(), plain.close()
