@@ -21,6 +21,7 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import sys
 import time
 import traceback
 import warnings
@@ -469,15 +470,16 @@ def _start_error(workers: list[_Worker], start_method: str) -> WorkerStartError:
     codes = {w.index: w.exitcode for w in workers}
     how = "; ".join(f"{w}: {_exit_status(w.exitcode)}" for w in workers)
     message = f"{len(workers)} worker(s) died while starting, before building their envs ({how})."
-    if start_method == "fork":
-        message += " A forked worker runs none of the script's code: was it killed (out of memory?)"
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    if start_method == "fork" or script is None:  # no script of the user's runs in the worker
+        message += " Was the worker killed (out of memory?)"
     else:
         message += (
-            f" A worker started with {start_method!r} imports the script that created the "
-            "VectorEnv (the __main__ module) again, so a script that builds a vector env at "
-            "module level starts workers from inside the worker, which Python forbids. Fix: "
-            'put that code under `if __name__ == "__main__":`, or use backend="sync". '
-            "The worker's own traceback is on stderr above."
+            f" The usual cause: a worker started with {start_method!r} first imports the "
+            f"main script ({script}) again, and a script that builds a vector env at module "
+            "level then starts workers from inside the worker, which Python forbids. Fix: put "
+            'that code under `if __name__ == "__main__":`, or use backend="sync". The '
+            "worker's own traceback is on stderr above."
         )
     return WorkerStartError(message, codes)
 
