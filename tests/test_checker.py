@@ -23,7 +23,7 @@ from gymnasium import spaces
 import corral
 from corral.checker import MAX_REPEATS, CheckReport, RandomPolicy, check_env
 from corral.env import MultiAgentEnv, validate_actions
-from corral.errors import EnvContractError
+from corral.errors import CheckIncompleteWarning, EnvContractError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "custom_env.py"
@@ -178,8 +178,86 @@ def test_custom_env_doc_sessions_run(
 
 
 def test_max_steps_and_episodes_bound_the_rollout() -> None:
-    assert check_env(Relay(), max_steps=5).steps == 5
+    assert check_env(Relay(), max_steps=10).steps == 10  # the second episode is cut
+    assert check_env(Relay(), max_steps=5).steps == 7  # the first one plays on to its end
     assert check_env(Relay(), episodes=1).steps == 7
+
+
+class Ticker(MultiAgentEnv):
+    """Two agents act together every step; everyone is truncated after ``length`` steps."""
+
+    possible_agents = ["a_0", "a_1"]
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self.agents = []
+        self._t = 0
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return spaces.Box(0, 1, (1,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(2)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.agents, self._t = list(self.possible_agents), 0
+        return self._observe(), {a: {} for a in self.agents}
+
+    def step(self, actions: Mapping[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        validate_actions(actions, self.agents, self.action_space, {}, self._t)
+        alive = list(self.agents)
+        self._t += 1
+        over = self._t == self.length
+        rewards = dict.fromkeys(alive, 0.0)
+        terms, truncs = dict.fromkeys(alive, False), dict.fromkeys(alive, over)
+        if over:
+            self.agents = []
+            return {}, rewards, terms, truncs, {a: {"final_obs": self._obs()} for a in alive}
+        return self._observe(), rewards, terms, truncs, {a: {} for a in alive}
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self._t / self.length], dtype=np.float32)
+
+    def _observe(self) -> dict:
+        return {a: self._obs() for a in self.agents}
+
+
+def test_first_episode_plays_past_max_steps_until_it_ends() -> None:
+    """Like go or pursuit (500 steps): max_steps ends no episode, so the checker plays on."""
+    report = check_env(Ticker(500))
+    assert report.ok and report.complete, str(report)
+    assert (report.steps, report.episodes) == (500, 1)
+    assert str(report).endswith(": ok, no contract violation found")
+
+
+def test_env_that_does_not_end_within_the_cap_is_reported_incomplete() -> None:
+    with pytest.warns(CheckIncompleteWarning, match="no episode ended within 40 steps"):
+        report = check_env(Ticker(500), max_steps=20, step_cap=40)
+    assert report.ok and not report.complete
+    assert (report.steps, report.episodes) == (40, 0)
+    assert "incomplete, no contract violation found, but no episode ended" in str(report)
+    assert "final_obs" in str(report) and "were not checked" in str(report)
+
+
+def test_episodes_outlasting_max_episode_steps_are_reported() -> None:
+    class Overlong(Ticker):
+        max_episode_steps = 6
+
+    found = violations(Overlong(9))
+    assert found == [
+        "step 5: the episode goes on after 6 steps, but env.max_episode_steps is 6; an "
+        "episode must end within max_episode_steps",
+        "episode 1, step 5: the episode goes on after 6 steps, but env.max_episode_steps is 6; "
+        "an episode must end within max_episode_steps",
+    ], found
+    assert check_env(Overlong(6)).ok
+
+    class Fractional(Relay):
+        max_episode_steps = 6.5
+
+    assert violations(Fractional()) == [
+        "env.max_episode_steps must be a positive int or None, got float 6.5"
+    ]
 
 
 def test_raise_on_error_raises_with_every_violation() -> None:
@@ -291,6 +369,11 @@ class EndedAgentStays(Broken):
         self.agents.append("p_2")
 
 
+class AgentListedTwice(Broken):
+    def corrupt(self, obs, rewards, terms, truncs, infos):
+        self.agents.append("p_0")  # e.g. an env that adds a joining agent every step
+
+
 class AgentVanishes(Broken):
     n = 2
 
@@ -373,6 +456,7 @@ BROKEN = [
     (MissingFinalObs, "step 2: agent 'p_2' ended but infos['p_2']['final_obs']"),
     (FinalObsOutsideSpace, "step 2: infos['p_2']['final_obs'] is not in the observation space"),
     (EndedAgentStays, "step 2: agent 'p_2' ended but is still in env.agents"),
+    (AgentListedTwice, "step 1: env.agents lists agent 'p_0' 2 times; each live agent is listed"),
     (AgentVanishes, "step 2: agent 'p_2' left env.agents without terminations or truncations"),
     (Revived, "step 5: agent 'p_2' was revived after its episode ended at step 2"),
     (ObsAfterEpisodeEnd, "step 6: the episode is over (env.agents is empty) but obs holds"),

@@ -99,6 +99,18 @@ def test_check_a_good_env_exits_0(capsys: pytest.CaptureFixture[str], nim: str) 
     assert "ok, no contract violation found" in out
 
 
+def test_check_that_ends_no_episode_exits_3_and_says_so(
+    capsys: pytest.CaptureFixture[str], example: ModuleType
+) -> None:
+    register("test/long-nim", example.Nim, sticks=80, max_take=1)  # 80 steps an episode
+    code, out, err = run(capsys, "check", "test/long-nim", "--steps", "20", "--step-cap", "50")
+    assert code == 3
+    assert "(seed 0, 50 steps, 0 episodes): incomplete, no contract violation found" in out
+    assert "were not checked" in out and "Warning" not in err
+    code, out, _ = run(capsys, "check", "test/long-nim", "--steps", "20")
+    assert code == 0 and "(seed 0, 80 steps, 1 episodes): ok" in out
+
+
 def test_check_a_broken_env_exits_1_with_the_violations(
     capsys: pytest.CaptureFixture[str], example: ModuleType
 ) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -199,3 +201,41 @@ def test_rps4_bad_actions_raise_and_leave_env_usable() -> None:
         env.step({"player_2": ROCK, "player_3": 3})
     obs, rewards, *_ = env.step({"player_2": ROCK, "player_3": PAPER})
     assert list(obs) == ["player_2", "player_3"] and rewards["player_3"] == 1.0
+
+
+def test_rgb_array_frames_show_moves_results_and_turns() -> None:
+    from corral.envs.rps import GAP, MOVE_COLOURS, NO_MOVE, PANEL, RESULT_COLOURS, TO_MOVE
+
+    def panel(frame: np.ndarray, k: int, dy: int = PANEL // 2) -> tuple[int, ...]:
+        """The colour in player ``k``'s panel, ``dy`` pixels down (its centre by default)."""
+        return tuple(int(v) for v in frame[GAP + dy, GAP + k * (PANEL + GAP) + PANEL // 2])
+
+    def turn_bar(frame: np.ndarray, k: int) -> bool:
+        return panel(frame, k, PANEL + GAP) == TO_MOVE
+
+    env = corral.make("corral/rps", render_mode="rgb_array", num_rounds=2)
+    assert "rgb_array" in env.metadata["render_modes"]
+    env.reset()
+    start = env.render()
+    assert start.shape == (108, 152, 3) and start.dtype == np.uint8
+    assert panel(start, 0) == panel(start, 1) == NO_MOVE
+    assert turn_bar(start, 0) and not turn_bar(start, 1)
+    env.step({"player_0": ROCK})
+    assert not turn_bar(env.render(), 0) and turn_bar(env.render(), 1)
+    env.step({"player_1": PAPER})
+    frame = env.render()
+    assert (panel(frame, 0), panel(frame, 1)) == (MOVE_COLOURS[ROCK], MOVE_COLOURS[PAPER])
+    assert panel(frame, 0, 1) == RESULT_COLOURS[-1.0] and panel(frame, 1, 1) == RESULT_COLOURS[1.0]
+
+    env4 = corral.make("corral/rps4", render_mode="rgb_array", num_cycles=1)
+    obs, _ = env4.reset()
+    frames = [env4.render()]
+    while env4.agents:
+        obs, *_ = env4.step(dict.fromkeys(obs, SCISSORS))
+        frames.append(env4.render())
+    assert frames[0].shape == (108, 4 * (PANEL + GAP) + GAP, 3)
+    assert [turn_bar(frames[0], k) for k in range(4)] == [True, True, False, False]
+    assert [turn_bar(frames[1], k) for k in range(4)] == [False, False, True, True]
+    assert panel(frames[-1], 3) == MOVE_COLOURS[SCISSORS]
+    assert panel(frames[-1], 3, 1) == RESULT_COLOURS[0.0]
+    assert all((a != b).any() for a, b in itertools.pairwise(frames))

@@ -211,3 +211,31 @@ def test_render_and_arguments() -> None:
         Tag(size=3, walls=[(3, 0)])
     with pytest.raises(ValueError, match="free cells"):
         Tag(num_predators=3, num_prey=2, size=2)
+
+
+def test_rgb_array_frames_draw_walls_and_follow_the_agents() -> None:
+    from corral.envs.tag import CELL, PREDATOR, PREY, WALL
+
+    env = corral.make("corral/tag", render_mode="rgb_array")
+    assert "rgb_array" in env.metadata["render_modes"]
+
+    def colour_at(frame: np.ndarray, cell: tuple[int, int]) -> tuple[int, ...]:
+        return tuple(int(v) for v in frame[cell[0] * CELL + CELL // 2, cell[1] * CELL + CELL // 2])
+
+    obs, infos = env.reset(seed=0)
+    frame = env.render()
+    assert frame.shape == (7 * CELL, 7 * CELL, 3) and frame.dtype == np.uint8
+    assert colour_at(frame, (2, 2)) == WALL
+    rng = np.random.default_rng(0)
+    moves = 0
+    while env.agents:
+        cells = {a: positions(env)[a] for a in env.agents}
+        for agent, cell in cells.items():
+            assert colour_at(frame, cell) == (PREDATOR if "predator" in agent else PREY)
+        actions = {a: int(rng.choice(np.flatnonzero(infos[a]["action_mask"]))) for a in obs}
+        obs, _, _, _, infos = env.step(actions)
+        before, frame = frame, env.render()
+        moved = cells != {a: positions(env)[a] for a in env.agents}
+        assert (before != frame).any() == moved
+        moves += moved
+    assert moves > 10

@@ -118,3 +118,17 @@ def test_registration_adaptation_and_namespace() -> None:
     adapted.reset(seed=0)
     assert adapted.render_mode == "ansi" and "F" in adapted.render()
     adapted.close()
+
+
+def test_time_limit_and_gymnasium_attributes_pass_through() -> None:
+    from gymnasium.envs.classic_control import CartPoleEnv
+    from gymnasium.wrappers import TimeLimit
+
+    env = corral.make("gym/CartPole-v1", max_episode_steps=15)
+    assert env.max_episode_steps == 15
+    assert env.spec.id == "CartPole-v1"  # the wrapper's attribute, reached through the adapter
+    assert env.gravity == 9.8 and isinstance(env.unwrapped, CartPoleEnv)
+    assert corral.adapt(TimeLimit(CartPoleEnv(), 33)).max_episode_steps == 33  # no spec
+    assert corral.adapt(CartPoleEnv()).max_episode_steps is None
+    with pytest.raises(AttributeError, match="no attribute 'gravty', nor has the TimeLimit"):
+        _ = env.gravty

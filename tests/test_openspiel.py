@@ -259,3 +259,8 @@ def test_render_ansi_shows_the_state() -> None:
     env.step({"player_0": 0})
     assert env.render() == str(env.spiel_state)
     assert "x" in env.render()
+
+
+def test_episode_limit_is_the_games_max_length() -> None:
+    env = corral.make("openspiel/kuhn_poker")
+    assert env.max_episode_steps == 3 == env.game.max_game_length()

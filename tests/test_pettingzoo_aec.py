@@ -366,3 +366,15 @@ def test_missing_dependency_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(sys.modules, "pettingzoo.classic.rps.rps", None)
     with pytest.raises(MissingDependencyError, match=r"corral\[pettingzoo\]"):
         corral.make("pettingzoo/classic/rps_v2")
+
+
+def test_episode_limit_counts_one_step_per_agent_turn() -> None:
+    env = corral.make("pettingzoo/classic/rps_v2", max_cycles=4)
+    assert env.max_cycles == 4 and env.max_episode_steps == 8
+    obs, _ = env.reset(seed=0)
+    steps = 0
+    while env.agents:
+        obs, *_ = env.step({a: 0 for a in obs})
+        steps += 1
+    assert steps == 8
+    assert corral.make("pettingzoo/classic/tictactoe_v3").max_episode_steps is None

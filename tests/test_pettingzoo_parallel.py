@@ -222,3 +222,24 @@ def test_missing_dependency_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(sys.modules, "mpe2.simple_v3", None)
     with pytest.raises(MissingDependencyError, match=r"corral\[pettingzoo\]"):
         corral.make("mpe2/simple_v3")
+
+
+def test_source_attributes_and_episode_limit_pass_through() -> None:
+    env = corral.make("mpe2/simple_spread_v3", N=2, max_cycles=7)
+    assert env.max_episode_steps == 7
+    assert env.max_cycles == 7  # read from the raw mpe2 env under aec_to_parallel
+    assert env.unwrapped is env.env.unwrapped and type(env.unwrapped).__name__ == "raw_env"
+    with pytest.raises(AttributeError, match="no attribute 'max_cyclez', nor has the"):
+        _ = env.max_cyclez
+    with pytest.raises(AttributeError, match=r"private attributes .* are not forwarded"):
+        _ = env._agent_selector
+    assert not hasattr(corral.make("pettingzoo/classic/rps_v2"), "state")  # AEC: no state_space
+
+
+@pytest.mark.filterwarnings("ignore:builtin type .* has no __module__:DeprecationWarning")
+def test_episode_limit_of_a_sisl_env_is_found_inside_its_wrappers() -> None:
+    try:
+        env = corral.make("pettingzoo/sisl/pursuit_v5", max_cycles=40)
+    except MissingDependencyError as err:
+        pytest.skip(str(err))
+    assert env.max_episode_steps == 40  # kept by pursuit's inner game, under raw_env

@@ -497,16 +497,32 @@ def test_gif_of_an_env_that_renders(tmp_path: Path) -> None:
     assert 1 < iio.imread(tmp_path / "spread.gif", index=None).shape[0] <= frames
 
 
+@pytest.mark.parametrize("env", ["corral/tag", "corral/rps", "corral/rps4"])
+def test_gif_of_corrals_own_envs(tmp_path: Path, env: str) -> None:
+    iio = pytest.importorskip("imageio.v3")
+    from corral.training.render import record_episode
+
+    cfg = config(tmp_path, env=env)
+    venv = corral.make_vec(env, 1)
+    algo = TabularQ(venv, cfg.algo_config.replace(prefer=1))  # moves: distinct frames
+    venv.close()
+    frames = record_episode(cfg, algo, tmp_path / "episode.gif")
+    gif = iio.imread(tmp_path / "episode.gif", index=None)
+    assert (tmp_path / "episode.gif").read_bytes()[:6] == b"GIF89a"
+    assert frames > 1 and gif.ndim == 4 and gif.shape[-1] == 3
+    assert 1 < gif.shape[0] <= frames  # identical consecutive frames may be merged
+
+
 def test_envs_that_cannot_render_say_so(tmp_path: Path) -> None:
     from corral.training.render import RenderError, record_episode
 
-    cfg = config(tmp_path, env="corral/rps")
-    venv = corral.make_vec("corral/rps", 1)
+    cfg = config(tmp_path, env="mdp/climbing")
+    venv = corral.make_vec("mdp/climbing", 1)
     algo = TabularQ(venv, cfg.algo_config)
     venv.close()
     with pytest.raises(RenderError, match="cannot render"):
-        record_episode(cfg, algo, tmp_path / "rps.gif")
-    assert not (tmp_path / "rps.gif").exists()
+        record_episode(cfg, algo, tmp_path / "climbing.gif")
+    assert not (tmp_path / "climbing.gif").exists()
 
 
 def test_algorithms_that_read_the_state_get_vector_envs_with_state(tmp_path: Path) -> None:

@@ -8,12 +8,15 @@ Every batch field is checked against what the reference envs returned.
 from __future__ import annotations
 
 import importlib.util
+import sys
 
+import cloudpickle
 import numpy as np
 import pytest
+from gymnasium import spaces
 
 import corral
-from corral.errors import InvalidActionError, MissingDependencyError, VectorStateError
+from corral.errors import EnvError, InvalidActionError, MissingDependencyError, VectorStateError
 from corral.vector import VectorEnv, make_vec
 
 ENVS = {
@@ -417,3 +420,147 @@ def test_envs_inside_a_vector_env_skip_their_own_action_checks() -> None:
     venv = make_vec("corral/rps", 2, seed=0)
     assert venv.get_attr("check_actions") == [False, False]
     venv.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_call_errors_are_env_errors_on_every_backend(backend: str, ray_session) -> None:
+    """A missing method, a method that raises and a missing attribute: one error type."""
+    venv = make_vec("corral/tag", 3, backend, **_options(backend, ray_session))
+    try:
+        with pytest.raises(EnvError) as missing:
+            venv.call("no_such_method")
+        with pytest.raises(EnvError) as raising:
+            venv.call("observation_space", "nobody")  # a KeyError inside the env
+        with pytest.raises(EnvError) as attribute:
+            venv.get_attr("no_such_attribute")
+        assert venv.call("action_space", "prey_0") == [spaces.Discrete(9)] * 3  # still usable
+    finally:
+        venv.close()
+    for info, text, cause in (
+        (missing, "env 0: no_such_method() raised AttributeError", "no_such_method"),
+        (raising, "env 0: observation_space() raised KeyError: 'nobody'", "KeyError"),
+        (attribute, "env 0: reading attribute 'no_such_attribute' raised AttributeError", ""),
+    ):
+        assert type(info.value) is EnvError
+        assert info.value.env_index == 0
+        assert str(info.value).startswith(text)
+        assert "Traceback" in info.value.remote_traceback and cause in info.value.remote_traceback
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_episode_limit_and_source_attributes_reach_every_backend(backend: str, ray_session) -> None:
+    pytest.importorskip("mpe2")
+    kwargs = {"N": 2, "max_cycles": 7}
+    venv = make_vec(
+        "mpe2/simple_spread_v3", 2, backend, env_kwargs=kwargs, **_options(backend, ray_session)
+    )
+    try:
+        assert venv.max_episode_steps == 7
+        assert venv.get_attr("max_cycles") == [7, 7]  # an attribute of the raw mpe2 env
+        assert venv.get_attr("max_episode_steps") == [7, 7]
+        assert callable(venv.get_attr("state")[0])  # get_attr reads methods, call calls them
+        with pytest.raises(EnvError, match="has no attribute 'max_cyclez', nor has the"):
+            venv.get_attr("max_cyclez")
+        batch = venv.reset(seed=0)
+        rng = np.random.default_rng(0)
+        for _ in range(7):
+            assert not batch.done.any()
+            batch = venv.step(venv.sample_actions(batch, rng))
+        assert batch.done.all() and batch.episode_length.tolist() == [7, 7]
+    finally:
+        venv.close()
+
+
+def test_vector_env_without_an_episode_limit_says_none() -> None:
+    venv = make_vec("corral/rps4", 1, env_kwargs={"num_cycles": 3})
+    assert venv.max_episode_steps == 9
+    venv.close()
+    venv = VectorEnv([lambda: _make_or_skip("pettingzoo/classic/go_v5", {})])
+    assert venv.max_episode_steps is None
+    venv.close()
+
+
+class JoiningEnv(corral.MultiAgentEnv):
+    """``agent_0`` plays from the reset; ``agent_1`` joins (alive and acting) after step 2;
+    ``agent_2`` joins ``agents`` after step 3 but first acts after step 4. Five steps."""
+
+    possible_agents = ["agent_0", "agent_1", "agent_2"]
+
+    def __init__(self) -> None:
+        self.agents: list[str] = []
+        self.t = 0
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return spaces.Box(0.0, 10.0, (1,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, ["agent_0"]
+        return self._observe()
+
+    def step(self, actions):
+        corral.validate_actions(actions, self._acting(), self.action_space, {}, self.t)
+        alive = list(self.agents)
+        self.t += 1
+        done = self.t == 5
+        rewards = dict.fromkeys(alive, 1.0)
+        terms, truncs = dict.fromkeys(alive, done), dict.fromkeys(alive, False)
+        if done:
+            final = np.full(1, self.t, np.float32)
+            self.agents = []
+            return {}, rewards, terms, truncs, {a: {"final_obs": final} for a in alive}
+        self.agents = self.possible_agents[: 1 + (self.t >= 2) + (self.t >= 3)]
+        obs, infos = self._observe()
+        return obs, rewards, terms, truncs, infos
+
+    def _acting(self) -> list[str]:
+        return self.possible_agents[: 1 + (self.t >= 2) + (self.t >= 4)]
+
+    def _observe(self) -> tuple[dict, dict]:
+        acting = self._acting()
+        return {a: np.full(1, self.t, np.float32) for a in acting}, {a: {} for a in acting}
+
+
+@pytest.mark.parametrize("backend", ["sync", "subproc"])
+def test_agents_that_join_mid_episode_are_alive(backend: str) -> None:
+    assert corral.check_env(JoiningEnv()).ok  # joining keeps the contract
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+    venv = VectorEnv([JoiningEnv] * 2, backend)
+    alive, acting = [], []
+    batch = venv.reset(seed=0)
+    for _ in range(6):
+        alive.append(batch.alive["agent"][0].tolist())
+        acting.append(batch.acting["agent"][0].tolist())
+        assert not (batch.acting["agent"] & ~batch.alive["agent"]).any()
+        batch = venv.step({"agent": np.zeros((2, 3), np.int64)})
+    venv.close()
+    F, T = False, True
+    assert alive == [[T, F, F], [T, F, F], [T, T, F], [T, T, T], [T, T, T], [T, F, F]]
+    assert acting == [[T, F, F], [T, F, F], [T, T, F], [T, T, F], [T, T, T], [T, F, F]]
+
+
+def test_clip_actions_clips_box_actions_into_bounds_and_counts_them() -> None:
+    pytest.importorskip("mpe2")
+    kwargs = {"N": 2, "continuous_actions": True}  # Box(0, 1, (5,)) actions
+    clipping = make_vec("mpe2/simple_spread_v3", 2, seed=0, clip_actions=True, env_kwargs=kwargs)
+    plain = make_vec("mpe2/simple_spread_v3", 2, seed=0, env_kwargs=kwargs)
+    clipping.reset(), plain.reset()
+    actions = np.full((2, 2, 5), 0.5, np.float32)
+    actions[0, 1, :2] = [1.7, -0.3]
+    with pytest.raises(InvalidActionError, match=r"env 0, agent 'agent_1': expected values within"):
+        plain.step({"agent": actions})
+    actions[1, 0, 4] = np.inf  # clipped to the bound like any value past it
+    batch = clipping.step({"agent": actions})
+    assert batch.clipped_actions["agent"].tolist() == [[0, 2], [1, 0]]
+    assert actions[0, 1, 0] == np.float32(1.7)  # the caller's array is left as it was
+    want = plain.step({"agent": np.clip(actions, 0.0, 1.0)})
+    np.testing.assert_array_equal(batch.obs["agent"], want.obs["agent"])
+    assert not want.clipped_actions["agent"].any()
+    batch = clipping.step({"agent": np.full((2, 2, 5), 0.5, np.float32)})
+    assert not batch.clipped_actions["agent"].any()
+    actions[1, 1, 0] = np.nan
+    with pytest.raises(InvalidActionError, match=r"env 1, agent 'agent_1'.*finite"):
+        clipping.step({"agent": actions})
+    clipping.close(), plain.close()

@@ -151,7 +151,7 @@ def test_call_get_attr_and_set_attr_span_every_actor() -> None:
         assert venv.get_attr("label") == ["a", "b", "c"]
         venv.set_attr("label", "same")
         assert venv.get_attr("label") == ["same"] * 3
-        with pytest.raises(EnvError, match="env 0: explode raised ZeroDivisionError"):
+        with pytest.raises(EnvError, match=r"env 0: explode\(\) raised ZeroDivisionError"):
             venv.call("explode")
 
 

@@ -7,10 +7,12 @@ import gc
 import multiprocessing as mp
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 from functools import partial
+from pathlib import Path
 
 import cloudpickle
 import numpy as np
@@ -358,3 +360,61 @@ def test_every_start_method_builds_and_steps(method: str) -> None:
         venv.reset(seed=0)
         batch = venv.step({"player": np.zeros((3, 2), np.int64)})
         assert batch.acting["player"].tolist() == [[False, True]] * 3
+
+
+# -- a script without a __main__ guard --------------------------------------------------------
+
+UNGUARDED_SCRIPT = """
+import corral
+
+venv = corral.make_vec("corral/rps", 2, backend="subproc", num_workers=2)
+venv.close()
+"""
+
+
+def processes_in_group(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                # the fields after the command name (in parentheses): state, ppid, pgrp, ...
+                state, _, group = f.read().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):  # not a process, or it ended while being read
+            continue
+        if int(group) == pgid and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process table from /proc")
+def test_script_without_main_guard_gets_a_clear_error_and_leaves_no_process(tmp_path) -> None:
+    script = tmp_path / "train_script.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    # its own session: its processes (fork server and workers too) form one group to look for
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    last_line = stderr.strip().splitlines()[-1]
+    assert last_line.startswith("corral.errors.WorkerStartError: 2 worker(s) died while starting")
+    assert "exit code 1" in last_line
+    assert 'if __name__ == "__main__":' in last_line and 'backend="sync"' in last_line
+    assert "KeyError" not in stderr
+    deadline = time.monotonic() + 10
+    while processes_in_group(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_in_group(proc.pid) == []

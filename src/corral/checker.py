@@ -1,10 +1,11 @@
 """The conformance checker: plays an env and lists every way it breaks the env contract.
 
-:func:`check_env` plays a few short seeded episodes with a random legal policy
-and checks every reset and step against the rules of the contract
-(:mod:`corral.env`). It then replays the same seed to check that the env is
-deterministic, and replays it once more after sending bad actions to check
-that they are rejected with a ``ValueError`` and change nothing.
+:func:`check_env` plays a few seeded episodes with a random legal policy (the
+first one to its end, within a cap) and checks every reset and step against
+the rules of the contract (:mod:`corral.env`). It then replays the same seed
+to check that the env is deterministic, and replays it once more after
+sending bad actions to check that they are rejected with a ``ValueError`` and
+change nothing.
 
 Each rule is a small function that yields one message per violation; a message
 names the step and the agent, e.g. ``"step 4: agent 'prey_0' was revived after
@@ -17,6 +18,7 @@ import copy
 import hashlib
 import math
 import numbers
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -25,10 +27,13 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from corral.errors import EnvContractError
+from corral.errors import CheckIncompleteWarning, EnvContractError
 
 MAX_REPEATS = 3
 """Messages kept per rule; further violations of the same rule are only counted."""
+
+STEP_CAP = 10_000
+"""Default of the most steps :func:`check_env` plays for its first episode to end."""
 
 _NOT_AN_AGENT = "__not_an_agent__"
 
@@ -47,14 +52,35 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
+        """No violation was found (see :attr:`complete` for whether every rule was checked)."""
         return not self.violations
+
+    @property
+    def complete(self) -> bool:
+        """An episode ended, so the rules about how episodes end were checked too."""
+        return self.episodes > 0
+
+    @property
+    def unchecked(self) -> str:
+        """What was not checked, and why; empty when the check is complete."""
+        if self.complete:
+            return ""
+        return (
+            f"no episode ended within {self.steps} steps, so the rules about how an episode "
+            "ends (ended agents leave with a final_obs, obs is empty at the end, the next "
+            "reset starts afresh) were not checked; raise step_cap (corral check --step-cap) "
+            "or make the env's episodes shorter"
+        )
 
     def __str__(self) -> str:
         head = f"{self.env} (seed {self.seed}, {self.steps} steps, {self.episodes} episodes)"
-        if self.ok:
+        if self.ok and self.complete:
             return f"{head}: ok, no contract violation found"
+        if self.ok:
+            return f"{head}: incomplete, no contract violation found, but {self.unchecked}"
         lines = "\n".join(f"  - {v}" for v in self.violations)
-        return f"{head}: contract violations:\n{lines}"
+        note = "" if self.complete or not self.steps else f"\n  ({self.unchecked})"
+        return f"{head}: contract violations:\n{lines}{note}"
 
 
 def check_env(
@@ -63,6 +89,7 @@ def check_env(
     seed: int = 0,
     max_steps: int = 300,
     episodes: int = 2,
+    step_cap: int = STEP_CAP,
     env_kwargs: Mapping[str, Any] | None = None,
     raise_on_error: bool = True,
 ) -> CheckReport:
@@ -70,10 +97,14 @@ def check_env(
 
     Plays up to ``episodes`` episodes and ``max_steps`` steps in all, starting
     with ``reset(seed=seed)``, and reports every violation found (at most
-    :data:`MAX_REPEATS` messages per rule). ``env_kwargs`` go to
-    :func:`corral.make` when ``env`` is an id; an env built from an id is
-    closed at the end. Raises :class:`~corral.errors.EnvContractError` listing
-    the violations if there are any and ``raise_on_error`` is true.
+    :data:`MAX_REPEATS` messages per rule). The first episode, though, plays
+    on past ``max_steps`` until it ends, up to ``step_cap`` steps, so that the
+    rules about how episodes end are checked; if it does not end, the report
+    is not :attr:`~CheckReport.complete` and a :class:`CheckIncompleteWarning`
+    says so. ``env_kwargs`` go to :func:`corral.make` when ``env`` is an id;
+    an env built from an id is closed at the end. Raises
+    :class:`~corral.errors.EnvContractError` listing the violations if there
+    are any and ``raise_on_error`` is true.
     """
     from corral.adapters import adapt
     from corral.registry import make
@@ -82,12 +113,14 @@ def check_env(
     name = env if built else type(env).__name__
     env = make(env, **(env_kwargs or {})) if built else adapt(env)
     try:
-        report = _Checker(env, seed).run(name, max_steps, episodes)
+        report = _Checker(env, seed).run(name, max_steps, episodes, step_cap)
     finally:
         if built:
             env.close()
     if raise_on_error and not report.ok:
         raise EnvContractError(report.violations)
+    if report.ok and not report.complete:
+        warnings.warn(f"{name}: {report.unchecked}", CheckIncompleteWarning, stacklevel=2)
     return report
 
 
@@ -147,6 +180,8 @@ class _Frame:
     rewards: dict = field(default_factory=dict)
     terminations: dict = field(default_factory=dict)
     truncations: dict = field(default_factory=dict)
+    episode_steps: int = 0
+    """Steps taken in this episode, this one included."""
 
     @property
     def is_step(self) -> bool:
@@ -216,6 +251,15 @@ def _agents_are_possible_agents(env: Any, frame: _Frame) -> Iterator[str]:
             )
 
 
+def _agents_are_listed_once(env: Any, frame: _Frame) -> Iterator[str]:
+    for agent, count in Counter(frame.agents).items():
+        if count > 1:
+            yield (
+                f"{frame.where}: env.agents lists agent {agent!r} {count} times; each live "
+                "agent is listed once (an agent that joins mid-episode is added once)"
+            )
+
+
 def _obs_keys_are_live_agents(env: Any, frame: _Frame) -> Iterator[str]:
     possible = _possible(env)
     for agent in frame.obs:
@@ -227,7 +271,8 @@ def _obs_keys_are_live_agents(env: Any, frame: _Frame) -> Iterator[str]:
         elif frame.agents and agent not in frame.agents:
             yield (
                 f"{frame.where}: obs holds agent {agent!r}, which is not in env.agents "
-                f"{frame.agents}; only live agents may be asked to act"
+                f"{frame.agents}; only live agents may be asked to act (an agent that joins "
+                "mid-episode enters env.agents no later than obs)"
             )
 
 
@@ -423,8 +468,22 @@ def _agents_leave_only_by_ending(env: Any, frame: _Frame) -> Iterator[str]:
             )
 
 
+def _episode_ends_within_max_episode_steps(env: Any, frame: _Frame) -> Iterator[str]:
+    limit = getattr(env, "max_episode_steps", None)
+    if _is_step_count(limit) and frame.agents and frame.episode_steps == limit:
+        yield (
+            f"{frame.where}: the episode goes on after {limit} steps, but env.max_episode_steps "
+            f"is {limit}; an episode must end within max_episode_steps"
+        )
+
+
+def _is_step_count(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+
+
 FRAME_RULES: tuple[Rule, ...] = (
     _agents_are_possible_agents,
+    _agents_are_listed_once,
     _obs_keys_are_live_agents,
     _simultaneous_envs_ask_every_live_agent,
     _obs_in_observation_spaces,
@@ -446,6 +505,7 @@ STEP_RULES: tuple[Rule, ...] = (
     _ended_agents_leave,
     _ended_agents_have_final_obs,
     _agents_leave_only_by_ending,
+    _episode_ends_within_max_episode_steps,
 )
 """Rules checked on what every ``step`` returns."""
 
@@ -459,6 +519,12 @@ def _possible_agents_are_unique_ids(env: Any) -> Iterator[str]:
         yield f"env.possible_agents must be a non-empty list of agent ids, got {possible!r}"
     elif len(set(possible)) != len(possible) or not all(isinstance(a, str) for a in possible):
         yield f"env.possible_agents must hold unique string ids, got {possible!r}"
+
+
+def _max_episode_steps_is_a_step_count(env: Any) -> Iterator[str]:
+    limit = getattr(env, "max_episode_steps", None)
+    if limit is not None and not _is_step_count(limit):
+        yield f"env.max_episode_steps must be a positive int or None, got {_describe(limit)}"
 
 
 def _spaces_of(env: Any) -> dict[tuple[str, Any], Any]:
@@ -582,25 +648,26 @@ class _Checker:
             for message in rule(*args):
                 self.add(rule.__name__, message)
 
-    def run(self, name: str, max_steps: int, episodes: int) -> CheckReport:
+    def run(self, name: str, max_steps: int, episodes: int, step_cap: int) -> CheckReport:
         self.apply((_possible_agents_are_unique_ids,), self.env)
         if self._messages:
             return CheckReport(name, self.seed, violations=self.violations())
         try:
             spaces_before = _attempt("before reset", "getting the spaces", _spaces_of, self.env)
             self.apply((_spaces_are_fixed_gymnasium_spaces,), self.env)
+            self.apply((_max_episode_steps_is_a_step_count,), self.env)
         except _EnvFailed as err:
             self.add("env_does_not_raise", str(err))
             return CheckReport(name, self.seed, violations=self.violations())
         if not all(isinstance(space, spaces.Space) for space in spaces_before.values()):
             return CheckReport(name, self.seed, violations=self.violations())
 
-        main = self._play(max_steps, episodes, check=True)
+        main = self._play(max_steps, episodes, step_cap, check=True)
         try:
             self._check_spaces_unchanged(spaces_before)
         except _EnvFailed as err:
             self.add("env_does_not_raise", str(err))
-        replay = self._play(max_steps, episodes)
+        replay = self._play(max_steps, episodes, step_cap)
         differs = self._compare(
             main,
             replay,
@@ -608,7 +675,7 @@ class _Checker:
             "the same actions; the env must be deterministic given the seed",
         )
         if not differs and main.records:
-            probed = self._play(min(main.steps, 20), 1, probe=True)
+            probed = self._play(min(main.steps, 20), 1, 0, probe=True)
             self._compare(
                 main,
                 probed,
@@ -654,16 +721,26 @@ class _Checker:
         return False
 
     def _play(
-        self, max_steps: int, episodes: int, *, check: bool = False, probe: bool = False
+        self,
+        max_steps: int,
+        episodes: int,
+        step_cap: int,
+        *,
+        check: bool = False,
+        probe: bool = False,
     ) -> _Rollout:
-        """Play from ``reset(seed)``, checking the rules if ``check``, probing if ``probe``."""
+        """Play from ``reset(seed)``, checking the rules if ``check``, probing if ``probe``.
+
+        The first episode plays on past ``max_steps``, up to ``step_cap`` steps, until it ends.
+        """
         rollout = _Rollout()
         policy = RandomPolicy(self.env, self.seed)
         try:
             for episode in range(episodes):
                 if episode and rollout.steps >= max_steps:
                     break
-                self._play_episode(rollout, policy, episode, max_steps, check, probe)
+                limit = max(max_steps, step_cap) if episode == 0 else max_steps
+                self._play_episode(rollout, policy, episode, limit, check, probe)
         except _EnvFailed as err:
             rollout.records.append(_Record(err.where, {"error": err.message}))
             if check:
@@ -697,7 +774,16 @@ class _Checker:
             obs, rewards, terms, truncs, infos = _step(self.env, actions, where)
             rollout.steps += 1
             frame = _Frame(
-                where, obs, infos, list(self.env.agents), dict(gone), alive, rewards, terms, truncs
+                where,
+                obs,
+                infos,
+                list(self.env.agents),
+                dict(gone),
+                alive,
+                rewards,
+                terms,
+                truncs,
+                step + 1,
             )
             data = {"obs": obs, "rewards": rewards, "terminations": terms, "truncations": truncs}
             rollout.records.append(_Record(where, _fingerprint(data)))

@@ -1,7 +1,7 @@
 """The ``corral`` command line: list, check and play envs; train, evaluate and plot runs.
 
     corral list [SOURCE]
-    corral check ID [--seed S] [--steps N] [--set key=value ...]
+    corral check ID [--seed S] [--steps N] [--step-cap N] [--set key=value ...]
     corral play ID [--episodes N] [--seed S] [--set key=value ...]
     corral train ALGO --env ID [--num-envs N] [--total-steps N] [--set key=value ...]
     corral train --resume RUN [--total-steps N]
@@ -11,7 +11,8 @@
 ``ID`` is a registered id (``mpe2/simple_spread_v3``) or an entry point
 ``module:attr`` (``examples.custom_env:Nim``, importable from the current
 directory). Exit codes: 0 success, 1 contract violations, 2 an id, source or
-argument that cannot be used.
+argument that cannot be used, 3 a check that found no violation but ended no
+episode (the rules about how episodes end went unchecked).
 """
 
 from __future__ import annotations
@@ -25,12 +26,18 @@ import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from itertools import groupby
 from typing import Any
 
-from corral.checker import RandomPolicy, check_env
-from corral.errors import MissingDependencyError, RegistrationError, UnknownEnvError
+from corral.checker import STEP_CAP, RandomPolicy, check_env
+from corral.errors import (
+    CheckIncompleteWarning,
+    MissingDependencyError,
+    RegistrationError,
+    UnknownEnvError,
+)
 from corral.registry import make, namespaces, registered_ids, resolve, spec
 
 
@@ -62,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_env_arguments(check)
     check.add_argument("--steps", type=int, default=300, help="steps to play in all")
     check.add_argument("--episodes", type=int, default=2, help="episodes to play at most")
+    check.add_argument(
+        "--step-cap",
+        type=int,
+        default=STEP_CAP,
+        help="most steps the first episode may take to end (it plays on past --steps)",
+    )
     check.set_defaults(run=_check)
 
     play = commands.add_parser("play", help="play episodes with random legal actions")
@@ -172,18 +185,23 @@ def _extra_missing(extra: str) -> bool:
 def _check(args: argparse.Namespace) -> int:
     env = build_env(args.id, parse_kwargs(args.kwargs))
     try:
-        report = check_env(
-            env,
-            seed=args.seed,
-            max_steps=args.steps,
-            episodes=args.episodes,
-            raise_on_error=False,
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CheckIncompleteWarning)  # the report says it
+            report = check_env(
+                env,
+                seed=args.seed,
+                max_steps=args.steps,
+                episodes=args.episodes,
+                step_cap=args.step_cap,
+                raise_on_error=False,
+            )
     finally:
         env.close()
     report.env = args.id
     print(report)
-    return 0 if report.ok else 1
+    if not report.ok:
+        return 1
+    return 0 if report.complete else 3
 
 
 def _play(args: argparse.Namespace) -> int:

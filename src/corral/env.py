@@ -65,6 +65,9 @@ class MultiAgentEnv:
     check_actions: bool = True
     """Validate actions in ``step``. A vector env turns this off for the envs it
     runs: it has validated the whole batch of actions before they arrive."""
+    max_episode_steps: int | None = None
+    """The most steps an episode lasts, where the env knows it: a time limit
+    that truncates it (mpe2's ``max_cycles``) or a bound of the game; else ``None``."""
 
     def observation_space(self, agent: AgentID) -> spaces.Space:
         """The observation space of ``agent``; fixed for the env's lifetime."""

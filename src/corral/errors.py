@@ -86,5 +86,24 @@ class WorkerDiedError(CorralError, RuntimeError):
     """A worker process died while answering a call; it is restarted at the next reset or step."""
 
 
+class WorkerStartError(WorkerDiedError):
+    """A worker process died while starting, before it could build its envs.
+
+    ``exit_codes`` maps each such worker's index to its exit code (negative: the
+    signal that killed it).
+    """
+
+    def __init__(self, message: str, exit_codes: dict[int, int | None]) -> None:
+        super().__init__(message)
+        self.exit_codes = dict(exit_codes)
+
+    def __reduce__(self) -> tuple[type, tuple[str, dict[int, int | None]]]:
+        return (type(self), (self.args[0], self.exit_codes))
+
+
 class WorkerRestartWarning(UserWarning):
     """A worker process died and was restarted: its envs were reset mid-episode."""
+
+
+class CheckIncompleteWarning(UserWarning):
+    """``check_env`` found no violation, but no episode ended: some rules went unchecked."""

@@ -16,6 +16,9 @@ _adapters: list[tuple[Callable[[Any], bool], Callable[[Any], Any]]] = []
 
 _CONTRACT = ("possible_agents", "observation_space", "action_space", "reset", "step")
 
+# Where PettingZoo's and Gymnasium's wrappers keep the env they wrap.
+_WRAPPED_ENV_ATTRIBUTES = ("env", "aec_env")
+
 
 def register_adapter(detect: Callable[[Any], bool], wrap: Callable[[Any], Any]) -> None:
     """Adapt every env for which ``detect(env)`` is true with ``wrap(env)``."""
@@ -39,3 +42,39 @@ def adapt(env: Any) -> Any:
         f"{type(env).__name__} is not a multi-agent env: it lacks {missing} and no adapter "
         "(PettingZoo, Gymnasium, OpenSpiel) recognises it"
     )
+
+
+def source_attr(source: Any, name: str) -> Any:
+    """Attribute ``name`` of the source env ``source``, or of the first env inside it that has it.
+
+    Walks down the wrappers (``wrapper.env``, ``aec_to_parallel(...).aec_env``) to
+    the raw env, so an adapter reaches ``max_cycles`` of an mpe2 env or
+    ``spec`` of a Gymnasium one. Raises ``AttributeError`` if none has it.
+    """
+    env, seen = source, set()
+    while env is not None and id(env) not in seen:
+        seen.add(id(env))
+        try:
+            return getattr(env, name)
+        except AttributeError:
+            pass
+        inner = getattr(env, "__dict__", {})
+        env = next((inner[key] for key in _WRAPPED_ENV_ATTRIBUTES if key in inner), None)
+    raise AttributeError(name)
+
+
+def forward_attr(adapter: Any, name: str) -> Any:
+    """What an adapter's ``__getattr__`` returns: the public attribute ``name`` of its source env.
+
+    Private names (``_x``) are not forwarded; the error names the adapter and the source.
+    """
+    source = adapter.__dict__.get("env")
+    where = ""
+    if name.startswith("_"):
+        where = " (private attributes of the wrapped env are not forwarded)"
+    elif source is not None:
+        try:
+            return source_attr(source, name)
+        except AttributeError:
+            where = f", nor has the {type(source).__name__} it wraps or any env inside it"
+    raise AttributeError(f"{type(adapter).__name__} has no attribute {name!r}{where}")

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +16,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from corral.adapters import register_adapter
+from corral.adapters import forward_attr, register_adapter
 from corral.env import AgentID, InfoDict, MultiAgentEnv, ObsDict, StepResult, validate_actions
 from corral.registry import register, register_namespace
 
@@ -28,7 +29,8 @@ class GymnasiumEnvAdapter(MultiAgentEnv):
     When the episode ends (terminated or truncated) ``agents`` and ``obs`` are
     empty and the last observation is ``infos["agent_0"]["final_obs"]``. An
     ``action_mask`` in Gymnasium's info is passed on as an ``int8`` array and
-    enforced on the next step.
+    enforced on the next step. Attributes the adapter lacks are read from the
+    Gymnasium env and the wrappers inside it (``adapter.spec``).
     """
 
     simultaneous = True  # one agent, acting at every step
@@ -41,6 +43,24 @@ class GymnasiumEnvAdapter(MultiAgentEnv):
         self.agents = []
         self._mask: np.ndarray | None = None
         self._step = 0
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names not found normally: the Gymnasium env's attributes.
+        return forward_attr(self, name)
+
+    @property
+    def unwrapped(self) -> Any:
+        """The raw Gymnasium env under every wrapper."""
+        return self.env.unwrapped
+
+    @property
+    def max_episode_steps(self) -> int | None:  # type: ignore[override]
+        """The Gymnasium env's time limit (its ``TimeLimit`` wrapper), or ``None``."""
+        steps = getattr(self.env.spec, "max_episode_steps", None)
+        if steps is None:  # a TimeLimit around an env registered nowhere has no spec
+            with contextlib.suppress(AttributeError):
+                steps = self.env.get_wrapper_attr("_max_episode_steps")
+        return steps
 
     def observation_space(self, agent: AgentID) -> spaces.Space:
         return self.env.observation_space

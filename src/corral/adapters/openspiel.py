@@ -90,6 +90,11 @@ class OpenSpielEnv(MultiAgentEnv):
         """The underlying ``pyspiel.State`` of the current episode (read it, don't change it)."""
         return self._state
 
+    @property
+    def max_episode_steps(self) -> int:  # type: ignore[override]
+        """The game's ``max_game_length()``: a bound on its decisions, so on its steps."""
+        return int(self.game.max_game_length())
+
     def observation_space(self, agent: AgentID) -> spaces.Box:
         return self._obs_space
 

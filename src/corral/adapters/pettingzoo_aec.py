@@ -61,6 +61,13 @@ class AECEnvAdapter(PettingZooAdapter):
         self._earned: defaultdict[AgentID, float] = defaultdict(float)
         self._exits: dict[AgentID, _Exit] = {}
 
+    @property
+    def max_episode_steps(self) -> int | None:  # type: ignore[override]
+        """The source env's ``max_cycles`` times the number of agents (a cycle is a turn
+        of each), or ``None``: a bound, as agents that left take no turns."""
+        cycles = super().max_episode_steps
+        return None if cycles is None else cycles * len(self.possible_agents)
+
     def reset(
         self, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, InfoDict]:

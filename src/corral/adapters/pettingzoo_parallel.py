@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from corral.adapters import register_adapter
+from corral.adapters import forward_attr, register_adapter, source_attr
 from corral.env import (
     AgentID,
     BoolDict,
@@ -95,17 +95,35 @@ class PettingZooAdapter(MultiAgentEnv):
 
     ``state()`` and ``state_space`` exist exactly when the wrapped env has a
     ``state_space``; Dict observations with an action mask are seen as their
-    ``"observation"`` part.
+    ``"observation"`` part. Other attributes the adapter lacks are read from the
+    wrapped env, or from the envs inside it (``adapter.max_cycles``).
     """
 
     env: Any
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached for names not found normally: forward the optional global state.
-        env = self.__dict__.get("env")
-        if name in ("state", "state_space") and hasattr(env, "state_space"):
-            return getattr(env, name)
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        # Only reached for names not found normally: the source env's attributes, and its
+        # global state only where it declares a state_space (PettingZoo's base has state()).
+        if name in ("state", "state_space"):
+            env = self.__dict__.get("env")
+            if hasattr(env, "state_space"):
+                return getattr(env, name)
+            raise AttributeError(f"{type(self).__name__} has no {name!r}: its env has no state")
+        return forward_attr(self, name)
+
+    @property
+    def unwrapped(self) -> Any:
+        """The raw PettingZoo env under every wrapper."""
+        return self.env.unwrapped
+
+    @property
+    def max_episode_steps(self) -> int | None:  # type: ignore[override]
+        """The source env's ``max_cycles`` (a cycle is one step of every agent), or ``None``."""
+        try:
+            cycles = source_attr(self.env, "max_cycles")
+        except AttributeError:
+            return None
+        return None if cycles is None else int(cycles)
 
     @property
     def possible_agents(self) -> list[AgentID]:  # type: ignore[override]

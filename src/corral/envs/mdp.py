@@ -123,6 +123,11 @@ class TabularMDP(MultiAgentEnv):
                 rewards[state, action, next_state] = reward
         return cls(transitions, rewards, terminal_states, **kwargs)
 
+    @property
+    def max_episode_steps(self) -> int:  # type: ignore[override]
+        """An acyclic path visits each state at most once: at most ``num_states - 1`` steps."""
+        return len(self.terminal) - 1
+
     def observation_space(self, agent: AgentID) -> spaces.Box:
         """A one-hot of the state."""
         return self._obs_space
@@ -221,6 +226,8 @@ class MatrixGame(MultiAgentEnv):
         self.optimal_return = _matrix_optimum(self.payoffs, self.possible_agents, value)
         self._last: tuple[int, ...] | None = None
         self._step = 0
+
+    max_episode_steps = 1  # one simultaneous move
 
     def observation_space(self, agent: AgentID) -> spaces.Box:
         """A constant ``float32[1]``: the game has a single state."""

@@ -6,21 +6,59 @@ not act, so learners must credit them to that agent's earlier action.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
 from corral.env import AgentID, InfoDict, MultiAgentEnv, ObsDict, StepResult, validate_actions
+from corral.envs.canvas import Colour, blank, fill_rect
 from corral.registry import register
 
 MOVES = ("rock", "paper", "scissors")
+
+# rgb_array frames: one panel per player
+PANEL, GAP, BORDER, BAR = 64, 8, 5, 6  # pixels
+MOVE_COLOURS: tuple[Colour, ...] = ((128, 128, 140), (240, 238, 226), (150, 92, 206))
+NO_MOVE, BACKGROUND = (56, 56, 64), (24, 24, 30)
+RESULT_COLOURS = {1.0: (64, 176, 84), -1.0: (196, 68, 60), 0.0: (150, 150, 150)}
+TO_MOVE, PROGRESS = (236, 200, 64), (96, 140, 220)
 
 
 def round_reward(move: int, other: int) -> float:
     """+1 if ``move`` beats ``other``, -1 if it loses, 0 on a draw."""
     return (0.0, 1.0, -1.0)[(move - other) % 3]
+
+
+def players_frame(
+    moves: Sequence[int],
+    results: Sequence[float | None],
+    to_move: Sequence[bool],
+    progress: float,
+) -> np.ndarray:
+    """An ``rgb_array`` frame of rock-paper-scissors players, one panel each, left to right.
+
+    A panel shows the player's last move (grey rock, white paper, purple scissors,
+    dark before the first) framed by the result of its last round (green win,
+    red loss, grey draw); a yellow bar marks the players to move next, and a
+    blue bar along the bottom the fraction of the episode played.
+    """
+    width = len(moves) * (PANEL + GAP) + GAP
+    height = GAP + PANEL + GAP + BAR + GAP + BAR + GAP
+    frame = blank(height, width, BACKGROUND)
+    for k, (move, result, moving) in enumerate(zip(moves, results, to_move, strict=True)):
+        left = GAP + k * (PANEL + GAP)
+        if result is not None:
+            fill_rect(frame, GAP, left, PANEL, PANEL, RESULT_COLOURS[result])
+        colour = MOVE_COLOURS[move] if move >= 0 else NO_MOVE
+        inner = PANEL - 2 * BORDER
+        fill_rect(frame, GAP + BORDER, left + BORDER, inner, inner, colour)
+        if moving:
+            fill_rect(frame, 2 * GAP + PANEL, left, BAR, PANEL, TO_MOVE)
+    done = round((width - 2 * GAP) * min(max(progress, 0.0), 1.0))
+    fill_rect(frame, height - GAP - BAR, GAP, BAR, done, PROGRESS)
+    return frame
 
 
 class RockPaperScissors(MultiAgentEnv):
@@ -53,13 +91,14 @@ class RockPaperScissors(MultiAgentEnv):
         ({'player_0': 1.0, 'player_1': -1.0}, [])
     """
 
-    metadata = {"render_modes": ["ansi"], "name": "rps"}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "name": "rps"}
 
     def __init__(self, num_rounds: int = 3, render_mode: str | None = None) -> None:
         if num_rounds < 1:
             raise ValueError(f"num_rounds must be at least 1, got {num_rounds}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+            modes = self.metadata["render_modes"]
+            raise ValueError(f"render_mode must be None or one of {modes}, got {render_mode!r}")
         self.num_rounds = num_rounds
         self.render_mode = render_mode
         self.possible_agents = ["player_0", "player_1"]
@@ -72,6 +111,11 @@ class RockPaperScissors(MultiAgentEnv):
         self._step = 0
         self._last = [-1, -1]
         self._pending = -1
+
+    @property
+    def max_episode_steps(self) -> int:  # type: ignore[override]
+        """Every episode lasts exactly two steps a round."""
+        return 2 * self.num_rounds
 
     def observation_space(self, agent: AgentID) -> spaces.Box:
         """``float32[7]``: own and opponent's previous moves, fraction of rounds played."""
@@ -130,8 +174,18 @@ class RockPaperScissors(MultiAgentEnv):
         state[9] = self._round / self.num_rounds
         return state
 
-    def render(self) -> str | None:
-        """The round, the previous round's moves and who moves next, as text."""
+    def render(self) -> str | np.ndarray | None:
+        """The round, the previous round's moves and who moves next: as text in ``ansi``
+        mode, as a ``uint8`` frame in ``rgb_array`` mode (see :func:`players_frame`)."""
+        if self.render_mode == "rgb_array":
+            played = self._last[0] >= 0
+            reward = round_reward(*self._last) if played else None
+            return players_frame(
+                self._last,
+                [reward, None if reward is None else -reward],
+                [bool(self.agents) and self._turn == k for k in range(2)],
+                self._round / self.num_rounds,
+            )
         if self.render_mode != "ansi":
             return None
         if self._last[0] < 0:

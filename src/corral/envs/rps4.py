@@ -13,7 +13,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.env import AgentID, InfoDict, MultiAgentEnv, ObsDict, StepResult, validate_actions
-from corral.envs.rps import MOVES, round_reward
+from corral.envs.rps import MOVES, players_frame, round_reward
 from corral.registry import register
 
 PLAYERS = ("player_0", "player_1", "player_2", "player_3")
@@ -51,13 +51,14 @@ class RockPaperScissors4(MultiAgentEnv):
         (['player_2', 'player_3'], 1.0, 0.0)
     """
 
-    metadata = {"render_modes": ["ansi"], "name": "rps4"}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "name": "rps4"}
 
     def __init__(self, num_cycles: int = 2, render_mode: str | None = None) -> None:
         if num_cycles < 1:
             raise ValueError(f"num_cycles must be at least 1, got {num_cycles}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+            modes = self.metadata["render_modes"]
+            raise ValueError(f"render_mode must be None or one of {modes}, got {render_mode!r}")
         self.num_cycles = num_cycles
         self.render_mode = render_mode
         self.possible_agents = list(PLAYERS)
@@ -68,6 +69,11 @@ class RockPaperScissors4(MultiAgentEnv):
         self._num_steps = len(SCHEDULE) * num_cycles
         self._step = 0
         self._last = [-1] * len(PLAYERS)
+
+    @property
+    def max_episode_steps(self) -> int:  # type: ignore[override]
+        """Every episode lasts exactly three steps a cycle."""
+        return self._num_steps
 
     def observation_space(self, agent: AgentID) -> spaces.Box:
         """``float32[7]``: own and opponent's previous moves, fraction of steps taken."""
@@ -117,8 +123,18 @@ class RockPaperScissors4(MultiAgentEnv):
         state[12] = self._step / self._num_steps
         return state
 
-    def render(self) -> str | None:
-        """Each player's previous move and the pair to play next, as text."""
+    def render(self) -> str | np.ndarray | None:
+        """Each player's previous move and the pair to play next: as text in ``ansi`` mode,
+        as a ``uint8`` frame in ``rgb_array`` mode (see :func:`corral.envs.rps.players_frame`)."""
+        if self.render_mode == "rgb_array":
+            results: list[float | None] = [None] * len(PLAYERS)
+            for i in (0, 2):  # the pairs (0, 1) and (2, 3)
+                if self._last[i] >= 0:
+                    reward = round_reward(self._last[i], self._last[i + 1])
+                    results[i], results[i + 1] = reward, -reward
+            pair = SCHEDULE[self._step % len(SCHEDULE)] if self.agents else ()
+            to_move = [k in pair for k in range(len(PLAYERS))]
+            return players_frame(self._last, results, to_move, self._step / self._num_steps)
         if self.render_mode != "ansi":
             return None
         moves = ", ".join(

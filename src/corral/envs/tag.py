@@ -13,6 +13,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.env import AgentID, InfoDict, MultiAgentEnv, ObsDict, StepResult, validate_actions
+from corral.envs.canvas import blank, fill_disc, fill_rect
 from corral.registry import register
 
 Cell = tuple[int, int]
@@ -24,6 +25,10 @@ KING_MOVES: tuple[Cell, ...] = (
 PREDATOR_MOVES = KING_MOVES[:5]
 PREY_MOVES = KING_MOVES
 CATCH_REWARD = 1.0
+
+CELL = 24  # pixels per grid cell of an rgb_array frame
+FLOOR, GRID, WALL = (236, 234, 224), (214, 211, 200), (72, 72, 84)
+PREDATOR, PREY = (206, 60, 50), (48, 108, 206)
 
 
 class Tag(MultiAgentEnv):
@@ -68,7 +73,7 @@ class Tag(MultiAgentEnv):
         (Discrete(5), Discrete(9))
     """
 
-    metadata = {"render_modes": ["ansi"], "name": "tag"}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "name": "tag"}
     simultaneous = True
 
     def __init__(
@@ -87,7 +92,8 @@ class Tag(MultiAgentEnv):
         if size < 2 or max_cycles < 1:
             raise ValueError(f"need size >= 2 and max_cycles >= 1, got {size} and {max_cycles}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+            modes = self.metadata["render_modes"]
+            raise ValueError(f"render_mode must be None or one of {modes}, got {render_mode!r}")
         self.num_predators, self.num_prey = num_predators, num_prey
         self.size, self.max_cycles, self.render_mode = size, max_cycles, render_mode
         predators = [f"predator_{i}" for i in range(num_predators)]
@@ -130,6 +136,11 @@ class Tag(MultiAgentEnv):
         self._alive = np.zeros(n, dtype=np.float32)
         self._step = 0
         self._current_masks: dict[AgentID, np.ndarray] = {}
+
+    @property
+    def max_episode_steps(self) -> int:  # type: ignore[override]
+        """``max_cycles``: every live agent is truncated then."""
+        return self.max_cycles
 
     def observation_space(self, agent: AgentID) -> spaces.Box:
         """A predator's and a prey's observations differ in size; see the class docstring."""
@@ -193,8 +204,12 @@ class Tag(MultiAgentEnv):
         pos = np.array(self._pos, dtype=np.float32) * self._scale * self._alive[:, None]
         return np.concatenate([pos.ravel(), self._alive])
 
-    def render(self) -> str | None:
-        """The grid as text: ``#`` wall, ``P`` predator, ``o`` prey, ``.`` free."""
+    def render(self) -> str | np.ndarray | None:
+        """The grid: as text in ``ansi`` mode (``#`` wall, ``P`` predator, ``o`` prey,
+        ``.`` free), as a ``uint8`` frame ``[size * 24, size * 24, 3]`` in ``rgb_array``
+        mode (dark walls, red predators, smaller blue prey)."""
+        if self.render_mode == "rgb_array":
+            return self._frame()
         if self.render_mode != "ansi":
             return None
         grid = np.where(self._free, ".", "#")
@@ -202,6 +217,22 @@ class Tag(MultiAgentEnv):
             i = self._index[agent]
             grid[self._pos[i]] = "P" if i < self.num_predators else "o"
         return "\n".join("".join(row) for row in grid) + "\n"
+
+    def _frame(self) -> np.ndarray:
+        side = self.size * CELL
+        frame = blank(side, side, FLOOR)
+        frame[::CELL], frame[-1] = GRID, GRID
+        frame[:, ::CELL], frame[:, -1] = GRID, GRID
+        for row, col in np.argwhere(~self._free):
+            fill_rect(frame, row * CELL, col * CELL, CELL, CELL, WALL)
+        for agent in self.agents:
+            i = self._index[agent]
+            row, col = self._pos[i]
+            predator = i < self.num_predators
+            radius = CELL * (0.42 if predator else 0.3)
+            colour = PREDATOR if predator else PREY
+            fill_disc(frame, (row + 0.5) * CELL, (col + 0.5) * CELL, radius, colour)
+        return frame
 
     def _caught(self, old: list[Cell], new: list[Cell]) -> list[int]:
         """Indices of the live prey that a predator reached or swapped cells with."""

@@ -9,15 +9,18 @@ batch) belongs to :class:`~corral.vector.vector_env.VectorEnv`.
 from __future__ import annotations
 
 import importlib
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from gymnasium import spaces
 
+from corral.errors import EnvError
 from corral.vector.layout import Layout
 
+T = TypeVar("T")
 EnvFn = Callable[[], Any]
 Arrays = dict[str, np.ndarray]
 
@@ -38,6 +41,7 @@ class EnvInfo:
     action_spaces: dict[str, spaces.Space]
     state_space: spaces.Space | None
     metadata: dict[str, Any]
+    max_episode_steps: int | None = None
 
     @classmethod
     def of(cls, env: Any) -> EnvInfo:
@@ -48,6 +52,7 @@ class EnvInfo:
             {a: env.action_space(a) for a in agents},
             getattr(env, "state_space", None),
             dict(getattr(env, "metadata", {})),
+            getattr(env, "max_episode_steps", None),
         )
 
 
@@ -83,9 +88,9 @@ class Backend:
         raise NotImplementedError
 
     def call(
-        self, name: str, args: tuple, kwargs: dict[str, Any], timeout: float | None
+        self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None
     ) -> list[Any]:
-        """``getattr(env, name)(*args, **kwargs)`` (or the attribute itself) for every env."""
+        """:func:`call_env` on every env, in order; an env's exception as :class:`EnvError`."""
         raise NotImplementedError
 
     def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
@@ -103,7 +108,44 @@ def backend_class(name: str) -> type[Backend]:
     return getattr(importlib.import_module(module), attr)
 
 
-def call_env(env: Any, name: str, args: tuple, kwargs: dict[str, Any]) -> Any:
-    """``env.name(*args, **kwargs)`` if it is a method, else the attribute's value."""
+def call_env(env: Any, name: str, args: tuple | None, kwargs: dict[str, Any]) -> Any:
+    """``env.name(*args, **kwargs)`` if it is a method, else the attribute's value.
+
+    With ``args=None`` the attribute itself, even a method (what ``get_attr`` reads).
+    """
     attr = getattr(env, name)
-    return attr(*args, **kwargs) if callable(attr) else attr
+    return attr(*args, **kwargs) if args is not None and callable(attr) else attr
+
+
+def call_envs(
+    envs: Sequence[Any], offset: int, name: str, args: tuple | None, kwargs: dict[str, Any]
+) -> list[Any]:
+    """:func:`call_env` on each env (indices from ``offset``); errors as :class:`EnvError`."""
+    what = f"reading attribute {name!r}" if args is None else f"{name}()"
+    return [
+        guarded(offset + i, what, lambda e=env: call_env(e, name, args, kwargs))
+        for i, env in enumerate(envs)
+    ]
+
+
+def set_env_attrs(envs: Sequence[Any], offset: int, name: str, values: Sequence[Any]) -> None:
+    """Set attribute ``name`` of env ``i`` to ``values[i]``; errors as :class:`EnvError`."""
+    for i, (env, value) in enumerate(zip(envs, values, strict=True)):
+        guarded(
+            offset + i, f"setting attribute {name!r}", lambda e=env, v=value: setattr(e, name, v)
+        )
+
+
+def guarded(index: int, what: str, call: Callable[[], T]) -> T:
+    """``call()``; an exception it raises becomes an :class:`EnvError` of env ``index``.
+
+    The error keeps the traceback as the env's process saw it, so every backend
+    reports an env's failure the same way.
+    """
+    try:
+        return call()
+    except EnvError:
+        raise
+    except Exception as err:
+        text = f"{what} raised {type(err).__name__}: {err}"
+        raise EnvError(index, text, traceback.format_exc()) from err

@@ -14,7 +14,6 @@ import itertools
 import math
 import os
 import time
-import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,7 +22,15 @@ import numpy as np
 
 from corral.adapters import adapt
 from corral.errors import EnvError, MissingDependencyError, WorkerTimeoutError
-from corral.vector.backend import Arrays, Backend, EnvFn, EnvInfo, call_env
+from corral.vector.backend import (
+    Arrays,
+    Backend,
+    EnvFn,
+    EnvInfo,
+    call_envs,
+    guarded,
+    set_env_attrs,
+)
 from corral.vector.layout import Layout
 from corral.vector.runner import EnvRunner
 
@@ -86,33 +93,19 @@ class RayWorker:
             self.runner.restart(i, env, None)
         return self._batch()
 
-    def call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
-        return [
-            self._guard(i, name, lambda env=env: call_env(env, name, args, kwargs))
-            for i, env in enumerate(self.envs)
-        ]
+    def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
+        return call_envs(self.envs, self.offset, name, args, kwargs)
 
     def set_attr(self, name: str, values: Sequence[Any]) -> None:
-        for i, (env, value) in enumerate(zip(self.envs, values, strict=True)):
-            self._guard(i, f"set_attr({name})", lambda e=env, v=value: setattr(e, name, v))
+        set_env_attrs(self.envs, self.offset, name, values)
 
     def close(self) -> None:
         envs, self.envs = self.envs, []
         for i, env in enumerate(envs):
-            self._guard(i, "close", env.close)
+            guarded(self.offset + i, "close()", env.close)
 
     def _batch(self) -> Arrays:
         return {path: self.arrays[path] for path in self.outputs}
-
-    def _guard(self, i: int, what: str, call: Callable[[], Any]) -> Any:
-        try:
-            return call()
-        except Exception as err:
-            raise EnvError(
-                self.offset + i,
-                f"{what} raised {type(err).__name__}: {err}",
-                traceback.format_exc(),
-            ) from err
 
 
 class _RaySession:
@@ -246,7 +239,7 @@ class RayBackend(Backend):
     # -- other calls ------------------------------------------------------------------
 
     def call(
-        self, name: str, args: tuple, kwargs: dict[str, Any], timeout: float | None
+        self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None
     ) -> list[Any]:
         refs = self._submit(lambda k: [self._actors[k].call.remote(name, args, kwargs)])
         results = self._gather(refs, timeout, f"call({name!r})")

@@ -9,14 +9,13 @@ batch for the same seeds and actions.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from corral.env import MultiAgentEnv
-from corral.errors import EnvError
+from corral.vector.backend import guarded
 from corral.vector.layout import Layout, array_tree, reader, writer
 
 
@@ -42,6 +41,9 @@ class EnvRunner:
         self.offset = offset
         self.has_state = layout.state_space is not None
         self._acting: list[list[str]] = [[] for _ in self.envs]
+        # How many agents each env's alive row holds: a step that leaves env.agents with
+        # another count had agents join (or break the contract), and alive is read anew.
+        self._num_alive = [0] * len(self.envs)
         self._running_return = {g: arrays[f"running_return/{g}"] for g in layout.groups}
         self._length = arrays["running_length"]
         self._obs_paths = [p for p in arrays if p.startswith("obs/")]
@@ -74,10 +76,13 @@ class EnvRunner:
             self._record_step(i, *result)
             # also after the last step: final_state is the state the episode ended in
             self._write_state(i, env)
-            if not env.agents:
+            agents = env.agents
+            if not agents:
                 self._end_episode(i)
                 obs, infos = self._guard(i, "reset", env.reset)
                 self._begin_episode(i, obs, infos)
+            elif len(agents) != self._num_alive[i]:
+                self._read_alive(i, agents)
 
     def restart(self, i: int, env: Any, seed: int | None) -> None:
         """Replace env ``i`` (after its worker died): its agents are marked truncated."""
@@ -98,14 +103,7 @@ class EnvRunner:
     # -- bookkeeping --------------------------------------------------------------
 
     def _guard(self, i: int, what: str, call: Callable[[], Any]) -> Any:
-        try:
-            return call()
-        except Exception as err:
-            raise EnvError(
-                self.offset + i,
-                f"{what}() raised {type(err).__name__}: {err}",
-                traceback.format_exc(),
-            ) from err
+        return guarded(self.offset + i, f"{what}()", call)
 
     def _clear_step_fields(self) -> None:
         for g in self.layout.groups:
@@ -118,12 +116,9 @@ class EnvRunner:
         for path in self._obs_paths:
             self.arrays[path][i] = 0
         for g in self.layout.groups:
-            self.arrays[f"alive/{g}"][i] = False
             self._running_return[g][i] = 0
         self._length[i] = 0
-        for agent in self.envs[i].agents:
-            slots = self._agents[agent]
-            slots.alive[i, slots.j] = True
+        self._read_alive(i, self.envs[i].agents)
         self._write_observations(i, obs, infos)
         self._write_state(i, self.envs[i])
 
@@ -145,12 +140,23 @@ class EnvRunner:
                 if flag:
                     slots = self._agents[agent]
                     getattr(slots, field)[i, slots.j] = True
-                    slots.alive[i, slots.j] = False
+                    if slots.alive[i, slots.j]:
+                        slots.alive[i, slots.j] = False
+                        self._num_alive[i] -= 1
                     final = infos.get(agent, {}).get("final_obs")
                     if final is not None:
                         slots.write_obs(i, final)
         self._length[i] += 1
         self._write_observations(i, obs, infos)
+
+    def _read_alive(self, i: int, agents: Sequence[str]) -> None:
+        """Set env ``i``'s alive row to exactly ``agents`` (agents that joined included)."""
+        for g in self.layout.groups:
+            self.arrays[f"alive/{g}"][i] = False
+        for agent in agents:
+            slots = self._agents[agent]
+            slots.alive[i, slots.j] = True
+        self._num_alive[i] = len(agents)
 
     def _write_observations(self, i: int, obs: Mapping[str, Any], infos: Mapping[str, Any]) -> None:
         for agent in self._acting[i]:

@@ -21,6 +21,7 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import sys
 import time
 import traceback
 import warnings
@@ -39,9 +40,10 @@ from corral.errors import (
     VectorStateError,
     WorkerDiedError,
     WorkerRestartWarning,
+    WorkerStartError,
     WorkerTimeoutError,
 )
-from corral.vector.backend import Arrays, Backend, EnvFn, EnvInfo, call_env
+from corral.vector.backend import Arrays, Backend, EnvFn, EnvInfo, call_envs, set_env_attrs
 from corral.vector.layout import Layout
 from corral.vector.runner import EnvRunner
 from corral.vector.shared_memory import BlockLayout, create_block, map_arrays
@@ -110,12 +112,6 @@ class _Server:
         self.envs = envs
         self.offset = offset
 
-    def _guarded(self, i: int, what: str, call: Callable[[], Any]) -> Any:
-        try:
-            return call()
-        except Exception as err:
-            raise _error(self.offset + i, what, err) from err
-
     def attach(self, layout: Layout, block: BlockLayout, seeds: list | None) -> None:
         """Map this worker's rows; with ``seeds``, take over from a dead worker."""
         fd = recv_handle(self.conn)
@@ -134,15 +130,11 @@ class _Server:
     def step(self) -> None:
         self.runner.step()
 
-    def call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
-        return [
-            self._guarded(i, f"{name}()", lambda e=env: call_env(e, name, args, kwargs))
-            for i, env in enumerate(self.envs)
-        ]
+    def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
+        return call_envs(self.envs, self.offset, name, args, kwargs)
 
     def set_attr(self, name: str, values: list[Any]) -> None:
-        for i, (env, value) in enumerate(zip(self.envs, values, strict=True)):
-            self._guarded(i, f"setting {name}", lambda e=env, v=value: setattr(e, name, v))
+        set_env_attrs(self.envs, self.offset, name, values)
 
 
 def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Connection]) -> None:
@@ -190,6 +182,8 @@ class _Worker:
     process: Any = None
     conn: Connection | None = None
     dead: bool = True
+    exitcode: int | None = None
+    """The exit code of the last process stopped (negative: the signal that ended it)."""
 
     def __str__(self) -> str:
         first, last = self.envs[0], self.envs[-1]
@@ -202,6 +196,7 @@ class _Worker:
             if self.process.exitcode is None:
                 self.process.kill()
                 self.process.join()
+            self.exitcode = self.process.exitcode
             self.process.close()
         if self.conn is not None:
             self.conn.close()
@@ -325,7 +320,7 @@ class SubprocBackend(Backend):
     # -- other calls ------------------------------------------------------------------
 
     def call(
-        self, name: str, args: tuple, kwargs: dict[str, Any], timeout: float | None
+        self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None
     ) -> list[Any]:
         replies = self._request(self._workers, lambda w: ("call", name, args, kwargs), timeout)
         return [value for reply in replies for value in reply]
@@ -383,11 +378,15 @@ class SubprocBackend(Backend):
                 child.close()
             worker.process, worker.conn, worker.dead = process, conn, False
         try:
-            return self._gather(workers, "start", None)
-        except EnvError:  # a worker that cannot build its envs has exited
+            infos = self._gather(workers, "start", None)
+            died = [w for w in workers if w.dead]
+            if died:
+                raise _start_error(died, self._ctx.get_start_method())
+        except (EnvError, WorkerStartError):  # a worker that cannot build its envs has exited
             for worker in workers:
                 worker.stop()
             raise
+        return infos
 
     def _attach(self, workers: list[_Worker], seeds: list | None) -> None:
         """Have ``workers`` map the shared block; with ``seeds``, restart their envs."""
@@ -464,3 +463,28 @@ class SubprocBackend(Backend):
             f"{', '.join(map(str, workers))} did not answer {what}() within {timeout} s; "
             "it was stopped and is restarted at the next reset or step"
         )
+
+
+def _start_error(workers: list[_Worker], start_method: str) -> WorkerStartError:
+    """What to tell when ``workers`` exited before saying what their envs are."""
+    codes = {w.index: w.exitcode for w in workers}
+    how = "; ".join(f"{w}: {_exit_status(w.exitcode)}" for w in workers)
+    message = f"{len(workers)} worker(s) died while starting, before building their envs ({how})."
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    if start_method == "fork" or script is None:  # no script of the user's runs in the worker
+        message += " Was the worker killed (out of memory?)"
+    else:
+        message += (
+            f" The usual cause: a worker started with {start_method!r} first imports the "
+            f"main script ({script}) again, and a script that builds a vector env at module "
+            "level then starts workers from inside the worker, which Python forbids. Fix: put "
+            'that code under `if __name__ == "__main__":`, or use backend="sync". The '
+            "worker's own traceback is on stderr above."
+        )
+    return WorkerStartError(message, codes)
+
+
+def _exit_status(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"killed by signal {-code}"
+    return f"exit code {code}"

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from corral.adapters import adapt
-from corral.vector.backend import Arrays, Backend, EnvFn, EnvInfo, call_env
+from corral.vector.backend import Arrays, Backend, EnvFn, EnvInfo, call_envs, set_env_attrs
 from corral.vector.layout import Layout
 from corral.vector.runner import EnvRunner
 
@@ -49,13 +49,12 @@ class SyncBackend(Backend):
         self._run_pending()
 
     def call(
-        self, name: str, args: tuple, kwargs: dict[str, Any], timeout: float | None
+        self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None
     ) -> list[Any]:
-        return [call_env(env, name, args, kwargs) for env in self.envs]
+        return call_envs(self.envs, 0, name, args, kwargs)
 
     def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
-        for env, value in zip(self.envs, values, strict=True):
-            setattr(env, name, value)
+        set_env_attrs(self.envs, 0, name, values)
 
     def close(self) -> None:
         for env in self.envs:

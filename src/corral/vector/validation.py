@@ -3,7 +3,8 @@
 ``action_array_problem(space, array, acting)`` looks at a whole group's
 actions ``[E, n, *shape]`` at once and returns the first problem among the
 acting entries as ``(env, agent_index, text)``, or ``None``. It is registered
-per space type, like the single-action checks in :mod:`corral.spaces`.
+per space type, like the single-action checks in :mod:`corral.spaces`;
+``clip_to_space`` (for ``clip_actions=True``) likewise.
 """
 
 from __future__ import annotations
@@ -115,6 +116,23 @@ def _(space: spaces.Tuple, array: Any, acting: np.ndarray) -> Problem:
         if problem is not None:
             return problem[0], problem[1], f"[{i}]: {problem[2]}"
     return None
+
+
+@singledispatch
+def clip_to_space(space: spaces.Space, array: Any, acting: np.ndarray) -> tuple[Any, np.ndarray]:
+    """``array`` clipped into ``space``, and how many entries of each acting ``[env, agent]``
+    were outside it. Only ``Box`` actions are clipped; NaN stays NaN (an error later)."""
+    return array, np.zeros(acting.shape, np.int64)
+
+
+@clip_to_space.register
+def _(space: spaces.Box, array: Any, acting: np.ndarray) -> tuple[Any, np.ndarray]:
+    array = np.asarray(array)
+    if array.shape != (*acting.shape, *space.shape) or array.dtype.kind not in "iuf":
+        return array, np.zeros(acting.shape, np.int64)  # the checks name what is wrong
+    outside = (array < space.low) | (array > space.high)
+    counts = outside.reshape(*acting.shape, -1).sum(axis=-1) * acting
+    return (np.clip(array, space.low, space.high) if outside.any() else array), counts
 
 
 def mask_problem(

@@ -14,7 +14,7 @@ from corral.groups import GroupMap
 from corral.vector.backend import EnvFn, backend_class
 from corral.vector.layout import Layout, array_tree, assemble
 from corral.vector.sampling import sample_array
-from corral.vector.validation import action_array_problem, mask_problem
+from corral.vector.validation import action_array_problem, clip_to_space, mask_problem
 
 
 @dataclass
@@ -24,13 +24,18 @@ class Batch:
     Shapes for a group of ``n`` agents over ``E`` envs: ``obs[g]`` and
     ``final_obs[g]`` ``[E, n, *obs_shape]`` (nested dicts/tuples for Dict/Tuple
     spaces); ``reward``, ``terminated``, ``truncated``, ``alive``, ``acting``,
-    ``episode_return`` ``[E, n]``; ``action_mask[g]`` ``[E, n, n_actions]`` for
-    discrete groups; ``state``/``final_state`` ``[E, *state_shape]`` or ``None``;
-    ``done``, ``episode_length``, ``worker_restarts`` ``[E]``.
+    ``episode_return``, ``clipped_actions`` ``[E, n]``; ``action_mask[g]``
+    ``[E, n, n_actions]`` for discrete groups; ``state``/``final_state``
+    ``[E, *state_shape]`` or ``None``; ``done``, ``episode_length``,
+    ``worker_restarts`` ``[E]``.
 
     ``done[e]`` means env ``e``'s episode ended in this step and the env was
     reset: ``obs`` already holds the new episode and ``final_obs``,
     ``final_state``, ``episode_return`` and ``episode_length`` the ended one.
+
+    ``clipped_actions[g][e, j]`` counts the entries of agent ``j``'s action in
+    this step that lay outside its ``Box`` and were clipped into it (with
+    ``clip_actions=True``; always 0 otherwise).
     """
 
     obs: dict[str, Any]
@@ -47,6 +52,7 @@ class Batch:
     episode_return: dict[str, np.ndarray]
     episode_length: np.ndarray
     worker_restarts: np.ndarray
+    clipped_actions: dict[str, np.ndarray]
 
 
 class _Pending(enum.Enum):
@@ -71,6 +77,9 @@ class VectorEnv:
             ``state()`` call per env step, a fifth of an MPE step.
         copy: return arrays the caller owns (``True``) or views into the
             backend's buffers, valid until the next step (``False``, faster).
+        clip_actions: clip continuous (``Box``) actions into their bounds and
+            count the clipped entries in ``Batch.clipped_actions``, instead of
+            raising :class:`InvalidActionError` (the default). NaN still raises.
         **options: backend options (``num_workers``, ``envs_per_worker``,
             ``start_method``, ``timeout``, ``ray_address``...).
 
@@ -92,16 +101,19 @@ class VectorEnv:
         group_map: GroupMap = None,
         state: bool = False,
         copy: bool = True,
+        clip_actions: bool = False,
         **options: Any,
     ) -> None:
         if len(env_fns) == 0:
             raise ValueError("a VectorEnv needs at least one env constructor")
         self.backend_name = backend
         self.copy = copy
+        self.clip_actions = clip_actions
         self._pending = _Pending.CLOSED
         self._backend = backend_class(backend)(list(env_fns), **options)
         info = self._backend.env_info()
         self.metadata = info.metadata
+        self._max_episode_steps = info.max_episode_steps
         self.possible_agents = info.possible_agents
         self.layout = Layout(
             info.possible_agents,
@@ -111,7 +123,15 @@ class VectorEnv:
             len(env_fns),
             group_map,
         )
-        self._arrays = self._backend.start(self.layout)
+        self._clipped = {
+            name: np.zeros((len(env_fns), len(g.agents)), np.int64)
+            for name, g in self.layout.groups.items()
+        }
+        # The counts live in the parent, beside the backend's arrays: clipping precedes the step.
+        self._arrays = {
+            **self._backend.start(self.layout),
+            **{f"clipped_actions/{name}": a for name, a in self._clipped.items()},
+        }
         self._batch_paths = [p for p in self._arrays if not p.startswith(("action/", "running_"))]
         self._action_plan = [
             (name, g, self._arrays[f"acting/{name}"], self._arrays.get(f"action_mask/{name}"))
@@ -147,6 +167,11 @@ class VectorEnv:
     def state_space(self) -> Any:
         return self.layout.state_space
 
+    @property
+    def max_episode_steps(self) -> int | None:
+        """The first env's ``max_episode_steps``: the most steps an episode lasts, or ``None``."""
+        return self._max_episode_steps
+
     # -- reset and step -----------------------------------------------------------
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Batch:
@@ -159,6 +184,8 @@ class VectorEnv:
         if seed is None and not self._started:
             seed = self._first_seed
         seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
+        for clipped in self._clipped.values():
+            clipped.fill(0)
         self._backend.reset_async(seeds, options)
         self._pending = _Pending.RESET
 
@@ -210,9 +237,9 @@ class VectorEnv:
         return self._backend.call(name, args, kwargs, timeout)
 
     def get_attr(self, name: str, timeout: float | None = None) -> list:
-        """Attribute ``name`` of every env."""
+        """Attribute ``name`` of every env (an adapter's, else its source env's)."""
         self._expect(_Pending.NONE, "get_attr")
-        return self._backend.call("__getattribute__", (name,), {}, timeout)
+        return self._backend.call(name, None, {}, timeout)
 
     def set_attr(self, name: str, values: Any, timeout: float | None = None) -> None:
         """Set attribute ``name`` of env ``i`` to ``values[i]`` (or every env to ``values``)."""
@@ -268,6 +295,7 @@ class VectorEnv:
                 raise InvalidActionError(
                     f"actions for unknown group {name!r}; the groups are {list(self.groups)}"
                 )
+        checked = {}
         for name, group, acting, mask in self._action_plan:
             if name not in actions:
                 if acting.any():
@@ -277,18 +305,24 @@ class VectorEnv:
                         f"agent {group.agents[j]!r} must act"
                     )
                 continue
-            problem = action_array_problem(group.action_space, actions[name], acting)
+            action, clipped = actions[name], None
+            if self.clip_actions:
+                action, clipped = clip_to_space(group.action_space, action, acting)
+            problem = action_array_problem(group.action_space, action, acting)
             if problem is None and mask is not None:
-                problem = mask_problem(group.action_space, actions[name], acting, mask)
+                problem = mask_problem(group.action_space, action, acting, mask)
             if problem is not None:
                 env, j, text = problem
                 where = f"group {name!r}" + (
                     f", env {env}, agent {group.agents[j]!r}" if env >= 0 else ""
                 )
                 raise InvalidActionError(f"{where}: expected {text}")
-        for name, group, _, _ in self._action_plan:
-            if name in actions:
-                self._store(group.action_tree, f"action/{name}", actions[name])
+            checked[name] = (group, action, clipped)
+        for name, (group, action, _) in checked.items():
+            self._store(group.action_tree, f"action/{name}", action)
+        if self.clip_actions:
+            for name, counts in self._clipped.items():
+                counts[...] = checked[name][2] if name in checked else 0
 
     def _store(self, tree: Any, path: str, value: Any) -> None:
         if isinstance(tree, dict):
@@ -333,6 +367,7 @@ class VectorEnv:
             episode_return=per_group("episode_return"),
             episode_length=arrays["episode_length"],
             worker_restarts=arrays["worker_restarts"],
+            clipped_actions=per_group("clipped_actions"),
         )
 
 
@@ -345,6 +380,7 @@ def make_vec(
     group_map: GroupMap = None,
     state: bool = False,
     copy: bool = True,
+    clip_actions: bool = False,
     env_kwargs: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> VectorEnv:
@@ -364,6 +400,7 @@ def make_vec(
         group_map=group_map,
         state=state,
         copy=copy,
+        clip_actions=clip_actions,
         **options,
     )
 
