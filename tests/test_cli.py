@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -218,3 +219,23 @@ def test_python_dash_m_corral() -> None:
     assert missing.returncode == 2
     assert missing.stderr.startswith("corral: error: unknown env id 'corral/nope'")
     assert "Traceback" not in missing.stderr
+
+
+def test_output_cut_short_by_its_reader_ends_quietly() -> None:
+    # `corral list | head -1`, made deterministic: the reader has gone before anything is
+    # written, so the first write (or the final flush) meets a closed pipe.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "corral", "list"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert done.stderr == ""
+    assert done.returncode == cli.BROKEN_PIPE

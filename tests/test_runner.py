@@ -20,7 +20,9 @@ import corral
 from corral.algos.base import AlgoConfig, Algorithm
 from corral.training import ConfigError, Runner, load_config, load_run
 from corral.training import checkpoint as ckpt
+from corral.training import runner as runner_module
 from corral.training.metrics import COLUMNS, MetricsLog, read_metrics
+from corral.training.progress import BarProgress
 from corral.training.runner import BEST, LATEST, evaluate_policy
 from corral.vector.sampling import sample_array
 
@@ -277,6 +279,43 @@ def test_a_progress_bar_counts_env_steps(
         runner.benchmark()
     err = capsys.readouterr().err
     assert "400/400" in err and "eval" in err
+
+
+def test_the_bar_stops_at_its_total() -> None:
+    pytest.importorskip("tqdm")
+    bar = BarProgress(100)
+    try:
+        bar.advance(48)
+        assert bar.bar.n == 48
+        bar.advance(64)  # a vector step past the total
+        assert bar.bar.n == 100
+        bar.update({"env_steps": 112})
+        assert bar.bar.n == 100
+    finally:
+        bar.close()
+
+
+def test_the_bar_moves_at_every_vector_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("tqdm")
+    seen: list[tuple[str, int]] = []
+
+    class Spy(BarProgress):
+        def advance(self, env_steps: int) -> None:
+            super().advance(env_steps)
+            seen.append(("step", self.bar.n))
+
+        def update(self, row: Mapping[str, float]) -> None:
+            super().update(row)
+            seen.append(("row", self.bar.n))
+
+    monkeypatch.setattr(runner_module, "make_progress", lambda total, initial, bar: Spy(total))
+    # rows at 200, 400 and the end; 4 envs, so the run ends at 404 env steps
+    cfg = config(tmp_path, total_steps=402, eval_every=0, log_every=200, eval_episodes=2)
+    assert train(cfg).env_steps == 404
+    assert seen[:51] == [("step", 4 * (i + 1)) for i in range(50)] + [("row", 200)]
+    assert seen[-3:] == [("row", 400), ("step", 402), ("row", 402)]
 
 
 def test_tensorboard_events_are_written_when_installed(tmp_path: Path) -> None:

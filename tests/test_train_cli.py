@@ -12,7 +12,7 @@ pytest.importorskip("yaml")
 from test_runner import TabularQ
 
 from corral import cli
-from corral.training.metrics import read_metrics
+from corral.training.metrics import COLUMNS, read_metrics
 
 TINY = f"{TabularQ.__module__}:TabularQ"
 FAST = ["num_envs=2", "eval_episodes=4", "log_every=20", "device=cpu", "tensorboard=false"]
@@ -185,3 +185,35 @@ def test_every_algorithm_trains_resumes_evaluates_and_plots(
         png = tmp_path / "curves.png"
         assert run(capsys, "plot", str(tmp_path / "r"), "-o", str(png))[0] == 0
         assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+# algorithm: its settings on mdp/climbing with 4 envs, and the env steps they need before
+# the first update (one-step episodes: every env step completes every agent's transition)
+FIRST_UPDATE = {
+    "mappo": (["rollout_steps=8", "epochs=1"], 32),  # one rollout: 8 vector steps of 4 envs
+    "maddpg": (["learning_starts=20", "batch_size=16", "train_freq=8"], 20),
+    "dqn": (["learning_starts=20", "batch_size=8", "train_freq=4"], 16),  # 24 stored, then 4
+}
+
+
+@pytest.mark.parametrize("algo", sorted(FIRST_UPDATE))
+def test_a_run_too_short_for_any_update_says_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, algo: str
+) -> None:
+    pytest.importorskip("torch")
+    settings, needed = FIRST_UPDATE[algo]
+    base = ["num_envs=4", "eval_every=0", "eval_episodes=2", "device=cpu", "tensorboard=false"]
+    updated = {}
+    for total in (needed - 4, needed):  # one vector step short, and just enough
+        run_dir = tmp_path / str(total)
+        argv = ["train", algo, "--env", "mdp/climbing", "--total-steps", str(total)]
+        argv += ["--run-dir", str(run_dir), "--no-progress", "--set", *base, *settings]
+        code, _, err = run(capsys, *argv)
+        assert code == 0, err
+        warned = "no update will happen" in err
+        assert warned == (total < needed), err
+        if warned:
+            assert f"set total_steps to at least {needed}" in err
+        keys = {key for row in read_metrics(run_dir) for key in row}
+        updated[total] = bool(keys - set(COLUMNS))  # the algorithm's losses
+    assert updated == {needed - 4: False, needed: True}

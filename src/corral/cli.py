@@ -12,7 +12,8 @@
 ``module:attr`` (``examples.custom_env:Nim``, importable from the current
 directory). Exit codes: 0 success, 1 contract violations, 2 an id, source or
 argument that cannot be used, 3 a check that found no violation but ended no
-episode (the rules about how episodes end went unchecked).
+episode (the rules about how episodes end went unchecked), 141 output cut short by
+its reader (``corral list | head``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ from corral.errors import (
 )
 from corral.registry import make, namespaces, registered_ids, resolve, spec
 
+BROKEN_PIPE = 141
+"""Exit code when stdout's reader closes it early: a shell's code for a process ended by SIGPIPE."""
+
 
 class UsageError(Exception):
     """A command line that cannot be carried out; its message is shown without a traceback."""
@@ -49,10 +53,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (``sys.argv[1:]`` by default); returns the exit code."""
     args = _parser().parse_args(argv)
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+        return code
     except UsageError as err:
         print(f"corral: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`corral list | head`): end quietly, as the Python docs
+        # advise, with stdout on devnull so that the flush at exit cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE
 
 
 def _parser() -> argparse.ArgumentParser:

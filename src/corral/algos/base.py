@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -21,6 +21,15 @@ Actions = dict[str, np.ndarray]
 Extras = dict[str, dict[str, np.ndarray]]
 Policy = Callable[[np.ndarray, "np.ndarray | None", np.random.Generator], np.ndarray]
 """A fixed policy for one group: ``(obs [E, n, ...], action_mask or None, rng) -> actions``."""
+
+
+class FirstUpdate(NamedTuple):
+    """When an algorithm can next update: the fewest env steps from now, and what sets them."""
+
+    env_steps: int
+    """Env steps (one per env per vector step) to collect before :meth:`Algorithm.update`."""
+    because: str
+    """The settings behind that number, e.g. ``rollout_steps=64 vector steps of 16 envs``."""
 
 
 @dataclass
@@ -93,6 +102,11 @@ class Algorithm:
     def update(self) -> dict[str, float]:
         """Learn from what was stored; returns scalar metrics (losses, ...)."""
         raise NotImplementedError
+
+    def first_update(self) -> FirstUpdate | None:
+        """A lower bound on the env steps before :meth:`ready` can next be true (``None``:
+        unknown); the runner warns when a run is too short for any update."""
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume learning (networks, optimisers, counters)."""

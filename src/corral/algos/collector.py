@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,8 +54,17 @@ class Collector:
             actions[g] = policy(batch.obs[g], batch.action_mask.get(g), self.rng)
         return actions, extras
 
-    def run(self, env_steps: int, *, learn: bool = True) -> Progress:
-        """Collect at least ``env_steps`` env steps, updating ``algo`` whenever it is ready."""
+    def run(
+        self,
+        env_steps: int,
+        *,
+        learn: bool = True,
+        on_step: Callable[[int], None] | None = None,
+    ) -> Progress:
+        """Collect at least ``env_steps`` env steps, updating ``algo`` whenever it is ready.
+
+        ``on_step`` is called after every vector step with the env steps it took.
+        """
         progress = Progress()
         while progress.env_steps < env_steps:
             actions, extras = self.actions(self.batch, explore=learn)
@@ -70,6 +79,8 @@ class Collector:
                 if self.algo.ready():
                     progress.updates.append(self.algo.update())
             self._record_episodes(progress)
+            if on_step is not None:
+                on_step(self.venv.num_envs)
         return progress
 
     def _record_episodes(self, progress: Progress) -> None:

@@ -42,7 +42,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, resolve_device
+from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
 from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
 from corral.algos.selfplay import SelfPlay
 from corral.data.buffers import ReplayBuffer
@@ -225,6 +225,17 @@ class DQN(Algorithm):
         return self._stored() >= max(1, self.config.learning_starts) and (
             self._pending_steps >= self.config.train_freq
         )
+
+    def first_update(self) -> FirstUpdate:
+        """Filling to ``learning_starts`` (each env step completes at most one transition per
+        agent), then ``train_freq`` env steps."""
+        cfg, env_count = self.config, self.num_envs
+        agents = sum(len(members) for members in self.groups.values())
+        fill = max(0, max(1, cfg.learning_starts) - self._stored())
+        pending = max(0, cfg.train_freq - self._pending_steps)
+        vector_steps = -(-fill // (env_count * agents)) + max(1, -(-pending // env_count))
+        because = f"learning_starts={cfg.learning_starts} transitions, train_freq={cfg.train_freq}"
+        return FirstUpdate(vector_steps * env_count, because)
 
     def update(self) -> dict[str, float]:
         """``gradient_steps`` gradient steps for every ``train_freq`` env steps since the last."""

@@ -49,7 +49,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, resolve_device
+from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
 from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
 from corral.data.buffers import ReplayBuffer
 from corral.data.transitions import Transitions
@@ -258,6 +258,18 @@ class MADDPG(Algorithm):
             and len(self.buffer) >= cfg.batch_size
             and self._due >= cfg.train_freq
         )
+
+    def first_update(self) -> FirstUpdate:
+        """Until ``learning_starts``, ``batch_size`` and ``train_freq`` env steps are stored."""
+        cfg = self.config
+        rows = max(
+            1,
+            cfg.learning_starts - self.env_steps,
+            cfg.batch_size - len(self.buffer),
+            cfg.train_freq - self._due,
+        )
+        because = f"learning_starts={cfg.learning_starts}, batch_size={cfg.batch_size}"
+        return FirstUpdate(-(-rows // self.num_envs) * self.num_envs, because)
 
     # -- learning -------------------------------------------------------------------------------
 

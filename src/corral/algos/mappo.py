@@ -54,7 +54,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, resolve_device
+from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
 from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
 from corral.data.buffers import RolloutBuffer, gae
 from corral.data.transitions import Transitions
@@ -364,6 +364,12 @@ class MAPPO(Algorithm):
         """After ``rollout_steps`` exploring vector steps, once some transition completed."""
         collected = any(len(b) for b in self.buffers.values())
         return collected and self.steps_since_update >= self.config.rollout_steps
+
+    def first_update(self) -> FirstUpdate:
+        """The rest of the current rollout."""
+        steps = self.config.rollout_steps
+        left = max(1, steps - self.steps_since_update)
+        return FirstUpdate(left * self.num_envs, f"rollout_steps={steps} of {self.num_envs} envs")
 
     # -- learning --------------------------------------------------------------------
 

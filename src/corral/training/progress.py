@@ -19,6 +19,9 @@ class LineProgress:
     def update(self, row: Mapping[str, float]) -> None:
         log.info("%s", describe(row, self.total))
 
+    def advance(self, env_steps: int) -> None:
+        """Lines are logged at metrics rows only."""
+
     def close(self) -> None:
         """Nothing to release."""
 
@@ -28,18 +31,30 @@ class LineProgress:
 
 
 class BarProgress:
-    """A tqdm bar over env steps; its postfix shows the latest returns."""
+    """A tqdm bar over env steps; its postfix shows the latest returns.
+
+    It stops at ``total``: the last vector step of a run may take it past.
+    """
 
     def __init__(self, total: int, initial: int = 0) -> None:
         from tqdm.auto import tqdm
 
+        self.total = total
         self.bar = tqdm(
-            total=total, initial=initial, unit="step", unit_scale=True, dynamic_ncols=True
+            total=total,
+            initial=min(initial, total),
+            unit="step",
+            unit_scale=True,
+            dynamic_ncols=True,
         )
 
     def update(self, row: Mapping[str, float]) -> None:
-        self.bar.update(int(row["env_steps"]) - self.bar.n)
+        self.bar.update(min(int(row["env_steps"]), self.total) - self.bar.n)
         self.bar.set_postfix_str(_returns(row), refresh=True)
+
+    def advance(self, env_steps: int) -> None:
+        """Move by ``env_steps`` within a metrics row."""
+        self.bar.update(min(env_steps, self.total - self.bar.n))
 
     def close(self) -> None:
         self.bar.close()

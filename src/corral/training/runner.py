@@ -26,7 +26,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -175,23 +175,24 @@ class Runner:
                 log.info("TensorBoard is not installed: metrics go to metrics.csv only")
             if self.resumed:
                 log.info("resumed at %d env steps; the envs start new episodes", self.env_steps)
+            self._warn_if_too_short()
             bar = make_progress(run.total_steps, self.env_steps, bar=self.show_bar)
             try:
                 with bar.redirect_logging():
                     if self.env_steps == 0 and not self.metrics.rows and run.eval_every > 0:
                         bar.update(self._log_row(Progress(), 0.0, evaluate=True))
                     while self.env_steps < run.total_steps:
-                        bar.update(self._train_chunk())
+                        bar.update(self._train_chunk(on_step=bar.advance))
                     log.info("%s", self._summary())
             finally:
                 bar.close()
         return self.results()
 
-    def _train_chunk(self) -> Row:
+    def _train_chunk(self, on_step: Callable[[int], None] | None = None) -> Row:
         run = self.config.run
         before = self.env_steps
         started = time.perf_counter()
-        part = self.collector.run(self._next_stop() - before)
+        part = self.collector.run(self._next_stop() - before, on_step=on_step)
         self.env_steps += part.env_steps
         seconds = time.perf_counter() - started
         self.elapsed += seconds
@@ -201,6 +202,25 @@ class Runner:
         if evaluate or _crossed(run.checkpoint_every, before, self.env_steps):
             self.save_checkpoint(self.run_dir / LATEST, replay=run.checkpoint_replay)
         return row
+
+    def _warn_if_too_short(self) -> None:
+        """Warn when the run ends before the algorithm's first update."""
+        run = self.config.run
+        wait = self.algo.first_update()
+        left = run.total_steps - self.env_steps
+        # The collector steps every env at once: a run takes whole vector steps.
+        collected = -(-left // self.venv.num_envs) * self.venv.num_envs
+        if wait is None or left <= 0 or collected >= wait.env_steps:
+            return
+        log.warning(
+            "no update will happen: the run has %d env steps to go, and %s's next update needs "
+            "at least %d (%s); set total_steps to at least %d, or lower those settings",
+            left,
+            self.config.algo,
+            wait.env_steps,
+            wait.because,
+            self.env_steps + wait.env_steps,
+        )
 
     def _next_stop(self) -> int:
         """The next env step at which a row, evaluation or checkpoint is due."""
