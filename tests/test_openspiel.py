@@ -259,3 +259,15 @@ def test_render_ansi_shows_the_state() -> None:
     env.step({"player_0": 0})
     assert env.render() == str(env.spiel_state)
     assert "x" in env.render()
+
+
+@pytest.mark.parametrize(
+    ("game", "zero_sum", "lockstep"),
+    [("kuhn_poker", True, False), ("matrix_rps", True, None), ("matrix_pd", False, None)],
+)
+def test_metadata_says_from_the_game_type_whether_it_is_zero_sum_and_turn_based(
+    game: str, zero_sum: bool, lockstep: bool | None
+) -> None:
+    env = corral.make(f"openspiel/{game}")
+    assert env.metadata["zero_sum"] is zero_sum and env.metadata["name"] == game
+    assert env.metadata.get("lockstep") is lockstep  # sequential games of several players: False

@@ -14,6 +14,7 @@ from corral.errors import (
     MissingDependencyError,
     RegistrationError,
     UnknownEnvError,
+    UnsupportedEnvError,
 )
 from corral.groups import group_agents
 from corral.registry import make, register, register_namespace, registered_ids, spec
@@ -46,6 +47,7 @@ __all__ = [
     "MultiAgentEnv",
     "RegistrationError",
     "UnknownEnvError",
+    "UnsupportedEnvError",
     "VectorEnv",
     "adapt",
     "check_env",

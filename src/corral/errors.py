@@ -40,6 +40,10 @@ class GroupError(CorralError, ValueError):
     """Agents put in one group although their spaces differ."""
 
 
+class UnsupportedEnvError(CorralError, ValueError):
+    """An algorithm asked to learn an env it cannot handle (MADDPG on a turn-based game)."""
+
+
 class EnvContractError(CorralError):
     """An env that breaks the env contract (raised by the conformance checker)."""
 

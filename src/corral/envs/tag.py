@@ -68,7 +68,7 @@ class Tag(MultiAgentEnv):
         (Discrete(5), Discrete(9))
     """
 
-    metadata = {"render_modes": ["ansi"], "name": "tag"}
+    metadata = {"render_modes": ["ansi"], "name": "tag", "lockstep": False}
 
     def __init__(
         self,
