@@ -274,8 +274,9 @@ def test_evaluate_vs_random_scores_the_requested_seat() -> None:
         groups = {"player": ("player_1", "player_2")}
         rng = np.random.default_rng(0)
 
-        def greedy(self, group: str, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
-            return np.where(mask, self.rng.random(mask.shape), -1.0).argmax(-1)
+        def act(self, batch, *, explore: bool = True) -> tuple[dict, dict]:
+            mask = batch.action_mask["player"]
+            return {"player": np.where(mask, self.rng.random(mask.shape), -1.0).argmax(-1)}, {}
 
     # Random against random tic-tac-toe: the first mover wins 58.5% and loses 28.8% of games.
     first = evaluate_vs_random(RandomPlayer(), TICTACTOE, 600, seat=0, num_envs=50)
@@ -308,4 +309,17 @@ def test_state_dict_round_trip_restores_greedy_actions_counters_and_pool() -> No
     x = torch.as_tensor(obs)
     assert torch.equal(snapshot(x), loaded(x))
     assert other.rng.bit_generator.state == algo.rng.bit_generator.state
+    venv.close()
+
+
+def test_greedy_acting_plays_every_seat_and_leaves_the_self_play_seats_alone() -> None:
+    venv, algo = _train("corral/rps", FAST.replace(self_play=True, snapshot_interval=50), 600)
+    seats, opponents = algo.selfplay.seat.copy(), list(algo.selfplay.opponent)
+    batch = venv.reset(seed=3)
+    actions, extras = algo.act(batch, explore=False)
+    assert extras == {}
+    np.testing.assert_array_equal(
+        actions["player"], algo.greedy("player", batch.obs["player"], batch.action_mask["player"])
+    )
+    assert algo.selfplay.seat.tolist() == seats.tolist() and algo.selfplay.opponent == opponents
     venv.close()

@@ -15,6 +15,8 @@ import corral  # noqa: E402
 from corral.algos.collector import Collector, evaluate  # noqa: E402
 from corral.algos.maddpg import MADDPG  # noqa: E402
 from corral.env import MultiAgentEnv, validate_actions  # noqa: E402
+from corral.envs.rps import RockPaperScissors  # noqa: E402
+from corral.errors import UnsupportedEnvError  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -205,10 +207,25 @@ def test_discrete_actions_respect_the_action_mask() -> None:
     assert set(algo.act(batch, explore=True)[0]["player"][:25].ravel()) == {1, 2}
 
 
-def test_turn_based_env_raises_a_clear_error() -> None:
-    venv = corral.make_vec("corral/rps", 2, seed=0)
+@pytest.mark.parametrize(
+    "env_id", ["corral/rps", "corral/rps4", "corral/tag", "pettingzoo/classic/tictactoe_v3"]
+)
+def test_envs_that_are_not_lockstep_are_refused_when_it_is_built(env_id: str) -> None:
+    if env_id.startswith("pettingzoo"):
+        pytest.importorskip("pettingzoo")
+    venv = corral.make_vec(env_id, 2, seed=0)
+    with pytest.raises(UnsupportedEnvError, match=r"MADDPG needs every agent to act"):
+        MADDPG(venv)
+    venv.close()
+
+
+def test_a_turn_based_env_that_does_not_say_so_raises_at_its_first_step() -> None:
+    class Undeclared(RockPaperScissors):
+        metadata = {"render_modes": []}
+
+    venv = corral.VectorEnv([Undeclared] * 2, seed=0)
     algo = MADDPG(venv)
-    with pytest.raises(ValueError, match=r"simultaneous moves.*player_1"):
+    with pytest.raises(UnsupportedEnvError, match=r"simultaneous moves.*player_1"):
         Collector(venv, algo, seed=0).run(10)
 
 

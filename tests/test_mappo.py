@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 
 import numpy as np
@@ -310,3 +311,86 @@ def test_learns_on_cuda() -> None:
     fixed = {"player_0": rock}
     Collector(venv, algo, fixed, seed=0).run(2000)
     np.testing.assert_array_equal(greedy_returns(venv, algo, fixed, 16), 3.0)
+
+
+# -- self-play ---------------------------------------------------------------------------------
+
+TICTACTOE = "pettingzoo/classic/tictactoe_v3"
+
+
+def test_self_play_keeps_a_pool_of_past_copies_and_learns_from_its_own_moves_only() -> None:
+    venv = corral.make_vec("corral/rps", 8, seed=0, state=True)
+    algo = MAPPO(venv, Config(self_play=True, rollout_steps=4, epochs=1, snapshot_interval=2))
+    algo.selfplay.pool_size = 3
+    added = []
+    store = algo.buffers["player"].add
+    algo.buffers["player"].add = lambda t: (added.append(t), store(t))
+    updates = Collector(venv, algo, seed=0).run(8 * 4 * 10).updates  # ten updates
+    assert [u["selfplay/pool"] for u in updates] == [0, 1, 1, 2, 2, 3, 3, 3, 3, 3]
+    assert any("selfplay/return" in u for u in updates)
+    learner = np.concatenate([t["learner"] for t in added])
+    assert learner.all() and len(learner) > 0  # the opponents' moves are not learned from
+    assert (algo.selfplay.seat_counts > 0).all()  # it played both seats
+    # the pool holds frozen copies of the actor from updates 6, 8 and 10 (the last one)
+    oldest, newest = algo.selfplay.pool[0]["player"], algo.selfplay.pool[-1]["player"]
+    assert newest is not algo.nets["player"].actor
+    assert not any(p.requires_grad for p in oldest.parameters())
+    obs = torch.rand(5, 7 + 2)  # an observation and the one-hot agent id
+    with torch.no_grad():
+        assert torch.equal(newest.net(obs), algo.nets["player"].actor.net(obs))
+        assert not torch.equal(oldest.net(obs), newest.net(obs))
+
+
+def test_self_play_opponents_act_with_the_snapshot_drawn_from_the_pool() -> None:
+    venv = corral.make_vec("corral/rps", 8, seed=0, state=True)
+    algo = MAPPO(venv, Config(self_play=True, rollout_steps=4, epochs=1, snapshot_interval=1000))
+    scissors = copy.deepcopy(algo.nets["player"].actor)
+    with torch.no_grad():
+        scissors.net[-1].weight.zero_()
+        scissors.net[-1].bias.copy_(torch.tensor([0.0, 0.0, 50.0]))
+    algo.selfplay.add({"player": scissors})
+    seen = []
+    observe = algo.observe
+    algo.observe = lambda transitions: (seen.append(transitions["player"]), observe(transitions))
+    Collector(venv, algo, seed=0).run(8 * 40)
+    learner = np.concatenate([t["learner"] for t in seen])
+    action = np.concatenate([t["action"] for t in seen])
+    assert (~learner).any() and (action[~learner] == 2).all()  # the snapshot: always scissors
+    assert set(action[learner]) == {0, 1, 2}  # the learner samples its own policy
+    assert all(o["player"] is scissors for o in algo.selfplay.opponent)
+
+
+def test_self_play_learns_to_beat_random_play_at_tictactoe() -> None:
+    pytest.importorskip("pettingzoo")
+    from corral.algos.selfplay import evaluate_vs_random
+
+    venv = corral.make_vec(TICTACTOE, 16, seed=0)
+    config = Config(self_play=True, rollout_steps=32, epochs=4, minibatches=2, lr=1e-3)
+    algo = MAPPO(venv, config.replace(snapshot_interval=4, pool_size=5))
+
+    def score() -> float:  # mean over moving first and second, 200 games each
+        return float(np.mean([evaluate_vs_random(algo, TICTACTOE, 200, s, seed=5) for s in (0, 1)]))
+
+    before = score()
+    Collector(venv, algo, seed=0).run(10_000)
+    assert algo.updates == 19 and len(algo.selfplay.pool) == 4  # a copy every 4 updates
+    after = score()
+    assert after > 0.35 and after > before + 0.25, (before, after)
+
+
+def test_self_play_state_dict_round_trip_restores_the_pool() -> None:
+    venv = corral.make_vec("corral/rps", 4, seed=0, state=True)
+    config = Config(self_play=True, rollout_steps=4, epochs=1, snapshot_interval=1)
+    algo = MAPPO(venv, config)
+    Collector(venv, algo, seed=0).run(4 * 4 * 3)
+    file = io.BytesIO()
+    torch.save(algo.state_dict(), file)
+    file.seek(0)
+    clone = MAPPO(venv, config.replace(seed=9))
+    clone.load_state_dict(torch.load(file, weights_only=True))
+    assert len(clone.selfplay.pool) == len(algo.selfplay.pool) == 3
+    obs = torch.rand(5, 9)
+    for mine, theirs in zip(algo.selfplay.pool, clone.selfplay.pool, strict=True):
+        torch.testing.assert_close(mine["player"].net(obs), theirs["player"].net(obs))
+    assert clone.rng.bit_generator.state == algo.rng.bit_generator.state
+    assert clone.selfplay.seat_counts.tolist() == algo.selfplay.seat_counts.tolist()

@@ -264,3 +264,15 @@ def test_render_ansi_shows_the_state() -> None:
 def test_episode_limit_is_the_games_max_length() -> None:
     env = corral.make("openspiel/kuhn_poker")
     assert env.max_episode_steps == 3 == env.game.max_game_length()
+
+
+@pytest.mark.parametrize(
+    ("game", "zero_sum", "lockstep"),
+    [("kuhn_poker", True, False), ("matrix_rps", True, None), ("matrix_pd", False, None)],
+)
+def test_metadata_says_from_the_game_type_whether_it_is_zero_sum_and_turn_based(
+    game: str, zero_sum: bool, lockstep: bool | None
+) -> None:
+    env = corral.make(f"openspiel/{game}")
+    assert env.metadata["zero_sum"] is zero_sum and env.metadata["name"] == game
+    assert env.metadata.get("lockstep") is lockstep  # sequential games of several players: False

@@ -48,7 +48,7 @@ def train(
 def test_train_writes_a_run_and_reports_it(capsys: pytest.CaptureFixture[str], tmp_path: Path):
     code, out, err = train(capsys, tmp_path / "r", "--seed", "5", "--set", "lr=0.5")
     assert code == 0, err
-    assert f"run {tmp_path / 'r'}: 80 env steps, best eval return" in out
+    assert f"run {tmp_path / 'r'}: 80 env steps, best eval_return" in out
     assert "steps 80/80" in err  # progress lines go to stderr
     config = (tmp_path / "r" / "config.yaml").read_text()
     assert "seed: 5" in config and "lr: 0.5" in config
@@ -217,3 +217,61 @@ def test_a_run_too_short_for_any_update_says_so(
         keys = {key for row in read_metrics(run_dir) for key in row}
         updated[total] = bool(keys - set(COLUMNS))  # the algorithm's losses
     assert updated == {needed - 4: False, needed: True}
+
+
+@pytest.mark.parametrize(
+    "env", ["corral/rps", "corral/rps4", "corral/tag", "pettingzoo/classic/tictactoe_v3"]
+)
+def test_maddpg_on_an_env_that_is_not_lockstep_is_one_clear_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, env: str
+) -> None:
+    pytest.importorskip("torch")
+    if env.startswith("pettingzoo"):
+        pytest.importorskip("pettingzoo")
+    code, out, err = run(capsys, "train", "maddpg", "--env", env, "--run-dir", str(tmp_path / "r"))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("corral: error: MADDPG needs every agent to act at every step")
+
+
+def test_maddpg_on_an_env_found_turn_based_while_training_is_one_clear_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, isolated_registry: None
+) -> None:
+    pytest.importorskip("torch")
+    from test_scoring import UndeclaredRPS
+
+    import corral
+
+    corral.register("test/undeclared_rps", UndeclaredRPS)
+    argv = ["train", "maddpg", "--env", "test/undeclared_rps", "--no-progress", "--set", *FAST]
+    code, _, err = run(capsys, *argv, "--run-dir", str(tmp_path / "r"))
+    assert code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("corral: error: MADDPG needs every agent")
+    assert "agent 'player_1' of group 'player' is not acting" in err
+
+
+def test_mappo_trains_with_self_play(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    code, out, err = run(
+        capsys,
+        *["train", "mappo", "--env", "corral/rps", "--self-play", "--total-steps", "64"],
+        *["--run-dir", str(tmp_path / "r"), "--no-progress", "--set", *FAST, "eval_every=32"],
+        *["rollout_steps=4", "epochs=1", "snapshot_interval=1"],
+    )
+    assert code == 0, err
+    assert "64 env steps, best eval_vs_opponent" in out
+    assert "evaluations play against random from the seats ['player_0', 'player_1']" in err
+    rows = read_metrics(tmp_path / "r")
+    assert rows[-1]["selfplay/pool"] >= 1 and "eval_vs_opponent/player_1" in rows[-1]
+
+
+def test_plot_draws_the_column_asked_for(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    pytest.importorskip("matplotlib")
+    assert train(capsys, tmp_path / "r")[0] == 0
+    png = tmp_path / "c.png"
+    argv = ["plot", str(tmp_path / "r"), "-o", str(png), "--metric"]
+    code, _, err = run(capsys, *argv, "eval_return/player_1")
+    assert code == 0, err
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    code, _, err = run(capsys, *argv, "eval_return/nobody")
+    assert code == 2 and "no column 'eval_return/nobody'" in err

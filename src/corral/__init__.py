@@ -15,6 +15,7 @@ from corral.errors import (
     MissingDependencyError,
     RegistrationError,
     UnknownEnvError,
+    UnsupportedEnvError,
 )
 from corral.groups import group_agents
 from corral.interop import to_gymnasium, to_pettingzoo
@@ -49,6 +50,7 @@ __all__ = [
     "MultiAgentEnv",
     "RegistrationError",
     "UnknownEnvError",
+    "UnsupportedEnvError",
     "VectorEnv",
     "adapt",
     "check_env",

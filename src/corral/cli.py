@@ -5,8 +5,8 @@
     corral play ID [--episodes N] [--seed S] [--set key=value ...]
     corral train ALGO --env ID [--num-envs N] [--total-steps N] [--set key=value ...]
     corral train --resume RUN [--total-steps N]
-    corral eval RUN [--episodes N] [--gif out.gif]
-    corral plot RUN [RUN ...] -o curves.png
+    corral eval RUN [--episodes N] [--opponent random|RUN] [--gif out.gif]
+    corral plot RUN [RUN ...] [--metric COLUMN] -o curves.png
 
 ``ID`` is a registered id (``mpe2/simple_spread_v3``) or an entry point
 ``module:attr`` (``examples.custom_env:Nim``, importable from the current
@@ -38,6 +38,7 @@ from corral.errors import (
     MissingDependencyError,
     RegistrationError,
     UnknownEnvError,
+    UnsupportedEnvError,
 )
 from corral.registry import make, namespaces, registered_ids, resolve, spec
 
@@ -278,7 +279,7 @@ def _add_training_commands(commands: Any) -> None:
         dest="self_play",
         action="store_const",
         const="true",
-        help="learn a turn-based game against snapshots of itself (dqn)",
+        help="learn a turn-based game against snapshots of itself (dqn, mappo, ippo)",
     )
     train.add_argument(
         "--set",
@@ -298,6 +299,12 @@ def _add_training_commands(commands: Any) -> None:
     evaluate.add_argument("--checkpoint", choices=("best", "latest"), default="best")
     evaluate.add_argument("--seed", type=int, help="seed of the episodes (default: the run's)")
     evaluate.add_argument("--device", help="cpu, cuda or auto (default: the run's)")
+    evaluate.add_argument(
+        "--opponent",
+        metavar="OPPONENT",
+        help="also play against this reference from each learned seat: random, or a run "
+        "directory or checkpoint (default: the run's eval_opponent, in zero-sum games only)",
+    )
     evaluate.add_argument("--gif", metavar="PATH", help="also record one episode as a GIF")
     evaluate.set_defaults(run=_eval)
 
@@ -305,6 +312,12 @@ def _add_training_commands(commands: Any) -> None:
     plot.add_argument("run_dirs", metavar="RUN", nargs="+", help="run directories")
     plot.add_argument("-o", "--output", default="curves.png", help="image file to write")
     plot.add_argument("--band", choices=("minmax", "std"), default="minmax")
+    plot.add_argument(
+        "--metric",
+        default="eval_return",
+        metavar="COLUMN",
+        help="the metrics.csv column to plot, e.g. eval_return/predator or eval_vs_opponent",
+    )
     plot.set_defaults(run=_plot)
 
 
@@ -331,6 +344,8 @@ def _train(args: argparse.Namespace) -> int:
     try:
         with _console_logging(), runner:
             results = runner.benchmark()
+    except UnsupportedEnvError as err:  # found while training, on an env that did not declare it
+        raise UsageError(str(err)) from err
     except KeyboardInterrupt:
         print(
             f"interrupted: resume from the last checkpoint with "
@@ -339,22 +354,42 @@ def _train(args: argparse.Namespace) -> int:
         )
         return 130
     best = "-" if results.best_eval is None else f"{results.best_eval:.4g}"
-    print(f"run {results.run_dir}: {results.env_steps} env steps, best eval return {best}")
+    print(f"run {results.run_dir}: {results.env_steps} env steps, best {results.select_by} {best}")
     return 0
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from corral.training import ConfigError
     from corral.training.render import RenderError, record_episode
     from corral.training.runner import evaluate_policy, load_run
+    from corral.training.scoring import RETURN, VERSUS
 
     with _training_errors():
         config, algo, saved = load_run(args.run_dir, args.checkpoint, device=args.device)
-    result = evaluate_policy(config, algo, args.episodes, seed=args.seed)
-    spread = "" if result.std is None else f" +- {result.std:.4g}"
+    try:
+        result = evaluate_policy(
+            config, algo, args.episodes, seed=args.seed, opponent=args.opponent
+        )
+    except ConfigError as err:  # an --opponent that cannot be used
+        raise UsageError(str(err)) from err
     print(
         f"{args.run_dir} ({args.checkpoint} checkpoint, {saved['env_steps']} env steps): "
-        f"mean return {result.mean:.4g}{spread} over {args.episodes} episodes"
+        f"mean return {result.mean:.4g} +- {result.std:.4g} over {args.episodes} episodes"
     )
+    columns = result.columns()
+
+    def parts(prefix: str) -> str:
+        found = {k.removeprefix(prefix): v for k, v in columns.items() if k.startswith(prefix)}
+        return ", ".join(f"{name} {value:+.4g}" for name, value in found.items())
+
+    print(f"  mean return per group and agent: {parts(RETURN + '/')}")
+    if VERSUS in columns:
+        against = args.opponent or config.run.eval_opponent
+        games = len(result.episodes[VERSUS])
+        print(
+            f"  against {against}: {columns[VERSUS]:+.4g} over {games} games "
+            f"(by seat: {parts(VERSUS + '/')})"
+        )
     if args.gif:
         seed = 0 if args.seed is None else args.seed
         try:
@@ -370,7 +405,7 @@ def _plot(args: argparse.Namespace) -> int:
     from corral.training.plot import plot_runs
 
     with _training_errors():
-        path = plot_runs(args.run_dirs, args.output, band=args.band)
+        path = plot_runs(args.run_dirs, args.output, band=args.band, metric=args.metric)
     print(f"wrote {path}")
     return 0
 

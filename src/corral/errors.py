@@ -45,6 +45,10 @@ class ExportError(CorralError, ValueError):
     on an env that is not simultaneous, ``corral.to_gymnasium`` on a multi-agent env."""
 
 
+class UnsupportedEnvError(CorralError, ValueError):
+    """An algorithm asked to learn an env it cannot handle (MADDPG on a turn-based game)."""
+
+
 class EnvContractError(CorralError):
     """An env that breaks the env contract (raised by the conformance checker)."""
 

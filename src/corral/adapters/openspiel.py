@@ -38,6 +38,8 @@ class OpenSpielEnv(MultiAgentEnv):
     else its observation tensor, as ``float32`` arrays of the tensor's shape.
     ``rewards[a]`` is the change of ``a``'s return during the step, so an
     agent's rewards sum to ``state.returns()`` at the end of the episode.
+    ``metadata`` says from the game's type whether it is ``zero_sum`` and, for
+    sequential games of several players, that it is not ``lockstep``.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -73,6 +75,13 @@ class OpenSpielEnv(MultiAgentEnv):
         self.render_mode = render_mode
         # Every player acts at every node of a simultaneous-move game (chance is sampled here).
         self.simultaneous = game_type.dynamics == pyspiel.GameType.Dynamics.SIMULTANEOUS
+        self.metadata = {
+            **self.metadata,
+            "name": game_type.short_name,
+            "zero_sum": game_type.utility == pyspiel.GameType.Utility.ZERO_SUM,
+        }
+        if game_type.dynamics == pyspiel.GameType.Dynamics.SEQUENTIAL and game.num_players() > 1:
+            self.metadata["lockstep"] = False
         self.possible_agents = [f"player_{i}" for i in range(game.num_players())]
         self.agents = []
         self._shape = tuple(shape)

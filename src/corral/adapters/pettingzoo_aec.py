@@ -46,12 +46,16 @@ class AECEnvAdapter(PettingZooAdapter):
     """A PettingZoo ``AECEnv`` that follows the corral contract (turn-based).
 
     ``state()`` and ``state_space`` exist exactly when the wrapped env has a
-    ``state_space``. The wrapped env is ``adapter.env``.
+    ``state_space``. The wrapped env is ``adapter.env``. ``metadata`` is a copy
+    of the wrapped env's, with ``lockstep`` false when it has several agents
+    (they take turns).
     """
 
     def __init__(self, env: Any) -> None:
         self.env = env
-        self.metadata = getattr(env, "metadata", {"render_modes": []})
+        self.metadata = dict(getattr(env, "metadata", {"render_modes": []}))
+        if len(env.possible_agents) > 1:
+            self.metadata["lockstep"] = False
         self.render_mode = getattr(env, "render_mode", None)
         self.agents: list[AgentID] = []
         self._acting: list[AgentID] = []
@@ -168,18 +172,32 @@ def _is_aec_env(env: Any) -> bool:
 
 register_adapter(_is_aec_env, AECEnvAdapter)
 
-# The implementation modules: PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules.
+
+def build_classic(module: str, zero_sum: bool, **kwargs: Any) -> AECEnvAdapter:
+    """The classic game of ``module``, adapted, declaring in ``metadata["zero_sum"]``
+    whether its players' returns always sum to zero."""
+    env = AECEnvAdapter(build(module, "env", **kwargs))
+    env.metadata["zero_sum"] = zero_sum
+    return env
+
+
+# The implementation modules (PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules),
+# and whether the game is zero-sum (hanabi is cooperative).
 _CLASSIC = {
-    "rps_v2": "pettingzoo.classic.rps.rps",
-    "tictactoe_v3": "pettingzoo.classic.tictactoe.tictactoe",
-    "connect_four_v3": "pettingzoo.classic.connect_four.connect_four",
-    "leduc_holdem_v4": "pettingzoo.classic.rlcard_envs.leduc_holdem",
-    "texas_holdem_v4": "pettingzoo.classic.rlcard_envs.texas_holdem",
-    "texas_holdem_no_limit_v6": "pettingzoo.classic.rlcard_envs.texas_holdem_no_limit",
-    "chess_v6": "pettingzoo.classic.chess.chess",
-    "go_v5": "pettingzoo.classic.go.go",
-    "hanabi_v5": "pettingzoo.classic.hanabi.hanabi",
+    "rps_v2": ("pettingzoo.classic.rps.rps", True),
+    "tictactoe_v3": ("pettingzoo.classic.tictactoe.tictactoe", True),
+    "connect_four_v3": ("pettingzoo.classic.connect_four.connect_four", True),
+    "leduc_holdem_v4": ("pettingzoo.classic.rlcard_envs.leduc_holdem", True),
+    "texas_holdem_v4": ("pettingzoo.classic.rlcard_envs.texas_holdem", True),
+    "texas_holdem_no_limit_v6": ("pettingzoo.classic.rlcard_envs.texas_holdem_no_limit", True),
+    "chess_v6": ("pettingzoo.classic.chess.chess", True),
+    "go_v5": ("pettingzoo.classic.go.go", True),
+    "hanabi_v5": ("pettingzoo.classic.hanabi.hanabi", False),
 }
 
-for _name, _module in _CLASSIC.items():
-    register(f"pettingzoo/classic/{_name}", partial(build, _module, "env"), extra="pettingzoo")
+for _name, (_module, _zero_sum) in _CLASSIC.items():
+    register(
+        f"pettingzoo/classic/{_name}",
+        partial(build_classic, _module, _zero_sum),
+        extra="pettingzoo",
+    )

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from corral.data.transitions import Transitions
+from corral.errors import UnsupportedEnvError
 
 Actions = dict[str, np.ndarray]
 Extras = dict[str, dict[str, np.ndarray]]
@@ -70,6 +71,9 @@ class Algorithm:
     Config: ClassVar[type[AlgoConfig]] = AlgoConfig
     uses_state: ClassVar[bool] = False
     """Whether it reads ``batch.state``: its vector envs are then built with ``state=True``."""
+    needs_lockstep: ClassVar[bool] = False
+    """Whether every learned agent must act at every step until the episode ends (simultaneous
+    moves, no agent leaving early); see :func:`check_env_support`."""
 
     def __init__(
         self,
@@ -79,6 +83,7 @@ class Algorithm:
         learn_groups: Collection[str] | None = None,
         device: str = "cpu",
     ) -> None:
+        check_env_support(type(self), venv)
         self.config = config if config is not None else self.Config()
         self.groups = {g: venv.groups[g] for g in (learn_groups or venv.groups)}
         self.num_envs = venv.num_envs
@@ -123,6 +128,26 @@ class Algorithm:
     def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`replay_state_dict`."""
         raise NotImplementedError(f"{type(self).__name__} keeps no replay memory to restore")
+
+
+def check_env_support(algo: type[Algorithm], venv: Any) -> None:
+    """Raise :class:`~corral.errors.UnsupportedEnvError` if ``algo`` cannot learn ``venv``'s env.
+
+    The env says how its agents act in ``metadata["lockstep"]`` (see the env
+    contract): ``False`` means turn-based or asynchronous moves, or agents
+    that leave before the episode ends. An algorithm with ``needs_lockstep``
+    refuses such an env here; on an env that does not say, it raises the same
+    error at the first step where a learned agent does not act.
+    """
+    metadata = getattr(venv, "metadata", None) or {}
+    if algo.needs_lockstep and metadata.get("lockstep") is False:
+        env = f"the env {metadata['name']!r}" if "name" in metadata else "this env"
+        raise UnsupportedEnvError(
+            f"{algo.__name__} needs every agent to act at every step until the episode ends "
+            f"(simultaneous moves, no agent leaving early), but {env} is turn-based, "
+            "asynchronous or has agents that leave early (metadata lockstep=False); "
+            "MAPPO, IPPO and DQN learn such envs"
+        )
 
 
 def resolve_device(device: str) -> str:

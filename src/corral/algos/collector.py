@@ -20,6 +20,9 @@ class Progress:
     """Env steps taken (one per env per vector step)."""
     episode_returns: list[float] = field(default_factory=list)
     """Each finished episode's return of the learned groups, averaged over their agents."""
+    agent_returns: dict[str, list[float]] = field(default_factory=dict)
+    """Each finished episode's return of every agent of the env (learned or not), in the
+    order of ``episode_returns``."""
     episode_lengths: list[int] = field(default_factory=list)
     updates: list[dict[str, float]] = field(default_factory=list)
 
@@ -91,6 +94,10 @@ class Collector:
             [self.batch.episode_return[g][finished] for g in self.algo.groups], axis=1
         )
         progress.episode_returns.extend(returns.mean(axis=1).tolist())
+        for g, agents in self.venv.groups.items():
+            group_returns = self.batch.episode_return[g][finished]
+            for j, agent in enumerate(agents):
+                progress.agent_returns.setdefault(agent, []).extend(group_returns[:, j].tolist())
         progress.episode_lengths.extend(self.batch.episode_length[finished].tolist())
 
 
@@ -108,7 +115,10 @@ def evaluate(
         part = collector.run(venv.num_envs, learn=False)
         progress.env_steps += part.env_steps
         progress.episode_returns += part.episode_returns
+        for agent, returns in part.agent_returns.items():
+            progress.agent_returns.setdefault(agent, []).extend(returns)
         progress.episode_lengths += part.episode_lengths
     progress.episode_returns = progress.episode_returns[:episodes]
+    progress.agent_returns = {a: r[:episodes] for a, r in progress.agent_returns.items()}
     progress.episode_lengths = progress.episode_lengths[:episodes]
     return progress

@@ -33,6 +33,7 @@ generators and the self-play pool; the replay buffers are saved apart
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -180,8 +181,9 @@ class DQN(Algorithm):
     def act(self, batch: Any, *, explore: bool = True) -> tuple[Actions, Extras]:
         """Epsilon-greedy legal actions (greedy when ``explore`` is false) for every agent.
 
-        With self-play, the slots the learner does not play get the opponent's
-        actions, and the extra ``learner`` marks the learner's slots.
+        With self-play, exploring acts give the slots the learner does not play
+        the opponent's actions, and the extra ``learner`` marks the learner's
+        slots; greedy acts play every slot with the online network.
         """
         if explore:
             self.env_steps += len(batch.done)
@@ -193,20 +195,18 @@ class DQN(Algorithm):
             g: self._epsilon_greedy(self.q[g], g, batch.obs[g], masks[g], epsilon)
             for g in self.groups
         }
-        if self.selfplay is None:
+        if self.selfplay is None or not explore:
             return actions, {}
-        self.selfplay.begin_episodes(batch)
-        learner = self.selfplay.learner_slots()
-        for snapshot, envs in self.selfplay.opponents():
-            for g in self.groups:
-                mask = masks[g][envs]
-                if snapshot is None:
-                    theirs = sample_array(self.action_space[g], mask.shape[:-1], self.rng, mask)
-                else:
-                    eps = self.config.opponent_epsilon
-                    theirs = self._epsilon_greedy(snapshot[g], g, batch.obs[g][envs], mask, eps)
-                actions[g][envs] = np.where(learner[g][envs], actions[g][envs], theirs)
+        learner = self.selfplay.merge(batch, actions, functools.partial(self._opponent, batch))
         return actions, {"learner": learner}
+
+    def _opponent(self, batch: Any, snapshot: Any, g: str, envs: np.ndarray) -> np.ndarray:
+        """Self-play: the actions of ``snapshot`` (``None``: random legal) for ``g`` in ``envs``."""
+        mask = batch.action_mask[g][envs]
+        if snapshot is None:
+            return sample_array(self.action_space[g], mask.shape[:-1], self.rng, mask)
+        eps = self.config.opponent_epsilon
+        return self._epsilon_greedy(snapshot[g], g, batch.obs[g][envs], mask, eps)
 
     # -- learning --------------------------------------------------------------------
 

@@ -33,8 +33,11 @@ games), where every agent acts at every step. Then each vector step
 completes one transition of every learned agent in every env, and these are
 stored together as one row of a joint replay buffer (all agents'
 observations, actions, rewards, next observations). Turn-based or
-asynchronous envs, and envs whose agents leave before the episode ends,
-raise a ``ValueError`` at the first step where an agent does not act.
+asynchronous envs, and envs whose agents leave before the episode ends, raise
+:class:`~corral.errors.UnsupportedEnvError`: when MADDPG is built, for envs
+that declare ``metadata["lockstep"] = False`` (see
+:func:`~corral.algos.base.check_env_support`), else at the first step where an
+agent does not act.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdat
 from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
 from corral.data.buffers import ReplayBuffer
 from corral.data.transitions import Transitions
+from corral.errors import UnsupportedEnvError
 
 _CHECKPOINTED = ("actor", "critic", "actor_target", "critic_target", "actor_opt", "critic_opt")
 
@@ -112,6 +116,7 @@ class MADDPG(Algorithm):
     name = "maddpg"
     Config = Config
     uses_state = True
+    needs_lockstep = True
 
     def __init__(
         self,
@@ -442,7 +447,7 @@ def _check_all_acting(group: str, agents: tuple[str, ...], acting: np.ndarray) -
     if acting.all():
         return
     env, j = (int(x) for x in np.argwhere(~acting)[0])
-    raise ValueError(
+    raise UnsupportedEnvError(
         f"MADDPG needs every agent to act at every step (simultaneous moves), but in env {env} "
         f"agent {agents[j]!r} of group {group!r} is not acting: turn-based and asynchronous "
         "envs, and envs whose agents leave early, are not supported (use DQN or MAPPO)"
@@ -456,7 +461,7 @@ def _by_env_and_agent(group: str, n: int, num_envs: int, t: Transitions | None) 
         order = np.argsort(key)
         if np.array_equal(key[order], np.arange(num_envs * n)):
             return {name: v[order].reshape(num_envs, n, *v.shape[1:]) for name, v in t.items()}
-    raise ValueError(
+    raise UnsupportedEnvError(
         f"MADDPG needs a transition of every agent of group {group!r} in every env at every "
         "step (simultaneous moves)"
     )

@@ -34,6 +34,12 @@ way it overrates states that agents reach late in an episode, and the
 policy learns to reach them: on ``mpe2/simple_spread_v3`` the agents drift
 away and the return falls below that of random play.
 
+Self-play (``self_play``, turn-based games): the learner plays one seat per
+env and episode against a pool of frozen copies of its actors, as DQN does
+(see :mod:`corral.algos.selfplay`); a copy joins the pool every
+``snapshot_interval`` updates, the opponents sample from their policies, and
+only the learner's transitions are learned from.
+
 Defaults follow the MPE settings of Yu et al. 2022, "The Surprising
 Effectiveness of PPO in Cooperative Multi-Agent Games" (lr 7e-4, 10 epochs,
 one minibatch, clip 0.2, entropy 0.01, GAE lambda 0.95, gradient norm 10,
@@ -43,6 +49,7 @@ steps) differs, set for 8 to 32 envs rather than the paper's 128 threads.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -56,8 +63,10 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
 from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
+from corral.algos.selfplay import SelfPlay
 from corral.data.buffers import RolloutBuffer, gae
 from corral.data.transitions import Transitions
+from corral.vector.sampling import sample_array
 
 METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
 """What :meth:`MAPPO.update` reports per group (means over its minibatches)."""
@@ -102,6 +111,14 @@ class Config(AlgoConfig):
     """
     bootstrap_truncated: bool = False
     """Bootstrap from the value of a truncated episode's last observation (as for endless tasks)."""
+    self_play: bool = False
+    """Play one seat per env and episode against past copies of itself (turn-based games)."""
+    pool_size: int = 10
+    """Self-play: the most past copies kept in the opponent pool."""
+    snapshot_interval: int = 5
+    """Self-play: updates between copies added to the pool."""
+    random_opponent_prob: float = 0.0
+    """Self-play: probability that an episode's opponent is a uniformly random legal player."""
 
 
 class _CategoricalHead(nn.Module):
@@ -272,6 +289,12 @@ class MAPPO(Algorithm):
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.steps_since_update = 0
         self.updates = 0
+        self.selfplay = (
+            SelfPlay(self.groups, cfg.pool_size, cfg.random_opponent_prob, seed=cfg.seed)
+            if cfg.self_play
+            else None
+        )
+        self.rng = np.random.default_rng(cfg.seed)  # random legal self-play opponents
 
     # -- inputs ------------------------------------------------------------------
 
@@ -331,6 +354,8 @@ class MAPPO(Algorithm):
         Extras: the raw ``sample`` and its ``log_prob``; when exploring also the
         critic's ``value`` and the agent's ``decision`` index in its episode.
         Greedy acting uses observations only, so it needs no ``Batch.state``.
+        With self-play, exploring acts give the slots the learner does not play
+        the opponent's actions, and the extra ``learner`` marks the learner's.
         """
         if explore and self.use_state and batch.state is None:
             raise ValueError(
@@ -354,11 +379,30 @@ class MAPPO(Algorithm):
                 extras.setdefault("decision", {})[g] = decision
         if explore:
             self.steps_since_update += 1
+        if explore and self.selfplay is not None:
+            opponent = functools.partial(self._opponent, batch)
+            extras["learner"] = self.selfplay.merge(batch, actions, opponent)
         return actions, extras
 
+    def _opponent(self, batch: Any, snapshot: Any, g: str, envs: np.ndarray) -> np.ndarray:
+        """Self-play: actions sampled from ``snapshot``'s actor (``None``: random legal)."""
+        mask = batch.action_mask.get(g)
+        mask = None if mask is None else mask[envs]
+        if snapshot is None:
+            lead = (len(envs), len(self.groups[g]))
+            return sample_array(self.action_space[g], lead, self.rng, mask)
+        actor = snapshot[g]
+        dist = actor(self._actor_input(g, batch.obs[g][envs], None), self._mask(mask))
+        return actor.to_env(actor.sample(dist, self.generator).cpu().numpy())
+
     def observe(self, transitions: Mapping[str, Transitions]) -> None:
+        """Store completed transitions (with self-play, only those of the learner's actions)."""
         for g, t in transitions.items():
-            self.buffers[g].add(t)
+            if "learner" in t:
+                keep = t["learner"].astype(bool)
+                t = {name: value[keep] for name, value in t.items()}
+            if len(t["reward"]):
+                self.buffers[g].add(t)
 
     def ready(self) -> bool:
         """After ``rollout_steps`` exploring vector steps, once some transition completed."""
@@ -383,6 +427,13 @@ class MAPPO(Algorithm):
             buffer.clear()
         self.steps_since_update = 0
         self.updates += 1
+        if self.selfplay is not None:
+            if self.updates % self.config.snapshot_interval == 0:
+                self.selfplay.add({g: _frozen(nets.actor) for g, nets in self.nets.items()})
+            metrics["selfplay/pool"] = float(len(self.selfplay.pool))
+            returns = self.selfplay.pop_returns()
+            if returns:
+                metrics["selfplay/return"] = float(np.mean(returns))
         return metrics
 
     def advantages(self, g: str, t: Transitions) -> tuple[np.ndarray, np.ndarray]:
@@ -455,8 +506,9 @@ class MAPPO(Algorithm):
         The counters include each agent's decision count in its running episode.
 
         Only tensors and plain Python values: ``torch.load(weights_only=True)`` reads it.
+        With self-play it also holds the pool (the actors' weights) and its generators.
         """
-        return {
+        state = {
             "nets": {g: nets.state_dict() for g, nets in self.nets.items()},
             "optimizers": {g: opt.state_dict() for g, opt in self.optimizers.items()},
             "generator": self.generator.get_state(),
@@ -468,6 +520,13 @@ class MAPPO(Algorithm):
                 for g, buffer in self.buffers.items()
             },
         }
+        if self.selfplay is not None:
+            state["selfplay"] = self.selfplay.state_dict()
+            state["rng"] = self.rng.bit_generator.state
+            state["pool"] = [
+                {g: actor.state_dict() for g, actor in s.items()} for s in self.selfplay.pool
+            ]
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for g, nets in self.nets.items():
@@ -481,6 +540,13 @@ class MAPPO(Algorithm):
             count[:] = state["decision_count"][g].numpy()
         self.steps_since_update = int(state["steps_since_update"])
         self.updates = int(state["updates"])
+        if self.selfplay is not None:
+            self.selfplay.load_state_dict(state["selfplay"])
+            self.rng.bit_generator.state = state["rng"]
+            self.selfplay.pool = [
+                {g: _loaded(self.nets[g].actor, weights[g]) for g in self.nets}
+                for weights in state["pool"]
+            ]
 
 
 class IPPO(MAPPO):
@@ -489,3 +555,16 @@ class IPPO(MAPPO):
     name: ClassVar[str] = "ippo"
     centralised: ClassVar[bool] = False
     uses_state: ClassVar[bool] = False
+
+
+def _frozen(net: nn.Module) -> nn.Module:
+    """A copy of ``net`` that takes no gradients."""
+    clone = copy.deepcopy(net)
+    clone.requires_grad_(False)
+    return clone
+
+
+def _loaded(like: nn.Module, weights: Mapping[str, Any]) -> nn.Module:
+    clone = _frozen(like)
+    clone.load_state_dict(weights)
+    return clone

@@ -16,25 +16,38 @@ starts the learner moves to the next slot (so every env alternates between
 moving first and second) and an opponent is drawn from the pool (a uniformly
 random legal player while the pool is empty, or with probability
 ``random_prob``); every slot but the learner's is played by that opponent.
-The algorithm's ``act`` merges its own and the opponent's actions with the
-:meth:`SelfPlay.learner_slots` mask and passes that mask to the transition
-assembler as the extra ``learner``, so each transition records who chose its
-action and ``observe`` keeps only the learner's. From the learner's side the
-opponent is part of the env: its transition runs from its move to its next
-move, and the reward of the opponent's winning move is credited to the
-learner's last move. The algorithm adds snapshots to the pool (DQN: every
-``snapshot_interval`` gradient steps).
+The algorithm's exploring ``act`` merges its own and the opponent's actions
+with :meth:`SelfPlay.merge` and passes the :meth:`SelfPlay.learner_slots`
+mask to the transition assembler as the extra ``learner``, so each transition
+records who chose its action and ``observe`` keeps only the learner's. From
+the learner's side the opponent is part of the env: its transition runs from
+its move to its next move, and the reward of the opponent's winning move is
+credited to the learner's last move. The algorithm adds snapshots to the pool
+(DQN: every ``snapshot_interval`` gradient steps; MAPPO: every
+``snapshot_interval`` updates). Greedy acting (``explore=False``) plays every
+seat with the learner's own policy: self-play is for training only.
 
-:func:`evaluate_vs_random` measures a learner against a uniformly random
-legal player in one seat.
+:func:`play_against` measures a learner in one seat against another player
+(a uniformly random legal one by default) in the others;
+:func:`evaluate_vs_random` does so on a fresh vector env of a registered id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
+
+OpponentActions = Callable[[Any, str, np.ndarray], np.ndarray]
+"""``(snapshot, group, envs) -> actions [len(envs), n, ...]``: what ``snapshot`` plays for the
+agents of ``group`` in the envs ``envs`` (``snapshot`` ``None``: uniformly random legal play)."""
+
+
+class Player(Protocol):
+    """Anything that acts for some groups of a batch, as an algorithm does."""
+
+    def act(self, batch: Any, *, explore: bool = True) -> tuple[dict[str, np.ndarray], Any]: ...
 
 
 class SelfPlay:
@@ -107,6 +120,23 @@ class SelfPlay:
             return None
         return self.pool[int(self.rng.integers(len(self.pool)))]
 
+    def merge(
+        self, batch: Any, actions: dict[str, np.ndarray], opponent_actions: OpponentActions
+    ) -> dict[str, np.ndarray]:
+        """Seat the learner and draw opponents where episodes start at ``batch`` (see
+        :meth:`begin_episodes`), then replace in ``actions`` the actions of every slot but
+        the learner's by its opponent's. Returns :meth:`learner_slots` (the extra ``learner``).
+        """
+        self.begin_episodes(batch)
+        learner = self.learner_slots()
+        for snapshot, envs in self.opponents():
+            for g in self.group_sizes:
+                theirs = np.asarray(opponent_actions(snapshot, g, envs))
+                mine = learner[g][envs]
+                mine = mine.reshape(mine.shape + (1,) * (theirs.ndim - mine.ndim))
+                actions[g][envs] = np.where(mine, actions[g][envs], theirs)
+        return learner
+
     def learner_slots(self) -> dict[str, np.ndarray]:
         """Per group, ``[E, n]`` booleans: the slots the learner plays."""
         mask = {g: np.zeros((len(self.seat), n), dtype=bool) for g, n in self.group_sizes.items()}
@@ -141,6 +171,48 @@ class SelfPlay:
         self.opponent = []
 
 
+def play_against(
+    learner: Player,
+    venv: Any,
+    games: int,
+    seat: str,
+    opponent: Player | None = None,
+    *,
+    seed: int = 0,
+) -> list[float]:
+    """The returns of ``learner`` playing agent ``seat`` greedily in ``games`` episodes of
+    ``venv`` against ``opponent``.
+
+    ``learner`` acts (``act(batch, explore=False)``) for the group of ``seat``
+    and only its action for ``seat`` is used; ``opponent`` plays greedily for
+    its groups, and uniformly random legal actions fill every other agent (all
+    of them when ``opponent`` is ``None``). ``venv`` is reset with ``seed``, so
+    the same seed plays the same games; each env plays its share of ``games``.
+    """
+    where = [(g, agents.index(seat)) for g, agents in venv.groups.items() if seat in agents]
+    if not where:
+        raise ValueError(f"seat {seat!r} is not an agent of the env: {venv.possible_agents}")
+    g, j = where[0]
+    num_envs = venv.num_envs
+    quota = games // num_envs + (np.arange(num_envs) < games % num_envs)
+    rng = np.random.default_rng(seed)
+    returns: list[float] = []
+    played = np.zeros(num_envs, dtype=np.int64)
+    batch = venv.reset(seed=seed)
+    while (played < quota).any():
+        actions = venv.sample_actions(batch, rng)
+        if opponent is not None:
+            theirs, _ = opponent.act(batch, explore=False)
+            actions.update({group: np.array(a) for group, a in theirs.items()})
+        mine, _ = learner.act(batch, explore=False)
+        actions[g][:, j] = mine[g][:, j]
+        batch = venv.step(actions)
+        counted = batch.done & (played < quota)
+        returns.extend(batch.episode_return[g][counted, j].tolist())
+        played += counted
+    return returns
+
+
 def evaluate_vs_random(
     algo: Any,
     env_id: str,
@@ -153,12 +225,11 @@ def evaluate_vs_random(
 ) -> float:
     """Mean episode return of ``algo`` playing greedily against a uniformly random legal player.
 
-    ``algo`` (any algorithm with a ``greedy(group, obs, mask)`` method) plays
-    the agent ``possible_agents[seat]`` (in ``tictactoe_v3`` and
-    ``corral/rps`` seat 0 moves first); every other agent plays uniformly at
-    random among its legal actions. The groups are those of ``algo``; agents
-    outside them form groups of their own. In a win/draw/loss game the result
-    is the mean of +1, 0 and -1 over ``games`` games (each env plays its share).
+    ``algo`` plays the agent ``possible_agents[seat]`` (in ``tictactoe_v3`` and
+    ``corral/rps`` seat 0 moves first), on a vector env of ``env_id`` whose
+    groups are those of ``algo`` (agents outside them form groups of their
+    own); see :func:`play_against`. In a win/draw/loss game the result is the
+    mean of +1, 0 and -1 over ``games`` games.
     """
     import corral
 
@@ -169,22 +240,8 @@ def evaluate_vs_random(
     group_of = {a: g for g, members in algo.groups.items() for a in members}
     group_map = {a: group_of.get(a, a) for a in agents}
     num_envs = max(1, min(num_envs, games))
-    quota = games // num_envs + (np.arange(num_envs) < games % num_envs)
     venv = corral.make_vec(env_id, num_envs, seed=seed, group_map=group_map, env_kwargs=env_kwargs)
-    g = group_map[agents[seat]]
-    j = venv.groups[g].index(agents[seat])
-    rng = np.random.default_rng(seed)
-    returns: list[float] = []
-    played = np.zeros(num_envs, dtype=np.int64)
     try:
-        batch = venv.reset(seed=seed)
-        while (played < quota).any():
-            actions = venv.sample_actions(batch, rng)
-            actions[g][:, j] = algo.greedy(g, batch.obs[g][:, j], batch.action_mask[g][:, j])
-            batch = venv.step(actions)
-            counted = batch.done & (played < quota)
-            returns.extend(batch.episode_return[g][counted, j].tolist())
-            played += counted
+        return float(np.mean(play_against(algo, venv, games, agents[seat], seed=seed)))
     finally:
         venv.close()
-    return float(np.mean(returns))

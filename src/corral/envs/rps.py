@@ -91,7 +91,12 @@ class RockPaperScissors(MultiAgentEnv):
         ({'player_0': 1.0, 'player_1': -1.0}, [])
     """
 
-    metadata = {"render_modes": ["ansi", "rgb_array"], "name": "rps"}
+    metadata = {
+        "render_modes": ["ansi", "rgb_array"],
+        "name": "rps",
+        "zero_sum": True,
+        "lockstep": False,
+    }
 
     def __init__(self, num_rounds: int = 3, render_mode: str | None = None) -> None:
         if num_rounds < 1:

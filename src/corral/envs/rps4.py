@@ -51,7 +51,12 @@ class RockPaperScissors4(MultiAgentEnv):
         (['player_2', 'player_3'], 1.0, 0.0)
     """
 
-    metadata = {"render_modes": ["ansi", "rgb_array"], "name": "rps4"}
+    metadata = {
+        "render_modes": ["ansi", "rgb_array"],
+        "name": "rps4",
+        "zero_sum": True,
+        "lockstep": False,
+    }
 
     def __init__(self, num_cycles: int = 2, render_mode: str | None = None) -> None:
         if num_cycles < 1:

@@ -73,7 +73,7 @@ class Tag(MultiAgentEnv):
         (Discrete(5), Discrete(9))
     """
 
-    metadata = {"render_modes": ["ansi", "rgb_array"], "name": "tag"}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "name": "tag", "lockstep": False}
     simultaneous = True
 
     def __init__(

@@ -63,7 +63,15 @@ class RunConfig:
     eval_every: int = 10_000
     """Env steps between greedy evaluations (0: only at the end)."""
     eval_episodes: int = 10
-    """Episodes per evaluation."""
+    """Episodes per evaluation (and games against ``eval_opponent``, shared by the seats)."""
+    eval_opponent: str = "random"
+    """Reference opponent of evaluations in two-player zero-sum games and self-play runs:
+    ``random`` (uniformly random legal play), or a run directory (its ``best.pt``) or a
+    checkpoint file of a run on the same env, played greedily."""
+    select_by: str = "auto"
+    """The evaluation column whose best value selects ``best.pt``: ``auto``
+    (``eval_vs_opponent`` in two-player zero-sum games and self-play, else ``eval_return``),
+    or a column such as ``eval_return/predator`` (see ``corral.training.scoring``)."""
     checkpoint_every: int = 50_000
     """Env steps between checkpoints besides those at each evaluation (0: none besides)."""
     checkpoint_replay: bool = True

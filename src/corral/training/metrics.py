@@ -1,8 +1,11 @@
 """A run's metrics: rows in ``metrics.csv`` and, when installed, TensorBoard scalars.
 
 Every row has the columns of :data:`COLUMNS` (empty where a row has no such
-value, e.g. ``eval_return`` between evaluations) followed by the algorithm's
-own metrics (losses...) in the order they first appeared.
+value, e.g. ``eval_return`` between evaluations) followed by the other
+columns in the order they first appeared: the algorithm's own metrics
+(losses...) and the parts ``<name>/<part>`` of a column (``eval_return/predator``,
+see :mod:`corral.training.scoring`), each placed after the other parts of its
+``<name>`` that came before it. In TensorBoard the parts of a name share a section.
 """
 
 from __future__ import annotations
@@ -67,7 +70,14 @@ class MetricsLog:
 
     def _add_columns(self, row: Row) -> bool:
         new = [k for k in row if k not in self.columns]
-        self.columns.extend(new)
+        for key in new:
+            name = key.partition("/")[0]
+            kin = [
+                i
+                for i, c in enumerate(self.columns)
+                if i >= len(COLUMNS) and c.partition("/")[0] == name
+            ]
+            self.columns.insert(kin[-1] + 1 if kin else len(self.columns), key)
         return bool(new)
 
     def _rewrite(self) -> None:

@@ -1,4 +1,4 @@
-"""Learning curves: evaluation return against env steps, mean and spread over seeds."""
+"""Learning curves: an evaluation column against env steps, mean and spread over seeds."""
 
 from __future__ import annotations
 
@@ -22,27 +22,36 @@ class Curve:
     steps: np.ndarray
     """``[T]`` env steps."""
     returns: np.ndarray
-    """``[runs, T]`` evaluation returns, interpolated between each run's evaluations."""
+    """``[runs, T]`` values of the column, interpolated between each run's evaluations."""
+    metric: str = "eval_return"
+    """The column plotted."""
 
     @property
     def label(self) -> str:
         return f"{self.algo} ({len(self.returns)} run{'s' if len(self.returns) > 1 else ''})"
 
 
-def curves(run_dirs: Sequence[str | Path]) -> list[Curve]:
-    """One :class:`Curve` per (algorithm, env) among ``run_dirs``, in order of appearance.
+def curves(run_dirs: Sequence[str | Path], metric: str = "eval_return") -> list[Curve]:
+    """One :class:`Curve` of the column ``metric`` per (algorithm, env) among ``run_dirs``,
+    in order of appearance.
 
-    Each curve's grid runs up to the shortest of its runs, so the mean is
-    taken where every run has data.
+    ``metric`` is any column of ``metrics.csv``: ``eval_return``,
+    ``eval_return/<group or agent>``, ``eval_vs_opponent``... Each curve's
+    grid runs up to the shortest of its runs, so the mean is taken where
+    every run has data.
     """
     runs: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
     for run_dir in run_dirs:
         config = _run_config(run_dir)
-        rows = [r for r in read_metrics(run_dir) if "eval_return" in r]
-        if not rows:
+        metrics = read_metrics(run_dir)
+        if not any("eval_return" in r for r in metrics):
             raise ConfigError(f"{run_dir} has no evaluation yet")
+        rows = [r for r in metrics if metric in r]
+        if not rows:
+            known = sorted({k for r in metrics for k in r if k.startswith("eval_")})
+            raise ConfigError(f"{run_dir} has no column {metric!r}; its eval columns: {known}")
         steps = np.array([r["env_steps"] for r in rows])
-        values = np.array([r["eval_return"] for r in rows])
+        values = np.array([r[metric] for r in rows])
         name = str(config["algo"]).rpartition(":")[2]
         runs.setdefault((name, str(config["run"]["env"])), []).append((steps, values))
     out = []
@@ -50,16 +59,23 @@ def curves(run_dirs: Sequence[str | Path]) -> list[Curve]:
         end = min(s[-1] for s, _ in members)
         grid = np.unique(np.concatenate([s[s <= end] for s, _ in members]))
         returns = np.stack([np.interp(grid, s, v) for s, v in members])
-        out.append(Curve(algo, env, grid, returns))
+        out.append(Curve(algo, env, grid, returns, metric))
     return out
 
 
-def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, *, band: str = "minmax") -> Path:
+def plot_runs(
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    *,
+    band: str = "minmax",
+    metric: str = "eval_return",
+) -> Path:
     """Plot the learning curves of ``run_dirs`` to the image ``out`` (one panel per env).
 
-    Runs of the same algorithm and env (seeds) are drawn as their mean with a
-    shaded ``band``: ``"minmax"`` (the range over runs) or ``"std"`` (one
-    standard deviation).
+    ``metric`` is the column drawn (see :func:`curves`). Runs of the same
+    algorithm and env (seeds) are drawn as their mean with a shaded
+    ``band``: ``"minmax"`` (the range over runs) or ``"std"`` (one standard
+    deviation).
     """
     if band not in ("minmax", "std"):
         raise ConfigError(f"band must be 'minmax' or 'std', got {band!r}")
@@ -69,7 +85,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, *, band: str = "m
         raise MissingDependencyError(
             "plotting needs matplotlib, which is not installed: pip install 'corral[train]'"
         ) from err
-    found = curves(run_dirs)
+    found = curves(run_dirs, metric)
     envs = list(dict.fromkeys(c.env for c in found))
     figure = Figure(figsize=(6 * len(envs), 4), layout="constrained")
     axes = figure.subplots(1, len(envs), squeeze=False)[0]
@@ -86,7 +102,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, *, band: str = "m
                 ax.fill_between(curve.steps, low, high, color=line.get_color(), alpha=0.25)
         ax.set_title(env)
         ax.set_xlabel("env steps")
-        ax.set_ylabel("eval return")
+        ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
         ax.legend()
     figure.savefig(out, dpi=100)

@@ -23,11 +23,12 @@ given an algorithm whose ``state_dict`` is complete.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,15 @@ from corral.training.config import (
 )
 from corral.training.metrics import MetricsLog, Row
 from corral.training.progress import progress as make_progress
+from corral.training.scoring import (
+    RETURN,
+    ConstantWatch,
+    Evaluation,
+    Selection,
+    choose_selection,
+    episode_columns,
+    versus_columns,
+)
 from corral.vector import VectorEnv, make_vec
 from corral.vector.sampling import sample_array
 
@@ -65,29 +75,22 @@ RESUMABLE = frozenset(
 
 
 @dataclass
-class Evaluation:
-    """Returns of greedy episodes (of the learned groups, averaged over their agents)."""
-
-    mean: float
-    std: float | None
-    returns: list[float] = field(default_factory=list)
-
-
-@dataclass
 class Results:
     """What a run produced."""
 
     run_dir: Path
     env_steps: int
     final_eval: float | None
-    """Mean return of the last evaluation."""
+    """The selection metric (``select_by``) at the last evaluation."""
     best_eval: float | None
-    """Mean return of the best evaluation (the one saved in ``best.pt``)."""
+    """The selection metric at the best evaluation (the one saved in ``best.pt``)."""
     best_steps: int | None
     """Env steps at the best evaluation."""
     metrics: list[Row]
     """The rows of ``metrics.csv``."""
     config: TrainConfig
+    select_by: str = RETURN
+    """The column that selected ``best.pt`` (see :mod:`corral.training.scoring`)."""
 
 
 class Runner:
@@ -119,11 +122,15 @@ class Runner:
         try:
             self.algo = build_algorithm(config, self.venv)
             self.fixed = fixed_policies(config, self.venv, self.algo)
+            self.selection = run_selection(config, self.venv, self.algo)
+            self.constant = ConstantWatch(self.selection)
             saved = restore or {}
             self.env_steps = int(saved.get("env_steps", 0))
             self.elapsed = float(saved.get("elapsed", 0.0))
-            self.best_eval: float | None = saved.get("best_eval")
-            self.best_steps: int | None = saved.get("best_steps")
+            self.best_eval: float | None = None
+            self.best_steps: int | None = None
+            if saved.get("select_by", self.selection.metric) == self.selection.metric:
+                self.best_eval, self.best_steps = saved.get("best_eval"), saved.get("best_steps")
             # A resumed run's envs start new episodes, from seeds that follow the step.
             seed = run.seed + self.env_steps
             self.collector = Collector(self.venv, self.algo, self.fixed, seed=seed)
@@ -176,6 +183,7 @@ class Runner:
             if self.resumed:
                 log.info("resumed at %d env steps; the envs start new episodes", self.env_steps)
             self._warn_if_too_short()
+            self._log_selection()
             bar = make_progress(run.total_steps, self.env_steps, bar=self.show_bar)
             try:
                 with bar.redirect_logging():
@@ -233,28 +241,59 @@ class Runner:
         row: Row = {"env_steps": self.env_steps, "wall_time": self.elapsed}
         if seconds > 0:
             row["steps_per_s"] = part.env_steps / seconds
+        train: dict[str, list[float]] = {}
         if part.episode_returns:
-            row["train_return"] = float(np.mean(part.episode_returns))
+            train = {"train_return": list(part.episode_returns)}
+            train.update(episode_columns("train_return", part.agent_returns, self.venv.groups))
+            row.update({name: float(np.mean(values)) for name, values in train.items()})
             row["train_episodes"] = len(part.episode_returns)
         result = self.evaluate() if evaluate else None
         if result is not None:
-            row["eval_return"] = result.mean
-            if result.std is not None:
-                row["eval_return_std"] = result.std
+            row.update(result.columns())
         row.update(_mean_metrics(part.updates))
         self.metrics.add(row)
-        if result is not None and (self.best_eval is None or result.mean > self.best_eval):
-            self.best_eval, self.best_steps = result.mean, self.env_steps
-            log.info("new best eval %.4g at %d env steps: %s", result.mean, self.env_steps, BEST)
+        self._watch_constant(train, result)
+        metric = self.selection.metric
+        if result is not None and (self.best_eval is None or row[metric] > self.best_eval):
+            self.best_eval, self.best_steps = row[metric], self.env_steps
+            score = row[metric]
+            log.info("new best %s %.4g at %d env steps: %s", metric, score, self.env_steps, BEST)
             self.save_checkpoint(self.run_dir / BEST)
         return row
+
+    def _log_selection(self) -> None:
+        selection = self.selection
+        log.info("best.pt is selected on %s (%s)", selection.metric, selection.reason)
+        if selection.versus:
+            log.info(
+                "evaluations play against %s from the seats %s",
+                self.config.run.eval_opponent,
+                list(selection.seats),
+            )
+        if selection.constant is not None:
+            self._warn_constant(selection.constant)
+
+    def _watch_constant(self, train: Mapping[str, list[float]], result: Evaluation | None) -> None:
+        episodes = {} if result is None else result.episodes
+        if self.constant.see(train, episodes):
+            self._warn_constant(
+                f"{self.selection.metric} has been {next(iter(self.constant.values)):.4g} in "
+                f"every episode of {self.constant.evaluations} evaluations and of training: "
+                "it may be constant by construction (the mean over both seats of a zero-sum "
+                "game, which can declare metadata zero_sum=True); set select_by to another column"
+            )
+
+    def _warn_constant(self, why: str) -> None:
+        if not self.constant.warned:
+            self.constant.warned = True
+            log.warning("warning: best.pt cannot be chosen well: %s", why)
 
     # -- evaluation and checkpoints ---------------------------------------------------------
 
     def evaluate(self, episodes: int | None = None) -> Evaluation:
         """Greedy episodes of the current policy (``eval_episodes`` by default)."""
         run = self.config.run
-        if self.eval_venv is None and not run.self_play:
+        if self.eval_venv is None:
             self.eval_venv = build_venv(run, state=uses_state(self.config))
         return evaluate_policy(
             self.config, self.algo, episodes or run.eval_episodes, venv=self.eval_venv
@@ -270,6 +309,7 @@ class Runner:
             "elapsed": self.elapsed,
             "best_eval": self.best_eval,
             "best_steps": self.best_steps,
+            "select_by": self.selection.metric,
             "metrics": list(self.metrics.rows),
             "rng": checkpoint.rng_state(),
             "collector_rng": self.collector.rng.bit_generator.state,
@@ -280,7 +320,8 @@ class Runner:
         checkpoint.save(path, state)
 
     def results(self) -> Results:
-        evals = [r["eval_return"] for r in self.metrics.rows if "eval_return" in r]
+        metric = self.selection.metric
+        evals = [r[metric] for r in self.metrics.rows if metric in r]
         return Results(
             run_dir=self.run_dir,
             env_steps=self.env_steps,
@@ -289,6 +330,7 @@ class Runner:
             best_steps=self.best_steps,
             metrics=list(self.metrics.rows),
             config=self.config,
+            select_by=metric,
         )
 
     def close(self) -> None:
@@ -307,7 +349,8 @@ class Runner:
 
     def _summary(self) -> str:
         best = "none" if self.best_eval is None else f"{self.best_eval:.4g} at {self.best_steps}"
-        return f"done: {self.env_steps} env steps in {self.elapsed:.1f}s; best eval {best}"
+        metric = self.selection.metric
+        return f"done: {self.env_steps} env steps in {self.elapsed:.1f}s; best {metric} {best}"
 
     @contextlib.contextmanager
     def _run_logging(self) -> Iterator[None]:
@@ -431,54 +474,102 @@ def evaluate_policy(
     *,
     venv: VectorEnv | None = None,
     seed: int | None = None,
+    opponent: str | None = None,
 ) -> Evaluation:
     """``episodes`` greedy episodes of ``algo``, the other groups played as in training.
 
-    Self-play runs are measured against uniformly random legal players (see
-    :func:`evaluate_vs_random`). ``venv`` defaults to a fresh vector env of the
-    run; every evaluation of a run plays the same seeds unless ``seed`` is given.
+    Measures the columns of :mod:`corral.training.scoring`: the learned
+    agents' mean return and each group's and agent's; in two-player zero-sum
+    games and self-play runs, or when ``opponent`` is given, also ``episodes``
+    games against the reference opponent (``opponent``, by default the run's
+    ``eval_opponent``) shared by the learner's seats. ``venv`` defaults to a
+    fresh vector env of the run; every evaluation of a run plays the same
+    seeds unless ``seed`` is given.
     """
     seed = _eval_seed(config.run) if seed is None else seed
-    if config.run.self_play:
-        return evaluate_vs_random(config, algo, episodes, seed)
     own = venv is None
     venv = build_venv(config.run, state=uses_state(config)) if venv is None else venv
     try:
+        selection = _selection(config, venv, algo, versus=opponent is not None)
         fixed = fixed_policies(config, venv, algo)
         done = evaluate(venv, algo, episodes, fixed, seed=seed)
+        result = Evaluation({RETURN: [float(r) for r in done.episode_returns]})
+        result.episodes.update(episode_columns(RETURN, done.agent_returns, venv.groups))
+        if selection.versus:
+            reference = reference_opponent(opponent or config.run.eval_opponent, config, venv)
+            found = versus_columns(algo, venv, selection.seats, episodes, reference, seed)
+            result.episodes.update(found)
     finally:
         if own:
             venv.close()
-    returns = [float(r) for r in done.episode_returns]
-    return Evaluation(float(np.mean(returns)), float(np.std(returns)), returns)
+    return result
 
 
-def evaluate_vs_random(config: TrainConfig, algo: Any, episodes: int, seed: int) -> Evaluation:
-    """Greedy play against uniformly random legal players, in each seat in turn.
+def run_selection(
+    config: TrainConfig, venv: VectorEnv, algo: Algorithm, *, versus: bool = False
+) -> Selection:
+    """The :class:`~corral.training.scoring.Selection` of ``config``'s ``select_by`` for
+    ``algo`` on ``venv``; checks ``eval_opponent`` when evaluations play it."""
+    selection = _selection(config, venv, algo, versus=versus)
+    if selection.versus:
+        reference_opponent(config.run.eval_opponent, config, venv)
+    return selection
 
-    ``returns`` holds each seat's mean; ``std`` is ``None`` (only the seats' means are measured).
-    """
-    from corral.algos.selfplay import evaluate_vs_random as versus_random
 
+def _selection(config: TrainConfig, venv: VectorEnv, algo: Algorithm, *, versus: bool) -> Selection:
     run = config.run
-    seats = sum(len(agents) for agents in algo.groups.values())
-    means, games = [], []
-    for seat in range(seats):
-        n = episodes // seats + (seat < episodes % seats)
-        if n:
-            means.append(
-                versus_random(
-                    algo,
-                    run.env,
-                    n,
-                    seat,
-                    num_envs=run.num_envs,
-                    seed=seed,
-                    env_kwargs=run.env_kwargs,
-                )
-            )
-            games.append(n)
-    return Evaluation(float(np.average(means, weights=games)), None, [float(m) for m in means])
+    try:
+        return choose_selection(
+            run.select_by, venv, algo.groups, self_play=run.self_play, versus=versus
+        )
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+
+
+def reference_opponent(spec: str, config: TrainConfig, venv: VectorEnv) -> Algorithm | None:
+    """The reference opponent that ``spec`` names: ``None`` for ``random`` (uniformly random
+    legal play), else the algorithm saved in a run directory (its ``best.pt``, or the latest
+    checkpoint before any evaluation) or in a checkpoint file of a run.
+
+    The run must be on ``config``'s env with the same groups as ``venv`` (it acts for its
+    groups of a batch of ``venv``). A checkpoint is loaded once while its file is unchanged.
+    """
+    if spec == "random":
+        return None
+    path = Path(spec)
+    if path.is_dir():
+        run_dir, which = path, "best"
+    elif path.name in (BEST, LATEST) and path.is_file():
+        run_dir, which = path.parent, "best" if path.name == BEST else "latest"
+    else:
+        raise ConfigError(
+            f"eval_opponent must be 'random', a run directory or its {BEST} or {LATEST}; "
+            f"{spec!r} is none of these"
+        )
+    saved = run_dir / (BEST if which == "best" and (run_dir / BEST).is_file() else LATEST)
+    stamp = saved.stat().st_mtime_ns if saved.is_file() else 0
+    other, algo = _load_reference(str(run_dir), which, stamp, config.run.device)
+    if other.run.env != config.run.env:
+        raise ConfigError(
+            f"eval_opponent {spec!r} was trained on {other.run.env}, not on {config.run.env}"
+        )
+    clash = {g: list(agents) for g, agents in algo.groups.items() if venv.groups.get(g) != agents}
+    if clash:
+        ours = {g: list(agents) for g, agents in venv.groups.items()}
+        raise ConfigError(
+            f"eval_opponent {spec!r} acts for the groups {clash}, which are not groups of this "
+            f"run ({ours}); train it with the same group_map"
+        )
+    return algo
+
+
+@functools.lru_cache(maxsize=4)
+def _load_reference(
+    run_dir: str, which: str, stamp: int, device: str
+) -> tuple[TrainConfig, Algorithm]:
+    """``load_run`` of a reference opponent, cached on the checkpoint file's modification time."""
+    config, algo, _ = load_run(run_dir, which, device=device)
+    return config, algo
 
 
 def read_run_config(run_dir: str | Path) -> TrainConfig:
