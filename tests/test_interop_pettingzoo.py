@@ -91,22 +91,6 @@ def load_nim() -> type:
 Nim = load_nim()
 
 
-class NumpyNim(Nim):
-    """The user env with NumPy observations: PettingZoo's api_test reads ``observation.dtype``,
-    so the example's Python ints would fail it (Gymnasium's Discrete space accepts both)."""
-
-    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple:
-        obs, infos = super().reset(seed=seed, options=options)
-        return {a: np.asarray(o, np.int64) for a, o in obs.items()}, infos
-
-    def step(self, actions: Mapping) -> tuple:
-        obs, rewards, terms, truncs, infos = super().step(actions)
-        for info in infos.values():
-            if "final_obs" in info:
-                info["final_obs"] = np.asarray(info["final_obs"], np.int64)
-        return {a: np.asarray(o, np.int64) for a, o in obs.items()}, rewards, terms, truncs, infos
-
-
 def raw_mpe2(name: str, **kwargs: Any) -> Any:
     return importlib.import_module(f"mpe2.{name}").parallel_env(**kwargs)
 
@@ -275,7 +259,7 @@ TURN_BASED = {
     "kuhn_poker": (lambda: corral.to_pettingzoo("openspiel/kuhn_poker"), INFINITE_BOUNDS),
     "corral_rps": (lambda: corral.to_pettingzoo("corral/rps"), {ALL_ZEROS}),
     "corral_rps4": (lambda: corral.to_pettingzoo("corral/rps4"), {ALL_ZEROS}),
-    "user_nim": (lambda: corral.to_pettingzoo(NumpyNim()), {ALL_ZEROS}),
+    "user_nim": (lambda: corral.to_pettingzoo(Nim()), {ALL_ZEROS}),
 }
 
 

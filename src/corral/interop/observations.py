@@ -35,8 +35,9 @@ class ObservationForm:
     def __init__(self, env: Any, mask_in_obs: bool) -> None:
         self._spaces: dict[AgentID, spaces.Space] = {}
         self._packed: set[AgentID] = set()
+        self._source: dict[AgentID, spaces.Space] = {}
         for agent in env.possible_agents:
-            space = env.observation_space(agent)
+            space = self._source[agent] = env.observation_space(agent)
             action_space = env.action_space(agent)
             if mask_in_obs and isinstance(action_space, spaces.Discrete):
                 mask_space = spaces.Box(0, 1, shape=(int(action_space.n),), dtype=np.int8)
@@ -61,11 +62,26 @@ class ObservationForm:
         return self._pack(agent, info.get("final_obs"), info.get("final_action_mask"), legal=0)
 
     def _pack(self, agent: AgentID, observation: Any, mask: Any, legal: int) -> Any:
+        observation = _as_array(self._source[agent], observation)
         if agent not in self._packed:
             return observation
         if mask is None:
             mask = np.full(self._spaces[agent][MASK_KEY].shape, legal, dtype=np.int8)
         return {OBS_KEY: observation, MASK_KEY: np.asarray(mask, dtype=np.int8)}
+
+
+_ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def _as_array(space: spaces.Space, observation: Any) -> Any:
+    """A Python number or list of an array space as a NumPy value of the space's dtype.
+
+    Gymnasium's spaces accept ``3`` for ``Discrete``; PettingZoo's tools read
+    ``observation.dtype``.
+    """
+    if isinstance(space, _ARRAY_SPACES) and not isinstance(observation, (np.ndarray, np.generic)):
+        return np.asarray(observation, dtype=space.dtype)
+    return observation
 
 
 def export_info(info: Mapping[str, Any]) -> dict[str, Any]:
