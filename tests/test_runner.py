@@ -310,7 +310,9 @@ def test_the_bar_moves_at_every_vector_step(
             super().update(row)
             seen.append(("row", self.bar.n))
 
-    monkeypatch.setattr(runner_module, "make_progress", lambda total, initial, bar: Spy(total))
+    monkeypatch.setattr(
+        runner_module, "make_progress", lambda total, initial, bar, metric: Spy(total)
+    )
     # rows at 200, 400 and the end; 4 envs, so the run ends at 404 env steps
     cfg = config(tmp_path, total_steps=402, eval_every=0, log_every=200, eval_episodes=2)
     assert train(cfg).env_steps == 404

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -261,6 +262,7 @@ def test_mappo_trains_with_self_play(capsys: pytest.CaptureFixture[str], tmp_pat
     )
     assert code == 0, err
     assert "64 env steps, best eval_vs_opponent" in out
+    assert re.search(r"steps 64/64 \|.*\| eval_vs_opponent -?[0-9.]+", err)  # the selecting column
     assert "evaluations play against random from the seats ['player_0', 'player_1']" in err
     rows = read_metrics(tmp_path / "r")
     assert rows[-1]["selfplay/pool"] >= 1 and "eval_vs_opponent/player_1" in rows[-1]

@@ -9,15 +9,18 @@ from typing import Any
 
 log = logging.getLogger("corral.training")
 
+EVAL = "eval_return"
+
 
 class LineProgress:
-    """Logs env steps, steps/s and returns at every metrics row."""
+    """Logs env steps, steps/s, the training return and the ``metric`` column at every row."""
 
-    def __init__(self, total: int, initial: int = 0) -> None:
+    def __init__(self, total: int, initial: int = 0, metric: str = EVAL) -> None:
         self.total = total
+        self.metric = metric
 
     def update(self, row: Mapping[str, float]) -> None:
-        log.info("%s", describe(row, self.total))
+        log.info("%s", describe(row, self.total, self.metric))
 
     def advance(self, env_steps: int) -> None:
         """Lines are logged at metrics rows only."""
@@ -31,15 +34,16 @@ class LineProgress:
 
 
 class BarProgress:
-    """A tqdm bar over env steps; its postfix shows the latest returns.
+    """A tqdm bar over env steps; its postfix shows the training return and ``metric``.
 
     It stops at ``total``: the last vector step of a run may take it past.
     """
 
-    def __init__(self, total: int, initial: int = 0) -> None:
+    def __init__(self, total: int, initial: int = 0, metric: str = EVAL) -> None:
         from tqdm.auto import tqdm
 
         self.total = total
+        self.metric = metric
         self.bar = tqdm(
             total=total,
             initial=min(initial, total),
@@ -50,7 +54,7 @@ class BarProgress:
 
     def update(self, row: Mapping[str, float]) -> None:
         self.bar.update(min(int(row["env_steps"]), self.total) - self.bar.n)
-        self.bar.set_postfix_str(_returns(row), refresh=True)
+        self.bar.set_postfix_str(_returns(row, self.metric), refresh=True)
 
     def advance(self, env_steps: int) -> None:
         """Move by ``env_steps`` within a metrics row."""
@@ -68,29 +72,33 @@ class BarProgress:
             yield
 
 
-def progress(total: int, initial: int = 0, bar: bool = True) -> Any:
-    """A tqdm bar when ``bar`` is true and tqdm is installed, else a line logger."""
+def progress(total: int, initial: int = 0, bar: bool = True, metric: str = EVAL) -> Any:
+    """A tqdm bar when ``bar`` is true and tqdm is installed, else a line logger.
+
+    ``metric`` is the evaluation column shown (the one that selects ``best.pt``).
+    """
     if bar:
         try:
-            return BarProgress(total, initial)
+            return BarProgress(total, initial, metric)
         except ModuleNotFoundError:
             log.info("tqdm is not installed: progress is logged line by line")
-    return LineProgress(total, initial)
+    return LineProgress(total, initial, metric)
 
 
-def describe(row: Mapping[str, float], total: int) -> str:
-    """One line: ``steps 4,000/10,000 | 2,345 steps/s | return 1.2 | eval 3.4``."""
+def describe(row: Mapping[str, float], total: int, metric: str = EVAL) -> str:
+    """One line: ``steps 4,000/10,000 | 2,345 steps/s | return 1.2 | eval 3.4``;
+    another ``metric`` than ``eval_return`` shows under its name."""
     parts = [f"steps {int(row['env_steps']):,}/{total:,}"]
     if "steps_per_s" in row:
         parts.append(f"{row['steps_per_s']:,.0f} steps/s")
-    text = _returns(row)
+    text = _returns(row, metric)
     return " | ".join([*parts, text] if text else parts)
 
 
-def _returns(row: Mapping[str, float]) -> str:
+def _returns(row: Mapping[str, float], metric: str) -> str:
     parts = []
     if "train_return" in row:
         parts.append(f"return {row['train_return']:.3g}")
-    if "eval_return" in row:
-        parts.append(f"eval {row['eval_return']:.3g}")
+    if metric in row:
+        parts.append(f"{'eval' if metric == EVAL else metric} {row[metric]:.3g}")
     return " | ".join(parts)

@@ -184,7 +184,9 @@ class Runner:
                 log.info("resumed at %d env steps; the envs start new episodes", self.env_steps)
             self._warn_if_too_short()
             self._log_selection()
-            bar = make_progress(run.total_steps, self.env_steps, bar=self.show_bar)
+            bar = make_progress(
+                run.total_steps, self.env_steps, bar=self.show_bar, metric=self.selection.metric
+            )
             try:
                 with bar.redirect_logging():
                     if self.env_steps == 0 and not self.metrics.rows and run.eval_every > 0:
