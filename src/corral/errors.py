@@ -77,6 +77,11 @@ class WorkerTimeoutError(CorralError, TimeoutError):
     """A worker did not answer within the timeout; it is stopped and restarted."""
 
 
+class WorkerStartError(CorralError, RuntimeError):
+    """Workers that could not be started: the cluster lacks the resources they reserve,
+    or they did not start within the start timeout. Nothing they started is left running."""
+
+
 class WorkerDiedError(CorralError, RuntimeError):
     """A worker process died while answering a call; it is restarted at the next reset or step."""
 
