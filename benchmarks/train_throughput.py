@@ -1,20 +1,30 @@
 """Training throughput: env steps/s including updates, per algorithm, in one run.
 
-Each algorithm trains with its default config (the packaged YAML for the env
-included) for a fixed number of env steps on mpe2 ``simple_spread_v3`` (N=3,
-max_cycles=25; continuous actions for MADDPG, discrete for the others), and
-the rate of the last part is printed beside a random policy on the same
-vector env.
+Each algorithm trains through the command line users run (``corral train``,
+in a subprocess) with its default config (the packaged YAML for the env
+included) for a fixed number of env steps on mpe2 ``simple_spread_v3``
+(N=3, max_cycles=25; continuous actions for MADDPG, discrete for the
+others). The rate of the last three quarters, from the run's
+``metrics.csv`` (time spent acting and learning; evaluation and checkpoints
+excluded), is printed beside a random policy on the same vector env.
+``--threads`` takes several ``torch_threads`` settings to compare them in
+one run.
 
     python benchmarks/train_throughput.py [--steps 40000] [--num-envs 16]
-        [--backend sync] [--device cpu] [--algos mappo ippo maddpg dqn]
+        [--backend sync] [--device cpu] [--threads auto] [--algos mappo ippo maddpg dqn]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -49,29 +59,32 @@ def random_rate(args: argparse.Namespace) -> float:
         venv.close()
 
 
-def algo_rate(name: str, args: argparse.Namespace) -> float:
-    from corral.algos.collector import Collector
-    from corral.training import load_config
-    from corral.training.runner import build_algorithm, build_venv, uses_state
+def algo_rate(name: str, threads: str, args: argparse.Namespace) -> float:
+    """Env steps/s of ``corral train name`` over the last three quarters of its steps."""
+    from corral.training.metrics import read_metrics
 
-    continuous = name == "maddpg"
-    config = load_config(
-        name,
-        ENV,
-        {
-            "num_envs": args.num_envs,
-            "backend": args.backend,
-            "device": args.device,
-            "env_kwargs": {"N": 3, "max_cycles": 25, "continuous_actions": continuous},
-        },
-    )
-    venv = build_venv(config.run, state=uses_state(config))
-    try:
-        algo = build_algorithm(config, venv)
-        collector = Collector(venv, algo, seed=0)
-        return rate_of(lambda n: collector.run(n), args.steps)
-    finally:
-        venv.close()
+    continuous = "true" if name == "maddpg" else "false"
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        command = [sys.executable, "-m", "corral", "train", name, "--env", ENV]
+        command += ["--num-envs", str(args.num_envs), "--backend", args.backend]
+        command += ["--device", args.device, "--total-steps", str(args.steps)]
+        command += ["--run-dir", str(run_dir), "--no-progress", "--set"]
+        command += [f"log_every={args.steps // 4}", f"torch_threads={threads}"]
+        command += ["eval_every=0", "eval_episodes=1", "checkpoint_every=0", "tensorboard=false"]
+        command += ["env_kwargs.N=3", "env_kwargs.max_cycles=25"]
+        command += [f"env_kwargs.continuous_actions={continuous}"]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr}")
+        rows = read_metrics(run_dir)
+    steps = seconds = 0.0
+    for before, row in itertools.pairwise(rows):
+        if before["env_steps"] >= args.steps // 4:
+            part = row["env_steps"] - before["env_steps"]
+            steps += part
+            seconds += part / row["steps_per_s"]
+    return steps / seconds
 
 
 def main() -> None:
@@ -80,30 +93,36 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--backend", default="sync")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--threads", nargs="+", default=["auto"], help="torch_threads settings to compare"
+    )
     parser.add_argument("--algos", nargs="+", default=["mappo", "ippo", "maddpg", "dqn"])
     args = parser.parse_args()
 
     import torch
 
-    torch.set_num_threads(args.threads)
+    from corral.training.threads import torch_threads
+
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    threads = ", ".join(f"{t} ({torch_threads(t)})" for t in args.threads)
     print(
         f"machine: {platform.machine()}, python {platform.python_version()}, torch "
-        f"{torch.__version__}, {torch.get_num_threads()} torch thread(s), GPU {gpu}"
+        f"{torch.__version__}, {os.cpu_count()} cores, torch_threads {threads}, GPU {gpu}"
     )
     print(
         f"env {ENV} (N=3, max_cycles=25), num_envs {args.num_envs}, backend {args.backend}, "
-        f"device {args.device}, {args.steps:,} env steps each\n"
+        f"device {args.device}, {args.steps:,} env steps each, through `corral train`\n"
     )
     base = random_rate(args)
     print(f"{'random policy':>14}: {base:8,.0f} env steps/s")
     for name in args.algos:
-        rate = algo_rate(name, args)
-        print(
-            f"{name:>14}: {rate:8,.0f} env steps/s ({rate / base:.2f}x the random policy)",
-            flush=True,
-        )
+        for setting in args.threads:
+            rate = algo_rate(name, setting, args)
+            label = name if len(args.threads) == 1 else f"{name} {setting}"
+            print(
+                f"{label:>14}: {rate:8,.0f} env steps/s ({rate / base:.2f}x the random policy)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

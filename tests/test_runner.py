@@ -24,6 +24,7 @@ from corral.training import runner as runner_module
 from corral.training.metrics import COLUMNS, MetricsLog, read_metrics
 from corral.training.progress import BarProgress
 from corral.training.runner import BEST, LATEST, evaluate_policy
+from corral.training.threads import torch_threads
 from corral.vector.sampling import sample_array
 
 
@@ -198,6 +199,42 @@ def test_bad_settings_raise_config_errors(overrides: dict, message: str) -> None
         load_config(TabularQ, "mdp/climbing", overrides)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"num_workers": 2}, "num_workers is an option of the subproc and ray backends, not"),
+        (
+            {"backend": "subproc", "ray_address": "auto"},
+            "ray_address is an option of the ray backend, not of",
+        ),
+        ({"backend": "subproc", "start_timeout": 5}, "not of backend 'subproc'"),
+        ({"backend": "threads"}, "backend must be one of"),
+        ({"backend": "ray", "num_workers": 0}, "num_workers must be at least 1"),
+        ({"backend": "ray", "start_timeout": -1}, "start_timeout must be positive"),
+        ({"torch_threads": 0}, "torch_threads must be at least 1"),
+        ({"torch_threads": "many"}, "torch_threads"),
+    ],
+)
+def test_backend_settings_must_fit_the_backend(overrides: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(TabularQ, "mdp/climbing", overrides)
+
+
+def test_backend_settings_are_typed_and_given_by_the_backend_s_names() -> None:
+    settings = ["backend=ray", "num_workers=3", "worker_timeout=30", "ray_address=auto"]
+    settings += ["num_cpus_per_worker=0.5", "start_timeout=1e3", "torch_threads=2"]
+    cfg = load_config(TabularQ, "mdp/climbing", settings)
+    assert cfg.run.backend_options() == {
+        "num_workers": 3,
+        "timeout": 30.0,
+        "ray_address": "auto",
+        "num_cpus_per_worker": 0.5,
+        "start_timeout": 1000.0,
+    }
+    assert cfg.run.torch_threads == 2
+    assert load_config(TabularQ, "mdp/climbing").run.backend_options() == {}
+
+
 def test_import_corral_loads_no_training_module() -> None:
     code = (
         "import sys, corral; "
@@ -324,6 +361,41 @@ def test_tensorboard_events_are_written_when_installed(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
     train(config(tmp_path, tensorboard=True))
     assert list((tmp_path / "run" / "tb").glob("events.out.tfevents.*"))
+
+
+def test_training_envs_get_the_backend_settings_and_evaluation_plays_in_process(
+    tmp_path: Path,
+) -> None:
+    cfg = config(tmp_path, backend="subproc", num_workers=1, total_steps=40)
+    with Runner(cfg, progress=False) as runner:
+        assert len(runner.venv._backend.worker_pids) == 1  # the default is one per core
+        runner.benchmark()
+        assert runner.eval_venv.backend_name == "sync"
+
+
+def test_torch_threads_are_set_for_the_run_logged_and_given_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for setting, threads in (("auto", 1), (3, 3)):
+        cfg = config(tmp_path, f"run{setting}", total_steps=40, torch_threads=setting)
+        with caplog.at_level(logging.INFO, logger="corral"), Runner(cfg, progress=False) as run:
+            assert torch.get_num_threads() == threads
+            run.benchmark()
+        assert torch.get_num_threads() == before
+        header = f"mdp/climbing; backend sync, 4 envs, device cpu, torch threads {threads}"
+        assert header in caplog.text
+        assert header in (tmp_path / f"run{setting}" / "train.log").read_text()
+
+
+def test_auto_torch_threads_follow_omp_num_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert torch_threads("auto") == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert torch_threads("auto") == 3
+    assert torch_threads(2) == 2
 
 
 def test_a_run_directory_is_not_overwritten(tmp_path: Path) -> None:

@@ -75,6 +75,20 @@ def test_eval_prints_mean_and_std(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert "over 6 episodes" in out
 
 
+def test_eval_plays_with_the_run_s_torch_threads(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    assert train(capsys, tmp_path / "r", "torch_threads=3")[0] == 0
+    assert torch.get_num_threads() == before  # the run gave its threads back
+    try:
+        assert run(capsys, "eval", str(tmp_path / "r"), "--episodes", "2")[0] == 0
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_eval_gif_of_an_env_that_cannot_render_is_skipped(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -39,6 +39,7 @@ from corral.errors import (
     RegistrationError,
     UnknownEnvError,
     UnsupportedEnvError,
+    WorkerStartError,
 )
 from corral.registry import make, namespaces, registered_ids, resolve, spec
 
@@ -329,33 +330,39 @@ def _train(args: argparse.Namespace) -> int:
     from corral.training.config import parse_assignments
 
     overrides: dict[str, Any] = {}
-    with _training_errors():
-        overrides.update(parse_assignments(args.settings))
-        overrides.update(
-            {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k) is not None}
-        )
-        if args.resume:
-            runner = Runner.resume(args.resume, progress=not args.no_progress, **overrides)
-        elif not args.algo or not args.env:
-            raise UsageError("give ALGO and --env ID, or --resume RUN")
-        else:
-            config = load_config(args.algo, args.env, overrides)
-            runner = Runner(config, progress=not args.no_progress)
+    config = None
     try:
+        with _training_errors():
+            overrides.update(parse_assignments(args.settings))
+            overrides.update(
+                {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k) is not None}
+            )
+            if args.resume:
+                runner = Runner.resume(args.resume, progress=not args.no_progress, **overrides)
+            elif not args.algo or not args.env:
+                raise UsageError("give ALGO and --env ID, or --resume RUN")
+            else:
+                config = load_config(args.algo, args.env, overrides)
+                runner = Runner(config, progress=not args.no_progress)
         with _console_logging(), runner:
             results = runner.benchmark()
     except UnsupportedEnvError as err:  # found while training, on an env that did not declare it
         raise UsageError(str(err)) from err
     except KeyboardInterrupt:
-        print(
-            f"interrupted: resume from the last checkpoint with "
-            f"corral train --resume {runner.run_dir}",
-            file=sys.stderr,
-        )
+        # a new run's directory is named in its config once the runner has made it
+        print(_interrupted(args.resume or (config and config.run.run_dir)), file=sys.stderr)
         return 130
     best = "-" if results.best_eval is None else f"{results.best_eval:.4g}"
     print(f"run {results.run_dir}: {results.env_steps} env steps, best {results.select_by} {best}")
     return 0
+
+
+def _interrupted(run_dir: str | None) -> str:
+    from corral.training.runner import LATEST
+
+    if run_dir and os.path.isfile(os.path.join(run_dir, LATEST)):
+        return f"interrupted: resume from the last checkpoint with corral train --resume {run_dir}"
+    return "interrupted before the first checkpoint: nothing to resume"
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -418,6 +425,8 @@ def _training_errors() -> Iterator[None]:
     try:
         yield
     except (ConfigError, MissingDependencyError, UnknownEnvError, RegistrationError) as err:
+        raise UsageError(str(err)) from err
+    except WorkerStartError as err:  # workers the cluster cannot hold, as configured
         raise UsageError(str(err)) from err
     except (ValueError, TypeError) as err:  # unknown algorithm, env kwargs, unsupported spaces
         raise UsageError(str(err)) from err

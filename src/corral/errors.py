@@ -91,15 +91,18 @@ class WorkerDiedError(CorralError, RuntimeError):
 
 
 class WorkerStartError(WorkerDiedError):
-    """A worker process died while starting, before it could build its envs.
+    """Workers that could not be started: a worker process died before it built its
+    envs, or Ray could not place the workers (the cluster lacks the resources they
+    reserve, or they did not start within the start timeout). Nothing they started is
+    left running.
 
-    ``exit_codes`` maps each such worker's index to its exit code (negative: the
-    signal that killed it).
+    ``exit_codes`` maps each worker process that died to its exit code (negative:
+    the signal that killed it); it is empty where no process died.
     """
 
-    def __init__(self, message: str, exit_codes: dict[int, int | None]) -> None:
+    def __init__(self, message: str, exit_codes: dict[int, int | None] | None = None) -> None:
         super().__init__(message)
-        self.exit_codes = dict(exit_codes)
+        self.exit_codes = dict(exit_codes or {})
 
     def __reduce__(self) -> tuple[type, tuple[str, dict[int, int | None]]]:
         return (type(self), (self.args[0], self.exit_codes))

@@ -24,7 +24,7 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 from corral.algos import ALGORITHMS, algorithm_class
 from corral.algos.base import AlgoConfig
@@ -32,6 +32,15 @@ from corral.errors import CorralError, MissingDependencyError
 from corral.registry import resolve
 
 DEVICES = ("cpu", "cuda", "auto")
+BACKEND_OPTIONS = {
+    "num_workers": "num_workers",
+    "envs_per_worker": "envs_per_worker",
+    "worker_timeout": "timeout",
+    "ray_address": "ray_address",
+    "num_cpus_per_worker": "num_cpus_per_worker",
+    "start_timeout": "start_timeout",
+}
+"""Run settings passed to the training envs' vector backend, and the backend's names for them."""
 
 
 class ConfigError(CorralError, ValueError):
@@ -49,7 +58,25 @@ class RunConfig:
     num_envs: int = 8
     """Envs stepped in parallel."""
     backend: str = "sync"
-    """Vector backend: ``sync``, ``subproc`` or ``ray``."""
+    """Vector backend of the training envs: ``sync``, ``subproc`` or ``ray``."""
+    num_workers: int | None = None
+    """Worker processes (``subproc``) or Ray actors (``ray``); ``None``: the backend's default."""
+    envs_per_worker: int | None = None
+    """Envs per worker (``subproc``, ``ray``), instead of ``num_workers``."""
+    worker_timeout: float | None = None
+    """Seconds a reset or step waits for the workers (``subproc``, ``ray``) before it fails
+    with ``WorkerTimeoutError``; ``None``: no limit."""
+    ray_address: str | None = None
+    """Ray cluster to join (``auto``, ``HEAD_IP:6379``, ``ray://HEAD_IP:10001``) when Ray is
+    not running yet; ``None``: a local Ray of the run's own."""
+    num_cpus_per_worker: float | None = None
+    """CPUs each Ray actor reserves (fractions allowed); ``None``: 1."""
+    start_timeout: float | None = None
+    """Seconds to wait for the Ray actors to be scheduled and build their envs before the
+    run fails saying which CPUs are short; ``None``: the backend's default (60)."""
+    torch_threads: int | Literal["auto"] = "auto"
+    """PyTorch's CPU threads in the runner's process; ``auto``: 1, see
+    :func:`corral.training.threads.torch_threads`."""
     group_map: Any = None
     """How agents form groups (``corral.group_agents``): ``None`` by name prefix, ``"agent"``..."""
     learn_groups: tuple[str, ...] = ()
@@ -94,6 +121,38 @@ class RunConfig:
         for name in ("num_envs", "eval_episodes", "log_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("num_workers", "envs_per_worker", "torch_threads"):
+            value = getattr(self, name)
+            if isinstance(value, int) and value < 1:
+                raise ConfigError(f"{name} must be at least 1, got {value}")
+        for name in ("worker_timeout", "num_cpus_per_worker", "start_timeout"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{name} must be positive, got {value}")
+        self._check_backend_options()
+
+    def _check_backend_options(self) -> None:
+        from corral.vector.backend import BACKENDS, backend_options
+
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
+        taken = backend_options(self.backend)
+        for name, option in BACKEND_OPTIONS.items():
+            if getattr(self, name) is not None and option not in taken:
+                takers = [b for b in BACKENDS if option in backend_options(b)]
+                owners = " and ".join(takers) + (" backends" if len(takers) > 1 else " backend")
+                raise ConfigError(
+                    f"{name} is an option of the {owners}, not of backend {self.backend!r}: "
+                    f"choose the backend or leave {name} unset"
+                )
+
+    def backend_options(self) -> dict[str, Any]:
+        """The backend options of the training envs that this run sets, by the backend's names."""
+        return {
+            option: getattr(self, name)
+            for name, option in BACKEND_OPTIONS.items()
+            if getattr(self, name) is not None
+        }
 
 
 @dataclass

@@ -40,6 +40,7 @@ from corral.algos.collector import Collector, Progress, evaluate
 from corral.registry import resolve
 from corral.training import checkpoint
 from corral.training.config import (
+    BACKEND_OPTIONS,
     ConfigError,
     RunConfig,
     TrainConfig,
@@ -60,6 +61,7 @@ from corral.training.scoring import (
     episode_columns,
     versus_columns,
 )
+from corral.training.threads import set_torch_threads, torch_threads
 from corral.vector import VectorEnv, make_vec
 from corral.vector.sampling import sample_array
 
@@ -69,9 +71,11 @@ LATEST = "checkpoint.pt"
 BEST = "best.pt"
 RESUMABLE = frozenset(
     {"total_steps", "eval_every", "eval_episodes", "checkpoint_every", "log_every", "device"}
-    | {"backend", "tensorboard", "checkpoint_replay"}
+    | {"backend", "tensorboard", "checkpoint_replay", "torch_threads", *BACKEND_OPTIONS}
 )
 """Run settings that may change when a run is resumed (the schedule, not what is learned)."""
+EVAL_BACKEND = "sync"
+"""Evaluations play in the runner's process: they never wait for the training envs' workers."""
 
 
 @dataclass
@@ -118,8 +122,14 @@ class Runner:
         if restore is None:
             checkpoint.seed_everything(run.seed)
         self.eval_venv: VectorEnv | None = None
+        self.torch_threads: int | None = None
+        """torch's CPU threads while the run is open (``None``: the algorithm uses no torch)."""
+        self._threads_before: int | None = None
         self.venv = build_venv(run, state=uses_state(config))
         try:
+            threads = torch_threads(run.torch_threads)
+            self._threads_before = set_torch_threads(threads)
+            self.torch_threads = None if self._threads_before is None else threads
             self.algo = build_algorithm(config, self.venv)
             self.fixed = fixed_policies(config, self.venv, self.algo)
             self.selection = run_selection(config, self.venv, self.algo)
@@ -296,7 +306,7 @@ class Runner:
         """Greedy episodes of the current policy (``eval_episodes`` by default)."""
         run = self.config.run
         if self.eval_venv is None:
-            self.eval_venv = build_venv(run, state=uses_state(self.config))
+            self.eval_venv = build_eval_venv(self.config)
         return evaluate_policy(
             self.config, self.algo, episodes or run.eval_episodes, venv=self.eval_venv
         )
@@ -336,12 +346,16 @@ class Runner:
         )
 
     def close(self) -> None:
-        """Close the envs and the metrics log; the run directory stays as it is."""
+        """Close the envs and the metrics log, give torch its thread count back; the run
+        directory stays as it is."""
         for venv in (getattr(self, "venv", None), getattr(self, "eval_venv", None)):
             if venv is not None:
                 venv.close()
         if getattr(self, "metrics", None) is not None:
             self.metrics.close()
+        if getattr(self, "_threads_before", None) is not None:
+            set_torch_threads(self._threads_before)
+            self._threads_before = None
 
     def __enter__(self) -> Runner:
         return self
@@ -354,6 +368,14 @@ class Runner:
         metric = self.selection.metric
         return f"done: {self.env_steps} env steps in {self.elapsed:.1f}s; best {metric} {best}"
 
+    def _header(self) -> str:
+        run = self.config.run
+        threads = "" if self.torch_threads is None else f", torch threads {self.torch_threads}"
+        return (
+            f"run {self.run_dir}: {self.config.algo} on {run.env}; backend {run.backend}, "
+            f"{run.num_envs} envs, device {self.algo.device}{threads}"
+        )
+
     @contextlib.contextmanager
     def _run_logging(self) -> Iterator[None]:
         """Log records of corral also go to ``train.log`` while the run trains."""
@@ -364,7 +386,7 @@ class Runner:
         logger.addHandler(handler)
         if logger.getEffectiveLevel() > logging.INFO:
             logger.setLevel(logging.INFO)
-        log.info("run %s: %s on %s", self.run_dir, self.config.algo, self.config.run.env)
+        log.info("%s", self._header())
         try:
             yield
         finally:
@@ -412,16 +434,24 @@ def build_venv(
     state: bool = False,
     **env_kwargs: Any,
 ) -> VectorEnv:
-    """The vector env of ``run`` (``env_kwargs`` are added to the run's)."""
+    """The vector env of ``run`` (``env_kwargs`` are added to the run's); the run's backend
+    options apply to its own backend only."""
+    backend = backend or run.backend
     return make_vec(
         run.env,
         num_envs or run.num_envs,
-        backend or run.backend,
+        backend,
         seed=run.seed,
         group_map=run.group_map,
         state=state,
         env_kwargs={**run.env_kwargs, **env_kwargs},
+        **(run.backend_options() if backend == run.backend else {}),
     )
+
+
+def build_eval_venv(config: TrainConfig) -> VectorEnv:
+    """The vector env that evaluations of ``config`` play in (see :data:`EVAL_BACKEND`)."""
+    return build_venv(config.run, backend=EVAL_BACKEND, state=uses_state(config))
 
 
 def uses_state(config: TrainConfig) -> bool:
@@ -485,12 +515,12 @@ def evaluate_policy(
     games and self-play runs, or when ``opponent`` is given, also ``episodes``
     games against the reference opponent (``opponent``, by default the run's
     ``eval_opponent``) shared by the learner's seats. ``venv`` defaults to a
-    fresh vector env of the run; every evaluation of a run plays the same
+    fresh :func:`build_eval_venv`; every evaluation of a run plays the same
     seeds unless ``seed`` is given.
     """
     seed = _eval_seed(config.run) if seed is None else seed
     own = venv is None
-    venv = build_venv(config.run, state=uses_state(config)) if venv is None else venv
+    venv = build_eval_venv(config) if venv is None else venv
     try:
         selection = _selection(config, venv, algo, versus=opponent is not None)
         fixed = fixed_policies(config, venv, algo)

@@ -9,6 +9,7 @@ batch) belongs to :class:`~corral.vector.vector_env.VectorEnv`.
 from __future__ import annotations
 
 import importlib
+import inspect
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -106,6 +107,12 @@ def backend_class(name: str) -> type[Backend]:
         raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}")
     module, _, attr = BACKENDS[name].partition(":")
     return getattr(importlib.import_module(module), attr)
+
+
+def backend_options(name: str) -> frozenset[str]:
+    """The names of the options that the backend ``name`` takes."""
+    parameters = inspect.signature(backend_class(name).__init__).parameters.values()
+    return frozenset(p.name for p in parameters if p.kind is p.KEYWORD_ONLY)
 
 
 def call_env(env: Any, name: str, args: tuple | None, kwargs: dict[str, Any]) -> Any:

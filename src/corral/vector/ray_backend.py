@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from corral.adapters import adapt
-from corral.errors import EnvError, MissingDependencyError, WorkerTimeoutError
+from corral.errors import EnvError, MissingDependencyError, WorkerStartError, WorkerTimeoutError
 from corral.vector.backend import (
     Arrays,
     Backend,
@@ -39,6 +39,9 @@ from corral.vector.runner import EnvRunner
 _RESTORED_PREFIXES = ("obs/", "state", "alive/", "worker_restarts", "running_")
 
 Refs = list[Any]  # the ObjectRefs of one actor's calls, in submission order
+
+CLOSE_TIMEOUT = 10.0
+"""Seconds ``close()`` waits for the actors to close their envs when no ``timeout`` is set."""
 
 
 def import_ray() -> Any:
@@ -139,16 +142,27 @@ class RayBackend(Backend):
 
     Options:
         num_workers: number of actors (default: as many as the Ray cluster's
-            CPUs hold at ``num_cpus_per_worker`` each, at most one per env).
+            free CPUs hold at ``num_cpus_per_worker`` each, at least one and
+            at most one per env).
         envs_per_worker: envs per actor, instead of ``num_workers`` (the last
             actor may hold fewer).
         ray_address: the cluster to join when Ray is not initialised yet
             (``"auto"``, ``"ray://head:10001"``, ``"head:6379"``); without it a
-            local Ray is started. A Ray this backend starts is shut down on
-            close; a Ray the caller started is left running.
+            local Ray is started, with as many CPUs as the machine has cores or
+            the workers reserve, whichever is more. A Ray this backend starts is
+            shut down on close; a Ray the caller started is left running.
         num_cpus_per_worker: CPUs each actor reserves (fractions allowed).
         timeout: seconds to wait for the actors when a wait or call gives no
             timeout (default: no limit).
+        start_timeout: seconds to wait for the actors to be scheduled and to
+            build their envs, at the start and when a worker is replaced
+            (``None``: no limit).
+
+    Workers that the cluster cannot hold raise a :class:`WorkerStartError`
+    that says how many CPUs they need and the cluster has: at once when the
+    Ray is the backend's own (it cannot grow), else after ``start_timeout``
+    (a cluster may add nodes). Ctrl-C while waiting for the actors kills them
+    at once.
 
     A worker that dies is replaced, with a ``RuntimeWarning``: the episodes it
     was running end, marked truncated, in the next step's batch (``done`` set,
@@ -166,10 +180,14 @@ class RayBackend(Backend):
         ray_address: str | None = None,
         num_cpus_per_worker: float = 1,
         timeout: float | None = None,
+        start_timeout: float | None = 60.0,
     ) -> None:
         super().__init__(env_fns)
         self._ray = ray = import_ray()
         self.timeout = timeout
+        self.start_timeout = start_timeout
+        self.num_cpus_per_worker = num_cpus_per_worker
+        self._starting: set[int] = set()  # actors replaced and not yet answering
         self._actors: list[Any] = []
         self._layout: Layout | None = None
         self._arrays: Arrays = {}
@@ -184,16 +202,23 @@ class RayBackend(Backend):
         needed = math.ceil(len(self.slices) * num_cpus_per_worker)
         self._owns_ray = _RaySession.acquire(ray, ray_address, max(os.cpu_count() or 1, needed))
         try:
+            self._free_cpus = ray.available_resources().get("CPU", 0.0)
             if not self.slices:
-                cpus = ray.cluster_resources().get("CPU", 1)
-                workers = max(1, int(cpus // num_cpus_per_worker))
+                workers = max(1, int(self._free_cpus // num_cpus_per_worker))
                 self.slices = env_slices(self.num_envs, workers, None)
+            if self._owns_ray and self._cpus_needed() > ray.cluster_resources().get("CPU", 0):
+                raise WorkerStartError(self._shortage("cannot start"))
             self._remote = ray.remote(num_cpus=num_cpus_per_worker)(RayWorker)
             self._actors = [self._spawn(s) for s in self.slices]
             refs = {k: [actor.make_envs.remote()] for k, actor in enumerate(self._actors)}
-            self._info = self._gather(refs, timeout, "make_envs")[0]
+            try:
+                self._info = self._gather(refs, start_timeout, "make_envs")[0]
+            except WorkerTimeoutError:
+                raise WorkerStartError(
+                    self._shortage(f"did not start within {start_timeout} s")
+                ) from None
         except BaseException:
-            self.close()
+            self._shut(graceful=False)
             raise
 
     def env_info(self) -> EnvInfo:
@@ -255,15 +280,21 @@ class RayBackend(Backend):
         self._gather(self._submit(submit), timeout, f"set_attr({name!r})")
 
     def close(self) -> None:
+        self._shut(graceful=True)
+
+    def _shut(self, *, graceful: bool) -> None:
+        """Kill the actors, ``graceful``: after they closed their envs (waiting
+        ``timeout``, or :data:`CLOSE_TIMEOUT`), and let go of Ray."""
         if self._closed:
             return
         self._closed = True
         ray, actors, self._actors = self._ray, self._actors, []
         errors = []
         try:
-            if actors and ray.is_initialized():
+            if graceful and actors and ray.is_initialized():
                 refs = [actor.close.remote() for actor in actors]
-                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout)
+                limit = CLOSE_TIMEOUT if self.timeout is None else self.timeout
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=limit)
                 for ref in ready:
                     try:
                         ray.get(ref)
@@ -271,11 +302,14 @@ class RayBackend(Backend):
                         continue  # a dead worker has no envs left to close
                     except ray.exceptions.RayTaskError as err:
                         errors.append(err)
-                for actor in actors:
-                    ray.kill(actor)
         finally:
-            if self._owns_ray:
-                _RaySession.release(ray)
+            try:
+                if ray.is_initialized():
+                    for actor in actors:
+                        ray.kill(actor)
+            finally:
+                if self._owns_ray:
+                    _RaySession.release(ray)
         if errors:
             raise _unwrap(errors[0])
 
@@ -290,13 +324,24 @@ class RayBackend(Backend):
     def _take_restart(self, k: int) -> Refs:
         """The calls that restart actor ``k``'s envs if it was replaced, else none."""
         setup = self._restart_due.pop(k, None)
-        return [] if setup is None else [*setup, self._actors[k].restart.remote()]
+        if setup is None:
+            return []
+        self._starting.add(k)
+        return [*setup, self._actors[k].restart.remote()]
 
     def _wait_pending(self, timeout: float | None, what: str) -> None:
         pending, self._pending = self._pending, None
-        if pending is not None:
-            refs, submit = pending
+        if pending is None:
+            return
+        refs, submit = pending
+        timeout = self.timeout if timeout is None else timeout
+        if self._starting and self.start_timeout is not None:
+            # a replacement waits for its CPUs: as long as a start may take, and no longer
+            timeout = self.start_timeout if timeout is None else max(timeout, self.start_timeout)
+        try:
             self._gather(refs, timeout, what, resubmit=submit, on_result=self._copy_in)
+        finally:
+            self._starting.clear()
 
     def _copy_in(self, k: int, outputs: Arrays) -> None:
         s = self.slices[k]
@@ -335,8 +380,22 @@ class RayBackend(Backend):
         ``on_result`` sees each result as it arrives. A dead actor is replaced;
         with ``resubmit`` its calls go again to the replacement (once), else an
         :class:`EnvError` says it died. Env errors are raised once every actor
-        answered, the one of the lowest env index first.
+        answered, the one of the lowest env index first. Ctrl-C kills the actors.
         """
+        try:
+            return self._gather_results(pending, timeout, what, resubmit, on_result)
+        except KeyboardInterrupt:
+            self._shut(graceful=False)
+            raise
+
+    def _gather_results(
+        self,
+        pending: dict[int, Refs],
+        timeout: float | None,
+        what: str,
+        resubmit: Callable[[int], Refs] | None,
+        on_result: Callable[[int, Any], None] | None,
+    ) -> dict[int, Any]:
         ray = self._ray
         timeout = self.timeout if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -372,6 +431,29 @@ class RayBackend(Backend):
         if errors:
             raise _unwrap(min(errors, key=_env_index))
         return results
+
+    def _cpus_needed(self) -> float:
+        return len(self.slices) * self.num_cpus_per_worker
+
+    def _shortage(self, what: str) -> str:
+        """What the workers need against what the cluster has, and what to change."""
+        workers, each, free = len(self.slices), self.num_cpus_per_worker, self._free_cpus
+        total = self._ray.cluster_resources().get("CPU", 0.0)
+        said = (
+            f"{workers} Ray workers for {self.num_envs} envs {what}: at {each:g} CPU each "
+            f"they need {self._cpus_needed():g} CPUs; the Ray cluster has {total:g} CPUs, "
+            f"{free:g} free when they were started"
+        )
+        fits = int(free // each)
+        fewer = f"num_workers={fits}" if fits >= 1 else "num_workers"
+        fixes = (
+            f"start fewer workers ({fewer}, or more envs each with envs_per_worker), "
+            "reserve less per worker (num_cpus_per_worker=0.5), or join a larger "
+            "cluster (ray_address)"
+        )
+        if self._cpus_needed() <= free:
+            fixes = "raise start_timeout if the envs are slow to build, or " + fixes
+        return f"{said}. To fix: {fixes}."
 
     def _died(self, k: int, what: str, err: BaseException) -> EnvError:
         s = self.slices[k]
