@@ -370,9 +370,11 @@ def _eval(args: argparse.Namespace) -> int:
     from corral.training.render import RenderError, record_episode
     from corral.training.runner import evaluate_policy, load_run
     from corral.training.scoring import RETURN, VERSUS
+    from corral.training.threads import set_torch_threads, torch_threads
 
     with _training_errors():
         config, algo, saved = load_run(args.run_dir, args.checkpoint, device=args.device)
+    set_torch_threads(torch_threads(config.run.torch_threads))
     try:
         result = evaluate_policy(
             config, algo, args.episodes, seed=args.seed, opponent=args.opponent
