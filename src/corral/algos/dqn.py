@@ -32,7 +32,6 @@ generators and the self-play pool; the replay buffers are saved apart
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -44,7 +43,14 @@ from gymnasium import spaces
 from torch import nn
 
 from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
-from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
+from corral.algos.networks import (
+    as_input,
+    flat_dim,
+    frozen_copy,
+    loaded_copy,
+    masked_logits,
+    mlp,
+)
 from corral.algos.selfplay import SelfPlay
 from corral.data.buffers import ReplayBuffer
 from corral.data.transitions import Transitions
@@ -128,7 +134,7 @@ class DQN(Algorithm):
                 )
                 for g, space in self.action_space.items()
             }
-        self.target = {g: _frozen(net) for g, net in self.q.items()}
+        self.target = {g: frozen_copy(net) for g, net in self.q.items()}
         self.optimizer = {
             g: torch.optim.Adam(net.parameters(), lr=cfg.lr) for g, net in self.q.items()
         }
@@ -253,7 +259,7 @@ class DQN(Algorithm):
                 for g in self.q:
                     _soft_update(self.target[g], self.q[g], cfg.tau)
             if self.selfplay is not None and self.gradient_step % cfg.snapshot_interval == 0:
-                self.selfplay.add({g: _frozen(net) for g, net in self.q.items()})
+                self.selfplay.add({g: frozen_copy(net) for g, net in self.q.items()})
         out = {key: float(np.mean(values)) for key, values in metrics.items()}
         out["epsilon"] = self.epsilon()
         if self.selfplay is not None:
@@ -333,7 +339,7 @@ class DQN(Algorithm):
         if self.selfplay is not None:
             self.selfplay.load_state_dict(state["selfplay"])
             self.selfplay.pool = [
-                {g: _loaded(self.q[g], nets[g]) for g in self.q} for nets in state["pool"]
+                {g: loaded_copy(self.q[g], nets[g]) for g in self.q} for nets in state["pool"]
             ]
 
 
@@ -355,19 +361,6 @@ def double_q_target(
     best = masked_logits(next_q, legal).argmax(-1, keepdim=True)
     bootstrap = next_q_target.gather(-1, best).squeeze(-1)
     return reward + gamma * torch.where(terminated, 0.0, bootstrap)
-
-
-def _frozen(net: nn.Module) -> nn.Module:
-    """A copy of ``net`` that takes no gradients."""
-    clone = copy.deepcopy(net)
-    clone.requires_grad_(False)
-    return clone
-
-
-def _loaded(like: nn.Module, weights: Mapping[str, Any]) -> nn.Module:
-    clone = _frozen(like)
-    clone.load_state_dict(weights)
-    return clone
 
 
 def _soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:

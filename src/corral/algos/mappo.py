@@ -49,7 +49,6 @@ steps) differs, set for 8 to 32 envs rather than the paper's 128 threads.
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -62,7 +61,14 @@ from torch import nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
-from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
+from corral.algos.networks import (
+    as_input,
+    flat_dim,
+    frozen_copy,
+    loaded_copy,
+    masked_logits,
+    mlp,
+)
 from corral.algos.selfplay import SelfPlay
 from corral.data.buffers import RolloutBuffer, gae
 from corral.data.transitions import Transitions
@@ -429,7 +435,7 @@ class MAPPO(Algorithm):
         self.updates += 1
         if self.selfplay is not None:
             if self.updates % self.config.snapshot_interval == 0:
-                self.selfplay.add({g: _frozen(nets.actor) for g, nets in self.nets.items()})
+                self.selfplay.add({g: frozen_copy(nets.actor) for g, nets in self.nets.items()})
             metrics["selfplay/pool"] = float(len(self.selfplay.pool))
             returns = self.selfplay.pop_returns()
             if returns:
@@ -544,7 +550,7 @@ class MAPPO(Algorithm):
             self.selfplay.load_state_dict(state["selfplay"])
             self.rng.bit_generator.state = state["rng"]
             self.selfplay.pool = [
-                {g: _loaded(self.nets[g].actor, weights[g]) for g in self.nets}
+                {g: loaded_copy(self.nets[g].actor, weights[g]) for g in self.nets}
                 for weights in state["pool"]
             ]
 
@@ -555,16 +561,3 @@ class IPPO(MAPPO):
     name: ClassVar[str] = "ippo"
     centralised: ClassVar[bool] = False
     uses_state: ClassVar[bool] = False
-
-
-def _frozen(net: nn.Module) -> nn.Module:
-    """A copy of ``net`` that takes no gradients."""
-    clone = copy.deepcopy(net)
-    clone.requires_grad_(False)
-    return clone
-
-
-def _loaded(like: nn.Module, weights: Mapping[str, Any]) -> nn.Module:
-    clone = _frozen(like)
-    clone.load_state_dict(weights)
-    return clone

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,3 +61,17 @@ def masked_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tens
     if mask is None:
         return logits
     return logits.masked_fill(~mask.bool(), torch.finfo(logits.dtype).min / 2)
+
+
+def frozen_copy(net: nn.Module) -> nn.Module:
+    """A copy of ``net`` that takes no gradients (a target network, a self-play snapshot)."""
+    clone = copy.deepcopy(net)
+    clone.requires_grad_(False)
+    return clone
+
+
+def loaded_copy(like: nn.Module, weights: Mapping[str, Any]) -> nn.Module:
+    """A :func:`frozen_copy` of ``like`` holding ``weights``."""
+    clone = frozen_copy(like)
+    clone.load_state_dict(weights)
+    return clone
