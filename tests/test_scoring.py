@@ -18,7 +18,7 @@ from test_runner import config, train
 import corral
 from corral import cli
 from corral.envs.rps import RockPaperScissors
-from corral.training import ConfigError, Runner, load_run
+from corral.training import ConfigError, RunConfig, Runner, load_run
 from corral.training import checkpoint as ckpt
 from corral.training.metrics import COLUMNS, MetricsLog, read_metrics
 from corral.training.plot import curves
@@ -172,6 +172,16 @@ def test_an_unusable_reference_opponent_is_a_config_error(tmp_path: Path) -> Non
         Runner(
             config(tmp_path, "b", eval_opponent=str(tmp_path / "nowhere"), **RPS), progress=False
         )
+
+
+def test_a_relative_reference_opponent_is_kept_as_an_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "ref").mkdir()
+    monkeypatch.chdir(tmp_path)
+    run = RunConfig(env="corral/rps", eval_opponent="ref")
+    assert run.eval_opponent == str(tmp_path / "ref")  # a resume from elsewhere still finds it
+    assert RunConfig(env="corral/rps", eval_opponent="random").eval_opponent == "random"
 
 
 # -- select_by and constant metrics ------------------------------------------------------------

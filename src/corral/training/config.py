@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import fnmatch
 import importlib.resources
+import os
 import re
 import types
 import typing
@@ -129,6 +130,9 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{name} must be positive, got {value}")
+        if self.eval_opponent != "random" and os.path.exists(self.eval_opponent):
+            # written to config.yaml as an absolute path, so a resumed run finds it from anywhere
+            self.eval_opponent = os.path.abspath(self.eval_opponent)
         self._check_backend_options()
 
     def _check_backend_options(self) -> None:
