@@ -63,18 +63,30 @@ def source_attr(source: Any, name: str) -> Any:
     raise AttributeError(name)
 
 
-def forward_attr(adapter: Any, name: str) -> Any:
-    """What an adapter's ``__getattr__`` returns: the public attribute ``name`` of its source env.
+class SourceAdapter(MultiAgentEnv):
+    """Base of the adapters around another library's env, ``adapter.env``.
 
-    Private names (``_x``) are not forwarded; the error names the adapter and the source.
+    A public attribute the adapter lacks is read from the source env, or from
+    an env inside its wrappers (``adapter.max_cycles`` of an mpe2 env);
+    private names (``_x``) are not forwarded. ``unwrapped`` is the raw source env.
     """
-    source = adapter.__dict__.get("env")
-    where = ""
-    if name.startswith("_"):
-        where = " (private attributes of the wrapped env are not forwarded)"
-    elif source is not None:
-        try:
-            return source_attr(source, name)
-        except AttributeError:
-            where = f", nor has the {type(source).__name__} it wraps or any env inside it"
-    raise AttributeError(f"{type(adapter).__name__} has no attribute {name!r}{where}")
+
+    env: Any
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names not found normally.
+        source = self.__dict__.get("env")
+        where = ""
+        if name.startswith("_"):
+            where = " (private attributes of the wrapped env are not forwarded)"
+        elif source is not None:
+            try:
+                return source_attr(source, name)
+            except AttributeError:
+                where = f", nor has the {type(source).__name__} it wraps or any env inside it"
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}{where}")
+
+    @property
+    def unwrapped(self) -> Any:
+        """The raw source env under every wrapper."""
+        return self.env.unwrapped

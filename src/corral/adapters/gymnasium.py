@@ -16,14 +16,14 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from corral.adapters import forward_attr, register_adapter
-from corral.env import AgentID, InfoDict, MultiAgentEnv, ObsDict, StepResult, validate_actions
+from corral.adapters import SourceAdapter, register_adapter
+from corral.env import AgentID, InfoDict, ObsDict, StepResult, validate_actions
 from corral.registry import register, register_namespace
 
 AGENT = "agent_0"
 
 
-class GymnasiumEnvAdapter(MultiAgentEnv):
+class GymnasiumEnvAdapter(SourceAdapter):
     """A single-agent ``gymnasium.Env`` as a corral env with the one agent ``agent_0``.
 
     When the episode ends (terminated or truncated) ``agents`` and ``obs`` are
@@ -43,15 +43,6 @@ class GymnasiumEnvAdapter(MultiAgentEnv):
         self.agents = []
         self._mask: np.ndarray | None = None
         self._step = 0
-
-    def __getattr__(self, name: str) -> Any:
-        # Only reached for names not found normally: the Gymnasium env's attributes.
-        return forward_attr(self, name)
-
-    @property
-    def unwrapped(self) -> Any:
-        """The raw Gymnasium env under every wrapper."""
-        return self.env.unwrapped
 
     @property
     def max_episode_steps(self) -> int | None:  # type: ignore[override]

@@ -21,12 +21,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from corral.adapters import forward_attr, register_adapter, source_attr
+from corral.adapters import SourceAdapter, register_adapter, source_attr
 from corral.env import (
     AgentID,
     BoolDict,
     InfoDict,
-    MultiAgentEnv,
     ObsDict,
     StepResult,
     validate_actions,
@@ -90,7 +89,7 @@ def build_unchecked(module: str, **kwargs: Any) -> Any:
     return aec_to_parallel(build(module, "raw_env", **kwargs))
 
 
-class PettingZooAdapter(MultiAgentEnv):
+class PettingZooAdapter(SourceAdapter):
     """What both PettingZoo adapters pass through from the wrapped ``env``.
 
     ``state()`` and ``state_space`` exist exactly when the wrapped env has a
@@ -99,22 +98,15 @@ class PettingZooAdapter(MultiAgentEnv):
     wrapped env, or from the envs inside it (``adapter.max_cycles``).
     """
 
-    env: Any
-
     def __getattr__(self, name: str) -> Any:
-        # Only reached for names not found normally: the source env's attributes, and its
-        # global state only where it declares a state_space (PettingZoo's base has state()).
+        # The global state only where the source declares a state_space (PettingZoo's base
+        # class has a state() that raises).
         if name in ("state", "state_space"):
             env = self.__dict__.get("env")
             if hasattr(env, "state_space"):
                 return getattr(env, name)
             raise AttributeError(f"{type(self).__name__} has no {name!r}: its env has no state")
-        return forward_attr(self, name)
-
-    @property
-    def unwrapped(self) -> Any:
-        """The raw PettingZoo env under every wrapper."""
-        return self.env.unwrapped
+        return super().__getattr__(name)
 
     @property
     def max_episode_steps(self) -> int | None:  # type: ignore[override]
