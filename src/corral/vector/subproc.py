@@ -22,6 +22,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -137,8 +138,42 @@ class _Server:
         set_env_attrs(self.envs, self.offset, name, values)
 
 
+def _exit_with_parent() -> None:
+    """End this worker soon after the process that started it ends, even inside a hung env.
+
+    An idle worker sees the parent's end of its pipe close, closes its envs and
+    exits. A daemon thread waits for the parent too (a pidfd on Linux, else the
+    pipe multiprocessing keeps open from the parent) and ends the worker
+    :data:`CLOSE_GRACE_S` later if it is still there (busy in an env, or its
+    pipe held open by another child of the parent). An env hung in C code that
+    holds the GIL keeps the thread from running: only the parent's timeout
+    ends that one.
+    """
+    parent = mp.parent_process()  # the driver, also where a fork server forked this worker
+    if parent is None:
+        return
+    try:
+        handle = os.pidfd_open(parent.pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):  # no pidfd here
+        handle = parent.sentinel
+    if wait([parent.sentinel], 0):  # the parent ended before the watch began
+        os._exit(1)
+    threading.Thread(
+        target=_exit_after_parent, args=(handle,), name="corral-parent-watch", daemon=True
+    ).start()
+
+
+def _exit_after_parent(handle: int) -> None:
+    wait([handle])
+    time.sleep(CLOSE_GRACE_S)  # an idle worker closes its envs meanwhile, and exits
+    os._exit(1)
+
+
 def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Connection]) -> None:
     """A worker's main function: build the envs, then answer commands until told to close."""
+    _exit_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     for parent_end in inherited:  # forked copies would hide the parent's exit from workers
         parent_end.close()

@@ -1,0 +1,218 @@
+"""No orphans: a driver killed during a hung step takes its worker processes with it."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    not os.path.isdir("/proc"), reason="reads the process table from /proc"
+)
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+SUBPROC_DRIVER = """
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import corral
+
+
+class HangingRPS:
+    \"\"\"Rock-paper-scissors whose step never returns; close() leaves a file in ``marks``.\"\"\"
+
+    def __init__(self, marks):
+        self.env = corral.make("corral/rps")
+        self.marks = marks
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def reset(self, seed=None, options=None):
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, actions):
+        time.sleep(1000)
+
+    def close(self):
+        open(os.path.join(self.marks, f"closed-{os.getpid()}"), "w").close()
+
+
+if __name__ == "__main__":
+    method, state, bystander = sys.argv[1:]
+    marks = os.getcwd()
+    venv = corral.VectorEnv(
+        [lambda: HangingRPS(marks)] * 2, backend="subproc", num_workers=2, start_method=method
+    )
+    venv.reset(seed=0)
+    if state == "hung":
+        venv.step_async({"player": np.zeros((2, 2), np.int64)})
+    other = None
+    if bystander == "yes" and (other := os.fork()) == 0:
+        time.sleep(1000)  # another child of the driver, holding copies of its pipes
+        os._exit(0)
+    time.sleep(0.5)  # the workers are inside env.step, or idle
+    print(json.dumps({"workers": venv._backend.worker_pids, "other": other}), flush=True)
+    time.sleep(1000)
+"""
+
+
+# -- the process table ------------------------------------------------------------------
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """The state and parent pid of process ``pid``, or ``None`` if there is none."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+    except (OSError, ValueError):  # no such process, or it ended while being read
+        return None
+    return state, int(ppid)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+def descendants(root: int) -> set[int]:
+    """The live processes below ``root`` in the process tree."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None and stat[0] != "Z":
+            children.setdefault(stat[1], []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return " ".join(f.read().decode(errors="replace").replace("\0", " ").split())
+    except OSError:
+        return "(gone)"
+
+
+def wait_until_gone(pids: set[int], seconds: float) -> set[int]:
+    """``pids`` still alive after waiting up to ``seconds`` for them to exit."""
+    deadline = time.monotonic() + seconds
+    while (left := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def start_driver(tmp_path: Path, script: str, *args: str) -> tuple[subprocess.Popen, str]:
+    """Run ``script`` in its own session; return it and its first line of output."""
+    path = tmp_path / "driver.py"
+    path.write_text(script)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, str(path), *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    line = proc.stdout.readline()
+    if not line:
+        proc.kill()
+        pytest.fail(f"the driver exited (code {proc.wait()}) before it was ready")
+    return proc, line
+
+
+def kill_all(pids: set[int]) -> None:
+    """Clean up after a failed test: SIGKILL whatever of ``pids`` is left."""
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+# -- subproc ------------------------------------------------------------------------------
+
+# The processes that start next to the workers, by what their command line holds.
+HELPERS = {
+    "forkserver": ["multiprocessing.forkserver", "multiprocessing.resource_tracker"],
+    "spawn": ["multiprocessing.resource_tracker"],
+    "fork": [],
+}
+
+
+def assert_workers_die_with_the_driver(
+    tmp_path: Path, method: str, sig: str = "SIGKILL", state: str = "hung", bystander: str = "no"
+) -> set[int]:
+    """Kill a driver whose subproc workers are ``"hung"`` in ``env.step`` (or ``"idle"``);
+    every process it started ends. Returns the workers' pids.
+
+    ``bystander="yes"``: the driver also forks a child of its own that lives on.
+    """
+    if method not in mp.get_all_start_methods():
+        pytest.skip(f"{method} is not available here")
+    driver, line = start_driver(tmp_path, SUBPROC_DRIVER, method, state, bystander)
+    processes = descendants(driver.pid)
+    said = json.loads(line)
+    processes.discard(said["other"])  # the bystander outlives the driver by design
+    try:
+        workers = set(said["workers"])
+        assert len(workers) == 2 and workers <= processes
+        for helper in HELPERS[method]:
+            assert any(helper in command_line(p) for p in processes), helper
+        os.kill(driver.pid, signal.Signals[sig])
+        driver.wait(timeout=10)
+        left = wait_until_gone(processes, seconds=5)
+        assert not left, [command_line(p) for p in left]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.wait()
+        driver.stdout.close()
+        kill_all(processes | ({said["other"]} - {None}))
+    return workers
+
+
+def closed_envs(tmp_path: Path) -> set[int]:
+    """The pids of the workers whose env wrote that it was closed."""
+    return {int(path.name.split("-")[1]) for path in tmp_path.glob("closed-*")}
+
+
+@pytest.mark.parametrize(
+    ("method", "sig"),
+    [
+        ("forkserver", "SIGKILL"),
+        ("forkserver", "SIGTERM"),
+        ("spawn", "SIGKILL"),
+        ("fork", "SIGKILL"),
+    ],
+)
+def test_subproc_workers_exit_when_the_driver_dies_during_a_hung_step(
+    tmp_path: Path, method: str, sig: str
+) -> None:
+    assert_workers_die_with_the_driver(tmp_path, method, sig)
+
+
+def test_idle_subproc_workers_close_their_envs_when_the_driver_dies(tmp_path: Path) -> None:
+    workers = assert_workers_die_with_the_driver(tmp_path, "forkserver", state="idle")
+    assert closed_envs(tmp_path) == workers
+
+
+def test_subproc_workers_exit_with_the_driver_while_another_child_holds_its_pipes(
+    tmp_path: Path,
+) -> None:
+    assert_workers_die_with_the_driver(tmp_path, "fork", bystander="yes")
