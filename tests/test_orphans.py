@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import multiprocessing as mp
 import os
@@ -12,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from corral.vector import ray_reaper
 
 pytestmark = pytest.mark.skipif(
     not os.path.isdir("/proc"), reason="reads the process table from /proc"
@@ -216,3 +220,95 @@ def test_subproc_workers_exit_with_the_driver_while_another_child_holds_its_pipe
     tmp_path: Path,
 ) -> None:
     assert_workers_die_with_the_driver(tmp_path, "fork", bystander="yes")
+
+
+# -- ray ------------------------------------------------------------------------------------
+
+RAY_DRIVER = """
+import json
+import os
+import time
+
+import corral
+
+if __name__ == "__main__":
+    venv = corral.make_vec("corral/rps", 2, "ray", num_workers=2, num_cpus_per_worker=0.5)
+    venv.reset(seed=0)
+    print(json.dumps(os.getpid()), flush=True)
+    time.sleep(1000)
+"""
+
+
+def _address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address as /proc/net/tcp{,6} writes it: 32-bit words in host (little-endian) order."""
+    raw = bytes.fromhex(hex_address)
+    return ipaddress.ip_address(b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4)))
+
+
+def listening_sockets(pids: set[int]) -> list[tuple[str, int, str]]:
+    """``(address, port, command line)`` of each TCP socket that ``pids`` listen on."""
+    owners = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):  # a process that ended meanwhile
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        owners[int(link[len("socket:[") : -1])] = pid
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for row in f.read().splitlines()[1:]:
+                fields = row.split()
+                (address, port), state, inode = fields[1].split(":"), fields[3], int(fields[9])
+                if state == "0A" and inode in owners:  # 0A: LISTEN
+                    found.append(
+                        (str(_address(address)), int(port, 16), command_line(owners[inode]))
+                    )
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def test_a_ray_of_our_own_listens_on_loopback_only_and_dies_with_the_driver(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("ray")
+    driver, line = start_driver(tmp_path, RAY_DRIVER)
+    processes = descendants(driver.pid)
+    try:
+        assert json.loads(line) == driver.pid
+        commands = [command_line(p) for p in processes]
+        for name in ("gcs_server", "raylet", "ray::DashboardAgent", "ray::RuntimeEnvAgent"):
+            assert any(name in command for command in commands), name
+        sockets = listening_sockets(processes | {driver.pid})
+        # at least the GCS, the raylet's node and object managers, and each core worker
+        assert len(sockets) >= 5, sockets
+        assert [s for s in sockets if not is_loopback(s[0])] == []
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+        left = wait_until_gone(processes, seconds=10)
+        assert not left, [command_line(p) for p in left]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.wait()
+        driver.stdout.close()
+        kill_all(processes)
+
+
+def test_a_dismissed_reaper_exits_and_kills_nothing() -> None:
+    standin = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        reaper = ray_reaper.start(standin.pid, [standin.pid])  # as for a raylet and head
+        time.sleep(0.5)  # it has looked for the stand-in's children
+        ray_reaper.dismiss(reaper)
+        assert reaper.returncode == 0
+        assert standin.poll() is None
+    finally:
+        standin.kill()
+        standin.wait()

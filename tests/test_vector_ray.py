@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import fields
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from corral.errors import (
     VectorStateError,
     WorkerTimeoutError,
 )
-from corral.vector import VectorEnv, make_vec
+from corral.vector import VectorEnv, make_vec, ray_reaper
 from corral.vector.ray_backend import _RaySession, env_slices
 
 ray = pytest.importorskip("ray")
@@ -162,6 +163,7 @@ def test_close_twice_keeps_the_users_ray_and_refuses_later_calls() -> None:
     venv.close()
     venv.close()
     assert ray.is_initialized()  # started by the test, so the backend must leave it running
+    assert _RaySession.reaper is None  # nor reap it when this process dies
     assert _dies_within(actors[0], seconds=30)  # ray.kill is asynchronous
     with pytest.raises(VectorStateError, match="closed"):
         venv.reset()
@@ -244,6 +246,9 @@ class _FakeRay:
     def __init__(self, initialized: bool) -> None:
         self.initialized = initialized
         self.inits: list[dict] = []
+        self.cluster_flags: list[bool] = []  # Ray's flag while it started
+        constants = SimpleNamespace(ENABLE_RAY_CLUSTER=True, PROCESS_TYPE_RAYLET="raylet")
+        self._private = SimpleNamespace(ray_constants=constants, worker=SimpleNamespace())
 
     def is_initialized(self) -> bool:
         return self.initialized
@@ -251,6 +256,14 @@ class _FakeRay:
     def init(self, **kwargs: Any) -> None:
         self.initialized = True
         self.inits.append(kwargs)
+        self.cluster_flags.append(self._private.ray_constants.ENABLE_RAY_CLUSTER)
+        processes = {"raylet": [7], "gcs_server": [5]}
+        self._private.worker._global_node = SimpleNamespace(
+            all_processes={
+                kind: [SimpleNamespace(process=SimpleNamespace(pid=pid)) for pid in pids]
+                for kind, pids in processes.items()
+            }
+        )
 
     def shutdown(self) -> None:
         self.initialized = False
@@ -258,6 +271,9 @@ class _FakeRay:
 
 def test_ray_started_by_the_backend_is_shut_down_by_its_last_user(monkeypatch) -> None:
     monkeypatch.setattr(_RaySession, "users", 0)
+    reapers = []
+    monkeypatch.setattr(ray_reaper, "start", lambda *args: reapers.append(args) or args)
+    monkeypatch.setattr(ray_reaper, "dismiss", lambda reaper: reapers.remove(reaper))
     fake = _FakeRay(initialized=False)
     assert _RaySession.acquire(fake, "ray://head:10001", 2)
     assert fake.inits == [{"address": "ray://head:10001"}]
@@ -266,10 +282,20 @@ def test_ray_started_by_the_backend_is_shut_down_by_its_last_user(monkeypatch) -
     assert fake.initialized
     _RaySession.release(fake)
     assert not fake.initialized
+    assert reapers == []  # a cluster's processes are not the driver's to reap
     assert _RaySession.acquire(fake, None, 3)  # no address: a Ray of its own on this machine
-    assert fake.inits[-1] == {"address": "local", "num_cpus": 3, "include_dashboard": False}
+    assert fake.inits[-1] == {
+        "address": "local",
+        "num_cpus": 3,
+        "include_dashboard": False,
+        "_node_ip_address": "127.0.0.1",
+    }
+    assert fake.cluster_flags[-1] is False  # so Ray keeps the loopback address
+    assert fake._private.ray_constants.ENABLE_RAY_CLUSTER is True  # and it is restored
+    assert reapers == [(7, [7, 5])]
     _RaySession.release(fake)
     assert not fake.initialized
+    assert reapers == [] and _RaySession.reaper is None
 
 
 def test_ray_started_by_the_user_is_left_running(monkeypatch) -> None:

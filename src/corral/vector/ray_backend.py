@@ -10,18 +10,21 @@ Ray is optional and imported only when this backend is built.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
+import subprocess
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from corral.adapters import adapt
 from corral.errors import EnvError, MissingDependencyError, WorkerStartError, WorkerTimeoutError
+from corral.vector import ray_reaper
 from corral.vector.backend import (
     Arrays,
     Backend,
@@ -39,6 +42,9 @@ from corral.vector.runner import EnvRunner
 _RESTORED_PREFIXES = ("obs/", "state", "alive/", "worker_restarts", "running_")
 
 Refs = list[Any]  # the ObjectRefs of one actor's calls, in submission order
+
+LOOPBACK = "127.0.0.1"
+"""The node address of a Ray that the backend starts itself: it listens on loopback only."""
 
 CLOSE_TIMEOUT = 10.0
 """Seconds ``close()`` waits for the actors to close their envs when no ``timeout`` is set."""
@@ -112,9 +118,14 @@ class RayWorker:
 
 
 class _RaySession:
-    """Starts Ray when no one has; shuts it down when the last backend using it closes."""
+    """Starts Ray when no one has; shuts it down when the last backend using it closes.
+
+    A Ray of its own listens on loopback only, and a reaper process
+    (:mod:`corral.vector.ray_reaper`) ends it at once if the driver dies.
+    """
 
     users = 0  # open backends on a Ray that this module started
+    reaper: subprocess.Popen | None = None  # that of a local Ray of our own
 
     @classmethod
     def acquire(cls, ray: Any, address: str | None, num_cpus: int) -> bool:
@@ -125,16 +136,58 @@ class _RaySession:
         elif address is not None:
             ray.init(address=address)
         else:
-            # "local": a new Ray of our own, even where `ray start` runs on this machine
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False)
+            cls._start_local(ray, num_cpus)
         cls.users += 1
         return True
 
     @classmethod
     def release(cls, ray: Any) -> None:
         cls.users -= 1
-        if cls.users == 0 and ray.is_initialized():
+        if cls.users > 0:
+            return
+        if ray.is_initialized():
             ray.shutdown()
+        if cls.reaper is not None:  # Ray's processes are gone: nothing left to reap
+            ray_reaper.dismiss(cls.reaper)
+            cls.reaper = None
+
+    @classmethod
+    def _start_local(cls, ray: Any, num_cpus: int) -> None:
+        """A new Ray of our own on loopback, even where `ray start` runs on this machine."""
+        with _node_address_on_loopback(ray):
+            ray.init(
+                address="local",
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                _node_ip_address=LOOPBACK,
+            )
+        try:
+            node = ray._private.worker._global_node
+            raylet, *_ = node.all_processes[ray._private.ray_constants.PROCESS_TYPE_RAYLET]
+            head = [info.process.pid for infos in node.all_processes.values() for info in infos]
+            cls.reaper = ray_reaper.start(raylet.process.pid, head)
+        except BaseException:
+            ray.shutdown()
+            raise
+
+
+@contextlib.contextmanager
+def _node_address_on_loopback(ray: Any) -> Iterator[None]:
+    """Have ``ray.init`` keep a loopback node address while it starts Ray.
+
+    Ray binds every server (GCS, raylet, workers, agents, metrics) to loopback
+    only when the node address is 127.0.0.1, but on Linux it replaces a
+    loopback ``_node_ip_address`` with the machine's routable address unless
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` was set when Ray was imported; this
+    sets the flag that variable sets.
+    """
+    constants = ray._private.ray_constants
+    cluster = constants.ENABLE_RAY_CLUSTER
+    constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        constants.ENABLE_RAY_CLUSTER = cluster
 
 
 class RayBackend(Backend):
