@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("yaml")
 
-from test_runner import config, train
+from test_runner import TINY, config, train
 
 import corral
 from corral import cli
@@ -146,7 +146,7 @@ def test_a_saved_run_is_a_reference_opponent_in_each_seat(
     results = train(versus_rock)
     for r in eval_rows(results.metrics):  # paper beats rock in every round, from either seat
         assert r["eval_vs_opponent/player_0"] == r["eval_vs_opponent/player_1"] == 3.0
-    cfg, algo, _ = load_run(tmp_path / "paper")
+    cfg, algo, _ = load_run(tmp_path / "paper", allow_imports=[TINY])
     against_random = evaluate_policy(cfg, algo, 200, opponent="random")
     assert abs(against_random.columns()["eval_vs_opponent"]) < 0.6  # rock wins as often as not
     code = cli.main(
@@ -157,6 +157,8 @@ def test_a_saved_run_is_a_reference_opponent_in_each_seat(
             "4",
             "--opponent",
             str(tmp_path / "rock" / BEST),
+            "--allow-import",
+            TINY,
         ]
     )
     out = capsys.readouterr().out
@@ -167,7 +169,8 @@ def test_a_saved_run_is_a_reference_opponent_in_each_seat(
 def test_an_unusable_reference_opponent_is_a_config_error(tmp_path: Path) -> None:
     train(config(tmp_path, "tag", **{**TAG, "total_steps": 40}))
     with pytest.raises(ConfigError, match="trained on corral/tag, not on corral/rps"):
-        Runner(config(tmp_path, "a", eval_opponent=str(tmp_path / "tag"), **RPS), progress=False)
+        cfg = config(tmp_path, "a", eval_opponent=str(tmp_path / "tag"), **RPS)
+        Runner(cfg, progress=False, allow_imports=[TINY])
     with pytest.raises(ConfigError, match="eval_opponent must be 'random', a run directory"):
         Runner(
             config(tmp_path, "b", eval_opponent=str(tmp_path / "nowhere"), **RPS), progress=False

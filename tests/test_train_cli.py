@@ -16,6 +16,7 @@ from corral import cli
 from corral.training.metrics import COLUMNS, read_metrics
 
 TINY = f"{TabularQ.__module__}:TabularQ"
+ALLOW = ["--allow-import", TINY]  # a run's config.yaml imports TabularQ only when allowed
 FAST = ["num_envs=2", "eval_episodes=4", "log_every=20", "device=cpu", "tensorboard=false"]
 
 
@@ -59,7 +60,14 @@ def test_train_writes_a_run_and_reports_it(capsys: pytest.CaptureFixture[str], t
 def test_resume_continues_a_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert train(capsys, tmp_path / "r")[0] == 0
     code, out, err = run(
-        capsys, "train", "--resume", str(tmp_path / "r"), "--total-steps", "120", "--no-progress"
+        capsys,
+        "train",
+        "--resume",
+        str(tmp_path / "r"),
+        "--total-steps",
+        "120",
+        "--no-progress",
+        *ALLOW,
     )
     assert code == 0, err
     assert "120 env steps" in out
@@ -69,7 +77,9 @@ def test_resume_continues_a_run(capsys: pytest.CaptureFixture[str], tmp_path: Pa
 
 def test_eval_prints_mean_and_std(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert train(capsys, tmp_path / "r")[0] == 0
-    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "6", "--device", "cpu")
+    code, out, err = run(
+        capsys, "eval", str(tmp_path / "r"), "--episodes", "6", "--device", "cpu", *ALLOW
+    )
     assert code == 0, err
     assert "best checkpoint" in out and "mean return" in out and "+-" in out
     assert "over 6 episodes" in out
@@ -83,7 +93,7 @@ def test_eval_plays_with_the_run_s_torch_threads(
     assert train(capsys, tmp_path / "r", "torch_threads=3")[0] == 0
     assert torch.get_num_threads() == before  # the run gave its threads back
     try:
-        assert run(capsys, "eval", str(tmp_path / "r"), "--episodes", "2")[0] == 0
+        assert run(capsys, "eval", str(tmp_path / "r"), "--episodes", "2", *ALLOW)[0] == 0
         assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)
@@ -94,7 +104,9 @@ def test_eval_gif_of_an_env_that_cannot_render_is_skipped(
 ) -> None:
     assert train(capsys, tmp_path / "r")[0] == 0
     gif = tmp_path / "x.gif"
-    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "2", "--gif", str(gif))
+    code, out, err = run(
+        capsys, "eval", str(tmp_path / "r"), "--episodes", "2", "--gif", str(gif), *ALLOW
+    )
     assert code == 0
     assert "mean return" in out
     assert "no GIF written" in err and "cannot render" in err
@@ -138,7 +150,7 @@ def test_resume_cannot_change_what_is_learned(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     assert train(capsys, tmp_path / "r")[0] == 0
-    code, _, err = run(capsys, "train", "--resume", str(tmp_path / "r"), "--seed", "3")
+    code, _, err = run(capsys, "train", "--resume", str(tmp_path / "r"), "--seed", "3", *ALLOW)
     assert code == 2 and "cannot change ['seed']" in err
 
 

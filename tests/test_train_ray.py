@@ -97,7 +97,7 @@ def test_backend_settings_from_the_command_line_reach_the_workers(
     monkeypatch.setattr(Runner, "__init__", spy)
     command = ["train", "mappo", "--env", "corral/tag", "--backend", "ray", "--num-envs", "3"]
     command += ["--total-steps", "24", "--run-dir", str(tmp_path / "r"), "--no-progress"]
-    command += ["--set", "envs_per_worker=2", "num_cpus_per_worker=0.5", "worker_timeout=90"]
+    command += ["--set", "envs_per_worker=2", "num_cpus_per_worker=0.5", "timeout=90"]
     command += ["rollout_steps=8", "epochs=1", "hidden=8", "eval_every=0", "eval_episodes=1"]
     command += ["env_kwargs.max_cycles=5", "device=cpu", "tensorboard=false"]
     code = cli.main(command)
@@ -105,7 +105,7 @@ def test_backend_settings_from_the_command_line_reach_the_workers(
     backend = built[0]
     assert backend.slices == [range(0, 2), range(2, 3)]
     assert backend.num_cpus_per_worker == 0.5 and backend.timeout == 90
-    assert "worker_timeout: 90" in (tmp_path / "r" / "config.yaml").read_text()
+    assert "timeout: 90" in (tmp_path / "r" / "config.yaml").read_text()
 
 
 def test_more_workers_than_cpus_fail_saying_what_is_short(

@@ -4,16 +4,18 @@
     corral check ID [--seed S] [--steps N] [--step-cap N] [--set key=value ...]
     corral play ID [--episodes N] [--seed S] [--set key=value ...]
     corral train ALGO --env ID [--num-envs N] [--total-steps N] [--set key=value ...]
-    corral train --resume RUN [--total-steps N]
-    corral eval RUN [--episodes N] [--opponent random|RUN] [--gif out.gif]
+    corral train --resume RUN [--total-steps N] [--allow-import MODULE:ATTR ...]
+    corral eval RUN [--episodes N] [--opponent random|RUN] [--gif out.gif] [--allow-import ...]
     corral plot RUN [RUN ...] [--metric COLUMN] -o curves.png
 
 ``ID`` is a registered id (``mpe2/simple_spread_v3``) or an entry point
 ``module:attr`` (``examples.custom_env:Nim``, importable from the current
-directory). Exit codes: 0 success, 1 contract violations, 2 an id, source or
-argument that cannot be used, 3 a check that found no violation but ended no
-episode (the rules about how episodes end went unchecked), 141 output cut short by
-its reader (``corral list | head``).
+directory). A run directory's ``config.yaml`` is read by ``--resume``, ``eval``
+and ``eval_opponent``; a ``module:attr`` there (code to import) is refused unless
+``--allow-import MODULE:ATTR`` names it. Exit codes: 0 success, 1 contract
+violations, 2 an id, source or argument that cannot be used, 3 a check that found
+no violation but ended no episode (the rules about how episodes end went
+unchecked), 141 output cut short by its reader (``corral list | head``).
 """
 
 from __future__ import annotations
@@ -292,6 +294,7 @@ def _add_training_commands(commands: Any) -> None:
         help="any run or algorithm setting (env_kwargs.N=3 sets one env keyword argument)",
     )
     train.add_argument("--no-progress", action="store_true", help="log lines, no progress bar")
+    _add_allow_import(train)
     train.set_defaults(run=_train)
 
     evaluate = commands.add_parser("eval", help="evaluate a run's best (or latest) checkpoint")
@@ -307,6 +310,7 @@ def _add_training_commands(commands: Any) -> None:
         "directory or checkpoint (default: the run's eval_opponent, in zero-sum games only)",
     )
     evaluate.add_argument("--gif", metavar="PATH", help="also record one episode as a GIF")
+    _add_allow_import(evaluate)
     evaluate.set_defaults(run=_eval)
 
     plot = commands.add_parser("plot", help="plot eval return against env steps")
@@ -320,6 +324,19 @@ def _add_training_commands(commands: Any) -> None:
         help="the metrics.csv column to plot, e.g. eval_return/predator or eval_vs_opponent",
     )
     plot.set_defaults(run=_plot)
+
+
+def _add_allow_import(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-import",
+        dest="allow_imports",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="let a run directory's config.yaml (its algo, opponent or env, or those of "
+        "eval_opponent's run) import exactly this module:attr; repeatable. Without it, "
+        "such a config may name only registered algorithms and envs",
+    )
 
 
 _SETTING_FLAGS = ("num_envs", "backend", "total_steps", "seed", "device", "run_dir", "self_play")
@@ -337,13 +354,16 @@ def _train(args: argparse.Namespace) -> int:
             overrides.update(
                 {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k) is not None}
             )
+            progress, allowed = not args.no_progress, args.allow_imports
             if args.resume:
-                runner = Runner.resume(args.resume, progress=not args.no_progress, **overrides)
+                runner = Runner.resume(
+                    args.resume, progress=progress, allow_imports=allowed, **overrides
+                )
             elif not args.algo or not args.env:
                 raise UsageError("give ALGO and --env ID, or --resume RUN")
             else:
                 config = load_config(args.algo, args.env, overrides)
-                runner = Runner(config, progress=not args.no_progress)
+                runner = Runner(config, progress=progress, allow_imports=allowed)
         with _console_logging(), runner:
             results = runner.benchmark()
     except UnsupportedEnvError as err:  # found while training, on an env that did not declare it
@@ -373,11 +393,18 @@ def _eval(args: argparse.Namespace) -> int:
     from corral.training.threads import set_torch_threads, torch_threads
 
     with _training_errors():
-        config, algo, saved = load_run(args.run_dir, args.checkpoint, device=args.device)
+        config, algo, saved = load_run(
+            args.run_dir, args.checkpoint, device=args.device, allow_imports=args.allow_imports
+        )
     set_torch_threads(torch_threads(config.run.torch_threads))
     try:
         result = evaluate_policy(
-            config, algo, args.episodes, seed=args.seed, opponent=args.opponent
+            config,
+            algo,
+            args.episodes,
+            seed=args.seed,
+            opponent=args.opponent,
+            allow_imports=args.allow_imports,
         )
     except ConfigError as err:  # an --opponent that cannot be used
         raise UsageError(str(err)) from err

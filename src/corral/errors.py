@@ -24,6 +24,10 @@ class RegistrationError(CorralError, ValueError):
     """An env id registered twice, or an entry point that cannot be resolved."""
 
 
+class ConfigError(CorralError, ValueError):
+    """A setting that is unknown, of the wrong type, out of its range, or cannot be used."""
+
+
 class MissingDependencyError(CorralError, ImportError):
     """An optional dependency (a ``pip install corral[extra]``) is not installed."""
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar, NamedTuple
+from typing import Annotated, Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from corral.data.transitions import Transitions
 from corral.errors import UnsupportedEnvError
+from corral.ranges import Range, check_ranges
 
 Actions = dict[str, np.ndarray]
 Extras = dict[str, dict[str, np.ndarray]]
@@ -35,16 +36,24 @@ class FirstUpdate(NamedTuple):
 
 @dataclass
 class AlgoConfig:
-    """Settings shared by every algorithm."""
+    """Settings shared by every algorithm.
 
-    gamma: float = 0.99
+    A subclass declares the range of a numeric setting in its annotation
+    (``Annotated[float, Range(gt=0)]``, see :mod:`corral.ranges`); building a
+    config with a value outside raises :class:`~corral.errors.ConfigError`.
+    """
+
+    gamma: Annotated[float, Range(ge=0, le=1)] = 0.99
     """Discount per decision of an agent."""
-    lr: float = 3e-4
+    lr: Annotated[float, Range(gt=0)] = 3e-4
     """Adam learning rate."""
-    hidden: tuple[int, ...] = (64, 64)
+    hidden: Annotated[tuple[int, ...], Range(ge=1)] = (64, 64)
     """Hidden layer sizes of every network."""
-    seed: int = 0
+    seed: Annotated[int, Range(ge=0)] = 0
     """Seed of network initialisation and exploration."""
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
 
     def replace(self, **changes: Any) -> AlgoConfig:
         """A copy with ``changes`` applied; unknown names raise ``TypeError`` naming them."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
@@ -54,6 +54,7 @@ from corral.algos.networks import (
 from corral.algos.selfplay import SelfPlay
 from corral.data.buffers import ReplayBuffer
 from corral.data.transitions import Transitions
+from corral.ranges import Range
 from corral.vector.sampling import sample_array
 
 STORED = ("obs", "action", "reward", "next_obs", "terminated", "next_action_mask")
@@ -64,41 +65,41 @@ STORED = ("obs", "action", "reward", "next_obs", "terminated", "next_action_mask
 class Config(AlgoConfig):
     """DQN settings."""
 
-    lr: float = 5e-4
+    lr: Annotated[float, Range(gt=0)] = 5e-4
     """Adam learning rate."""
-    buffer_size: int = 100_000
+    buffer_size: Annotated[int, Range(ge=1)] = 100_000
     """Replay buffer capacity per group, in transitions."""
-    batch_size: int = 64
+    batch_size: Annotated[int, Range(ge=1)] = 64
     """Transitions per gradient step (per group)."""
-    learning_starts: int = 500
+    learning_starts: Annotated[int, Range(ge=0)] = 500
     """Transitions stored (all groups together) before learning starts."""
-    train_freq: int = 4
+    train_freq: Annotated[int, Range(ge=1)] = 4
     """Env steps (one per env per vector step) per round of ``gradient_steps`` gradient steps."""
-    gradient_steps: int = 1
+    gradient_steps: Annotated[int, Range(ge=1)] = 1
     """Gradient steps per ``train_freq`` env steps."""
-    target_update_interval: int = 250
+    target_update_interval: Annotated[int, Range(ge=1)] = 250
     """Gradient steps between target network updates."""
-    tau: float = 1.0
+    tau: Annotated[float, Range(gt=0, le=1)] = 1.0
     """Target update rate: 1 copies the online network, less makes a Polyak average."""
-    epsilon_start: float = 1.0
+    epsilon_start: Annotated[float, Range(ge=0, le=1)] = 1.0
     """Exploration rate at the first env step."""
-    epsilon_end: float = 0.05
+    epsilon_end: Annotated[float, Range(ge=0, le=1)] = 0.05
     """Exploration rate after ``epsilon_decay_steps`` env steps."""
-    epsilon_decay_steps: int = 10_000
+    epsilon_decay_steps: Annotated[int, Range(ge=0)] = 10_000
     """Env steps over which epsilon falls linearly from start to end."""
-    huber_delta: float = 1.0
+    huber_delta: Annotated[float, Range(gt=0)] = 1.0
     """TD errors beyond it get a constant gradient; returns noisier than that bias the estimates."""
-    max_grad_norm: float = 10.0
+    max_grad_norm: Annotated[float, Range(gt=0)] = 10.0
     """Gradient norm clipping."""
     self_play: bool = False
     """Play one seat per env and episode against snapshots of itself (turn-based games)."""
-    pool_size: int = 10
+    pool_size: Annotated[int, Range(ge=1)] = 10
     """Self-play: the most snapshots kept in the opponent pool."""
-    snapshot_interval: int = 1_000
+    snapshot_interval: Annotated[int, Range(ge=1)] = 1_000
     """Self-play: gradient steps between snapshots added to the pool."""
-    random_opponent_prob: float = 0.0
+    random_opponent_prob: Annotated[float, Range(ge=0, le=1)] = 0.0
     """Self-play: probability that an episode's opponent is a uniformly random legal player."""
-    opponent_epsilon: float = 0.0
+    opponent_epsilon: Annotated[float, Range(ge=0, le=1)] = 0.0
     """Self-play: exploration rate of the snapshot opponents."""
 
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
@@ -57,6 +57,7 @@ from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
 from corral.data.buffers import ReplayBuffer
 from corral.data.transitions import Transitions
 from corral.errors import UnsupportedEnvError
+from corral.ranges import Range
 
 _CHECKPOINTED = ("actor", "critic", "actor_target", "critic_target", "actor_opt", "critic_opt")
 
@@ -65,39 +66,39 @@ _CHECKPOINTED = ("actor", "critic", "actor_target", "critic_target", "actor_opt"
 class Config(AlgoConfig):
     """MADDPG settings; ``lr`` is the actors' learning rate."""
 
-    critic_lr: float = 1e-3
+    critic_lr: Annotated[float, Range(gt=0)] = 1e-3
     """Adam learning rate of the critics."""
-    buffer_size: int = 100_000
+    buffer_size: Annotated[int, Range(ge=1)] = 100_000
     """Capacity of the joint replay buffer, in env steps."""
-    batch_size: int = 256
+    batch_size: Annotated[int, Range(ge=1)] = 256
     """Env steps sampled per gradient step."""
-    learning_starts: int = 1_000
+    learning_starts: Annotated[int, Range(ge=0)] = 1_000
     """Env steps collected before the first gradient step."""
-    train_freq: int = 16
+    train_freq: Annotated[int, Range(ge=1)] = 16
     """Env steps collected per gradient step (of every group's critic and actor)."""
-    tau: float = 0.01
+    tau: Annotated[float, Range(gt=0, le=1)] = 0.01
     """Polyak factor of the target networks: ``target += tau * (online - target)``."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: Annotated[float, Range(gt=0)] = 1.0
     """Gradient norm clip of every network."""
-    noise_std: float = 0.3
+    noise_std: Annotated[float, Range(ge=0)] = 0.3
     """Initial std of the Gaussian exploration noise of ``Box`` actions, in units of
     half the action range."""
-    noise_std_final: float = 0.05
+    noise_std_final: Annotated[float, Range(ge=0)] = 0.05
     """The noise std reached after ``explore_decay_steps`` env steps, and kept."""
-    epsilon: float = 0.3
+    epsilon: Annotated[float, Range(ge=0, le=1)] = 0.3
     """Initial probability of a uniform random legal ``Discrete`` action when exploring."""
-    epsilon_final: float = 0.02
+    epsilon_final: Annotated[float, Range(ge=0, le=1)] = 0.02
     """The probability reached after ``explore_decay_steps`` env steps, and kept."""
-    explore_decay_steps: int = 50_000
+    explore_decay_steps: Annotated[int, Range(ge=0)] = 50_000
     """Env steps over which ``noise_std`` and ``epsilon`` decay linearly."""
-    lr_decay_steps: int = 0
+    lr_decay_steps: Annotated[int, Range(ge=0)] = 0
     """Env steps over which both learning rates fall linearly to ``lr_final_frac`` of their
     initial values, then stay; 0 keeps them constant."""
-    lr_final_frac: float = 0.1
+    lr_final_frac: Annotated[float, Range(ge=0, le=1)] = 0.1
     """The fraction of ``lr`` and ``critic_lr`` reached after ``lr_decay_steps``."""
-    temperature: float = 1.0
+    temperature: Annotated[float, Range(gt=0)] = 1.0
     """Temperature of the Gumbel-softmax relaxation of ``Discrete`` actions."""
-    action_reg: float = 1e-3
+    action_reg: Annotated[float, Range(ge=0)] = 1e-3
     """Weight of the squared pre-activation outputs (logits, pre-tanh) in the actor loss."""
     use_state: bool = True
     """Give the critics the env's ``state`` when the vector env has one (else every

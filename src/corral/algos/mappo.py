@@ -52,7 +52,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
@@ -72,6 +72,7 @@ from corral.algos.networks import (
 from corral.algos.selfplay import SelfPlay
 from corral.data.buffers import RolloutBuffer, gae
 from corral.data.transitions import Transitions
+from corral.ranges import Range
 from corral.vector.sampling import sample_array
 
 METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
@@ -82,25 +83,25 @@ METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
 class Config(AlgoConfig):
     """MAPPO/IPPO settings; the defaults are MAPPO's for MPE (see the module docstring)."""
 
-    lr: float = 7e-4
+    lr: Annotated[float, Range(gt=0)] = 7e-4
     """Adam learning rate of actor and critic."""
-    rollout_steps: int = 128
+    rollout_steps: Annotated[int, Range(ge=1)] = 128
     """Vector steps collected between updates (``rollout_steps * num_envs`` env steps)."""
-    epochs: int = 10
+    epochs: Annotated[int, Range(ge=1)] = 10
     """Passes over the rollout per update."""
-    minibatches: int = 1
+    minibatches: Annotated[int, Range(ge=1)] = 1
     """Minibatches per epoch (per group)."""
-    clip: float = 0.2
+    clip: Annotated[float, Range(gt=0)] = 0.2
     """PPO ratio clipping range."""
-    value_clip: float | None = 0.2
+    value_clip: Annotated[float | None, Range(gt=0)] = 0.2
     """Clip the (normalised) value change per update to this range; ``None`` turns it off."""
-    vf_coef: float = 1.0
+    vf_coef: Annotated[float, Range(ge=0)] = 1.0
     """Weight of the value loss."""
-    ent_coef: float = 0.01
+    ent_coef: Annotated[float, Range(ge=0)] = 0.01
     """Weight of the entropy bonus."""
-    gae_lambda: float = 0.95
+    gae_lambda: Annotated[float, Range(ge=0, le=1)] = 0.95
     """GAE lambda."""
-    max_grad_norm: float = 10.0
+    max_grad_norm: Annotated[float, Range(gt=0)] = 10.0
     """Gradient norm clipping, applied to actor and critic separately."""
     normalize_advantages: bool = True
     """Standardise advantages over each group's rollout."""
@@ -110,7 +111,7 @@ class Config(AlgoConfig):
     """Append a one-hot of the agent's index in its group to every network's input."""
     log_std_init: float = 0.0
     """Initial log-std of Gaussian policies (in units of half the Box's width)."""
-    time_scale: float | None = 1 / 32
+    time_scale: Annotated[float | None, Range(ge=0)] = 1 / 32
     """The critic also sees the agent's decision count in its episode times this; ``None``: not.
 
     About one over the episode's length in decisions suits.
@@ -119,11 +120,11 @@ class Config(AlgoConfig):
     """Bootstrap from the value of a truncated episode's last observation (as for endless tasks)."""
     self_play: bool = False
     """Play one seat per env and episode against past copies of itself (turn-based games)."""
-    pool_size: int = 10
+    pool_size: Annotated[int, Range(ge=1)] = 10
     """Self-play: the most past copies kept in the opponent pool."""
-    snapshot_interval: int = 5
+    snapshot_interval: Annotated[int, Range(ge=1)] = 5
     """Self-play: updates between copies added to the pool."""
-    random_opponent_prob: float = 0.0
+    random_opponent_prob: Annotated[float, Range(ge=0, le=1)] = 0.0
     """Self-play: probability that an episode's opponent is a uniformly random legal player."""
 
 

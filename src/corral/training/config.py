@@ -10,7 +10,12 @@ Names are flat: a name is a field of :class:`RunConfig`, of the algorithm's
 ``Config``, or of both (``seed``, ``self_play``), and is set wherever it is a
 field. ``env_kwargs.N=3`` sets one key of a dict setting. Values are typed
 by the field's annotation, so ``total_steps=2e6`` is the int 2000000 and
-``hidden=128,128`` the tuple ``(128, 128)``.
+``hidden=128,128`` the tuple ``(128, 128)``; a numeric setting's range is declared
+next to its field (:mod:`corral.ranges`) and checked when a config is built.
+
+A run's ``config.yaml`` is read back by ``--resume``, ``corral eval`` and
+``eval_opponent``: settings read from such a file may not import code
+(:func:`check_imports`) unless the command line allows it (``--allow-import``).
 """
 
 from __future__ import annotations
@@ -23,29 +28,39 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 from corral.algos import ALGORITHMS, algorithm_class
-from corral.algos.base import AlgoConfig
-from corral.errors import CorralError, MissingDependencyError
+from corral.algos.base import AlgoConfig, Algorithm
+from corral.errors import ConfigError, MissingDependencyError
+from corral.ranges import Range, check_ranges
 from corral.registry import resolve
 
 DEVICES = ("cpu", "cuda", "auto")
 BACKEND_OPTIONS = {
     "num_workers": "num_workers",
     "envs_per_worker": "envs_per_worker",
-    "worker_timeout": "timeout",
+    "timeout": "timeout",
     "ray_address": "ray_address",
     "num_cpus_per_worker": "num_cpus_per_worker",
     "start_timeout": "start_timeout",
 }
 """Run settings passed to the training envs' vector backend, and the backend's names for them."""
-
-
-class ConfigError(CorralError, ValueError):
-    """A setting that is unknown, of the wrong type, or cannot be used."""
+TIMEOUTS = ("timeout", "start_timeout")
+"""Backend options in seconds: 0 sets no limit (the backend's ``None``), ``None`` (unset)
+keeps the backend's default."""
+RENAMED = {"worker_timeout": "timeout"}
+"""Former names of run settings, still read from a run's ``config.yaml``."""
+IMPORTING = {
+    "algo": "a registered algorithm (" + ", ".join(sorted(ALGORITHMS)) + ")",
+    "env": "a registered env id",
+    "opponent": "'random'",
+}
+"""Settings whose value may name code to import (``module:attr``; Gymnasium imports the
+module of ``gym/module:Env-v0``), and what they may name when read from a file."""
 
 
 @dataclass
@@ -56,26 +71,26 @@ class RunConfig:
     """Registered env id, e.g. ``mpe2/simple_spread_v3``."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the env."""
-    num_envs: int = 8
+    num_envs: Annotated[int, Range(ge=1)] = 8
     """Envs stepped in parallel."""
     backend: str = "sync"
     """Vector backend of the training envs: ``sync``, ``subproc`` or ``ray``."""
-    num_workers: int | None = None
+    num_workers: Annotated[int | None, Range(ge=1)] = None
     """Worker processes (``subproc``) or Ray actors (``ray``); ``None``: the backend's default."""
-    envs_per_worker: int | None = None
+    envs_per_worker: Annotated[int | None, Range(ge=1)] = None
     """Envs per worker (``subproc``, ``ray``), instead of ``num_workers``."""
-    worker_timeout: float | None = None
+    timeout: Annotated[float | None, Range(ge=0)] = None
     """Seconds a reset or step waits for the workers (``subproc``, ``ray``) before it fails
-    with ``WorkerTimeoutError``; ``None``: no limit."""
+    with ``WorkerTimeoutError``; ``None``: the backend's default; 0: no limit."""
     ray_address: str | None = None
     """Ray cluster to join (``auto``, ``HEAD_IP:6379``, ``ray://HEAD_IP:10001``) when Ray is
     not running yet; ``None``: a local Ray of the run's own."""
-    num_cpus_per_worker: float | None = None
+    num_cpus_per_worker: Annotated[float | None, Range(gt=0)] = None
     """CPUs each Ray actor reserves (fractions allowed); ``None``: 1."""
-    start_timeout: float | None = None
+    start_timeout: Annotated[float | None, Range(ge=0)] = None
     """Seconds to wait for the Ray actors to be scheduled and build their envs before the
-    run fails saying which CPUs are short; ``None``: the backend's default (60)."""
-    torch_threads: int | Literal["auto"] = "auto"
+    run fails saying which CPUs are short; ``None``: the backend's default (60); 0: no limit."""
+    torch_threads: Annotated[int | Literal["auto"], Range(ge=1)] = "auto"
     """PyTorch's CPU threads in the runner's process; ``auto``: 1, see
     :func:`corral.training.threads.torch_threads`."""
     group_map: Any = None
@@ -86,11 +101,11 @@ class RunConfig:
     """Policy of the groups not learned: ``random`` (uniform legal actions) or ``module:attr``."""
     self_play: bool = False
     """Learn a turn-based game against snapshots of itself (for algorithms that support it)."""
-    total_steps: int = 100_000
+    total_steps: Annotated[int, Range(ge=1)] = 100_000
     """Env steps to train for (one per env per vector step)."""
-    eval_every: int = 10_000
+    eval_every: Annotated[int, Range(ge=0)] = 10_000
     """Env steps between greedy evaluations (0: only at the end)."""
-    eval_episodes: int = 10
+    eval_episodes: Annotated[int, Range(ge=1)] = 10
     """Episodes per evaluation (and games against ``eval_opponent``, shared by the seats)."""
     eval_opponent: str = "random"
     """Reference opponent of evaluations in two-player zero-sum games and self-play runs:
@@ -100,14 +115,14 @@ class RunConfig:
     """The evaluation column whose best value selects ``best.pt``: ``auto``
     (``eval_vs_opponent`` in two-player zero-sum games and self-play, else ``eval_return``),
     or a column such as ``eval_return/predator`` (see ``corral.training.scoring``)."""
-    checkpoint_every: int = 50_000
+    checkpoint_every: Annotated[int, Range(ge=0)] = 50_000
     """Env steps between checkpoints besides those at each evaluation (0: none besides)."""
     checkpoint_replay: bool = True
     """Keep an off-policy learner's replay buffers in ``checkpoint.pt`` (not in ``best.pt``)
     so that a resumed run learns on from them; they take about ``buffer_size`` rows."""
-    log_every: int = 2_000
+    log_every: Annotated[int, Range(ge=1)] = 2_000
     """Env steps between rows of ``metrics.csv``."""
-    seed: int = 0
+    seed: Annotated[int, Range(ge=0)] = 0
     """Seed of the envs, the algorithm and every random generator."""
     device: str = "auto"
     """``cpu``, ``cuda`` (or ``cuda:N``) or ``auto`` (a GPU when there is one)."""
@@ -119,17 +134,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):
             raise ConfigError(f"device must be one of {DEVICES} or cuda:N, got {self.device!r}")
-        for name in ("num_envs", "eval_episodes", "log_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("num_workers", "envs_per_worker", "torch_threads"):
-            value = getattr(self, name)
-            if isinstance(value, int) and value < 1:
-                raise ConfigError(f"{name} must be at least 1, got {value}")
-        for name in ("worker_timeout", "num_cpus_per_worker", "start_timeout"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ConfigError(f"{name} must be positive, got {value}")
+        check_ranges(self)
         if self.eval_opponent != "random" and os.path.exists(self.eval_opponent):
             # written to config.yaml as an absolute path, so a resumed run finds it from anywhere
             self.eval_opponent = os.path.abspath(self.eval_opponent)
@@ -151,12 +156,14 @@ class RunConfig:
                 )
 
     def backend_options(self) -> dict[str, Any]:
-        """The backend options of the training envs that this run sets, by the backend's names."""
-        return {
-            option: getattr(self, name)
-            for name, option in BACKEND_OPTIONS.items()
-            if getattr(self, name) is not None
-        }
+        """The backend options of the training envs that this run sets, by the backend's names
+        (a timeout of 0 as ``None``, the backend's "no limit")."""
+        options = {}
+        for name, option in BACKEND_OPTIONS.items():
+            value = getattr(self, name)
+            if value is not None:
+                options[option] = None if name in TIMEOUTS and value == 0 else value
+        return options
 
 
 @dataclass
@@ -180,14 +187,64 @@ class TrainConfig:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
-        """The config that :meth:`to_dict` wrote."""
-        algo, algo_cls = algorithm_spec(str(data["algo"]))
-        return cls(
-            algo,
-            _build(RunConfig, data.get("run") or {}),
-            _build(algo_cls.Config, data.get("algo_config") or {}),
-        )
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        source: str = "the saved config",
+        allow_imports: Collection[str] = (),
+    ) -> TrainConfig:
+        """The config that :meth:`to_dict` wrote, read from ``source`` (a run's ``config.yaml``,
+        named in errors).
+
+        Its settings import no code but the ``module:attr`` values named in
+        ``allow_imports`` (see :func:`check_imports`); run settings under a
+        former name (:data:`RENAMED`) are read under their new one.
+        """
+        algo = data.get("algo")
+        if not isinstance(algo, str) or not algo:
+            raise ConfigError(f"{source}: no algorithm: expected a line 'algo: NAME'")
+        run, algo_values = (_section(data, key, source) for key in ("run", "algo_config"))
+        check_imports(data, source, allow_imports)
+        run = {RENAMED.get(key, key): value for key, value in run.items()}
+        try:
+            algo, algo_cls = algorithm_spec(algo)
+            return cls(algo, _build(RunConfig, run), _build(algo_cls.Config, algo_values))
+        except ValueError as err:  # ConfigError, or an unknown algorithm
+            raise ConfigError(f"{source}: {err}") from err
+
+
+def check_imports(data: Mapping[str, Any], source: str, allow_imports: Collection[str]) -> None:
+    """Refuse a saved config (``to_dict``'s layout) whose settings would import code.
+
+    Code given by ``module:attr`` in a file runs on reading that file: a run
+    directory from someone else could run anything under ``corral eval``. So
+    ``algo``, ``env`` and ``opponent`` (:data:`IMPORTING`) read from the file
+    ``source`` may hold a colon only where ``allow_imports`` names the value.
+    """
+    run = data.get("run")
+    run = run if isinstance(run, Mapping) else {}
+    for setting, allowed in IMPORTING.items():
+        value = data.get("algo") if setting == "algo" else run.get(setting)
+        if isinstance(value, str) and ":" in value and value not in allow_imports:
+            raise ConfigError(
+                f"{source}: {setting} {value!r} would import the module {_module(value)!r},"
+                f" and a setting read from a file may only name {allowed}. If you trust it,"
+                f" allow it on the command line: --allow-import {value}"
+                f" (Python: allow_imports=[{value!r}])"
+            )
+
+
+def _module(value: str) -> str:
+    """The module that ``module:attr`` (or Gymnasium's ``gym/module:Env-v0``) imports."""
+    return value.partition(":")[0].rpartition("/")[2]
+
+
+def _section(data: Mapping[str, Any], key: str, source: str) -> dict[str, Any]:
+    section = data.get(key) or {}
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{source}: {key} must be a mapping of settings, got {section!r}")
+    return dict(section)
 
 
 def algorithm_spec(algo: str | type) -> tuple[str, type]:
@@ -196,9 +253,12 @@ def algorithm_spec(algo: str | type) -> tuple[str, type]:
         return f"{algo.__module__}:{algo.__qualname__}", algo
     if ":" in algo:
         try:
-            return algo, resolve(algo)
+            found = resolve(algo)
         except (ImportError, AttributeError) as err:
             raise ConfigError(f"cannot load the algorithm {algo!r}: {err}") from err
+        if not (isinstance(found, type) and issubclass(found, Algorithm)):
+            raise ConfigError(f"{algo!r} is not a subclass of corral.algos.base.Algorithm")
+        return algo, found
     return algo, algorithm_class(algo)
 
 
@@ -257,18 +317,42 @@ def packaged_defaults(algo: str) -> dict[str, Any]:
     resource = importlib.resources.files("corral.training") / "configs" / f"{algo}.yaml"
     if not resource.is_file():
         return {}
-    return read_yaml(resource.read_text())
+    return read_yaml(resource.read_text(), source=str(resource))
 
 
-def read_yaml(text: str) -> dict[str, Any]:
-    """A YAML mapping (an empty document is an empty mapping)."""
+def read_yaml_file(path: str | Path) -> dict[str, Any]:
+    """The YAML mapping in the file ``path``; a :class:`ConfigError` naming it if it has none."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read {path}: {err}") from err
+    return read_yaml(text, source=str(path))
+
+
+def read_yaml(text: str, *, source: str = "<text>") -> dict[str, Any]:
+    """A YAML mapping (an empty document is an empty mapping); errors name ``source``."""
     yaml = _yaml()
-    data = yaml.safe_load(text)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source}{_yaml_problem(err)}") from err
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"a config file must hold a mapping, got {type(data).__name__}")
+        raise ConfigError(
+            f"{source}: a config file must hold a mapping (lines 'key: value'), "
+            f"got a {type(data).__name__}"
+        )
     return data
+
+
+def _yaml_problem(err: Exception) -> str:
+    """``", line 3, column 7: invalid YAML: mapping values are not allowed here"``."""
+    mark = getattr(err, "problem_mark", None)
+    where = "" if mark is None else f", line {mark.line + 1}, column {mark.column + 1}"
+    problem = getattr(err, "problem", None) or str(err)
+    context = getattr(err, "context", None)
+    return f"{where}: invalid YAML: {problem}" + (f" ({context})" if context else "")
 
 
 def write_yaml(data: Mapping[str, Any]) -> str:
@@ -315,6 +399,7 @@ def _split(settings: Mapping[str, Any], algo_config: type) -> tuple[dict, dict]:
     if unknown:
         known = sorted(run_names | algo_names)
         hints = {name: difflib.get_close_matches(name, known, n=1) for name in unknown}
+        hints.update({name: [RENAMED[name]] for name in unknown if name in RENAMED})
         said = ", ".join(
             f"{n!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for n, h in hints.items()
         )

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from corral.errors import MissingDependencyError
-from corral.training.config import ConfigError, read_yaml
+from corral.training.config import ConfigError, read_yaml_file
 from corral.training.metrics import read_metrics
 
 
@@ -114,4 +114,4 @@ def _run_config(run_dir: str | Path) -> dict:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a run directory (it has no config.yaml)")
-    return read_yaml(path.read_text())
+    return read_yaml_file(path)

@@ -27,7 +27,7 @@ import functools
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -46,7 +46,7 @@ from corral.training.config import (
     TrainConfig,
     algorithm_spec,
     load_config,
-    read_yaml,
+    read_yaml_file,
     replace_run,
     write_yaml,
 )
@@ -102,7 +102,9 @@ class Runner:
 
     ``progress``: show a tqdm bar (when tqdm is installed) rather than log lines.
     ``restore``: a checkpoint of this run to continue from; :meth:`resume`
-    continues a run from its directory.
+    continues a run from its directory. ``allow_imports``: the ``module:attr``
+    values that the config of an ``eval_opponent`` run may import (see
+    :func:`read_run_config`).
     """
 
     def __init__(
@@ -111,9 +113,11 @@ class Runner:
         *,
         progress: bool = True,
         restore: Mapping[str, Any] | None = None,
+        allow_imports: Collection[str] = (),
     ) -> None:
         run = config.run
         self.config = config
+        self.allow_imports = tuple(allow_imports)
         self.show_bar = progress
         self.resumed = restore is not None
         self.run_dir = _prepare_run_dir(config, resuming=self.resumed)
@@ -132,7 +136,9 @@ class Runner:
             self.torch_threads = None if self._threads_before is None else threads
             self.algo = build_algorithm(config, self.venv)
             self.fixed = fixed_policies(config, self.venv, self.algo)
-            self.selection = run_selection(config, self.venv, self.algo)
+            self.selection = run_selection(
+                config, self.venv, self.algo, allow_imports=self.allow_imports
+            )
             self.constant = ConstantWatch(self.selection)
             saved = restore or {}
             self.env_steps = int(saved.get("env_steps", 0))
@@ -158,14 +164,22 @@ class Runner:
             raise
 
     @classmethod
-    def resume(cls, run_dir: str | Path, *, progress: bool = True, **schedule: Any) -> Runner:
+    def resume(
+        cls,
+        run_dir: str | Path,
+        *,
+        progress: bool = True,
+        allow_imports: Collection[str] = (),
+        **schedule: Any,
+    ) -> Runner:
         """The run in ``run_dir``, restored from its latest checkpoint.
 
         ``schedule`` may change settings of :data:`RESUMABLE` (e.g. a larger
-        ``total_steps`` to train on).
+        ``total_steps`` to train on). ``allow_imports``: the ``module:attr``
+        values its config may import (see :func:`read_run_config`).
         """
         run_dir = Path(run_dir)
-        config = read_run_config(run_dir)
+        config = read_run_config(run_dir, allow_imports)
         fixed = sorted(set(schedule) - RESUMABLE)
         if fixed:
             raise ConfigError(
@@ -175,7 +189,8 @@ class Runner:
         if not (run_dir / LATEST).is_file():
             raise ConfigError(f"{run_dir} has no {LATEST} to resume from")
         config.run.run_dir = str(run_dir)
-        return cls(config, progress=progress, restore=checkpoint.load(run_dir / LATEST))
+        restore = checkpoint.load(run_dir / LATEST)
+        return cls(config, progress=progress, restore=restore, allow_imports=allow_imports)
 
     # -- the training loop -------------------------------------------------------------
 
@@ -308,7 +323,11 @@ class Runner:
         if self.eval_venv is None:
             self.eval_venv = build_eval_venv(self.config)
         return evaluate_policy(
-            self.config, self.algo, episodes or run.eval_episodes, venv=self.eval_venv
+            self.config,
+            self.algo,
+            episodes or run.eval_episodes,
+            venv=self.eval_venv,
+            allow_imports=self.allow_imports,
         )
 
     def save_checkpoint(self, path: str | Path, *, replay: bool = False) -> None:
@@ -401,12 +420,16 @@ def train(
     *,
     progress: bool = True,
     resume: str | Path | None = None,
+    allow_imports: Collection[str] = (),
     **overrides: Any,
 ) -> Results:
     """Train ``algo`` on ``env`` (settings: :class:`RunConfig` and the algorithm's Config).
 
     ``resume`` continues the run in that directory instead (``overrides`` may
-    then change only its schedule, see :data:`RESUMABLE`).
+    then change only its schedule, see :data:`RESUMABLE`); an ``algo`` given
+    as a class or ``module:attr`` may then be imported from the run's config.
+    ``allow_imports``: further ``module:attr`` values that configs read from
+    run directories may import (see :func:`read_run_config`).
 
     Examples:
         >>> import corral
@@ -415,10 +438,14 @@ def train(
         ... )
         >>> results.best_eval, results.run_dir  # doctest: +SKIP
     """
+    allowed = list(allow_imports)
     if resume is not None:
-        runner = Runner.resume(resume, progress=progress, **overrides)
+        if isinstance(algo, type) or ":" in algo:
+            allowed.append(algorithm_spec(algo)[0])  # the caller's own algorithm
+        runner = Runner.resume(resume, progress=progress, allow_imports=allowed, **overrides)
     else:
-        runner = Runner(load_config(algo, env, overrides), progress=progress)
+        config = load_config(algo, env, overrides)
+        runner = Runner(config, progress=progress, allow_imports=allowed)
     with runner:
         return runner.benchmark()
 
@@ -507,6 +534,7 @@ def evaluate_policy(
     venv: VectorEnv | None = None,
     seed: int | None = None,
     opponent: str | None = None,
+    allow_imports: Collection[str] = (),
 ) -> Evaluation:
     """``episodes`` greedy episodes of ``algo``, the other groups played as in training.
 
@@ -516,7 +544,8 @@ def evaluate_policy(
     games against the reference opponent (``opponent``, by default the run's
     ``eval_opponent``) shared by the learner's seats. ``venv`` defaults to a
     fresh :func:`build_eval_venv`; every evaluation of a run plays the same
-    seeds unless ``seed`` is given.
+    seeds unless ``seed`` is given. ``allow_imports``: what the opponent run's
+    config may import (see :func:`read_run_config`).
     """
     seed = _eval_seed(config.run) if seed is None else seed
     own = venv is None
@@ -528,7 +557,8 @@ def evaluate_policy(
         result = Evaluation({RETURN: [float(r) for r in done.episode_returns]})
         result.episodes.update(episode_columns(RETURN, done.agent_returns, venv.groups))
         if selection.versus:
-            reference = reference_opponent(opponent or config.run.eval_opponent, config, venv)
+            spec = opponent or config.run.eval_opponent
+            reference = reference_opponent(spec, config, venv, allow_imports=allow_imports)
             found = versus_columns(algo, venv, selection.seats, episodes, reference, seed)
             result.episodes.update(found)
     finally:
@@ -538,13 +568,18 @@ def evaluate_policy(
 
 
 def run_selection(
-    config: TrainConfig, venv: VectorEnv, algo: Algorithm, *, versus: bool = False
+    config: TrainConfig,
+    venv: VectorEnv,
+    algo: Algorithm,
+    *,
+    versus: bool = False,
+    allow_imports: Collection[str] = (),
 ) -> Selection:
     """The :class:`~corral.training.scoring.Selection` of ``config``'s ``select_by`` for
     ``algo`` on ``venv``; checks ``eval_opponent`` when evaluations play it."""
     selection = _selection(config, venv, algo, versus=versus)
     if selection.versus:
-        reference_opponent(config.run.eval_opponent, config, venv)
+        reference_opponent(config.run.eval_opponent, config, venv, allow_imports=allow_imports)
     return selection
 
 
@@ -558,13 +593,16 @@ def _selection(config: TrainConfig, venv: VectorEnv, algo: Algorithm, *, versus:
         raise ConfigError(str(err)) from err
 
 
-def reference_opponent(spec: str, config: TrainConfig, venv: VectorEnv) -> Algorithm | None:
+def reference_opponent(
+    spec: str, config: TrainConfig, venv: VectorEnv, *, allow_imports: Collection[str] = ()
+) -> Algorithm | None:
     """The reference opponent that ``spec`` names: ``None`` for ``random`` (uniformly random
     legal play), else the algorithm saved in a run directory (its ``best.pt``, or the latest
     checkpoint before any evaluation) or in a checkpoint file of a run.
 
     The run must be on ``config``'s env with the same groups as ``venv`` (it acts for its
     groups of a batch of ``venv``). A checkpoint is loaded once while its file is unchanged.
+    Its run's config may import only the ``module:attr`` values in ``allow_imports``.
     """
     if spec == "random":
         return None
@@ -580,7 +618,8 @@ def reference_opponent(spec: str, config: TrainConfig, venv: VectorEnv) -> Algor
         )
     saved = run_dir / (BEST if which == "best" and (run_dir / BEST).is_file() else LATEST)
     stamp = saved.stat().st_mtime_ns if saved.is_file() else 0
-    other, algo = _load_reference(str(run_dir), which, stamp, config.run.device)
+    allowed = tuple(sorted(allow_imports))
+    other, algo = _load_reference(str(run_dir), which, stamp, config.run.device, allowed)
     if other.run.env != config.run.env:
         raise ConfigError(
             f"eval_opponent {spec!r} was trained on {other.run.env}, not on {config.run.env}"
@@ -597,31 +636,44 @@ def reference_opponent(spec: str, config: TrainConfig, venv: VectorEnv) -> Algor
 
 @functools.lru_cache(maxsize=4)
 def _load_reference(
-    run_dir: str, which: str, stamp: int, device: str
+    run_dir: str, which: str, stamp: int, device: str, allow_imports: tuple[str, ...]
 ) -> tuple[TrainConfig, Algorithm]:
     """``load_run`` of a reference opponent, cached on the checkpoint file's modification time."""
-    config, algo, _ = load_run(run_dir, which, device=device)
+    config, algo, _ = load_run(run_dir, which, device=device, allow_imports=allow_imports)
     return config, algo
 
 
-def read_run_config(run_dir: str | Path) -> TrainConfig:
-    """The config a run wrote to ``run_dir/config.yaml``."""
+def read_run_config(run_dir: str | Path, allow_imports: Collection[str] = ()) -> TrainConfig:
+    """The config a run wrote to ``run_dir/config.yaml``.
+
+    A file may come from anyone, so its ``algo``, ``opponent`` and ``env`` may
+    name registered algorithms and envs and ``random`` only: a ``module:attr``
+    there (code to import) raises :class:`ConfigError` unless ``allow_imports``
+    names it (``corral eval --allow-import MODULE:ATTR``).
+    """
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a run directory (it has no config.yaml)")
-    return TrainConfig.from_dict(read_yaml(path.read_text()))
+    data = read_yaml_file(path)
+    return TrainConfig.from_dict(data, source=str(path), allow_imports=allow_imports)
 
 
 def load_run(
-    run_dir: str | Path, which: str = "best", *, device: str | None = None
+    run_dir: str | Path,
+    which: str = "best",
+    *,
+    device: str | None = None,
+    allow_imports: Collection[str] = (),
 ) -> tuple[TrainConfig, Algorithm, dict]:
     """The config, the algorithm restored from ``best.pt`` (or ``latest``), and that checkpoint.
 
     ``which="best"`` falls back to the latest checkpoint when no evaluation
     has been saved yet. ``device`` replaces the run's (a GPU run on a CPU machine).
+    ``allow_imports``: the ``module:attr`` values its config may import (see
+    :func:`read_run_config`).
     """
     run_dir = Path(run_dir)
-    config = read_run_config(run_dir)
+    config = read_run_config(run_dir, allow_imports)
     if device is not None:
         config.run = replace_run(config.run, device=device)
     names = {"best": [BEST, LATEST], "latest": [LATEST]}
