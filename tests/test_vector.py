@@ -8,6 +8,7 @@ Every batch field is checked against what the reference envs returned.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
 
 import cloudpickle
@@ -328,6 +329,38 @@ def test_calls_out_of_order_raise_named_errors() -> None:
     venv.close()
     with pytest.raises(VectorStateError, match="closed"):
         venv.reset()
+
+
+def test_backends_refuse_options_they_do_not_take() -> None:
+    with pytest.raises(ValueError, match=r"backend 'sync' takes no 'timeout' option: .*subproc"):
+        make_vec("corral/rps", 2, timeout=5.0)
+    with pytest.raises(ValueError, match=r"backend 'sync' takes no option 'num_workers'.*none"):
+        make_vec("corral/rps", 2, num_workers=2)
+    with pytest.raises(ValueError, match=r"no option 'num_wrokers'; its options: .*num_workers"):
+        make_vec("corral/rps", 2, "subproc", num_wrokers=2)
+    with pytest.raises(ValueError, match="on_env_error must be 'raise' or 'restart'"):
+        make_vec("corral/rps", 2, on_env_error="ignore")
+    with make_vec("corral/rps", 2) as venv:  # a wait's timeout, too
+        venv.reset_async(seed=0)
+        with pytest.raises(ValueError, match="takes no 'timeout' option"):
+            venv.reset_wait(timeout=1.0)
+        batch = venv.reset_wait()  # still pending: the refused call changed nothing
+        assert batch.acting["player"].any()
+        with pytest.raises(ValueError, match="takes no 'timeout' option"):
+            venv.get_attr("num_rounds", timeout=1.0)
+
+
+def test_worker_backends_time_out_by_default() -> None:
+    from corral.vector.backend import DEFAULT_TIMEOUT, backend_class
+
+    assert 60 <= DEFAULT_TIMEOUT < float("inf")
+    for name in ("subproc", "ray"):  # read from the signature: Ray need not start
+        timeout = inspect.signature(backend_class(name)).parameters["timeout"]
+        assert timeout.default == DEFAULT_TIMEOUT, name
+    with make_vec("corral/rps", 2, "subproc", num_workers=1) as venv:
+        assert venv._backend.timeout == DEFAULT_TIMEOUT
+    with make_vec("corral/rps", 2, "subproc", num_workers=1, timeout=None) as venv:
+        assert venv._backend.timeout is None
 
 
 def test_seeding_gives_env_i_seed_plus_i() -> None:

@@ -274,18 +274,25 @@ def test_worker_killed_before_a_call_raises_then_restarts_at_the_next_step() -> 
         assert venv.get_attr("label") == [0, 1, 2, 3]
 
 
-def test_hanging_worker_times_out_and_is_replaced() -> None:
+def test_hanging_worker_times_out_and_is_replaced_within_the_step() -> None:
     with subproc(count_envs(5, env4="hang"), timeout=0.5) as venv:
         venv.reset(seed=0)
         venv.step(zero_actions(venv))
         hung = venv._backend.worker_pids[1]
         start = time.monotonic()
-        with pytest.raises(WorkerTimeoutError, match="worker 1"):
+        with pytest.raises(WorkerTimeoutError, match="worker 1") as info:
             venv.step(zero_actions(venv))
         assert time.monotonic() - start < 5
         assert process_gone(hung)
-        with pytest.warns(WorkerRestartWarning):
-            batch = venv.reset(seed=3)
+        assert info.value.env_indices == [3, 4]
+        batch = info.value.batch  # the healthy envs stepped; the late ones restarted
+        assert batch.worker_restarts.tolist() == [0, 0, 0, 1, 1]
+        assert batch.obs["a"][:, 0, 0].tolist() == [2.0, 2.0, 2.0, 0.0, 0.0]
+        assert batch.done.tolist() == [False, False, False, True, True]
+        # env 3 stepped before env 4 hung in the same worker: its cut episode has 2 steps
+        assert batch.episode_length[3:].tolist() == [2, 1]
+        assert batch.reward["a"][:, 0].tolist() == [1.0, 1.0, 1.0, 1.0, 0.0]
+        batch = venv.reset(seed=3)  # no restart left to do: no warning
         assert batch.worker_restarts.tolist() == [0, 0, 0, 1, 1]
         batch = venv.step(zero_actions(venv))
         assert batch.obs["a"][:, 0, 0].tolist() == [1.0] * 5
@@ -339,8 +346,9 @@ def test_close_after_faults_stops_every_worker() -> None:
     venv.reset(seed=0)
     venv.step(zero_actions(venv))
     pids = venv._backend.worker_pids
-    with pytest.raises(WorkerTimeoutError):  # env 1's error arrives first, the hang ends the wait
+    with pytest.raises(EnvError) as info:  # the first fault by env index: env 1's error
         venv.step(zero_actions(venv))
+    assert [type(f) for f in info.value.faults] == [EnvError, WorkerTimeoutError]
     venv.close()
     venv.close()
     assert all(process_gone(pid) for pid in pids)

@@ -65,20 +65,40 @@ class EnvContractError(CorralError):
 class EnvError(CorralError, RuntimeError):
     """An exception raised inside one env of a vector env, with that env's index.
 
-    ``remote_traceback`` holds the traceback as the env's process saw it.
+    ``remote_traceback`` holds the traceback as the env's process saw it. Raised by a
+    vector step or reset (see ``on_env_error`` of :class:`~corral.vector.VectorEnv`):
+
+    * ``restarted``: the env was rebuilt and reset, so its row of the batch holds a new
+      episode (the cut one ended truncated); ``False`` where that failed too, or for a
+      fault outside a step or reset (``call``, ``get_attr``, ``set_attr``);
+    * ``faults``: every fault of the same call, the first by env index first (this
+      error, the other envs' :class:`EnvError`, a :class:`WorkerTimeoutError`);
+    * ``batch``: the batch of that step or reset, every env that did not fail included
+      (set by the vector env; ``None`` otherwise).
     """
 
-    def __init__(self, env_index: int, message: str, remote_traceback: str = "") -> None:
+    def __init__(
+        self, env_index: int, message: str, remote_traceback: str = "", restarted: bool = False
+    ) -> None:
         self.env_index = env_index
+        self.message = message
         self.remote_traceback = remote_traceback
+        self.restarted = restarted
+        self.faults: list[CorralError] = [self]
+        self.batch = None
         text = f"env {env_index}: {message}"
         if remote_traceback:
             text += f"\n\nTraceback in the env's process:\n{remote_traceback}"
         super().__init__(text)
 
-    def __reduce__(self) -> tuple[type, tuple[int, str, str]]:
-        message = str(self).split(": ", 1)[1].split("\n\nTraceback", 1)[0]
-        return (type(self), (self.env_index, message, self.remote_traceback))
+    def __reduce__(self) -> tuple[type, tuple[int, str, str, bool], dict]:
+        args = (self.env_index, self.message, self.remote_traceback, self.restarted)
+        return (type(self), args, {"faults": self.faults, "batch": self.batch})
+
+    @property
+    def last_line(self) -> str:
+        """The last line of the env's traceback (the exception), else of the message."""
+        return _last_line(self.remote_traceback) or _last_line(self.message)
 
 
 class VectorStateError(CorralError, RuntimeError):
@@ -87,7 +107,29 @@ class VectorStateError(CorralError, RuntimeError):
 
 
 class WorkerTimeoutError(CorralError, TimeoutError):
-    """A worker did not answer within the timeout; it is stopped and restarted."""
+    """A worker did not answer within the timeout; it is stopped and restarted.
+
+    ``env_indices`` are the envs of the late workers. In a vector step or reset they
+    are restarted at once (``restarted``: their episodes end truncated in the batch);
+    ``faults`` and ``batch`` are as for :class:`EnvError`.
+    """
+
+    def __init__(
+        self, message: str, env_indices: list[int] | None = None, restarted: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.env_indices = list(env_indices or [])
+        self.restarted = restarted
+        self.faults: list[CorralError] = [self]
+        self.batch = None
+
+    def __reduce__(self) -> tuple[type, tuple[str, list[int], bool], dict]:
+        args = (self.args[0], self.env_indices, self.restarted)
+        return (type(self), args, {"faults": self.faults, "batch": self.batch})
+
+    @property
+    def last_line(self) -> str:
+        return _last_line(self.args[0])
 
 
 class WorkerDiedError(CorralError, RuntimeError):
@@ -116,5 +158,15 @@ class WorkerRestartWarning(UserWarning):
     """A worker process died and was restarted: its envs were reset mid-episode."""
 
 
+class EnvRestartWarning(WorkerRestartWarning):
+    """An env failed in a step or reset (it raised, or its worker missed the timeout) and
+    was restarted (``on_env_error="restart"``): its episode ended truncated."""
+
+
 class CheckIncompleteWarning(UserWarning):
     """``check_env`` found no violation, but no episode ended: some rules went unchecked."""
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""

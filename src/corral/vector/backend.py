@@ -11,19 +11,24 @@ from __future__ import annotations
 import importlib
 import inspect
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from gymnasium import spaces
 
-from corral.errors import EnvError
+from corral.errors import EnvError, WorkerTimeoutError
 from corral.vector.layout import Layout
 
 T = TypeVar("T")
 EnvFn = Callable[[], Any]
 Arrays = dict[str, np.ndarray]
+
+DEFAULT_TIMEOUT = 300.0
+"""Seconds a worker backend (``subproc``, ``ray``) waits for a reset, step or call when
+no ``timeout`` option is given: long enough for any sane env step, short enough that a
+hung env does not block a run forever. ``timeout=None`` waits without limit."""
 
 # Backend name -> "module:class"; the module is imported only when used.
 BACKENDS = {
@@ -58,7 +63,13 @@ class EnvInfo:
 
 
 class Backend:
-    """Runs ``len(env_fns)`` envs; subclasses decide where."""
+    """Runs ``len(env_fns)`` envs; subclasses decide where.
+
+    A subclass takes its options as keyword-only arguments of ``__init__``;
+    ``refused_options`` says why it lacks an option the other backends take.
+    """
+
+    refused_options: ClassVar[dict[str, str]] = {}
 
     def __init__(self, env_fns: Sequence[EnvFn], **options: Any) -> None:
         self.env_fns = list(env_fns)
@@ -79,6 +90,7 @@ class Backend:
         raise NotImplementedError
 
     def reset_wait(self, timeout: float | None) -> None:
+        """Finish the reset; like :meth:`step_wait` for faults."""
         raise NotImplementedError
 
     def step_async(self) -> None:
@@ -86,6 +98,9 @@ class Backend:
         raise NotImplementedError
 
     def step_wait(self, timeout: float | None) -> None:
+        """Finish the step. Faults (an :class:`EnvError`, a :class:`WorkerTimeoutError`)
+        are raised only once the batch is complete, the faulty envs restarted, with
+        every fault of the step in the raised error's ``faults``."""
         raise NotImplementedError
 
     def call(
@@ -113,6 +128,46 @@ def backend_options(name: str) -> frozenset[str]:
     """The names of the options that the backend ``name`` takes."""
     parameters = inspect.signature(backend_class(name).__init__).parameters.values()
     return frozenset(p.name for p in parameters if p.kind is p.KEYWORD_ONLY)
+
+
+def check_options(name: str, options: Mapping[str, Any]) -> None:
+    """Raise a ``ValueError`` for an option the backend ``name`` does not take."""
+    taken = backend_options(name)
+    for option in options:
+        if option in taken:
+            continue
+        why = backend_class(name).refused_options.get(option)
+        if why is not None:
+            raise ValueError(f"backend {name!r} takes no {option!r} option: {why}")
+        raise ValueError(
+            f"backend {name!r} takes no option {option!r}; its options: "
+            f"{', '.join(sorted(taken)) or 'none'}"
+        )
+
+
+def check_timeout(name: str, timeout: float | None) -> None:
+    """Raise a ``ValueError`` for a ``timeout`` given to a backend that cannot honour it."""
+    if timeout is not None:
+        check_options(name, {"timeout": timeout})
+
+
+def first_fault(errors: Sequence[BaseException]) -> BaseException:
+    """The error to raise for the ``errors`` of one call: the first by env index, with
+    every fault of the call (theirs included) in its ``faults``."""
+    found = {id(f): f for err in errors for f in getattr(err, "faults", [err])}
+    faults = sorted(found.values(), key=_first_env)
+    first = faults[0]
+    if isinstance(first, (EnvError, WorkerTimeoutError)):
+        first.faults = faults
+    return first
+
+
+def _first_env(err: BaseException) -> int:
+    if isinstance(err, EnvError):
+        return err.env_index
+    if isinstance(err, WorkerTimeoutError) and err.env_indices:
+        return min(err.env_indices)
+    return -1  # not an env's fault: raised first
 
 
 def call_env(env: Any, name: str, args: tuple | None, kwargs: dict[str, Any]) -> Any:

@@ -26,11 +26,13 @@ from corral.adapters import adapt
 from corral.errors import EnvError, MissingDependencyError, WorkerStartError, WorkerTimeoutError
 from corral.vector import ray_reaper
 from corral.vector.backend import (
+    DEFAULT_TIMEOUT,
     Arrays,
     Backend,
     EnvFn,
     EnvInfo,
     call_envs,
+    first_fault,
     guarded,
     set_env_attrs,
 )
@@ -42,12 +44,13 @@ from corral.vector.runner import EnvRunner
 _RESTORED_PREFIXES = ("obs/", "state", "alive/", "worker_restarts", "running_")
 
 Refs = list[Any]  # the ObjectRefs of one actor's calls, in submission order
+Reply = tuple[Arrays, EnvError | None]  # an actor's slice of the batch, and its envs' fault
 
 LOOPBACK = "127.0.0.1"
 """The node address of a Ray that the backend starts itself: it listens on loopback only."""
 
 CLOSE_TIMEOUT = 10.0
-"""Seconds ``close()`` waits for the actors to close their envs when no ``timeout`` is set."""
+"""Most seconds ``close()`` waits for the actors to close their envs (less if ``timeout`` is)."""
 
 
 def import_ray() -> Any:
@@ -84,23 +87,21 @@ class RayWorker:
         for path, value in restored.items():
             self.arrays[path][...] = value
         self.outputs = [p for p in self.arrays if not p.startswith("action/")]
-        self.runner = EnvRunner(self.envs, layout, self.arrays, self.offset)
+        self.runner = EnvRunner(self.envs, layout, self.arrays, self.offset, self.env_fns)
 
-    def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> Arrays:
-        self.runner.reset(seeds, options)
-        return self._batch()
+    # These return the envs' fault instead of raising it: raised, it would lose the batch.
 
-    def step(self, actions: Arrays) -> Arrays:
+    def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> Reply:
+        return self._run(lambda: self.runner.reset(seeds, options))
+
+    def step(self, actions: Arrays) -> Reply:
         for path, value in actions.items():
             self.arrays[path][...] = value
-        self.runner.step()
-        return self._batch()
+        return self._run(self.runner.step)
 
-    def restart(self) -> Arrays:
+    def restart(self) -> Reply:
         """End the episodes a dead predecessor was running (truncated) and reset the envs."""
-        for i, env in enumerate(self.envs):
-            self.runner.restart(i, env, None)
-        return self._batch()
+        return self._run(lambda: self.runner.restart_all([None] * len(self.envs)))
 
     def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
         return call_envs(self.envs, self.offset, name, args, kwargs)
@@ -112,6 +113,13 @@ class RayWorker:
         envs, self.envs = self.envs, []
         for i, env in enumerate(envs):
             guarded(self.offset + i, "close()", env.close)
+
+    def _run(self, command: Callable[[], None]) -> Reply:
+        try:
+            command()
+        except EnvError as fault:
+            return self._batch(), fault
+        return self._batch(), None
 
     def _batch(self) -> Arrays:
         return {path: self.arrays[path] for path in self.outputs}
@@ -206,7 +214,8 @@ class RayBackend(Backend):
             shut down on close; a Ray the caller started is left running.
         num_cpus_per_worker: CPUs each actor reserves (fractions allowed).
         timeout: seconds to wait for the actors when a wait or call gives no
-            timeout (default: no limit).
+            timeout (:data:`~corral.vector.backend.DEFAULT_TIMEOUT`; ``None``:
+            no limit).
         start_timeout: seconds to wait for the actors to be scheduled and to
             build their envs, at the start and when a worker is replaced
             (``None``: no limit).
@@ -218,10 +227,13 @@ class RayBackend(Backend):
     at once.
 
     A worker that dies is replaced, with a ``RuntimeWarning``: the episodes it
-    was running end, marked truncated, in the next step's batch (``done`` set,
-    ``worker_restarts`` counted); during a reset its envs simply reset. A
-    worker that misses a timeout is replaced the same way, after the
-    :class:`WorkerTimeoutError`. Episode stats of a cut episode are lost (0).
+    was running end, marked truncated, in the same step's batch (``done`` set,
+    ``worker_restarts`` counted, the cut episode's stats kept); during a reset
+    its envs simply reset. A worker that misses the timeout of a reset or step
+    is replaced the same way, within that call (given ``start_timeout`` more
+    to start), before the :class:`WorkerTimeoutError` is raised. An env that
+    fails is restarted by its actor, which returns its slice of the batch with
+    the fault; the fault is raised once every slice is copied in.
     """
 
     def __init__(
@@ -232,7 +244,7 @@ class RayBackend(Backend):
         envs_per_worker: int | None = None,
         ray_address: str | None = None,
         num_cpus_per_worker: float = 1,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
         start_timeout: float | None = 60.0,
     ) -> None:
         super().__init__(env_fns)
@@ -346,7 +358,7 @@ class RayBackend(Backend):
         try:
             if graceful and actors and ray.is_initialized():
                 refs = [actor.close.remote() for actor in actors]
-                limit = CLOSE_TIMEOUT if self.timeout is None else self.timeout
+                limit = CLOSE_TIMEOUT if self.timeout is None else min(self.timeout, CLOSE_TIMEOUT)
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=limit)
                 for ref in ready:
                     try:
@@ -396,20 +408,25 @@ class RayBackend(Backend):
         finally:
             self._starting.clear()
 
-    def _copy_in(self, k: int, outputs: Arrays) -> None:
+    def _copy_in(self, k: int, reply: Reply) -> EnvError | None:
+        """Put actor ``k``'s slice of the batch in place; its envs' fault."""
+        outputs, fault = reply
         s = self.slices[k]
         for path, value in outputs.items():
             self._arrays[path][s.start : s.stop] = value
+        return fault
 
-    def _replace(self, k: int, why: str) -> None:
-        """Swap actor ``k`` for a new one, whose envs restart at the next step or reset."""
+    def _replace(self, k: int, why: str, warn: bool = True) -> None:
+        """Swap actor ``k`` for a new one, whose envs restart at its next step or reset."""
         s = self.slices[k]
-        warnings.warn(
-            f"the Ray worker of {_envs(s)} {why}; a new worker took over, whose envs start "
-            "new episodes (the cut ones end truncated; batch.worker_restarts counts it)",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        if warn:
+            warnings.warn(
+                f"the Ray worker of {_envs(s)} {why}; a new worker took over, whose envs "
+                "start new episodes (the cut ones end truncated; batch.worker_restarts "
+                "counts it)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self._ray.kill(self._actors[k])
         actor = self._actors[k] = self._spawn(s)
         restored = {
@@ -426,14 +443,17 @@ class RayBackend(Backend):
         timeout: float | None,
         what: str,
         resubmit: Callable[[int], Refs] | None = None,
-        on_result: Callable[[int, Any], None] | None = None,
+        on_result: Callable[[int, Any], BaseException | None] | None = None,
     ) -> dict[int, Any]:
         """Wait for each actor's calls; the result of its last call, by actor.
 
-        ``on_result`` sees each result as it arrives. A dead actor is replaced;
-        with ``resubmit`` its calls go again to the replacement (once), else an
-        :class:`EnvError` says it died. Env errors are raised once every actor
-        answered, the one of the lowest env index first. Ctrl-C kills the actors.
+        ``on_result`` sees each result as it arrives and may return a fault. A dead
+        actor is replaced; with ``resubmit`` its calls go again to the replacement
+        (once), else an :class:`EnvError` says it died. Actors that miss the timeout
+        are replaced; with ``resubmit`` their calls go to the replacements (once,
+        given ``start_timeout``) and a :class:`WorkerTimeoutError` is raised once they
+        answered. Faults are raised once every actor answered, the one of the lowest
+        env index first. Ctrl-C kills the actors.
         """
         try:
             return self._gather_results(pending, timeout, what, resubmit, on_result)
@@ -447,7 +467,7 @@ class RayBackend(Backend):
         timeout: float | None,
         what: str,
         resubmit: Callable[[int], Refs] | None,
-        on_result: Callable[[int, Any], None] | None,
+        on_result: Callable[[int, Any], BaseException | None] | None,
     ) -> dict[int, Any]:
         ray = self._ray
         timeout = self.timeout if timeout is None else timeout
@@ -461,7 +481,20 @@ class RayBackend(Backend):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _ = ray.wait(list(last), num_returns=len(last), timeout=left)
             if not ready:
-                self._time_out(sorted(pending), timeout, what)
+                late = sorted(pending)
+                retry = resubmit is not None and self._layout is not None
+                retry = retry and not replaced.intersection(late)
+                error = self._time_out(late, timeout, what, restarting=retry)
+                if not retry:
+                    raise error
+                errors.append(error)
+                replaced.update(late)
+                pending = {k: resubmit(k) for k in late}
+                # the replacements must start too: as long as a start may take, or the timeout
+                start = self.start_timeout
+                limit = None if start is None or timeout is None else max(start, timeout)
+                deadline = None if limit is None else time.monotonic() + limit
+                continue
             for ref in ready:
                 k = last[ref]
                 try:
@@ -479,10 +512,11 @@ class RayBackend(Backend):
                 except ray.exceptions.RayTaskError as err:
                     errors.append(err)
                     continue
-                if on_result is not None:
-                    on_result(k, results[k])
+                fault = None if on_result is None else on_result(k, results[k])
+                if fault is not None:
+                    errors.append(fault)
         if errors:
-            raise _unwrap(min(errors, key=_env_index))
+            raise first_fault([_unwrap(err) for err in errors])
         return results
 
     def _cpus_needed(self) -> float:
@@ -512,14 +546,25 @@ class RayBackend(Backend):
         s = self.slices[k]
         return EnvError(s.start, f"the Ray worker of {_envs(s)} died during {what}: {err}")
 
-    def _time_out(self, late: list[int], timeout: float | None, what: str) -> None:
+    def _time_out(
+        self, late: list[int], timeout: float | None, what: str, restarting: bool
+    ) -> WorkerTimeoutError:
+        """Replace the ``late`` actors; the error that reports them (``restarting``: their
+        envs restart within this call)."""
         if self._layout is not None:
             for k in late:
-                self._replace(k, f"did not answer {what} within {timeout} s")
+                self._replace(k, f"did not answer {what} within {timeout} s", warn=not restarting)
         envs = [i for k in late for i in self.slices[k]]
-        raise WorkerTimeoutError(
+        when = (
+            "restarted in this call: their episodes end truncated in this batch"
+            if restarting
+            else "restart at the next step or reset"
+        )
+        return WorkerTimeoutError(
             f"{what}: the Ray workers of envs {envs} did not answer within {timeout} s; "
-            "they were replaced, and their envs restart at the next step or reset"
+            f"they were replaced, and their envs {when}",
+            envs,
+            restarted=restarting,
         )
 
 
@@ -545,11 +590,6 @@ def env_slices(num_envs: int, num_workers: int | None, envs_per_worker: int | No
 
 def _envs(s: range) -> str:
     return f"env {s.start}" if len(s) == 1 else f"envs {s.start}-{s.stop - 1}"
-
-
-def _env_index(err: BaseException) -> int:
-    cause = _unwrap(err)
-    return cause.env_index if isinstance(cause, EnvError) else -1
 
 
 def _unwrap(err: BaseException) -> BaseException:

@@ -8,10 +8,12 @@ reads them without copies. Pipes carry only commands and small replies.
 
 Every command sent to a worker gets exactly one reply, ``("ok", value)`` or
 ``("error", exc)``; the parent collects all replies before raising the first
-error, so the pipes stay in step. A worker that dies is noticed through its
-process sentinel, one that outlives the timeout is killed; either is replaced
-at the next reset or step, where its envs are reset and their agents reported
-truncated.
+error, so the pipes stay in step. A worker whose env fails still writes the
+step of its other envs (its runner restarts the failed one) before it replies
+the error. A worker that dies is noticed through its process sentinel, one
+that outlives the timeout is killed; in a reset or step either is replaced at
+once, its envs reset and their agents reported truncated, so the batch is
+complete; after another call, at the next reset or step.
 """
 
 from __future__ import annotations
@@ -44,9 +46,18 @@ from corral.errors import (
     WorkerStartError,
     WorkerTimeoutError,
 )
-from corral.vector.backend import Arrays, Backend, EnvFn, EnvInfo, call_envs, set_env_attrs
+from corral.vector.backend import (
+    DEFAULT_TIMEOUT,
+    Arrays,
+    Backend,
+    EnvFn,
+    EnvInfo,
+    call_envs,
+    first_fault,
+    set_env_attrs,
+)
 from corral.vector.layout import Layout
-from corral.vector.runner import EnvRunner
+from corral.vector.runner import EnvRunner, clear_step_fields
 from corral.vector.shared_memory import BlockLayout, create_block, map_arrays
 
 CLOSE_GRACE_S = 1.0  # how long close() lets a worker finish before killing it
@@ -113,17 +124,21 @@ class _Server:
         self.envs = envs
         self.offset = offset
 
-    def attach(self, layout: Layout, block: BlockLayout, seeds: list | None) -> None:
-        """Map this worker's rows; with ``seeds``, take over from a dead worker."""
+    def attach(self, layout: Layout, block: BlockLayout, seeds: list | None, fns: bytes) -> None:
+        """Map this worker's rows; with ``seeds``, take over from a dead worker.
+
+        ``fns`` (the pickled env constructors) rebuild an env after a fault.
+        """
         fd = recv_handle(self.conn)
         rows = slice(self.offset, self.offset + len(self.envs))
         try:
             arrays = map_arrays(fd, block, rows)
         finally:
             os.close(fd)
-        self.runner = EnvRunner(self.envs, layout, arrays, self.offset)
-        for i, seed in enumerate(seeds or []):
-            self.runner.restart(i, self.envs[i], seed)
+        # self.envs is the list _serve closes at the end: the runner replaces envs in it
+        self.runner = EnvRunner(self.envs, layout, arrays, self.offset, cloudpickle.loads(fns))
+        if seeds is not None:
+            self.runner.restart_all(seeds)
 
     def reset(self, seeds: list, options: dict[str, Any] | None) -> None:
         self.runner.reset(seeds, options)
@@ -219,6 +234,9 @@ class _Worker:
     dead: bool = True
     exitcode: int | None = None
     """The exit code of the last process stopped (negative: the signal that ended it)."""
+    late: bool = False
+    """Stopped for missing the timeout of a reset or step, and revived in it: the
+    WorkerTimeoutError reports it, not a restart warning."""
 
     def __str__(self) -> str:
         first, last = self.envs[0], self.envs[-1]
@@ -262,9 +280,10 @@ class SubprocBackend(Backend):
             split evenly (and contiguously) when only ``num_workers`` is given.
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (default:
             :func:`default_start_method`).
-        timeout: default limit, in seconds, of every reset, step and call wait;
-            ``None`` waits as long as the workers live. Starting a worker has
-            no limit.
+        timeout: default limit, in seconds, of every reset, step and call wait
+            (:data:`~corral.vector.backend.DEFAULT_TIMEOUT`); ``None`` waits as
+            long as the workers live. Starting a worker has no limit. A worker
+            that misses it is killed and, in a reset or step, restarted at once.
         daemon: make the workers daemonic (they cannot start processes of their own).
     """
 
@@ -275,7 +294,7 @@ class SubprocBackend(Backend):
         num_workers: int | None = None,
         envs_per_worker: int | None = None,
         start_method: str | None = None,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
         daemon: bool = True,
     ) -> None:
         super().__init__(env_fns)
@@ -308,7 +327,7 @@ class SubprocBackend(Backend):
         self._layout = layout
         self._block = BlockLayout.of(layout.array_specs())
         self._fds.append(create_block(self._block.size))
-        arrays = map_arrays(self._fds[0], self._block)
+        self._arrays = arrays = map_arrays(self._fds[0], self._block)
         self._attach(self._workers, None)
         return arrays
 
@@ -316,13 +335,21 @@ class SubprocBackend(Backend):
 
     def reset_async(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> None:
         seeds = list(seeds)
+        self._clear_step_fields()
         self._post("reset", lambda w: ("reset", seeds[w.envs.start : w.envs.stop], options), seeds)
 
     def reset_wait(self, timeout: float | None) -> None:
         self._finish(timeout)
 
     def step_async(self) -> None:
+        self._clear_step_fields()
         self._post("step", lambda w: ("step",), None)
+
+    def _clear_step_fields(self) -> None:
+        """Clear the step fields here too: a worker that dies in the call leaves exactly
+        what it wrote (see ``EnvRunner.restart_all``)."""
+        self._check_open()
+        clear_step_fields(self._arrays, self._layout.groups)
 
     def step_wait(self, timeout: float | None) -> None:
         self._finish(timeout)
@@ -334,23 +361,35 @@ class SubprocBackend(Backend):
         self._awaiting = (what, workers, seeds)
 
     def _finish(self, timeout: float | None) -> None:
+        """Wait for the reset or step; revive the workers that died or were late, then
+        raise the first fault (the batch is complete by then)."""
         (what, workers, seeds), self._awaiting = self._awaiting, None
-        self._gather(workers, what, self._limit(timeout))
-        self._revive(seeds or [None] * self.num_envs)
+        _, errors = self._collect(workers, what, self._limit(timeout), restarting=True)
+        try:
+            self._revive(seeds or [None] * self.num_envs)
+        except EnvError as err:  # a restarted env could not reset
+            errors.append(err)
+        if errors:
+            raise first_fault(errors)
 
     def _revive(self, seeds: list) -> None:
-        """Replace dead workers; their envs restart (with ``seeds``) truncating their agents."""
+        """Replace dead workers; their envs restart (with ``seeds``) truncating their agents.
+
+        Warns for workers that died; a late one's WorkerTimeoutError tells already.
+        """
         dead = [w for w in self._workers if w.dead]
         if not dead:
             return
+        died = [w for w in dead if not w.late]
         self._start(dead)
         self._attach(dead, seeds)
-        warnings.warn(
-            f"{', '.join(map(str, dead))} died and was restarted; its envs were reset "
-            "and their agents reported truncated",
-            WorkerRestartWarning,
-            stacklevel=6,  # the caller of VectorEnv.step() or reset()
-        )
+        if died:
+            warnings.warn(
+                f"{', '.join(map(str, died))} died and was restarted; its envs were reset "
+                "and their agents reported truncated",
+                WorkerRestartWarning,
+                stacklevel=6,  # the caller of VectorEnv.step() or reset()
+            )
 
     # -- other calls ------------------------------------------------------------------
 
@@ -411,7 +450,7 @@ class SubprocBackend(Backend):
                 process.start()
             finally:
                 child.close()
-            worker.process, worker.conn, worker.dead = process, conn, False
+            worker.process, worker.conn, worker.dead, worker.late = process, conn, False, False
         try:
             infos = self._gather(workers, "start", None)
             died = [w for w in workers if w.dead]
@@ -428,7 +467,7 @@ class SubprocBackend(Backend):
 
         def message(w: _Worker) -> tuple:
             rows = None if seeds is None else seeds[w.envs.start : w.envs.stop]
-            return ("attach", self._layout, self._block, rows)
+            return ("attach", self._layout, self._block, rows, self._payloads[w.index])
 
         self._send(workers, message, fd=self._fds[0])
         self._gather(workers, "attach", None)
@@ -450,12 +489,24 @@ class SubprocBackend(Backend):
     def _gather(self, workers: list[_Worker], what: str, timeout: float | None) -> dict[int, Any]:
         """Each live worker's reply, by worker index; workers found dead are stopped.
 
-        Once every worker has answered, raises the error of the first worker that replied one.
+        Once every worker has answered (or missed the timeout), raises the first fault.
         """
+        replies, errors = self._collect(workers, what, timeout)
+        if errors:
+            raise first_fault(errors)
+        return replies
+
+    def _collect(
+        self, workers: list[_Worker], what: str, timeout: float | None, restarting: bool = False
+    ) -> tuple[dict[int, Any], list[BaseException]]:
+        """Each live worker's reply by worker index, and the errors: those the workers
+        replied, and a :class:`WorkerTimeoutError` for the workers that missed the timeout
+        (stopped; ``restarting``: the caller restarts them at once)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         waiting = {w.index: w for w in workers if not w.dead}
         replies: dict[int, Any] = {}
         errors: dict[int, BaseException] = {}
+        late: list[BaseException] = []
         try:
             while waiting:
                 handles = {w.conn: w for w in waiting.values()}
@@ -463,7 +514,8 @@ class SubprocBackend(Backend):
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 ready = wait(list(handles), left)
                 if not ready:
-                    self._time_out(list(waiting.values()), what, timeout)
+                    late.append(self._time_out(list(waiting.values()), what, timeout, restarting))
+                    break
                 for worker in {handles[h].index: handles[h] for h in ready}.values():
                     del waiting[worker.index]
                     status, value = self._receive(worker)
@@ -474,9 +526,7 @@ class SubprocBackend(Backend):
         except KeyboardInterrupt:
             self.close()
             raise
-        if errors:
-            raise errors[min(errors)]
-        return replies
+        return replies, [errors[k] for k in sorted(errors)] + late
 
     @staticmethod
     def _receive(worker: _Worker) -> tuple[str, Any]:
@@ -491,12 +541,24 @@ class SubprocBackend(Backend):
         return reply
 
     @staticmethod
-    def _time_out(workers: list[_Worker], what: str, timeout: float | None) -> None:
+    def _time_out(
+        workers: list[_Worker], what: str, timeout: float | None, restarting: bool
+    ) -> WorkerTimeoutError:
+        """Stop the late ``workers``; the error that reports them."""
         for worker in workers:
             worker.stop()
-        raise WorkerTimeoutError(
+            worker.late = restarting  # else revived (with a warning) at the next reset or step
+        when = (
+            "restarted: its envs' episodes end truncated in this batch"
+            if restarting
+            else "is restarted at the next reset or step"
+        )
+        envs = [i for w in workers for i in w.envs]
+        return WorkerTimeoutError(
             f"{', '.join(map(str, workers))} did not answer {what}() within {timeout} s; "
-            "it was stopped and is restarted at the next reset or step"
+            f"it was stopped and {when}",
+            envs,
+            restarted=restarting,
         )
 
 

@@ -14,9 +14,16 @@ from corral.vector.runner import EnvRunner
 
 
 class SyncBackend(Backend):
-    """Steps every env in the caller's process, in order."""
+    """Steps every env in the caller's process, in order. It takes no options."""
 
-    def __init__(self, env_fns: Sequence[EnvFn], **options: Any) -> None:
+    refused_options = {
+        "timeout": (
+            "its envs run in the caller's process, where an env that hangs cannot be "
+            "stopped; use backend='subproc' (or 'ray') for a timeout"
+        )
+    }
+
+    def __init__(self, env_fns: Sequence[EnvFn]) -> None:
         super().__init__(env_fns)
         self.envs = [adapt(fn()) for fn in self.env_fns]
         self._pending: Callable[[], None] | None = None
@@ -28,7 +35,8 @@ class SyncBackend(Backend):
         arrays = {
             path: np.zeros(shape, dtype) for path, (shape, dtype) in layout.array_specs().items()
         }
-        self.runner = EnvRunner(self.envs, layout, arrays)
+        # the runner replaces an env it rebuilds after a fault in self.envs itself
+        self.runner = EnvRunner(self.envs, layout, arrays, env_fns=self.env_fns)
         return arrays
 
     def reset_async(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> None:

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import enum
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from corral.errors import InvalidActionError, VectorStateError
+from corral.errors import (
+    EnvError,
+    EnvRestartWarning,
+    InvalidActionError,
+    VectorStateError,
+    WorkerTimeoutError,
+)
 from corral.groups import GroupMap
-from corral.vector.backend import EnvFn, backend_class
+from corral.vector.backend import EnvFn, backend_class, check_options, check_timeout
 from corral.vector.layout import Layout, array_tree, assemble
 from corral.vector.sampling import sample_array
 from corral.vector.validation import action_array_problem, clip_to_space, mask_problem
@@ -36,6 +43,9 @@ class Batch:
     ``clipped_actions[g][e, j]`` counts the entries of agent ``j``'s action in
     this step that lay outside its ``Box`` and were clipped into it (with
     ``clip_actions=True``; always 0 otherwise).
+
+    ``worker_restarts[e]`` counts the restarts of env ``e`` after any fault: its
+    worker died or missed the timeout, or the env itself raised.
     """
 
     obs: dict[str, Any]
@@ -80,8 +90,16 @@ class VectorEnv:
         clip_actions: clip continuous (``Box``) actions into their bounds and
             count the clipped entries in ``Batch.clipped_actions``, instead of
             raising :class:`InvalidActionError` (the default). NaN still raises.
+        on_env_error: what a step or reset does when an env fails (raises, or its
+            worker misses the timeout), once the other envs' step is complete and
+            the failed env restarted (its episode ends truncated): ``"raise"`` the
+            :class:`EnvError` (or :class:`WorkerTimeoutError`) with that batch as
+            ``err.batch`` (the next step goes on from it), or ``"restart"``: warn
+            (:class:`~corral.errors.EnvRestartWarning`) and return the batch. An env
+            that cannot be restarted raises either way.
         **options: backend options (``num_workers``, ``envs_per_worker``,
-            ``start_method``, ``timeout``, ``ray_address``...).
+            ``start_method``, ``timeout``, ``ray_address``...); an option the
+            backend does not take raises ``ValueError``.
 
     Examples:
         >>> import corral
@@ -102,13 +120,18 @@ class VectorEnv:
         state: bool = False,
         copy: bool = True,
         clip_actions: bool = False,
+        on_env_error: Literal["raise", "restart"] = "raise",
         **options: Any,
     ) -> None:
         if len(env_fns) == 0:
             raise ValueError("a VectorEnv needs at least one env constructor")
+        if on_env_error not in ("raise", "restart"):
+            raise ValueError(f"on_env_error must be 'raise' or 'restart', got {on_env_error!r}")
+        check_options(backend, options)
         self.backend_name = backend
         self.copy = copy
         self.clip_actions = clip_actions
+        self.on_env_error = on_env_error
         self._pending = _Pending.CLOSED
         self._backend = backend_class(backend)(list(env_fns), **options)
         info = self._backend.env_info()
@@ -191,8 +214,13 @@ class VectorEnv:
 
     def reset_wait(self, timeout: float | None = None) -> Batch:
         self._expect(_Pending.RESET, "reset_wait")
+        check_timeout(self.backend_name, timeout)
         self._pending = _Pending.NONE
-        self._backend.reset_wait(timeout)
+        try:
+            self._backend.reset_wait(timeout)
+        except (EnvError, WorkerTimeoutError) as err:
+            self._started = True
+            return self._faulty_batch(err)
         self._started = True
         return self._batch()
 
@@ -214,8 +242,12 @@ class VectorEnv:
 
     def step_wait(self, timeout: float | None = None) -> Batch:
         self._expect(_Pending.STEP, "step_wait")
+        check_timeout(self.backend_name, timeout)
         self._pending = _Pending.NONE
-        self._backend.step_wait(timeout)
+        try:
+            self._backend.step_wait(timeout)
+        except (EnvError, WorkerTimeoutError) as err:
+            return self._faulty_batch(err)
         return self._batch()
 
     def sample_actions(self, batch: Batch, rng: np.random.Generator | None = None) -> dict:
@@ -234,16 +266,19 @@ class VectorEnv:
     def call(self, name: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> list:
         """Call method ``name`` (or read attribute ``name``) on every env."""
         self._expect(_Pending.NONE, "call")
+        check_timeout(self.backend_name, timeout)
         return self._backend.call(name, args, kwargs, timeout)
 
     def get_attr(self, name: str, timeout: float | None = None) -> list:
         """Attribute ``name`` of every env (an adapter's, else its source env's)."""
         self._expect(_Pending.NONE, "get_attr")
+        check_timeout(self.backend_name, timeout)
         return self._backend.call(name, None, {}, timeout)
 
     def set_attr(self, name: str, values: Any, timeout: float | None = None) -> None:
         """Set attribute ``name`` of env ``i`` to ``values[i]`` (or every env to ``values``)."""
         self._expect(_Pending.NONE, "set_attr")
+        check_timeout(self.backend_name, timeout)
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
@@ -283,6 +318,30 @@ class VectorEnv:
                 f"{self._pending.value}_wait()"
             )
         raise VectorStateError(f"{call}() without a pending {state.value}_async()")
+
+    def _faulty_batch(self, err: EnvError | WorkerTimeoutError) -> Batch:
+        """The batch of a step or reset in which ``err`` (and ``err.faults``) happened: raised
+        with the batch attached, or with ``on_env_error="restart"`` warned and returned."""
+        batch = self._batch()
+        err.batch = batch
+        unrecovered = [f for f in err.faults if not getattr(f, "restarted", False)]
+        if unrecovered:  # an env that cannot be restarted: raised whatever on_env_error says
+            first = unrecovered[0]
+            first.batch, first.faults = batch, err.faults
+            raise first
+        if self.on_env_error == "raise":
+            raise err
+        for fault in err.faults:
+            if isinstance(fault, EnvError):
+                what = f"env {fault.env_index} failed and was restarted; its episode ends"
+            else:
+                what = f"envs {fault.env_indices} were restarted; their episodes end"
+            warnings.warn(
+                f"{what} truncated in this batch (on_env_error='restart'): {fault.last_line}",
+                EnvRestartWarning,
+                stacklevel=4,  # the caller of step() or reset()
+            )
+        return batch
 
     def _write_actions(self, actions: Mapping[str, Any]) -> None:
         if type(actions) is not dict and not isinstance(actions, Mapping):
@@ -381,6 +440,7 @@ def make_vec(
     state: bool = False,
     copy: bool = True,
     clip_actions: bool = False,
+    on_env_error: Literal["raise", "restart"] = "raise",
     env_kwargs: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> VectorEnv:
@@ -401,6 +461,7 @@ def make_vec(
         state=state,
         copy=copy,
         clip_actions=clip_actions,
+        on_env_error=on_env_error,
         **options,
     )
 

@@ -1,0 +1,465 @@
+"""Fault injection on every backend: envs that raise, hang or die at seeded random steps.
+
+A faulty env's fault costs only its own episode (cut, truncated, stats kept) and,
+where it kills or stalls a worker, the episodes of that worker's other envs.
+Every other env's transitions must equal those of an undisturbed reference run:
+the same seeds and actions, chosen as a function of (env index, step).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+import warnings
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import corral
+from corral.errors import EnvError, WorkerRestartWarning, WorkerTimeoutError
+from corral.vector import VectorEnv
+
+# Workers started by forkserver or Ray cannot import this module: send its classes by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SEED = 11
+HANG_S = 60.0  # a hung env sleeps far past any timeout below; its worker is killed
+NUM_ENVS = 5
+AGENTS = ["a_0", "a_1"]
+
+
+class Walk(corral.MultiAgentEnv):
+    """Two agents walking; an episode lasts a seeded random number of steps.
+
+    Every agent earns at least 1 in every step it is alive, so a zero reward row
+    says that the env did not step. Episodes longer than ``max_episode_steps``
+    are truncated, the others terminate.
+    """
+
+    simultaneous = True
+    max_episode_steps = 9
+
+    def __init__(self) -> None:
+        self.possible_agents = list(AGENTS)
+        self.agents: list[str] = []
+        self.rng = np.random.default_rng()
+        self.t, self.length, self.pos = 0, 0, np.zeros(2)
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return spaces.Box(-1e3, 1e3, (3,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return spaces.Discrete(3)
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.agents, self.t = list(AGENTS), 0
+        self.length = int(self.rng.integers(3, 13))
+        self.pos = self.rng.normal(size=2)
+        return {a: self._obs(k) for k, a in enumerate(AGENTS)}, {a: {} for a in AGENTS}
+
+    def step(self, actions):
+        self.t += 1
+        moves = np.array([actions[a] for a in AGENTS], np.float64) - 1.0
+        self.pos = self.pos + moves + 0.1 * self.rng.normal(size=2)
+        rewards = {a: 1.0 + 0.5 * actions[a] + 0.01 * self.t for a in AGENTS}
+        terminated = self.t >= self.length
+        truncated = not terminated and self.t >= self.max_episode_steps
+        done = terminated or truncated
+        obs = {a: self._obs(k) for k, a in enumerate(AGENTS)}
+        infos = {a: {"final_obs": obs[a]} if done else {} for a in AGENTS}
+        self.agents = [] if done else list(AGENTS)
+        return (
+            {} if done else obs,
+            rewards,
+            dict.fromkeys(AGENTS, terminated),
+            dict.fromkeys(AGENTS, truncated),
+            infos,
+        )
+
+    def _obs(self, k: int) -> np.ndarray:
+        return np.array([self.pos[k], self.t, self.length], np.float32)
+
+
+class Faulty(Walk):
+    """A :class:`Walk` that fails once, at a seeded random step of its life.
+
+    Each instance built for env ``index`` is its next generation (counted in a file
+    under ``plan_dir``, which outlives worker processes): generation ``g`` draws its
+    fault step from ``(SEED, index, g)`` and its kind as ``kinds[g % len(kinds)]``:
+    ``"raise"``, ``"hang"`` (sleep past the timeout) or ``"die"`` (end the process).
+    With ``at``, only the first generation fails, at step ``at``. The resets of the
+    generations in ``reset_fails`` raise.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        plan_dir: Path,
+        kinds: tuple[str, ...] = (),
+        at: int | None = None,
+        reset_fails: range = range(0),
+    ) -> None:
+        super().__init__()
+        fd = os.open(plan_dir / f"env{index}", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            self.generation = os.write(fd, b"+") and os.fstat(fd).st_size - 1
+        finally:
+            os.close(fd)
+        rng = np.random.default_rng([SEED, index, self.generation])
+        self.fault_at = int(rng.integers(4, 13)) if at is None else at
+        self.kind = kinds[self.generation % len(kinds)] if kinds else None
+        if at is not None and self.generation > 0:
+            self.kind = None
+        self.reset_fails = self.generation in reset_fails
+        self.calls = 0  # steps of this instance
+
+    def reset(self, seed=None, options=None):
+        if self.reset_fails:
+            self.fail_in_reset()
+        return super().reset(seed, options)
+
+    def step(self, actions):
+        self.calls += 1
+        if self.kind is not None and self.calls == self.fault_at:
+            if self.kind == "raise":
+                self.fail_on_purpose()
+            elif self.kind == "hang":
+                time.sleep(HANG_S)
+            elif self.kind == "die":
+                os._exit(3)
+        return super().step(actions)
+
+    def fail_on_purpose(self) -> None:
+        raise ValueError(f"injected fault at step {self.calls}")
+
+    def fail_in_reset(self) -> None:
+        raise OSError("injected reset fault")
+
+
+def faulty_fns(plan_dir: Path, faults: dict[int, dict[str, Any]]) -> list:
+    """Constructors of ``NUM_ENVS`` Faulty envs; ``faults`` maps an env index to its options."""
+    return [partial(Faulty, i, plan_dir, **faults.get(i, {})) for i in range(NUM_ENVS)]
+
+
+def actions_at(t: int, num_envs: int = NUM_ENVS) -> dict[str, np.ndarray]:
+    """The actions of step ``t``: a fixed function of (env, step, agent)."""
+    e = np.arange(num_envs)[:, None]
+    j = np.arange(len(AGENTS))[None, :]
+    return {"a": (3 * e + 5 * t + j) % 3}
+
+
+def reference_run(steps: int) -> list:
+    """The batches of an undisturbed run: plain Walk envs, in process."""
+    with VectorEnv([Walk] * NUM_ENVS, "sync", seed=SEED) as venv:
+        return [venv.reset(), *(venv.step(actions_at(t)) for t in range(steps))]
+
+
+def faulty_run(venv: VectorEnv, steps: int) -> list:
+    """The batches of ``venv`` (``on_env_error="restart"``) over ``steps`` steps."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", WorkerRestartWarning)  # EnvRestartWarning too
+        warnings.simplefilter("ignore", RuntimeWarning)  # Ray's word for a worker replaced
+        return [venv.reset(), *(venv.step(actions_at(t)) for t in range(steps))]
+
+
+# -- backends -------------------------------------------------------------------------------------
+
+HAS_RAY = importlib.util.find_spec("ray") is not None
+needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed")
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """A local Ray for this module, started by the first test that needs one."""
+    started = []
+
+    def start() -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            started.append(ray)
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+    yield start
+    for ray in started:
+        ray.shutdown()
+
+
+def backend_options(backend: str, ray_session, envs_per_worker: int = 1) -> dict:
+    if backend == "sync":
+        return {}
+    if backend == "ray":
+        ray_session()
+        return {"envs_per_worker": envs_per_worker, "num_cpus_per_worker": 0.25}
+    return {"envs_per_worker": envs_per_worker}
+
+
+BACKENDS = ["sync", "subproc", pytest.param("ray", marks=needs_ray)]
+WORKER_BACKENDS = ["subproc", pytest.param("ray", marks=needs_ray)]
+
+
+# -- what every run must satisfy ------------------------------------------------------------------
+
+
+def assert_rows_equal(got, want, e: int, where: str) -> None:
+    """Env ``e``'s transition in two batches: the same obs, rewards, ends and stats."""
+    for name in ("obs", "reward", "terminated", "truncated", "alive", "acting"):
+        np.testing.assert_array_equal(
+            getattr(got, name)["a"][e], getattr(want, name)["a"][e], err_msg=f"{where} {name}"
+        )
+    assert got.done[e] == want.done[e], f"{where} done"
+    if want.done[e]:
+        np.testing.assert_array_equal(got.final_obs["a"][e], want.final_obs["a"][e], where)
+        np.testing.assert_array_equal(
+            got.episode_return["a"][e], want.episode_return["a"][e], where
+        )
+        assert got.episode_length[e] == want.episode_length[e], f"{where} episode_length"
+    assert got.worker_restarts[e] == 0, f"{where}: a healthy env was restarted"
+
+
+def check_episodes(batches: list, e: int) -> tuple[int, int]:
+    """Every episode of env ``e`` ends with stats equal to its rewards and steps in the
+    batches; an episode cut by a fault ends truncated in its last observation. Returns
+    the numbers of cut and of complete episodes."""
+    ret, steps, cut, complete = np.zeros(len(AGENTS)), 0, 0, 0
+    for t in range(1, len(batches)):
+        b, prev = batches[t], batches[t - 1]
+        reward = b.reward["a"][e].astype(np.float64)
+        stepped = bool(reward.any())  # every alive agent earns at least 1 in a step
+        ret, steps = ret + reward, steps + stepped
+        restarted = b.worker_restarts[e] > prev.worker_restarts[e]
+        where = f"env {e}, step {t}"
+        if not b.done[e]:
+            assert not restarted, f"{where}: restarted without ending its episode"
+            continue
+        np.testing.assert_allclose(b.episode_return["a"][e], ret, rtol=1e-6, err_msg=where)
+        assert b.episode_length[e] == steps, where
+        if restarted:
+            cut += 1
+            if not stepped:  # cut before it stepped: it ends in the last observation
+                assert b.truncated["a"][e].all() and not b.terminated["a"][e].any(), where
+                np.testing.assert_array_equal(b.final_obs["a"][e], prev.obs["a"][e], where)
+            assert b.alive["a"][e].all() and b.obs["a"][e][:, 1].tolist() == [0, 0], where
+        else:
+            complete += 1
+        ret, steps = np.zeros(len(AGENTS)), 0
+    return cut, complete
+
+
+# -- the suite ------------------------------------------------------------------------------------
+
+# backend, envs per worker, kinds of env 1's faults; env 4 raises now and then on every backend
+SUITE = [
+    pytest.param("sync", 1, ("raise",), id="sync"),
+    pytest.param("subproc", 1, ("raise", "die", "hang"), id="subproc-1"),
+    pytest.param("subproc", 2, ("die", "raise", "hang"), id="subproc-2"),
+    pytest.param("ray", 2, ("die", "hang", "raise"), id="ray-2", marks=needs_ray),
+]
+
+
+@pytest.mark.parametrize(("backend", "per_worker", "kinds"), SUITE)
+def test_healthy_envs_match_an_undisturbed_run(
+    backend: str, per_worker: int, kinds: tuple, tmp_path: Path, ray_session
+) -> None:
+    steps = 30 if backend == "ray" else 40
+    faults = {1: {"kinds": kinds}, 4: {"kinds": ("raise",)}}
+    fails_worker = "die" in kinds or "hang" in kinds
+    shares_with_1 = {i for i in range(NUM_ENVS) if i // per_worker == 1 // per_worker}
+    unhealthy = {1, 4} | (shares_with_1 if fails_worker else set())
+    healthy = [i for i in range(NUM_ENVS) if i not in unhealthy]
+    options = backend_options(backend, ray_session, per_worker)
+    if backend != "sync":
+        options["timeout"] = 3.0 if backend == "ray" else 2.0
+    venv = VectorEnv(
+        faulty_fns(tmp_path, faults), backend, seed=SEED, on_env_error="restart", **options
+    )
+    with venv:
+        got = faulty_run(venv, steps)
+    want = reference_run(steps)
+    assert healthy and len(healthy) >= 2
+    for t, (g, w) in enumerate(zip(got, want, strict=True)):
+        for e in healthy:
+            assert_rows_equal(g, w, e, f"env {e}, step {t}")
+    episodes = [check_episodes(got, e) for e in range(NUM_ENVS)]
+    assert episodes[1][0] >= 2 and episodes[4][0] >= 2, episodes  # cut episodes of each
+    assert all(episodes[e][0] == 0 and episodes[e][1] >= 2 for e in healthy), episodes
+    generations = len((tmp_path / "env1").read_bytes())
+    assert got[-1].worker_restarts[1] == generations - 1  # one restart per fault of env 1
+    assert generations - 1 >= len(kinds)  # every kind of fault happened
+
+
+# -- one step, one fault --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_env_raising_leaves_no_env_behind(backend: str, tmp_path: Path, ray_session) -> None:
+    """The issue's case: env 2 raises in the third step; every other env still takes it."""
+    fns = faulty_fns(tmp_path, {2: {"kinds": ("raise",), "at": 3}})
+    with VectorEnv(fns, backend, seed=SEED, **backend_options(backend, ray_session, 2)) as venv:
+        venv.reset()
+        venv.step(actions_at(0))
+        venv.step(actions_at(1))
+        with pytest.raises(EnvError) as info:
+            venv.step(actions_at(2))
+        assert venv.get_attr("calls") == [3, 3, 0, 3, 3]  # env 2 was rebuilt
+        assert info.value.batch.worker_restarts.tolist() == [0, 0, 1, 0, 0]
+        venv.step(actions_at(3))
+        assert venv.get_attr("calls") == [4, 4, 1, 4, 4]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_episode_ending_in_the_faulty_step_is_reported(
+    backend: str, tmp_path: Path, ray_session
+) -> None:
+    want = reference_run(12)
+    t = next(t for t in range(1, 13) if want[t].done[0] and not want[t].done[3])
+    fns = faulty_fns(tmp_path, {3: {"kinds": ("raise",), "at": t}})
+    with VectorEnv(fns, backend, seed=SEED, **backend_options(backend, ray_session)) as venv:
+        venv.reset()
+        for s in range(t - 1):
+            venv.step(actions_at(s))
+        with pytest.raises(EnvError) as info:
+            venv.step(actions_at(t - 1))
+    batch = info.value.batch
+    for e in (0, 1, 2, 4):
+        assert_rows_equal(batch, want[t], e, f"env {e}")
+    assert batch.done[0] and batch.episode_length[0] == want[t].episode_length[0]
+    assert batch.done[3] and batch.truncated["a"][3].all()  # the faulty env's episode is cut
+    begun = max(s for s in range(t) if s == 0 or want[s].done[3])
+    rewards = sum(want[s].reward["a"][3].astype(np.float64) for s in range(begun + 1, t))
+    assert batch.episode_length[3] == t - 1 - begun  # the steps it completed, stats kept
+    np.testing.assert_allclose(batch.episode_return["a"][3], rewards, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_fault_is_reported_with_env_index_and_traceback(
+    backend: str, tmp_path: Path, ray_session
+) -> None:
+    faults = {1: {"kinds": ("raise",), "at": 2}, 3: {"kinds": ("raise",), "at": 2}}
+    fns = faulty_fns(tmp_path, faults)
+    with VectorEnv(fns, backend, seed=SEED, **backend_options(backend, ray_session, 2)) as venv:
+        venv.reset()
+        venv.step(actions_at(0))
+        with pytest.raises(EnvError) as info:
+            venv.step(actions_at(1))
+    err = info.value
+    assert err.env_index == 1 and err.restarted
+    assert [f.env_index for f in err.faults] == [1, 3]
+    for fault in err.faults:
+        assert str(fault).startswith(f"env {fault.env_index}: step() raised ValueError")
+        assert "in fail_on_purpose" in fault.remote_traceback
+        assert fault.remote_traceback.strip().endswith("ValueError: injected fault at step 2")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_on_env_error_restart_warns_and_returns_the_batch(
+    backend: str, tmp_path: Path, ray_session
+) -> None:
+    fns = faulty_fns(tmp_path, {2: {"kinds": ("raise",), "at": 1}})
+    options = backend_options(backend, ray_session)
+    with VectorEnv(fns, backend, seed=SEED, on_env_error="restart", **options) as venv:
+        venv.reset()
+        with pytest.warns(corral.errors.EnvRestartWarning) as record:
+            batch = venv.step(actions_at(0))
+        batch = venv.step(actions_at(1))
+    (warning,) = record
+    assert "env 2 failed and was restarted" in str(warning.message)
+    assert "ValueError: injected fault at step 1" in str(warning.message)
+    assert warning.filename == __file__  # it points at the caller's step()
+    assert batch.worker_restarts.tolist() == [0, 0, 1, 0, 0]
+    assert batch.obs["a"][:, 0, 1].tolist() == [2, 2, 1, 2, 2]  # env 2: its new episode's step
+
+
+def test_err_batch_under_raise_is_the_step_and_the_next_step_goes_on(tmp_path: Path) -> None:
+    want = reference_run(4)
+    fns = faulty_fns(tmp_path, {0: {"kinds": ("raise",), "at": 2}})
+    with VectorEnv(fns, "subproc", seed=SEED, envs_per_worker=2) as venv:
+        venv.reset()
+        venv.step(actions_at(0))
+        with pytest.raises(EnvError) as info:
+            venv.step(actions_at(1))
+        batch = info.value.batch
+        for e in range(1, NUM_ENVS):  # env 1 shares env 0's worker and still stepped
+            assert_rows_equal(batch, want[2], e, f"env {e}")
+        assert batch.done[0] and batch.truncated["a"][0].all()
+        np.testing.assert_array_equal(batch.episode_return["a"][0], want[1].reward["a"][0])
+        assert batch.episode_length[0] == 1
+        batch = venv.step(actions_at(2))
+        for e in range(1, NUM_ENVS):
+            assert_rows_equal(batch, want[3], e, f"env {e}")
+
+
+# -- resets ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failed_reset_restarts_the_env_and_the_others_reset(
+    backend: str, tmp_path: Path, ray_session
+) -> None:
+    want = reference_run(0)[0]
+    fns = faulty_fns(tmp_path, {1: {"reset_fails": range(1)}})  # its first generation only
+    with VectorEnv(fns, backend, seed=SEED, **backend_options(backend, ray_session)) as venv:
+        with pytest.raises(EnvError, match=r"env 1: reset\(\) raised OSError") as info:
+            venv.reset()
+        batch = info.value.batch
+        assert batch.worker_restarts.tolist() == [0, 1, 0, 0, 0]
+        # the rebuilt env was reset with env 1's seed: the same first observation
+        np.testing.assert_array_equal(batch.obs["a"], want.obs["a"])
+        venv.step(actions_at(0))
+
+
+@pytest.mark.parametrize("backend", ["sync", "subproc"])
+def test_an_env_that_cannot_restart_raises_even_with_restart(backend: str, tmp_path: Path) -> None:
+    faults = {3: {"kinds": ("raise",), "at": 2, "reset_fails": range(1, 99)}}
+    options = {} if backend == "sync" else {"num_workers": 2}
+    fns = faulty_fns(tmp_path, faults)
+    with VectorEnv(fns, backend, seed=SEED, on_env_error="restart", **options) as venv:
+        venv.reset()
+        venv.step(actions_at(0))
+        with pytest.raises(EnvError, match="restarting the env failed") as info:
+            venv.step(actions_at(1))
+        assert not info.value.restarted
+        batch = info.value.batch
+        assert batch.done[3] and batch.truncated["a"][3].all()
+        assert not batch.acting["a"][3].any()  # no episode: none of its agents acts
+        assert venv.get_attr("calls") == [2, 2, 2, 0, 2]
+        with pytest.raises(EnvError, match="env 3: restarting the env failed again"):
+            venv.step(actions_at(2))  # tried again at every step
+        assert [c for i, c in enumerate(venv.get_attr("calls")) if i != 3] == [3, 3, 3, 3]
+
+
+# -- timeouts -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", WORKER_BACKENDS)
+def test_a_timeout_keeps_the_healthy_step(backend: str, tmp_path: Path, ray_session) -> None:
+    want = reference_run(3)
+    fns = faulty_fns(tmp_path, {1: {"kinds": ("hang",), "at": 2}})
+    options = {**backend_options(backend, ray_session, 2), "timeout": 2.0}
+    with VectorEnv(fns, backend, seed=SEED, **options) as venv:
+        venv.reset()
+        venv.step(actions_at(0))
+        start = time.monotonic()
+        with pytest.raises(WorkerTimeoutError) as info:
+            venv.step(actions_at(1))
+        assert time.monotonic() - start < 30
+        err = info.value
+        assert err.env_indices == [0, 1] and err.restarted
+        batch = err.batch
+        for e in (2, 3, 4):
+            assert_rows_equal(batch, want[2], e, f"env {e}")
+        assert batch.done[:2].all() and batch.truncated["a"][1].all()
+        assert batch.worker_restarts.tolist() == [1, 1, 0, 0, 0]
+        batch = venv.step(actions_at(2))
+        for e in (2, 3, 4):
+            assert_rows_equal(batch, want[3], e, f"env {e}")
