@@ -6,6 +6,7 @@ from corral.adapters import adapt
 from corral.checker import check_env
 from corral.env import MultiAgentEnv, validate_actions
 from corral.errors import (
+    CheckpointError,
     CorralError,
     EnvContractError,
     EpisodeOverError,
@@ -40,6 +41,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Batch",
+    "CheckpointError",
     "CorralError",
     "EnvContractError",
     "EpisodeOverError",

@@ -53,6 +53,11 @@ class UnsupportedEnvError(CorralError, ValueError):
     """An algorithm asked to learn an env it cannot handle (MADDPG on a turn-based game)."""
 
 
+class CheckpointError(CorralError, ValueError):
+    """A checkpoint file that cannot be loaded (empty, truncated, damaged, of another format
+    or version, or not a corral checkpoint), or a value a checkpoint cannot hold."""
+
+
 class EnvContractError(CorralError):
     """An env that breaks the env contract (raised by the conformance checker)."""
 

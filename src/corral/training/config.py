@@ -117,6 +117,9 @@ class RunConfig:
     or a column such as ``eval_return/predator`` (see ``corral.training.scoring``)."""
     checkpoint_every: Annotated[int, Range(ge=0)] = 50_000
     """Env steps between checkpoints besides those at each evaluation (0: none besides)."""
+    checkpoint_every_s: Annotated[float, Range(ge=0)] = 120.0
+    """Seconds of wall clock between checkpoints besides the others (0: none besides); checked
+    at each metrics row (every ``log_every`` env steps), so that a killed run loses little."""
     checkpoint_replay: bool = True
     """Keep an off-policy learner's replay buffers in ``checkpoint.pt`` (not in ``best.pt``)
     so that a resumed run learns on from them; they take about ``buffer_size`` rows."""

@@ -72,6 +72,7 @@ BEST = "best.pt"
 RESUMABLE = frozenset(
     {"total_steps", "eval_every", "eval_episodes", "checkpoint_every", "log_every", "device"}
     | {"backend", "tensorboard", "checkpoint_replay", "torch_threads", *BACKEND_OPTIONS}
+    | {"checkpoint_every_s"}
 )
 """Run settings that may change when a run is resumed (the schedule, not what is learned)."""
 EVAL_BACKEND = "sync"
@@ -126,6 +127,8 @@ class Runner:
         if restore is None:
             checkpoint.seed_everything(run.seed)
         self.eval_venv: VectorEnv | None = None
+        self.saved_at = time.monotonic()
+        """When ``checkpoint.pt`` was last written, or training started (``checkpoint_every_s``)."""
         self.torch_threads: int | None = None
         """torch's CPU threads while the run is open (``None``: the algorithm uses no torch)."""
         self._threads_before: int | None = None
@@ -198,8 +201,9 @@ class Runner:
         """Train to ``total_steps``, evaluating every ``eval_every`` steps and at the end.
 
         Writes a metrics row every ``log_every`` steps, ``checkpoint.pt`` at
-        every evaluation and every ``checkpoint_every`` steps, and ``best.pt``
-        whenever an evaluation beats the best so far.
+        every evaluation, every ``checkpoint_every`` steps and (at the next row)
+        every ``checkpoint_every_s`` seconds, and ``best.pt`` whenever an
+        evaluation beats the best so far.
         """
         run = self.config.run
         with self._run_logging():
@@ -216,6 +220,7 @@ class Runner:
                 with bar.redirect_logging():
                     if self.env_steps == 0 and not self.metrics.rows and run.eval_every > 0:
                         bar.update(self._log_row(Progress(), 0.0, evaluate=True))
+                    self.saved_at = time.monotonic()
                     while self.env_steps < run.total_steps:
                         bar.update(self._train_chunk(on_step=bar.advance))
                     log.info("%s", self._summary())
@@ -234,8 +239,10 @@ class Runner:
         finished = self.env_steps >= run.total_steps
         evaluate = finished or _crossed(run.eval_every, before, self.env_steps)
         row = self._log_row(part, seconds, evaluate=evaluate)
-        if evaluate or _crossed(run.checkpoint_every, before, self.env_steps):
+        overdue = 0 < run.checkpoint_every_s <= time.monotonic() - self.saved_at
+        if evaluate or overdue or _crossed(run.checkpoint_every, before, self.env_steps):
             self.save_checkpoint(self.run_dir / LATEST, replay=run.checkpoint_replay)
+            self.saved_at = time.monotonic()
         return row
 
     def _warn_if_too_short(self) -> None:
