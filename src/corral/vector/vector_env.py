@@ -11,6 +11,7 @@ import numpy as np
 
 from corral.errors import InvalidActionError, VectorStateError
 from corral.groups import GroupMap
+from corral.values import debug_mode
 from corral.vector.backend import EnvFn, backend_class
 from corral.vector.layout import Layout, array_tree, assemble
 from corral.vector.sampling import sample_array
@@ -80,6 +81,12 @@ class VectorEnv:
         clip_actions: clip continuous (``Box``) actions into their bounds and
             count the clipped entries in ``Batch.clipped_actions``, instead of
             raising :class:`InvalidActionError` (the default). NaN still raises.
+        check_finite: raise :class:`~corral.errors.EnvError` (naming the env, agent
+            and field) for NaN or inf in an observation, ``final_obs``, reward or
+            state, or a value that overflows its array's dtype (``1e300`` as
+            ``float32``). ``None`` (the default): on in debug mode
+            (:func:`corral.values.debug_mode`: ``CORRAL_DEBUG=1`` or
+            ``python -X dev``), off otherwise, as it costs time in every step.
         **options: backend options (``num_workers``, ``envs_per_worker``,
             ``start_method``, ``timeout``, ``ray_address``...).
 
@@ -102,6 +109,7 @@ class VectorEnv:
         state: bool = False,
         copy: bool = True,
         clip_actions: bool = False,
+        check_finite: bool | None = None,
         **options: Any,
     ) -> None:
         if len(env_fns) == 0:
@@ -109,6 +117,7 @@ class VectorEnv:
         self.backend_name = backend
         self.copy = copy
         self.clip_actions = clip_actions
+        self.check_finite = debug_mode() if check_finite is None else bool(check_finite)
         self._pending = _Pending.CLOSED
         self._backend = backend_class(backend)(list(env_fns), **options)
         info = self._backend.env_info()
@@ -122,6 +131,7 @@ class VectorEnv:
             info.state_space if state else None,
             len(env_fns),
             group_map,
+            check_finite=self.check_finite,
         )
         self._clipped = {
             name: np.zeros((len(env_fns), len(g.agents)), np.int64)
@@ -381,6 +391,7 @@ def make_vec(
     state: bool = False,
     copy: bool = True,
     clip_actions: bool = False,
+    check_finite: bool | None = None,
     env_kwargs: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> VectorEnv:
@@ -401,6 +412,7 @@ def make_vec(
         state=state,
         copy=copy,
         clip_actions=clip_actions,
+        check_finite=check_finite,
         **options,
     )
 
