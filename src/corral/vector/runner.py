@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -161,43 +161,52 @@ class EnvRunner:
             parts = {"obs": obs, "rewards": rewards, "terminations": terminations}
             parts.update(truncations=truncations, infos=infos)
             self._check_dicts(i, "step()", parts)
+        agents, check_finite = self._agents, self.check_finite
         for agent, reward in rewards.items():
-            slots = self._slots(i, agent, "rewards")
+            slots = agents.get(agent) or self._unknown(i, agent, "rewards")
             if not isinstance(reward, (float, int)):
                 reward = self._real(i, agent, reward)
-            if self.check_finite and not math.isfinite(reward):
+            if check_finite and not math.isfinite(reward):
                 raise self._error(
                     i, f"reward of agent {agent!r}: expected a finite number, got {reward}"
                 )
             slots.reward[i, slots.j] = reward
             self._running_return[slots.group][i, slots.j] += reward
-        for flags, (ended, name, field) in zip(
-            (terminations, truncations), _END_FLAGS, strict=True
-        ):
-            for agent, flag in flags.items():
-                slots = self._slots(i, agent, name)
-                if flag is not True and flag is not False:
-                    flag = self._flag(i, agent, field, flag)
-                if flag:
-                    getattr(slots, ended)[i, slots.j] = True
-                    if slots.alive[i, slots.j]:
-                        slots.alive[i, slots.j] = False
-                        self._num_alive[i] -= 1
-                    final = self._info(i, infos, agent, "final_obs")
-                    if final is not None:
-                        try:
-                            slots.write_obs(i, final)
-                        except WriteError as err:
-                            raise self._bad_value(i, agent, "final_obs", err) from None
+        self._record_ends(i, terminations, "terminated", infos)
+        self._record_ends(i, truncations, "truncated", infos)
         self._length[i] += 1
         self._write_observations(i, obs, infos)
+
+    def _record_ends(
+        self, i: int, flags: Mapping[str, Any], ended: str, infos: Mapping[str, Any]
+    ) -> None:
+        """Mark the agents whose flag is set ``ended`` ("terminated" or "truncated")."""
+        agents = self._agents
+        for agent, flag in flags.items():
+            if flag is not True and flag is not False:
+                flag = self._flag(i, agent, ended, flag)
+            if not flag:
+                if agent not in agents:
+                    self._unknown(i, agent, _END_FLAGS[ended][0])
+                continue
+            slots = agents.get(agent) or self._unknown(i, agent, _END_FLAGS[ended][0])
+            getattr(slots, ended)[i, slots.j] = True
+            if slots.alive[i, slots.j]:
+                slots.alive[i, slots.j] = False
+                self._num_alive[i] -= 1
+            final = self._info(i, infos, agent, "final_obs")
+            if final is not None:
+                try:
+                    slots.write_obs((i, slots.j), final)
+                except WriteError as err:
+                    raise self._bad_value(i, agent, "final_obs", err) from None
 
     def _read_alive(self, i: int, agents: Sequence[str]) -> None:
         """Set env ``i``'s alive row to exactly ``agents`` (agents that joined included)."""
         for g in self.layout.groups:
             self.arrays[f"alive/{g}"][i] = False
         for agent in agents:
-            slots = self._slots(i, agent, "env.agents")
+            slots = self._agents.get(agent) or self._unknown(i, agent, "env.agents")
             slots.alive[i, slots.j] = True
         self._num_alive[i] = len(agents)
 
@@ -205,20 +214,25 @@ class EnvRunner:
         for agent in self._acting[i]:
             slots = self._agents[agent]
             slots.acting[i, slots.j] = False
+        agents = self._agents
         for agent, value in obs.items():
-            slots = self._slots(i, agent, "obs")
+            slots = agents.get(agent) or self._unknown(i, agent, "obs")
             try:
-                slots.write_obs(i, value)
+                slots.write_obs((i, slots.j), value)
             except WriteError as err:
                 raise self._bad_value(i, agent, "observation", err) from None
             slots.acting[i, slots.j] = True
             if slots.write_mask is not None:
-                mask = self._info(i, infos, agent, "action_mask")
+                info = infos.get(agent)
+                try:
+                    mask = None if info is None else info.get("action_mask")
+                except AttributeError:
+                    mask = self._info(i, infos, agent, "action_mask")  # raises
                 if mask is None:
                     slots.mask[i, slots.j] = True
                 else:
                     try:
-                        slots.write_mask(i, mask)
+                        slots.write_mask((i, slots.j), mask)
                     except WriteError as err:
                         raise self._bad_value(i, agent, "action_mask", err) from None
         self._acting[i] = list(obs)
@@ -239,16 +253,12 @@ class EnvRunner:
     def _bad_value(self, i: int, agent: str, field: str, err: WriteError) -> EnvError:
         return self._error(i, f"{field}{err.where} of agent {agent!r}: expected {err.expected}")
 
-    def _slots(self, i: int, agent: Any, field: str) -> _AgentSlots:
-        """The slots of ``agent``; an agent that is not a possible agent raises."""
-        try:
-            return self._agents[agent]
-        except (KeyError, TypeError):
-            raise self._error(
-                i,
-                f"{field} names agent {agent!r}, which is not one of possible_agents "
-                f"{list(self._agents)}",
-            ) from None
+    def _unknown(self, i: int, agent: Any, field: str) -> NoReturn:
+        raise self._error(
+            i,
+            f"{field} names agent {agent!r}, which is not one of possible_agents "
+            f"{list(self._agents)}",
+        )
 
     def _check_dicts(self, i: int, call: str, parts: dict[str, Any]) -> None:
         for name, part in parts.items():
@@ -269,13 +279,14 @@ class EnvRunner:
             i, f"reward of agent {agent!r}: expected a real number, got {describe(reward)}"
         )
 
-    def _flag(self, i: int, agent: str, field: str, flag: Any) -> bool:
+    def _flag(self, i: int, agent: str, ended: str, flag: Any) -> bool:
         """``flag`` as a bool, if it is one (a numpy bool, 0 or 1, or an array holding one)."""
         value = flag.item() if isinstance(flag, np.ndarray) and flag.size == 1 else flag
         if isinstance(value, (bool, np.bool_)) or (
             isinstance(value, numbers.Integral) and value in (0, 1)
         ):
             return bool(value)
+        field = _END_FLAGS[ended][1]
         raise self._error(i, f"{field} of agent {agent!r}: expected a bool, got {describe(flag)}")
 
     def _info(self, i: int, infos: Mapping[str, Any], agent: str, key: str) -> Any:
@@ -303,11 +314,11 @@ class EnvRunner:
         arrays["episode_length"][i] = self._length[i]
 
 
-# (the batch array of each end flag, the dict that holds it, the flag's name in messages)
-_END_FLAGS = (
-    ("terminated", "terminations", "termination"),
-    ("truncated", "truncations", "truncation"),
-)
+# The batch array of each end flag -> the dict that holds it and its name in messages.
+_END_FLAGS = {
+    "terminated": ("terminations", "termination"),
+    "truncated": ("truncations", "truncation"),
+}
 
 
 def _skip_action_checks(env: Any) -> None:
@@ -344,9 +355,9 @@ class _AgentSlots:
     ) -> None:
         self.group = group
         self.j = j
-        self.write_obs = lambda i, value: obs_write((i, j), value)
+        self.write_obs = obs_write  # write_obs((i, j), obs)
         self.read_action = lambda i: act_read((i, j))
-        self.write_mask = None if mask_write is None else lambda i, value: mask_write((i, j), value)
+        self.write_mask = mask_write  # write_mask((i, j), mask)
         self.reward = arrays[f"reward/{group}"]
         self.terminated = arrays[f"terminated/{group}"]
         self.truncated = arrays[f"truncated/{group}"]
