@@ -12,6 +12,7 @@ How a space maps to arrays is registered per space type with
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property, singledispatch
@@ -174,8 +175,12 @@ def _leaf_writer(array: np.ndarray, spec: ArraySpec, check_finite: bool) -> Call
         except (TypeError, ValueError, OverflowError, RuntimeWarning):
             # RuntimeWarning: numpy's "overflow encountered in cast", where warnings are errors
             raise WriteError(_store_problem(value, dtype)) from None
-        if check_finite and not np.isfinite(array[index]).all():
-            raise WriteError(finite_problem(value, dtype) or f"finite values, got {value}")
+        if check_finite:
+            stored = array[index]
+            # The sum of squares is finite when every value is, unless the sum overflows
+            # (then the exact check clears it); one call, a third of isfinite().all()'s time.
+            if not math.isfinite(np.vdot(stored, stored)) and not np.isfinite(stored).all():
+                raise WriteError(finite_problem(value, dtype) or f"finite values, got {value}")
 
     return write_leaf
 

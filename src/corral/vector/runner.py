@@ -183,11 +183,9 @@ class EnvRunner:
         """Mark the agents whose flag is set ``ended`` ("terminated" or "truncated")."""
         agents = self._agents
         for agent, flag in flags.items():
-            if flag is not True and flag is not False:
-                flag = self._flag(i, agent, ended, flag)
-            if not flag:
-                if agent not in agents:
-                    self._unknown(i, agent, _END_FLAGS[ended][0])
+            if flag is False:
+                continue
+            if flag is not True and not self._flag(i, agent, ended, flag):
                 continue
             slots = agents.get(agent) or self._unknown(i, agent, _END_FLAGS[ended][0])
             getattr(slots, ended)[i, slots.j] = True
