@@ -144,11 +144,15 @@ class ValueEnv(corral.MultiAgentEnv):
         return np.full(3, self.t, np.float32)
 
 
+_STARTED_RAY: list = []  # the Ray this module started, shut down at its end
+
+
 def _start_ray() -> None:
     ray = pytest.importorskip("ray")
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        _STARTED_RAY.append(ray)
 
 
 def _vector_env(backend: str, **kwargs) -> VectorEnv:
@@ -172,8 +176,8 @@ def venvs() -> Iterator[Callable[..., VectorEnv]]:
     yield get
     for venv in made.values():
         venv.close()
-    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
-        sys.modules["ray"].shutdown()
+    while _STARTED_RAY:
+        _STARTED_RAY.pop().shutdown()
 
 
 def _play(venv: VectorEnv, bad: str | None, actions: np.ndarray | None = None):
