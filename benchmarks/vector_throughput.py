@@ -7,6 +7,12 @@ printed as ratios to the raw loop. When installed, AgileRL's
 same env in the same run.
 
     python benchmarks/vector_throughput.py [--seconds 2] [--num-envs 1 2 4 8 16 32 64]
+
+``--check-finite`` measures instead what ``check_finite=True`` costs: the
+``sync`` backend on ``simple_spread_v3`` and ``corral/tag``, with it off and on,
+in alternating rounds (the median of each is printed):
+
+    python benchmarks/vector_throughput.py --check-finite [--rounds 5] [--num-envs 1 16]
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import numpy as np
 
 ENV_KWARGS = {"N": 3, "max_cycles": 25, "continuous_actions": False}
 NUM_ACTIONS = 5
+CHECK_FINITE_ENVS = {"mpe2/simple_spread_v3": ENV_KWARGS, "corral/tag": {}}
 
 
 def raw_env():
@@ -77,6 +84,47 @@ def bench_corral(backend: str, num_envs: int, seconds: float) -> float:
         venv.close()
 
 
+def bench_check_finite(id: str, num_envs: int, seconds: float, check_finite: bool) -> float:
+    """Env-steps/s of ``id`` on ``sync`` with random legal actions (masks honoured)."""
+    import corral
+
+    venv = corral.make_vec(
+        id,
+        num_envs,
+        "sync",
+        seed=0,
+        env_kwargs=CHECK_FINITE_ENVS[id],
+        copy=False,
+        check_finite=check_finite,
+    )
+    batch = venv.reset()
+    rng = np.random.default_rng(0)
+    keys = {g: rng.random((64, *mask.shape)) for g, mask in batch.action_mask.items()}
+
+    def step(k: int) -> None:
+        masks = batch.action_mask  # views: the latest step's masks
+        venv.step({g: np.argmax(np.where(masks[g], keys[g][k % 64], -1.0), -1) for g in keys})
+
+    try:
+        return timed(step, num_envs, seconds)
+    finally:
+        venv.close()
+
+
+def compare_check_finite(num_envs: list[int], seconds: float, rounds: int) -> None:
+    """Print env-steps/s with check_finite off and on, and their ratio."""
+    print(f"sync backend, median of {rounds} alternating rounds of {seconds:g} s each\n")
+    print(f"{'env':<24}{'num_envs':>9}{'off':>12}{'on':>12}{'on/off':>9}")
+    for id in CHECK_FINITE_ENVS:
+        for n in num_envs:
+            runs: dict[bool, list[float]] = {False: [], True: []}
+            for r in range(rounds):
+                for on in (False, True) if r % 2 == 0 else (True, False):
+                    runs[on].append(bench_check_finite(id, n, seconds, on))
+            off, on = (float(np.median(runs[k])) for k in (False, True))
+            print(f"{id:<24}{n:>9}{off:>12,.0f}{on:>12,.0f}{on / off:>9.3f}")
+
+
 def bench_agilerl(num_envs: int, seconds: float) -> float:
     from agilerl.vector.pz_async_vec_env import AsyncPettingZooVecEnv
 
@@ -119,7 +167,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     parser.add_argument("--backends", nargs="+", default=["sync", "subproc", "ray"])
+    parser.add_argument(
+        "--check-finite", action="store_true", help="measure what check_finite=True costs"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of --check-finite")
     args = parser.parse_args()
+    if args.check_finite:
+        print(
+            f"machine: {platform.machine()}, {platform.processor() or '?'}, "
+            f"python {platform.python_version()}, {_cpus()} cores"
+        )
+        compare_check_finite(args.num_envs, args.seconds, args.rounds)
+        return
 
     runners: dict[str, Callable[[int], float]] = {
         name: (lambda n, b=name: bench_corral(b, n, args.seconds))

@@ -293,6 +293,46 @@ class ObsWrongDtype(Broken):
         obs["p_2"] = obs["p_2"].astype(np.float64)
 
 
+class ObsScalar(Broken):
+    def corrupt(self, obs, rewards, terms, truncs, infos):
+        obs["p_2"] = np.float32(0.5)  # the space holds arrays of shape (2,)
+
+
+class Unbounded(Broken):
+    """Broken, with unbounded observations and state: only the finiteness rules catch inf."""
+
+    state_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._obs_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+
+class ObsInf(Unbounded):
+    def corrupt(self, obs, rewards, terms, truncs, infos):
+        obs["p_2"] = np.array([0.5, np.inf], dtype=np.float32)
+
+
+class ObsOverflowsFloat32(Unbounded):
+    def corrupt(self, obs, rewards, terms, truncs, infos):
+        obs["p_2"] = np.array([1e300, 0.5])
+
+
+class FinalObsNaN(Unbounded):
+    n = 2
+
+    def corrupt(self, obs, rewards, terms, truncs, infos):
+        infos["p_2"]["final_obs"] = np.array([np.nan, 0.5], dtype=np.float32)
+
+
+class StateInf(Unbounded):
+    def corrupt(self, obs, rewards, terms, truncs, infos):
+        pass  # only the state is broken
+
+    def state(self) -> np.ndarray:
+        return np.array([np.inf if self._step == 3 else self._step], dtype=np.float32)
+
+
 class ObsForDeadAgent(Broken):
     n = 3
 
@@ -446,6 +486,14 @@ class NotASpace(Relay):
 BROKEN = [
     (ObsOutsideSpace, "step 1: observation of agent 'p_2' is not in its observation space"),
     (ObsWrongDtype, "step 1: observation of agent 'p_2' is not in"),
+    (ObsScalar, "step 1: observation of agent 'p_2' is not in its observation space"),
+    (ObsInf, "step 1: observation of agent 'p_2': expected finite values, got inf at index (1,)"),
+    (
+        ObsOverflowsFloat32,
+        "step 1: observation of agent 'p_2': expected values that float32 holds",
+    ),
+    (FinalObsNaN, "step 2: final_obs of agent 'p_2': expected finite values, got nan"),
+    (StateInf, "step 2: env.state(): expected finite values, got inf at index (0,)"),
     (ObsForDeadAgent, "step 3: obs holds agent 'p_2', which is not in env.agents"),
     (ObsForUnknownAgent, "step 1: obs holds agent 'ghost', which is not one of possible_agents"),
     (MissingInfos, "step 1: infos has no entry for agent 'p_2', which is in obs"),
@@ -493,6 +541,7 @@ def test_obs_wrong_dtype_names_the_dtype() -> None:
 def test_broken_env_reports_only_its_own_rule() -> None:
     assert the_violation(Revived()).startswith("step 5: agent 'p_2' was revived")
     assert the_violation(NaNReward()).startswith("step 1: reward of agent 'p_0'")
+    assert the_violation(ObsInf()).startswith("step 1: observation of agent 'p_2': expected")
 
 
 def test_several_violations_are_reported_together() -> None:

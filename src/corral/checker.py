@@ -22,12 +22,14 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import singledispatch
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
 from corral.errors import CheckIncompleteWarning, EnvContractError
+from corral.values import describe, finite_problem
 
 MAX_REPEATS = 3
 """Messages kept per rule; further violations of the same rule are only counted."""
@@ -221,20 +223,14 @@ Rule = Callable[[Any, _Frame], Iterator[str]]
 
 
 def _in_space(space: spaces.Space, value: Any) -> bool:
-    try:
-        return bool(space.contains(value))
-    except (TypeError, ValueError, AttributeError, IndexError):
-        return False
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, np.ndarray):
-        text = f"array of shape {value.shape} and dtype {value.dtype}"
-        if value.size and np.issubdtype(value.dtype, np.number):
-            text += f" with values in [{value.min()}, {value.max()}]"
-        return text
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
+    # contains() warns about what it casts (a scalar, a list, an overflow): the verdict is
+    # what the checker reports, and a warning turned into an error must not end the check
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return bool(space.contains(value))
+        except (TypeError, ValueError, AttributeError, IndexError):
+            return False
 
 
 def _possible(env: Any) -> list:
@@ -292,8 +288,51 @@ def _obs_in_observation_spaces(env: Any, frame: _Frame) -> Iterator[str]:
         if space is not None and not _in_space(space, value):
             yield (
                 f"{frame.where}: observation of agent {agent!r} is not in its observation "
-                f"space {space}: got {_describe(value)}"
+                f"space {space}: got {describe(value)}"
             )
+
+
+@singledispatch
+def _unfinite_parts(space: spaces.Space, value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """``(path, problem)`` of each Box part of ``value`` holding NaN, inf, or a number that
+    overflows the Box's dtype (:func:`corral.values.finite_problem`)."""
+    return iter(())
+
+
+@_unfinite_parts.register
+def _(space: spaces.Box, value: Any, path: str) -> Iterator[tuple[str, str]]:
+    problem = finite_problem(value, space.dtype)
+    if problem:
+        yield path, problem
+
+
+@_unfinite_parts.register
+def _(space: spaces.Dict, value: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, Mapping):
+        for key, sub in space.spaces.items():
+            if key in value:
+                yield from _unfinite_parts(sub, value[key], f"{path}[{key!r}]")
+
+
+@_unfinite_parts.register
+def _(space: spaces.Tuple, value: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, (tuple, list)):
+        for k, (sub, part) in enumerate(zip(space.spaces, value, strict=False)):
+            yield from _unfinite_parts(sub, part, f"{path}[{k}]")
+
+
+def _observations_are_finite(env: Any, frame: _Frame) -> Iterator[str]:
+    possible = _possible(env)
+    observed = [(agent, "observation", value) for agent, value in frame.obs.items()]
+    for agent in frame.ended:
+        info = frame.infos.get(agent)
+        if isinstance(info, Mapping) and "final_obs" in info:
+            observed.append((agent, "final_obs", info["final_obs"]))
+    for agent, what, value in observed:
+        if agent not in possible:
+            continue
+        for path, problem in _unfinite_parts(env.observation_space(agent), value, ""):
+            yield f"{frame.where}: {what}{path} of agent {agent!r}: expected {problem}"
 
 
 def _episode_end_has_no_obs(env: Any, frame: _Frame) -> Iterator[str]:
@@ -331,7 +370,7 @@ def _action_mask_is_a_0_1_array(env: Any, frame: _Frame) -> Iterator[str]:
     for agent, mask in _masks(frame):
         name = f"{frame.where}: infos[{agent!r}]['action_mask']"
         if not isinstance(mask, np.ndarray):
-            yield f"{name} must be a numpy array of 0/1, got {_describe(mask)}"
+            yield f"{name} must be a numpy array of 0/1, got {describe(mask)}"
         elif mask.ndim != 1:
             yield f"{name} must be 1-D, got shape {mask.shape}"
         elif mask.dtype not in (np.int8, np.bool_):
@@ -372,7 +411,7 @@ def _state_in_state_space(env: Any, frame: _Frame) -> Iterator[str]:
     if space is None or not frame.agents:  # no state is owed once the episode is over
         return
     if not isinstance(space, spaces.Space):
-        yield f"{frame.where}: env.state_space must be a gymnasium space, got {_describe(space)}"
+        yield f"{frame.where}: env.state_space must be a gymnasium space, got {describe(space)}"
         return
     try:
         state = env.state()
@@ -381,8 +420,20 @@ def _state_in_state_space(env: Any, frame: _Frame) -> Iterator[str]:
         return
     if not _in_space(space, state):
         yield (
-            f"{frame.where}: env.state() is not in env.state_space {space}: got {_describe(state)}"
+            f"{frame.where}: env.state() is not in env.state_space {space}: got {describe(state)}"
         )
+
+
+def _state_is_finite(env: Any, frame: _Frame) -> Iterator[str]:
+    space = getattr(env, "state_space", None)
+    if not isinstance(space, spaces.Space) or not frame.agents:
+        return
+    try:
+        state = env.state()
+    except Exception:  # reported by _state_in_state_space
+        return
+    for path, problem in _unfinite_parts(space, state, ""):
+        yield f"{frame.where}: env.state(){path}: expected {problem}"
 
 
 def _step_dicts_name_alive_agents(env: Any, frame: _Frame) -> Iterator[str]:
@@ -414,8 +465,7 @@ def _rewards_are_finite_numbers(env: Any, frame: _Frame) -> Iterator[str]:
     for agent, reward in frame.rewards.items():
         if not isinstance(reward, numbers.Real) or isinstance(reward, bool):
             yield (
-                f"{frame.where}: reward of agent {agent!r} must be a number, "
-                f"got {_describe(reward)}"
+                f"{frame.where}: reward of agent {agent!r} must be a number, got {describe(reward)}"
             )
         elif not math.isfinite(reward):
             yield f"{frame.where}: reward of agent {agent!r} is {reward}; rewards must be finite"
@@ -427,7 +477,7 @@ def _end_flags_are_bools(env: Any, frame: _Frame) -> Iterator[str]:
             continue
         for agent, flag in values.items():
             if not isinstance(flag, (bool, np.bool_)):
-                yield f"{frame.where}: {name}[{agent!r}] must be a bool, got {_describe(flag)}"
+                yield f"{frame.where}: {name}[{agent!r}] must be a bool, got {describe(flag)}"
 
 
 def _ended_agents_leave(env: Any, frame: _Frame) -> Iterator[str]:
@@ -454,7 +504,7 @@ def _ended_agents_have_final_obs(env: Any, frame: _Frame) -> Iterator[str]:
             if not _in_space(space, info["final_obs"]):
                 yield (
                     f"{frame.where}: infos[{agent!r}]['final_obs'] is not in the observation "
-                    f"space {space}: got {_describe(info['final_obs'])}"
+                    f"space {space}: got {describe(info['final_obs'])}"
                 )
 
 
@@ -487,6 +537,7 @@ FRAME_RULES: tuple[Rule, ...] = (
     _obs_keys_are_live_agents,
     _simultaneous_envs_ask_every_live_agent,
     _obs_in_observation_spaces,
+    _observations_are_finite,
     _episode_end_has_no_obs,
     _infos_cover_acting_agents,
     _action_mask_is_a_0_1_array,
@@ -494,6 +545,7 @@ FRAME_RULES: tuple[Rule, ...] = (
     _action_mask_allows_an_action,
     _no_revived_agents,
     _state_in_state_space,
+    _state_is_finite,
 )
 """Rules checked on what every ``reset`` and ``step`` returns."""
 
@@ -524,7 +576,7 @@ def _possible_agents_are_unique_ids(env: Any) -> Iterator[str]:
 def _max_episode_steps_is_a_step_count(env: Any) -> Iterator[str]:
     limit = getattr(env, "max_episode_steps", None)
     if limit is not None and not _is_step_count(limit):
-        yield f"env.max_episode_steps must be a positive int or None, got {_describe(limit)}"
+        yield f"env.max_episode_steps must be a positive int or None, got {describe(limit)}"
 
 
 def _spaces_of(env: Any) -> dict[tuple[str, Any], Any]:
@@ -539,7 +591,7 @@ def _spaces_are_fixed_gymnasium_spaces(env: Any) -> Iterator[str]:
     first, second = _spaces_of(env), _spaces_of(env)
     for (kind, agent), space in first.items():
         if not isinstance(space, spaces.Space):
-            yield f"env.{kind}({agent!r}) must be a gymnasium space, got {_describe(space)}"
+            yield f"env.{kind}({agent!r}) must be a gymnasium space, got {describe(space)}"
         elif space is not second[(kind, agent)] and space != second[(kind, agent)]:
             yield (
                 f"env.{kind}({agent!r}) returned a different space on a second call "
@@ -868,7 +920,7 @@ def _reset(env: Any, seed: int, where: str) -> tuple[dict, dict]:
         and all(isinstance(part, dict) for part in result)
     ):
         raise _EnvFailed(
-            where, f"env.reset must return (obs, infos), two dicts; got {_describe(result)}"
+            where, f"env.reset must return (obs, infos), two dicts; got {describe(result)}"
         )
     return result
 
@@ -883,6 +935,6 @@ def _step(env: Any, actions: dict, where: str) -> tuple[dict, dict, dict, dict, 
         raise _EnvFailed(
             where,
             f"env.step must return (obs, rewards, terminations, truncations, infos), "
-            f"five dicts; got {_describe(result)}",
+            f"five dicts; got {describe(result)}",
         )
     return result

@@ -12,6 +12,7 @@ How a space maps to arrays is registered per space type with
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property, singledispatch
@@ -21,6 +22,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.groups import GroupMap, group_agents
+from corral.values import describe, finite_problem
 
 
 @dataclass(frozen=True)
@@ -95,30 +97,107 @@ def assemble(tree: Tree, path: str, arrays: Mapping[str, np.ndarray]) -> Any:
     return tuple(assemble(sub, f"{path}/{i}", arrays) for i, sub in enumerate(tree))
 
 
-def writer(tree: Tree, path: str, arrays: Mapping[str, np.ndarray]) -> Callable[..., None]:
-    """A function ``write(index, value)`` storing one value at ``index`` of the arrays."""
+class WriteError(ValueError):
+    """A value that does not fit the arrays it is written to.
+
+    ``expected`` says what was expected and what came (``"shape (3,), got float 0.5"``);
+    ``where`` is the path to the bad part of a Dict or Tuple value (``"['pos']"``), or ``""``.
+    """
+
+    def __init__(self, expected: str, where: str = "") -> None:
+        super().__init__(f"{where}{': ' if where else ''}expected {expected}")
+        self.expected = expected
+        self.where = where
+
+    def inside(self, key: Any) -> WriteError:
+        """This error, seen from the Dict or Tuple value that holds the bad part at ``key``."""
+        return WriteError(self.expected, f"[{key!r}]{self.where}")
+
+
+def writer(
+    tree: Tree, path: str, arrays: Mapping[str, np.ndarray], check_finite: bool = False
+) -> Callable[..., None]:
+    """A function ``write(index, value)`` storing one value at ``index`` of the arrays.
+
+    A value whose shape is not the space's (nothing is broadcast), or that the
+    array's dtype cannot hold, raises :class:`WriteError`; with ``check_finite``, so
+    does NaN or inf in a float array, or a value that overflows it (``1e300`` in
+    ``float32``). A value that raised may be partly written.
+    """
     if isinstance(tree, ArraySpec):
-        array = arrays[path]
-
-        def write_leaf(index: tuple[int, ...], value: Any) -> None:
-            array[index] = value
-
-        return write_leaf
+        return _leaf_writer(arrays[path], tree, check_finite)
     if isinstance(tree, dict):
-        parts = {key: writer(sub, f"{path}/{key}", arrays) for key, sub in tree.items()}
+        parts = {
+            key: writer(sub, f"{path}/{key}", arrays, check_finite) for key, sub in tree.items()
+        }
 
         def write_dict(index: tuple[int, ...], value: Mapping[str, Any]) -> None:
             for key, write in parts.items():
-                write(index, value[key])
+                try:
+                    part = value[key]
+                except (KeyError, TypeError, IndexError):
+                    raise WriteError(
+                        f"a dict with keys {list(parts)}, got {describe(value)}"
+                    ) from None
+                try:
+                    write(index, part)
+                except WriteError as err:
+                    raise err.inside(key) from None
 
         return write_dict
-    items = [writer(sub, f"{path}/{i}", arrays) for i, sub in enumerate(tree)]
+    items = [writer(sub, f"{path}/{i}", arrays, check_finite) for i, sub in enumerate(tree)]
 
     def write_tuple(index: tuple[int, ...], value: Any) -> None:
-        for write, part in zip(items, value, strict=True):
-            write(index, part)
+        if not isinstance(value, (tuple, list)) or len(value) != len(items):
+            raise WriteError(f"a tuple of {len(items)} values, got {describe(value)}")
+        for k, (write, part) in enumerate(zip(items, value, strict=True)):
+            try:
+                write(index, part)
+            except WriteError as err:
+                raise err.inside(k) from None
 
     return write_tuple
+
+
+def _leaf_writer(array: np.ndarray, spec: ArraySpec, check_finite: bool) -> Callable[..., None]:
+    shape, dtype = spec.shape, spec.dtype
+    check_finite = check_finite and dtype.kind == "f"
+
+    def write_leaf(index: tuple[int, ...], value: Any) -> None:
+        try:
+            got = value.shape
+        except AttributeError:
+            got = _shape_of(value)
+        if got != shape:
+            raise WriteError(f"shape {shape}, got {describe(value)}")
+        try:
+            array[index] = value
+        except (TypeError, ValueError, OverflowError, RuntimeWarning):
+            # RuntimeWarning: numpy's "overflow encountered in cast", where warnings are errors
+            raise WriteError(_store_problem(value, dtype)) from None
+        if check_finite:
+            stored = array[index]
+            # The sum of squares is finite when every value is, unless the sum overflows
+            # (then the exact check clears it); one call, a third of isfinite().all()'s time.
+            if not math.isfinite(np.vdot(stored, stored)) and not np.isfinite(stored).all():
+                raise WriteError(finite_problem(value, dtype) or f"finite values, got {value}")
+
+    return write_leaf
+
+
+def _shape_of(value: Any) -> tuple[int, ...] | None:
+    """The shape of a value that is not an array (``None`` for a ragged sequence)."""
+    if isinstance(value, (int, float)):
+        return ()
+    try:
+        return np.shape(value)
+    except ValueError:
+        return None
+
+
+def _store_problem(value: Any, dtype: np.dtype) -> str:
+    """Why numpy could not store ``value`` in an array of ``dtype``."""
+    return finite_problem(value, dtype) or f"values of dtype {dtype}, got {describe(value)}"
 
 
 def reader(tree: Tree, path: str, arrays: Mapping[str, np.ndarray]) -> Callable[..., Any]:
@@ -160,7 +239,11 @@ class Group:
 
 
 class Layout:
-    """Groups, agent positions and the arrays of a batch of ``num_envs`` envs."""
+    """Groups, agent positions and the arrays of a batch of ``num_envs`` envs.
+
+    ``check_finite``: observations, rewards and states must be finite (and fit
+    their arrays' dtypes); it travels with the layout to every backend's runners.
+    """
 
     def __init__(
         self,
@@ -170,9 +253,11 @@ class Layout:
         state_space: spaces.Space | None,
         num_envs: int,
         group_map: GroupMap = None,
+        check_finite: bool = False,
     ) -> None:
         self.num_envs = num_envs
         self.state_space = state_space
+        self.check_finite = check_finite
         groups = group_agents(possible_agents, observation_space, action_space, group_map)
         self.groups = {
             name: Group(name, tuple(agents), observation_space(agents[0]), action_space(agents[0]))

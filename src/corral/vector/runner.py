@@ -5,22 +5,30 @@ runs one over all envs, a worker process or Ray actor runs one over its own
 envs. It is the only place that turns env dicts into batch arrays and the
 only place that resets a finished env, so every backend returns the same
 batch for the same seeds and actions.
+
+It is also where an env's values are judged: an unknown agent, a value of the
+wrong shape or type, or (with the layout's ``check_finite``) a NaN, inf or
+overflowing value raises :class:`~corral.errors.EnvError` naming the env, the
+agent and the field.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from corral.adapters import adapt
 from corral.env import MultiAgentEnv
 from corral.errors import EnvError
+from corral.values import describe
 from corral.vector.backend import guarded
-from corral.vector.layout import Layout, array_tree, reader, writer
+from corral.vector.layout import ArraySpec, Layout, WriteError, array_tree, reader, writer
 
 
 class EnvRunner:
@@ -54,6 +62,7 @@ class EnvRunner:
         self.arrays = arrays
         self.offset = offset
         self.has_state = layout.state_space is not None
+        self.check_finite = layout.check_finite
         self._acting: list[list[str]] = [[] for _ in self.envs]
         # How many agents each env's alive row holds: a step that leaves env.agents with
         # another count had agents join (or break the contract), and alive is read anew.
@@ -66,12 +75,20 @@ class EnvRunner:
         self._state_paths = [p for p in arrays if p.startswith("state")]
         self._agents: dict[str, _AgentSlots] = {}
         for g in layout.groups.values():
-            obs_write = writer(g.obs_tree, f"obs/{g.name}", arrays)
+            obs_write = writer(g.obs_tree, f"obs/{g.name}", arrays, self.check_finite)
             act_read = reader(g.action_tree, f"action/{g.name}", arrays)
+            mask_write = None
+            if g.num_actions is not None:
+                mask_spec = ArraySpec((g.num_actions,), np.dtype(bool))
+                mask_write = writer(mask_spec, f"action_mask/{g.name}", arrays)
             for j, agent in enumerate(g.agents):
-                self._agents[agent] = _AgentSlots(g.name, j, obs_write, act_read, arrays)
+                self._agents[agent] = _AgentSlots(
+                    g.name, j, obs_write, act_read, mask_write, arrays
+                )
         self._state_write = (
-            writer(array_tree(layout.state_space), "state", arrays) if self.has_state else None
+            writer(array_tree(layout.state_space), "state", arrays, self.check_finite)
+            if self.has_state
+            else None
         )
 
     # -- commands -----------------------------------------------------------------
@@ -216,6 +233,8 @@ class EnvRunner:
         for g in self.layout.groups:
             self._running_return[g][i] = 0
         self._length[i] = 0
+        if type(obs) is not dict or type(infos) is not dict:
+            self._check_dicts(i, "reset()", {"obs": obs, "infos": infos})
         self._read_alive(i, self.envs[i].agents)
         self._write_observations(i, obs, infos)
         self._write_state(i, self.envs[i])
@@ -229,30 +248,60 @@ class EnvRunner:
         truncations: Mapping[str, bool],
         infos: Mapping[str, Any],
     ) -> None:
+        if not (
+            type(obs) is dict
+            and type(rewards) is dict
+            and type(terminations) is dict
+            and type(truncations) is dict
+            and type(infos) is dict
+        ):
+            parts = {"obs": obs, "rewards": rewards, "terminations": terminations}
+            parts.update(truncations=truncations, infos=infos)
+            self._check_dicts(i, "step()", parts)
+        agents, check_finite = self._agents, self.check_finite
         for agent, reward in rewards.items():
-            slots = self._agents[agent]
+            slots = agents.get(agent) or self._unknown(i, agent, "rewards")
+            if not isinstance(reward, (float, int)):
+                reward = self._real(i, agent, reward)
+            if check_finite and not math.isfinite(reward):
+                raise self._error(
+                    i, f"reward of agent {agent!r}: expected a finite number, got {reward}"
+                )
             slots.reward[i, slots.j] = reward
             self._running_return[slots.group][i, slots.j] += reward
-        for ended, field in ((terminations, "terminated"), (truncations, "truncated")):
-            for agent, flag in ended.items():
-                if flag:
-                    slots = self._agents[agent]
-                    getattr(slots, field)[i, slots.j] = True
-                    if slots.alive[i, slots.j]:
-                        slots.alive[i, slots.j] = False
-                        self._num_alive[i] -= 1
-                    final = infos.get(agent, {}).get("final_obs")
-                    if final is not None:
-                        slots.write_obs(i, final)
+        self._record_ends(i, terminations, "terminated", infos)
+        self._record_ends(i, truncations, "truncated", infos)
         self._length[i] += 1
         self._write_observations(i, obs, infos)
+
+    def _record_ends(
+        self, i: int, flags: Mapping[str, Any], ended: str, infos: Mapping[str, Any]
+    ) -> None:
+        """Mark the agents whose flag is set ``ended`` ("terminated" or "truncated")."""
+        agents = self._agents
+        for agent, flag in flags.items():
+            if flag is False:
+                continue
+            if flag is not True and not self._flag(i, agent, ended, flag):
+                continue
+            slots = agents.get(agent) or self._unknown(i, agent, _END_FLAGS[ended][0])
+            getattr(slots, ended)[i, slots.j] = True
+            if slots.alive[i, slots.j]:
+                slots.alive[i, slots.j] = False
+                self._num_alive[i] -= 1
+            final = self._info(i, infos, agent, "final_obs")
+            if final is not None:
+                try:
+                    slots.write_obs((i, slots.j), final)
+                except WriteError as err:
+                    raise self._bad_value(i, agent, "final_obs", err) from None
 
     def _read_alive(self, i: int, agents: Sequence[str]) -> None:
         """Set env ``i``'s alive row to exactly ``agents`` (agents that joined included)."""
         for g in self.layout.groups:
             self.arrays[f"alive/{g}"][i] = False
         for agent in agents:
-            slots = self._agents[agent]
+            slots = self._agents.get(agent) or self._unknown(i, agent, "env.agents")
             slots.alive[i, slots.j] = True
         self._num_alive[i] = len(agents)
 
@@ -260,18 +309,92 @@ class EnvRunner:
         for agent in self._acting[i]:
             slots = self._agents[agent]
             slots.acting[i, slots.j] = False
+        agents = self._agents
         for agent, value in obs.items():
-            slots = self._agents[agent]
-            slots.write_obs(i, value)
+            slots = agents.get(agent) or self._unknown(i, agent, "obs")
+            try:
+                slots.write_obs((i, slots.j), value)
+            except WriteError as err:
+                raise self._bad_value(i, agent, "observation", err) from None
             slots.acting[i, slots.j] = True
-            if slots.mask is not None:
-                mask = infos[agent].get("action_mask") if agent in infos else None
-                slots.mask[i, slots.j] = True if mask is None else mask
+            if slots.write_mask is not None:
+                info = infos.get(agent)
+                try:
+                    mask = None if info is None else info.get("action_mask")
+                except AttributeError:
+                    mask = self._info(i, infos, agent, "action_mask")  # raises
+                if mask is None:
+                    slots.mask[i, slots.j] = True
+                else:
+                    try:
+                        slots.write_mask((i, slots.j), mask)
+                    except WriteError as err:
+                        raise self._bad_value(i, agent, "action_mask", err) from None
         self._acting[i] = list(obs)
 
     def _write_state(self, i: int, env: Any) -> None:
         if self._state_write is not None:
-            self._state_write((i,), env.state())
+            state = guarded(self.offset + i, "state()", env.state)
+            try:
+                self._state_write((i,), state)
+            except WriteError as err:
+                raise self._error(i, f"state{err.where}: expected {err.expected}") from None
+
+    # -- judging an env's values (the slow paths: the checks of the good path are inline) ---
+
+    def _error(self, i: int, message: str) -> EnvError:
+        return EnvError(self.offset + i, message)
+
+    def _bad_value(self, i: int, agent: str, field: str, err: WriteError) -> EnvError:
+        return self._error(i, f"{field}{err.where} of agent {agent!r}: expected {err.expected}")
+
+    def _unknown(self, i: int, agent: Any, field: str) -> NoReturn:
+        raise self._error(
+            i,
+            f"{field} names agent {agent!r}, which is not one of possible_agents "
+            f"{list(self._agents)}",
+        )
+
+    def _check_dicts(self, i: int, call: str, parts: dict[str, Any]) -> None:
+        for name, part in parts.items():
+            if not isinstance(part, Mapping):
+                raise self._error(
+                    i,
+                    f"{call} must return {len(parts)} dicts ({', '.join(parts)}), "
+                    f"but {name} is {describe(part)}",
+                )
+
+    def _real(self, i: int, agent: str, reward: Any) -> float:
+        """``reward`` as a float, if it is a real number (or an array holding one)."""
+        if isinstance(reward, (numbers.Real, np.bool_)):
+            return float(reward)
+        if isinstance(reward, np.ndarray) and reward.size == 1 and reward.dtype.kind in "biuf":
+            return float(reward.item())
+        raise self._error(
+            i, f"reward of agent {agent!r}: expected a real number, got {describe(reward)}"
+        )
+
+    def _flag(self, i: int, agent: str, ended: str, flag: Any) -> bool:
+        """``flag`` as a bool, if it is one (a numpy bool, 0 or 1, or an array holding one)."""
+        value = flag.item() if isinstance(flag, np.ndarray) and flag.size == 1 else flag
+        if isinstance(value, (bool, np.bool_)) or (
+            isinstance(value, numbers.Integral) and value in (0, 1)
+        ):
+            return bool(value)
+        field = _END_FLAGS[ended][1]
+        raise self._error(i, f"{field} of agent {agent!r}: expected a bool, got {describe(flag)}")
+
+    def _info(self, i: int, infos: Mapping[str, Any], agent: str, key: str) -> Any:
+        """``infos[agent][key]``, or ``None`` where there is none."""
+        info = infos.get(agent)
+        if info is None:
+            return None
+        try:
+            return info.get(key)
+        except AttributeError:
+            raise self._error(
+                i, f"info of agent {agent!r}: expected a dict, got {describe(info)}"
+            ) from None
 
     def _truncate(self, i: int) -> None:
         """End env ``i``'s episode where it stands: its agents alive are truncated."""
@@ -317,6 +440,13 @@ def _raise_first(faults: list[EnvError]) -> None:
         raise faults[0]
 
 
+# The batch array of each end flag -> the dict that holds it and its name in messages.
+_END_FLAGS = {
+    "terminated": ("terminations", "termination"),
+    "truncated": ("truncations", "truncation"),
+}
+
+
 def _skip_action_checks(env: Any) -> None:
     """The vector env validated the batch: checking each env's actions again is waste."""
     if isinstance(env, MultiAgentEnv):
@@ -336,6 +466,7 @@ class _AgentSlots:
         "reward",
         "terminated",
         "truncated",
+        "write_mask",
         "write_obs",
     )
 
@@ -345,12 +476,14 @@ class _AgentSlots:
         j: int,
         obs_write: Callable[[tuple[int, ...], Any], None],
         act_read: Callable[[tuple[int, ...]], Any],
+        mask_write: Callable[[tuple[int, ...], Any], None] | None,
         arrays: Mapping[str, np.ndarray],
     ) -> None:
         self.group = group
         self.j = j
-        self.write_obs = lambda i, value: obs_write((i, j), value)
+        self.write_obs = obs_write  # write_obs((i, j), obs)
         self.read_action = lambda i: act_read((i, j))
+        self.write_mask = mask_write  # write_mask((i, j), mask)
         self.reward = arrays[f"reward/{group}"]
         self.terminated = arrays[f"terminated/{group}"]
         self.truncated = arrays[f"truncated/{group}"]

@@ -68,9 +68,19 @@ def _(space: spaces.Box, array: Any, acting: np.ndarray) -> Problem:
     if not np.isfinite(array).all():
         return _first(live & ~np.isfinite(array), "finite values (got NaN or inf)")
     outside = (array < space.low) | (array > space.high)
-    if not outside.any():
-        return None
-    return _first(live & outside, f"values within [{space.low.min()}, {space.high.max()}]")
+    if outside.any():
+        problem = _first(live & outside, f"values within [{space.low.min()}, {space.high.max()}]")
+        if problem is not None:
+            return problem
+    if space.dtype.kind == "f" and not np.can_cast(array.dtype, space.dtype):
+        # only a wider input can hold values beyond the space's dtype (an unbounded Box)
+        limit = np.finfo(space.dtype).max
+        over = np.abs(array) > limit
+        if over.any():
+            return _first(
+                live & over, f"values that {space.dtype} holds (|x| <= {limit:.6g}; more is inf)"
+            )
+    return None
 
 
 @action_array_problem.register

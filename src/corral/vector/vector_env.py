@@ -18,6 +18,7 @@ from corral.errors import (
     WorkerTimeoutError,
 )
 from corral.groups import GroupMap
+from corral.values import debug_mode
 from corral.vector.backend import EnvFn, backend_class, check_options, check_timeout
 from corral.vector.layout import Layout, array_tree, assemble
 from corral.vector.sampling import sample_array
@@ -97,6 +98,12 @@ class VectorEnv:
             ``err.batch`` (the next step goes on from it), or ``"restart"``: warn
             (:class:`~corral.errors.EnvRestartWarning`) and return the batch. An env
             that cannot be restarted raises either way.
+        check_finite: raise :class:`~corral.errors.EnvError` (naming the env, agent
+            and field) for NaN or inf in an observation, ``final_obs``, reward or
+            state, or a value that overflows its array's dtype (``1e300`` as
+            ``float32``). ``None`` (the default): on in debug mode
+            (:func:`corral.values.debug_mode`: ``CORRAL_DEBUG=1`` or
+            ``python -X dev``), off otherwise, as it costs time in every step.
         **options: backend options (``num_workers``, ``envs_per_worker``,
             ``start_method``, ``timeout``, ``ray_address``...); an option the
             backend does not take raises ``ValueError``.
@@ -121,6 +128,7 @@ class VectorEnv:
         copy: bool = True,
         clip_actions: bool = False,
         on_env_error: Literal["raise", "restart"] = "raise",
+        check_finite: bool | None = None,
         **options: Any,
     ) -> None:
         if len(env_fns) == 0:
@@ -132,6 +140,7 @@ class VectorEnv:
         self.copy = copy
         self.clip_actions = clip_actions
         self.on_env_error = on_env_error
+        self.check_finite = debug_mode() if check_finite is None else bool(check_finite)
         self._pending = _Pending.CLOSED
         self._backend = backend_class(backend)(list(env_fns), **options)
         info = self._backend.env_info()
@@ -145,6 +154,7 @@ class VectorEnv:
             info.state_space if state else None,
             len(env_fns),
             group_map,
+            check_finite=self.check_finite,
         )
         self._clipped = {
             name: np.zeros((len(env_fns), len(g.agents)), np.int64)
@@ -441,6 +451,7 @@ def make_vec(
     copy: bool = True,
     clip_actions: bool = False,
     on_env_error: Literal["raise", "restart"] = "raise",
+    check_finite: bool | None = None,
     env_kwargs: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> VectorEnv:
@@ -462,6 +473,7 @@ def make_vec(
         copy=copy,
         clip_actions=clip_actions,
         on_env_error=on_env_error,
+        check_finite=check_finite,
         **options,
     )
 

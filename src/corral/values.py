@@ -1,0 +1,74 @@
+"""How corral describes and judges the values an env returns, and whether it runs in debug mode.
+
+The vector env (:mod:`corral.vector`) and the conformance checker
+(:mod:`corral.checker`) both name a bad value in their messages and judge
+numbers the same way: NaN and inf are not finite, and a finite value that
+its dtype cannot hold (``1e300`` as ``float32``) overflows.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+DEBUG_ENV_VAR = "CORRAL_DEBUG"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+def debug_mode() -> bool:
+    """Whether corral runs in debug mode: ``CORRAL_DEBUG`` set to a true value
+    (``1``, ``true``, ``yes``, ``on``) or Python's development mode (``python -X dev``).
+
+    In debug mode a vector env checks that every observation, reward and state
+    is finite (``check_finite``) unless told otherwise.
+    """
+    return sys.flags.dev_mode or os.environ.get(DEBUG_ENV_VAR, "").strip().lower() in _TRUE
+
+
+def describe(value: Any) -> str:
+    """``value`` as a message names it: type, and shape, dtype and range for arrays."""
+    if isinstance(value, np.ndarray):
+        text = f"array of shape {value.shape} and dtype {value.dtype}"
+        if value.size and np.issubdtype(value.dtype, np.number):
+            text += f" with values in [{value.min()}, {value.max()}]"
+        return text
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
+
+
+def finite_problem(value: Any, dtype: np.dtype) -> str | None:
+    """What ``value``'s numbers, stored as ``dtype``, should have been, or ``None`` if fine.
+
+    A float ``value`` with NaN or inf is not finite; a value beyond the range of
+    ``dtype`` (``1e300`` stored as ``float32`` becomes inf) overflows it. The text
+    reads after "expected", e.g. ``"finite values, got nan at index (2,)"``.
+    """
+    try:
+        numbers = np.asarray(value)
+    except (TypeError, ValueError):
+        return None
+    if numbers.dtype.kind not in "biuf" or numbers.size == 0:
+        return None
+    if numbers.dtype.kind == "f":
+        bad = ~np.isfinite(numbers)
+        if bad.any():
+            return f"finite values, got {numbers[bad][0]}{_at(bad)}"
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "iuf":
+        return None
+    info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+    wide = numbers.astype(np.float64) if numbers.dtype.kind in "biu" else numbers
+    over = (wide > info.max) | (wide < info.min)
+    if not over.any():
+        return None
+    return (
+        f"values that {dtype} holds (in [{info.min:.6g}, {info.max:.6g}]), got "
+        f"{numbers[over][0]:.6g}{_at(over)}, which overflows {dtype}"
+    )
+
+
+def _at(bad: np.ndarray) -> str:
+    return f" at index {tuple(int(k) for k in np.argwhere(bad)[0])}" if bad.ndim else ""

@@ -1,0 +1,408 @@
+"""Bad values an env returns, and bad actions, raise errors naming the env, agent and field.
+
+``ValueEnv`` returns one chosen bad value at step 2 of its episodes (or at reset).
+It runs as env 3 of four: with ``subproc`` and ``ray`` that is the second env of
+the second worker, so a worker's first env (2) must not be blamed for it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+import cloudpickle
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import corral
+from corral.errors import EnvError, InvalidActionError
+from corral.values import debug_mode, finite_problem
+from corral.vector import VectorEnv
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+
+NUM_ENVS, BAD_ENV = 4, 3
+OPTIONS = {
+    "sync": {},
+    "subproc": {"envs_per_worker": 2},
+    "ray": {"envs_per_worker": 2, "num_cpus_per_worker": 0.25},  # four at once fit 2 CPUs
+}
+BACKENDS = list(OPTIONS)
+UNBOUNDED = spaces.Box(-np.inf, np.inf, (3,), np.float32)
+
+
+def _obs_shape(obs, rewards, terms, truncs, infos) -> None:
+    obs["agent_1"] = np.zeros(4, np.float32)
+
+
+def _obs_scalar(obs, rewards, terms, truncs, infos) -> None:
+    obs["agent_1"] = 0.5
+
+
+def _obs_nan(obs, rewards, terms, truncs, infos) -> None:
+    obs["agent_1"][1] = np.nan
+
+
+def _obs_overflow(obs, rewards, terms, truncs, infos) -> None:
+    obs["agent_1"] = np.array([0.0, 1e300, 0.0])  # float64: inf once stored as float32
+
+
+def _reward_text(obs, rewards, terms, truncs, infos) -> None:
+    rewards["agent_1"] = "1.5"
+
+
+def _reward_nan(obs, rewards, terms, truncs, infos) -> None:
+    rewards["agent_1"] = float("nan")
+
+
+def _unknown_agent(obs, rewards, terms, truncs, infos) -> None:
+    rewards["ghost"] = 0.0
+
+
+def _final_obs_inf(obs, rewards, terms, truncs, infos) -> None:
+    infos["agent_0"]["final_obs"][0] = np.inf
+
+
+def _termination_text(obs, rewards, terms, truncs, infos) -> None:
+    terms["agent_1"] = "no"
+
+
+def _info_not_a_dict(obs, rewards, terms, truncs, infos) -> None:
+    infos["agent_0"] = ["not", "a", "dict"]  # agent_0 ends: its final_obs is read
+
+
+FAULTS: dict[str, Callable[..., None]] = {
+    "obs_shape": _obs_shape,
+    "obs_scalar": _obs_scalar,
+    "obs_nan": _obs_nan,
+    "obs_overflow": _obs_overflow,
+    "reward_text": _reward_text,
+    "reward_nan": _reward_nan,
+    "unknown_agent": _unknown_agent,
+    "final_obs_inf": _final_obs_inf,
+    "termination_text": _termination_text,
+    "info_not_a_dict": _info_not_a_dict,
+}
+
+
+class ValueEnv(corral.MultiAgentEnv):
+    """``agent_0`` and ``agent_1`` with unbounded Box observations, actions and state.
+
+    ``agent_0`` terminates at step 2 (with a ``final_obs``), ``agent_1`` at step 3.
+    At step 2 the env applies ``FAULTS[bad]`` to what it returns, or with
+    ``bad="rewards_not_a_dict"`` returns a list of rewards; ``"obs_scalar_at_reset"``
+    and ``"state_nan"`` break ``reset`` and ``state``.
+    """
+
+    possible_agents = ["agent_0", "agent_1"]
+    state_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+    def __init__(self) -> None:
+        self.bad: str | None = None
+        self.agents: list[str] = []
+        self.t = 0
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return UNBOUNDED
+
+    def action_space(self, agent: str) -> spaces.Box:
+        return spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+    def state(self) -> np.ndarray:
+        state = np.array([self.t, 0.0], np.float32)
+        if self.bad == "state_nan" and self.t == 2:
+            state[1] = np.nan
+        return state
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.t = list(self.possible_agents), 0
+        obs = {a: self._obs() for a in self.agents}
+        if self.bad == "obs_scalar_at_reset":
+            obs["agent_1"] = 0.5
+        return obs, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        ending = [a for a in self.agents if self.t >= {"agent_0": 2, "agent_1": 3}[a]]
+        alive = self.agents
+        self.agents = [a for a in alive if a not in ending]
+        obs = {a: self._obs() for a in self.agents}
+        rewards = {a: 1.0 for a in alive}
+        terms = {a: a in ending for a in alive}
+        truncs = {a: False for a in alive}
+        infos = {a: {"final_obs": self._obs()} if a in ending else {} for a in alive}
+        if self.t == 2 and self.bad in FAULTS:
+            FAULTS[self.bad](obs, rewards, terms, truncs, infos)
+        if self.t == 2 and self.bad == "rewards_not_a_dict":
+            return obs, list(rewards.values()), terms, truncs, infos
+        return obs, rewards, terms, truncs, infos
+
+    def _obs(self) -> np.ndarray:
+        return np.full(3, self.t, np.float32)
+
+
+_STARTED_RAY: list = []  # the Ray this module started, shut down at its end
+
+
+def _start_ray() -> None:
+    ray = pytest.importorskip("ray")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        _STARTED_RAY.append(ray)
+
+
+def _vector_env(backend: str, **kwargs) -> VectorEnv:
+    if backend == "ray":
+        _start_ray()
+    return VectorEnv([ValueEnv] * NUM_ENVS, backend, state=True, **kwargs, **OPTIONS[backend])
+
+
+@pytest.fixture(scope="module")
+def venvs() -> Iterator[Callable[..., VectorEnv]]:
+    """``venvs(backend, check_finite)``: one vector env of ValueEnvs per pair, kept for the
+    module (starting Ray actors costs seconds); ``check_finite=None`` leaves it unset."""
+    made: dict[tuple[str, bool | None], VectorEnv] = {}
+
+    def get(backend: str, check_finite: bool | None = None) -> VectorEnv:
+        if (backend, check_finite) not in made:
+            options = {} if check_finite is None else {"check_finite": check_finite}
+            made[backend, check_finite] = _vector_env(backend, **options)
+        return made[backend, check_finite]
+
+    yield get
+    for venv in made.values():
+        venv.close()
+    while _STARTED_RAY:
+        _STARTED_RAY.pop().shutdown()
+
+
+def _play(venv: VectorEnv, bad: str | None, actions: np.ndarray | None = None):
+    """Give env ``BAD_ENV`` the fault ``bad``, reset and take three steps; the last batch."""
+    venv.set_attr("bad", [bad if i == BAD_ENV else None for i in range(venv.num_envs)])
+    batch = venv.reset(seed=0)
+    for _ in range(3):
+        zeros = np.zeros((venv.num_envs, 2, 2), np.float32)
+        batch = venv.step({"agent": zeros if actions is None else actions})
+    return batch
+
+
+def _error(venv: VectorEnv, bad: str) -> str:
+    """The message of the EnvError that env ``BAD_ENV``'s fault ``bad`` raises."""
+    with pytest.raises(EnvError) as info:
+        _play(venv, bad)
+    assert info.value.env_index == BAD_ENV, str(info.value)
+    message = str(info.value)
+    assert message.startswith(f"env {BAD_ENV}: "), message
+    return message
+
+
+# -- every backend ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        (
+            "obs_shape",
+            "observation of agent 'agent_1': expected shape (3,), got array of shape (4,)",
+        ),
+        ("obs_scalar", "observation of agent 'agent_1': expected shape (3,), got float 0.5"),
+        ("reward_text", "reward of agent 'agent_1': expected a real number, got str '1.5'"),
+        ("unknown_agent", "rewards names agent 'ghost', which is not one of possible_agents"),
+    ],
+)
+def test_bad_values_name_the_env_agent_and_field(venvs, backend, bad, expected) -> None:
+    message = _error(venvs(backend), bad)
+    assert expected in message
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nan_raises_with_check_finite_and_passes_without(venvs, backend) -> None:
+    checked = venvs(backend, check_finite=True)
+    assert "observation of agent 'agent_1': expected finite values, got nan at index (1,)" in (
+        _error(checked, "obs_nan")
+    )
+    assert "reward of agent 'agent_1': expected a finite number, got nan" in (
+        _error(checked, "reward_nan")
+    )
+    unchecked = venvs(backend, check_finite=False)
+    unchecked.set_attr("bad", [None, None, None, "obs_nan"])
+    unchecked.reset(seed=0)
+    zeros = {"agent": np.zeros((NUM_ENVS, 2, 2), np.float32)}
+    unchecked.step(zeros)
+    batch = unchecked.step(zeros)  # step 2
+    assert np.isnan(batch.obs["agent"][BAD_ENV, 1, 1])
+    assert not np.isnan(batch.obs["agent"][:BAD_ENV]).any()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float32_overflow_in_obs_raises_with_check_finite(venvs, backend) -> None:
+    message = _error(venvs(backend, check_finite=True), "obs_overflow")
+    assert "observation of agent 'agent_1': expected values that float32 holds" in message
+    assert "got 1e+300 at index (1,), which overflows float32" in message
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_action_that_overflows_an_unbounded_box_is_rejected(venvs, backend) -> None:
+    venv = venvs(backend)
+    actions = np.zeros((NUM_ENVS, 2, 2))  # float64, wider than the float32 space
+    actions[BAD_ENV, 1, 0] = 1e300
+    with pytest.raises(InvalidActionError) as info:
+        _play(venv, None, actions)
+    message = str(info.value)
+    assert f"group 'agent', env {BAD_ENV}, agent 'agent_1'" in message
+    assert "expected values that float32 holds" in message
+    actions[BAD_ENV, 1, 0] = 3e38  # within float32: accepted
+    _play(venv, None, actions)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_corral_debug_turns_check_finite_on(backend, monkeypatch) -> None:
+    monkeypatch.setenv("CORRAL_DEBUG", "1")
+    venv = _vector_env(backend)
+    try:
+        assert venv.check_finite
+        assert "observation of agent 'agent_1': expected finite values" in _error(venv, "obs_nan")
+    finally:
+        venv.close()
+    monkeypatch.setenv("CORRAL_DEBUG", "0")
+    venv = _vector_env("sync")
+    assert not venv.check_finite
+    venv.close()
+
+
+# -- the runner is the same on every backend: the other fields, in-process -----------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        ("obs_scalar_at_reset", "observation of agent 'agent_1': expected shape (3,)"),
+        ("final_obs_inf", "final_obs of agent 'agent_0': expected finite values, got inf"),
+        ("state_nan", "state: expected finite values, got nan at index (1,)"),
+        ("termination_text", "termination of agent 'agent_1': expected a bool, got str 'no'"),
+        ("info_not_a_dict", "info of agent 'agent_0': expected a dict, got list"),
+        ("rewards_not_a_dict", "step() must return 5 dicts (obs, rewards, terminations,"),
+    ],
+)
+def test_every_field_is_named(venvs, bad, expected) -> None:
+    assert expected in _error(venvs("sync", check_finite=True), bad)
+
+
+@pytest.mark.parametrize(
+    ("reward", "got"),
+    [(None, "NoneType None"), (np.ones(2), "array of shape (2,)"), (1 + 2j, "complex")],
+)
+def test_rewards_that_are_not_real_numbers_raise_without_check_finite(reward, got) -> None:
+    class Rewarding(ValueEnv):
+        def step(self, actions):
+            obs, rewards, terms, truncs, infos = super().step(actions)
+            rewards["agent_1"] = reward
+            return obs, rewards, terms, truncs, infos
+
+    venv = VectorEnv([Rewarding], check_finite=False)
+    venv.reset(seed=0)
+    with pytest.raises(EnvError, match=r"env 0: reward of agent 'agent_1': expected a real") as e:
+        venv.step({"agent": np.zeros((1, 2, 2), np.float32)})
+    assert got in str(e.value)
+    venv.close()
+
+
+def test_numpy_scalars_and_one_element_arrays_are_rewards() -> None:
+    class Rewarding(ValueEnv):
+        def step(self, actions):
+            obs, rewards, terms, truncs, infos = super().step(actions)
+            rewards.update(agent_0=np.float32(0.5), agent_1=np.array([2]))
+            return obs, rewards, terms, truncs, infos
+
+    venv = VectorEnv([Rewarding], check_finite=True)
+    venv.reset(seed=0)
+    batch = venv.step({"agent": np.zeros((1, 2, 2), np.float32)})
+    assert batch.reward["agent"].tolist() == [[0.5, 2.0]]
+    venv.close()
+
+
+class DictObsEnv(ValueEnv):
+    """Dict observations; with ``bad`` set, every ``pos`` of step 2 is a scalar."""
+
+    def observation_space(self, agent: str) -> spaces.Dict:
+        return spaces.Dict({"pos": UNBOUNDED, "id": spaces.Discrete(2)})
+
+    def _obs(self) -> dict:
+        pos = 0.5 if self.t == 2 and self.bad else np.zeros(3, np.float32)
+        return {"pos": pos, "id": 1}
+
+
+def test_the_part_of_a_dict_observation_is_named() -> None:
+    venv = VectorEnv([DictObsEnv] * 2)
+    venv.set_attr("bad", [None, "pos"])
+    venv.reset(seed=0)
+    zeros = {"agent": np.zeros((2, 2, 2), np.float32)}
+    venv.step(zeros)
+    with pytest.raises(EnvError) as info:
+        venv.step(zeros)
+    assert info.value.env_index == 1
+    # agent_0's final_obs is recorded before agent_1's observation
+    assert "final_obs['pos'] of agent 'agent_0': expected shape (3,), got float 0.5" in str(
+        info.value
+    )
+    venv.close()
+
+
+class MaskedEnv(corral.MultiAgentEnv):
+    """One agent with four discrete actions and a mask of the wrong length."""
+
+    possible_agents = ["p"]
+
+    def observation_space(self, agent: str) -> spaces.Discrete:
+        return spaces.Discrete(3)
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return spaces.Discrete(4)
+
+    def reset(self, seed=None, options=None):
+        self.agents = ["p"]
+        return {"p": 0}, {"p": {"action_mask": np.ones(1, np.int8)}}
+
+
+def test_action_mask_of_the_wrong_shape_is_not_broadcast() -> None:
+    with pytest.raises(EnvError) as info:
+        VectorEnv([MaskedEnv]).reset(seed=0)
+    assert "action_mask of agent 'p': expected shape (4,), got array of shape (1,)" in str(
+        info.value
+    )
+
+
+# -- the pieces ------------------------------------------------------------------------------
+
+
+def test_finite_problem_names_nan_inf_and_overflow() -> None:
+    assert finite_problem(np.zeros(3, np.float32), np.float32) is None
+    assert finite_problem(np.array([0, np.inf]), np.float32) == (
+        "finite values, got inf at index (1,)"
+    )
+    assert "got 1e+300, which overflows float32" in finite_problem(1e300, np.float32)
+    assert finite_problem(1e300, np.float64) is None
+    assert "overflows int8" in finite_problem([3, 300], np.int8)
+
+
+@pytest.mark.parametrize(
+    ("value", "on"), [("1", True), ("true", True), ("YES", True), ("0", False), ("", False)]
+)
+def test_debug_mode_reads_corral_debug(monkeypatch, value, on) -> None:
+    monkeypatch.setenv("CORRAL_DEBUG", value)
+    assert debug_mode() is on
+
+
+def test_python_dev_mode_is_debug_mode() -> None:
+    code = "from corral.values import debug_mode; print(debug_mode())"
+    env = {k: v for k, v in os.environ.items() if k != "CORRAL_DEBUG"}
+    out = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", code], capture_output=True, text=True, env=env
+    )
+    assert out.stdout.strip() == "True", out.stderr
