@@ -37,11 +37,13 @@ from typing import Any
 from corral.checker import STEP_CAP, RandomPolicy, check_env
 from corral.errors import (
     CheckIncompleteWarning,
+    EnvError,
     MissingDependencyError,
     RegistrationError,
     UnknownEnvError,
     UnsupportedEnvError,
     WorkerStartError,
+    WorkerTimeoutError,
 )
 from corral.registry import make, namespaces, registered_ids, resolve, spec
 
@@ -355,6 +357,11 @@ def _train(args: argparse.Namespace) -> int:
                 {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k) is not None}
             )
             progress, allowed = not args.no_progress, args.allow_imports
+            if args.resume and args.algo:
+                raise UsageError(
+                    f"--resume takes the algorithm from {args.resume}/config.yaml: "
+                    f"leave out {args.algo!r}"
+                )
             if args.resume:
                 runner = Runner.resume(
                     args.resume, progress=progress, allow_imports=allowed, **overrides
@@ -368,6 +375,16 @@ def _train(args: argparse.Namespace) -> int:
             results = runner.benchmark()
     except UnsupportedEnvError as err:  # found while training, on an env that did not declare it
         raise UsageError(str(err)) from err
+    except (EnvError, WorkerTimeoutError) as err:  # an env's fault, with on_env_error=raise
+        run_dir = args.resume or (config and config.run.run_dir)
+        print(f"corral: error: training stopped: {err}", file=sys.stderr)
+        print(
+            f"checkpoint.pt in {run_dir} holds the last checkpoint: `corral train --resume "
+            f"{run_dir}` goes on from it; `--set on_env_error=restart` restarts a faulty env "
+            "and trains on",
+            file=sys.stderr,
+        )
+        return 1
     except KeyboardInterrupt:
         # a new run's directory is named in its config once the runner has made it
         print(_interrupted(args.resume or (config and config.run.run_dir)), file=sys.stderr)

@@ -25,6 +25,8 @@ class Progress:
     order of ``episode_returns``."""
     episode_lengths: list[int] = field(default_factory=list)
     updates: list[dict[str, float]] = field(default_factory=list)
+    env_restarts: int = 0
+    """Envs restarted after a fault (an env that raised, a dead or late worker)."""
 
 
 class Collector:
@@ -72,8 +74,10 @@ class Collector:
         while progress.env_steps < env_steps:
             actions, extras = self.actions(self.batch, explore=learn)
             self.assembler.act(self.batch, actions, **extras)
+            restarts = int(self.batch.worker_restarts.sum())
             self.batch = self.venv.step(actions)
             progress.env_steps += self.venv.num_envs
+            progress.env_restarts += int(self.batch.worker_restarts.sum()) - restarts
             done = self.assembler.observe(self.batch)
             if learn:
                 own = {g: t for g, t in done.items() if g in self.algo.groups}

@@ -90,6 +90,16 @@ class RunConfig:
     start_timeout: Annotated[float | None, Range(ge=0)] = None
     """Seconds to wait for the Ray actors to be scheduled and build their envs before the
     run fails saying which CPUs are short; ``None``: the backend's default (60); 0: no limit."""
+    on_env_error: Literal["raise", "restart"] = "raise"
+    """When one training env raises, returns a bad value or its worker misses ``timeout``:
+    ``raise`` ends the run with that error (naming the env; ``checkpoint.pt`` stays as last
+    written), ``restart`` cuts that env's episode (truncated), restarts the env, warns, counts
+    it in the metrics column ``env_restarts`` and trains on. The other envs' step is kept
+    either way."""
+    check_finite: bool | None = None
+    """Stop at a NaN or inf in an observation, reward or state of a training env, naming the
+    env, agent and field (see ``VectorEnv``); ``None``: on in debug mode (``CORRAL_DEBUG=1``
+    or ``python -X dev``) only, as it costs time in every step."""
     torch_threads: Annotated[int | Literal["auto"], Range(ge=1)] = "auto"
     """PyTorch's CPU threads in the runner's process; ``auto``: 1, see
     :func:`corral.training.threads.torch_threads`."""

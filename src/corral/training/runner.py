@@ -72,6 +72,7 @@ BEST = "best.pt"
 RESUMABLE = frozenset(
     {"total_steps", "eval_every", "eval_episodes", "checkpoint_every", "log_every", "device"}
     | {"backend", "tensorboard", "checkpoint_replay", "torch_threads", *BACKEND_OPTIONS}
+    | {"on_env_error", "check_finite"}
     | {"checkpoint_every_s"}
 )
 """Run settings that may change when a run is resumed (the schedule, not what is learned)."""
@@ -188,6 +189,13 @@ class Runner:
             raise ConfigError(
                 f"cannot change {fixed} of a run being resumed; only {sorted(RESUMABLE)}"
             )
+        if config.run.ray_address is not None and "ray_address" not in schedule:
+            # a run directory may come from anyone: it does not choose the cluster to join
+            raise ConfigError(
+                f"{run_dir}/config.yaml names the Ray cluster {config.run.ray_address!r}; "
+                "a resumed run joins a cluster only when the command line names it again: "
+                f"--set ray_address={config.run.ray_address}"
+            )
         config.run = replace_run(config.run, **schedule)
         if not (run_dir / LATEST).is_file():
             raise ConfigError(f"{run_dir} has no {LATEST} to resume from")
@@ -285,6 +293,13 @@ class Runner:
         if result is not None:
             row.update(result.columns())
         row.update(_mean_metrics(part.updates))
+        if part.env_restarts:
+            row["env_restarts"] = part.env_restarts
+            log.warning(
+                "%d env restart(s) after faults in the last %d env steps (on_env_error=restart)",
+                part.env_restarts,
+                part.env_steps,
+            )
         self.metrics.add(row)
         self._watch_constant(train, result)
         metric = self.selection.metric
@@ -478,6 +493,8 @@ def build_venv(
         seed=run.seed,
         group_map=run.group_map,
         state=state,
+        on_env_error=run.on_env_error,
+        check_finite=run.check_finite,
         env_kwargs={**run.env_kwargs, **env_kwargs},
         **(run.backend_options() if backend == run.backend else {}),
     )

@@ -204,7 +204,7 @@ def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Connec
     while True:
         try:
             command, *args = conn.recv()
-        except EOFError:  # the parent is gone
+        except (EOFError, ConnectionResetError):  # the parent is gone
             break
         if command == "close":
             break
@@ -214,6 +214,8 @@ def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Connec
             reply = ("error", _error(offset, f"{command}()", err))
         try:
             conn.send(reply)
+        except (BrokenPipeError, ConnectionResetError):  # the parent is gone
+            break
         except (pickle.PicklingError, TypeError, AttributeError) as err:
             conn.send(("error", _error(offset, f"sending the reply to {command}()", err)))
     for env in envs:

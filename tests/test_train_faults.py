@@ -1,0 +1,116 @@
+"""A training run and an env that fails: stop with one clear error, or restart it and go on."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import corral
+import corral.training.checkpoint
+from corral import cli
+from corral.errors import EnvError
+from corral.training import ConfigError, Runner, load_config
+from corral.training.metrics import read_metrics
+from corral.training.runner import LATEST
+
+pytest.importorskip("torch")
+
+FAULTS = {"steps": 0, "every": 0}
+"""Steps taken by every Flaky env of this process, and every how many steps one raises."""
+
+
+class Flaky:
+    """The climbing game, whose ``every``-th step (counted over all copies) raises."""
+
+    def __new__(cls) -> Any:
+        env = corral.make("mdp/climbing")
+        step = env.step
+
+        def flaky_step(actions: dict) -> Any:
+            FAULTS["steps"] += 1
+            if FAULTS["every"] and FAULTS["steps"] % FAULTS["every"] == 0:
+                raise RuntimeError("the simulator lost its connection")
+            return step(actions)
+
+        env.step = flaky_step
+        return env
+
+
+corral.register("test/flaky_climbing", Flaky)
+
+SETTINGS = {
+    "num_envs": 2, "total_steps": 200, "eval_every": 0, "checkpoint_every": 40,
+    "log_every": 40, "device": "cpu", "tensorboard": False, "eval_episodes": 2,
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def faults_every_37_steps() -> Any:
+    FAULTS.update(steps=0, every=37)
+    yield
+    FAULTS.update(steps=0, every=0)
+
+
+def test_restart_trains_on_and_counts_the_restarts(tmp_path: Path) -> None:
+    config = load_config(
+        "dqn", "test/flaky_climbing",
+        {**SETTINGS, "on_env_error": "restart", "run_dir": str(tmp_path / "r")},
+    )  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with Runner(config, progress=False) as runner:
+            results = runner.benchmark()
+    assert results.env_steps == 200
+    rows = read_metrics(tmp_path / "r")
+    restarts = sum(r.get("env_restarts", 0) for r in rows)
+    assert restarts == FAULTS["steps"] // 37 >= 5
+    assert any("the simulator lost its connection" in str(w.message) for w in caught)
+
+
+def test_raise_stops_the_run_with_one_clear_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    FAULTS["every"] = 97  # after the checkpoints at 40 and 80 env steps
+    run = tmp_path / "r"
+    settings = [f"{k}={v}" for k, v in SETTINGS.items()]
+    code = cli.main(
+        ["train", "dqn", "--env", "test/flaky_climbing", "--run-dir", str(run),
+         "--no-progress", "--set", *settings]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "training stopped: env " in err and "the simulator lost its connection" in err
+    assert "on_env_error=restart" in err and f"--resume {run}" in err
+    assert corral.training.checkpoint.load(run / LATEST)["env_steps"] == 80
+
+
+def test_the_error_names_the_env_and_carries_the_batch(tmp_path: Path) -> None:
+    config = load_config("dqn", "test/flaky_climbing", {**SETTINGS, "run_dir": str(tmp_path)})
+    with Runner(config, progress=False) as runner, pytest.raises(EnvError) as err:
+        runner.benchmark()
+    assert err.value.env_index in (0, 1) and err.value.batch is not None
+
+
+def test_a_resumed_run_does_not_join_the_cluster_its_config_names(tmp_path: Path) -> None:
+    FAULTS["every"] = 0
+    config = load_config("dqn", "test/flaky_climbing", {**SETTINGS, "run_dir": str(tmp_path)})
+    with Runner(config, progress=False) as runner:
+        runner.benchmark()
+    text = (tmp_path / "config.yaml").read_text()
+    (tmp_path / "config.yaml").write_text(
+        text.replace("ray_address: null", "ray_address: ray://attacker:10001").replace(
+            "backend: sync", "backend: ray"
+        )
+    )
+    with pytest.raises(ConfigError, match="--set ray_address=ray://attacker:10001"):
+        Runner.resume(tmp_path, progress=False)
+
+
+def test_resume_refuses_an_algorithm_argument(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["train", "mappo", "--resume", str(tmp_path)]) == 2
+    assert "leave out 'mappo'" in capsys.readouterr().err
