@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -17,6 +17,23 @@ def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(registry, "_specs", dict(registry._specs))
     monkeypatch.setattr(registry, "_namespaces", dict(registry._namespaces))
     yield
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[Callable[[], None]]:
+    """A local Ray for the module, started by the first test that calls it; shut down after."""
+    started = []
+
+    def start() -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            started.append(ray)
+
+    yield start
+    for ray in started:
+        ray.shutdown()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -177,29 +177,14 @@ HAS_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed")
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    """A local Ray for this module, started by the first test that needs one."""
-    started = []
-
-    def start() -> None:
-        import ray
-
-        if not ray.is_initialized():
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-            started.append(ray)
-        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-    yield start
-    for ray in started:
-        ray.shutdown()
-
-
 def backend_options(backend: str, ray_session, envs_per_worker: int = 1) -> dict:
     if backend == "sync":
         return {}
     if backend == "ray":
         ray_session()
+        import ray
+
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
         return {"envs_per_worker": envs_per_worker, "num_cpus_per_worker": 0.25}
     return {"envs_per_worker": envs_per_worker}
 

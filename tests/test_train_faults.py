@@ -39,8 +39,6 @@ class Flaky:
         return env
 
 
-corral.register("test/flaky_climbing", Flaky)
-
 SETTINGS = {
     "num_envs": 2, "total_steps": 200, "eval_every": 0, "checkpoint_every": 40,
     "log_every": 40, "device": "cpu", "tensorboard": False, "eval_episodes": 2,
@@ -48,7 +46,8 @@ SETTINGS = {
 
 
 @pytest.fixture(autouse=True)
-def faults_every_37_steps() -> Any:
+def faults_every_37_steps(isolated_registry: None) -> Any:
+    corral.register("test/flaky_climbing", Flaky)
     FAULTS.update(steps=0, every=37)
     yield
     FAULTS.update(steps=0, every=0)

@@ -43,23 +43,6 @@ def _backend_params() -> list:
 BACKENDS = _backend_params()
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    """Start a local Ray once for this module when a Ray case runs."""
-    started = []
-
-    def start() -> None:
-        import ray
-
-        if not ray.is_initialized():
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-            started.append(ray)
-
-    yield start
-    for ray in started:
-        ray.shutdown()
-
-
 def _make_or_skip(id: str, kwargs: dict):
     try:
         return corral.make(id, **kwargs)
