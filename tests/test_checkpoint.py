@@ -1,314 +1,508 @@
-"""Checkpoint files: loading runs no code, damage is detected, writes are atomic and timely."""
+"""Checkpoint files: what they hold and give back exactly, that loading one runs no code, that
+damage and old or foreign files give one clear error, atomic and wall-clock checkpoints."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
 import pickle
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import zipfile
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict, namedtuple
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from corral.errors import CheckpointError
-from corral.training import checkpoint as ckpt
-from corral.training.runner import LATEST, Runner, load_run
-
+pytest.importorskip("yaml")
 torch = pytest.importorskip("torch")
 
+from test_runner import TabularQ  # noqa: E402
 
-def sample() -> dict[str, Any]:
-    """Every kind of value a checkpoint holds, as the algorithms and the runner produce them."""
-    random.seed(3)
-    np.random.seed(4)
-    net = torch.nn.Linear(3, 2)
-    return {
-        "algo_state": {
-            "net": net.state_dict(),
-            "opt": torch.optim.Adam(net.parameters()).state_dict(),
-        },
-        "env_steps": 160,
-        "best_eval": None,
-        "ratio": float("nan"),
-        "rows": [{"env_steps": 0, "eval_return": -1.5}],
-        "python_rng": random.getstate(),
-        "numpy_rng": np.random.get_state(),
-        "collector_rng": np.random.default_rng(5).bit_generator.state,
-        "torch_rng": torch.get_rng_state(),
-        "keys": {0: "zero", (1, "a"): [True, np.int64(7)], np.float32(0.5): b"raw".hex()},
-        "arrays": [np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros(0, np.int8)],
-        "scalar": np.float64(2.5),
-        "bool_mask": np.array([True, False]),
-    }
+import corral  # noqa: E402
+from corral import cli  # noqa: E402
+from corral.algos.collector import Collector  # noqa: E402
+from corral.algos.dqn import DQN  # noqa: E402
+from corral.algos.maddpg import MADDPG  # noqa: E402
+from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
+from corral.errors import CheckpointError  # noqa: E402
+from corral.training import ConfigError, Runner, load_config, load_run  # noqa: E402
+from corral.training import checkpoint as ckpt  # noqa: E402
+from corral.training.metrics import read_metrics  # noqa: E402
+from corral.training.runner import BEST, LATEST  # noqa: E402
+
+SEAL = b"corral-sha256:"
 
 
-def same(a: Any, b: Any) -> bool:
-    if type(a) is not type(b):
-        return False
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def assert_identical(a: Any, b: Any, where: str = "checkpoint") -> None:
+    """``a`` and ``b`` hold the same values of the same types, down to every bit."""
+    assert type(a) is type(b), f"{where}: {type(a)} != {type(b)}"
     if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and np.array_equal(a, b)
-    if isinstance(a, torch.Tensor):
-        return a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, float) and a != a:
-        return b != b
-    return a == b
+        assert list(a) == list(b) and list(map(type, a)) == list(map(type, b)), where
+        for key in a:
+            assert_identical(a[key], b[key], f"{where}[{key!r}]")
+        assert getattr(a, "_metadata", None) == getattr(b, "_metadata", None), where
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_identical(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and b.device.type == "cpu", where
+        bits = [t.cpu().contiguous().reshape(-1).view(torch.uint8) for t in (a, b)]
+        assert torch.equal(*bits), where
+    elif isinstance(a, (np.ndarray, np.generic)):
+        assert a.dtype == b.dtype and np.shape(a) == np.shape(b), where
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), where
+    elif isinstance(a, float):
+        assert a.hex() == b.hex() or (a != a and b != b), where
+    else:
+        assert a == b, where
 
 
-def test_a_checkpoint_round_trips_every_kind_of_value(tmp_path: Path) -> None:
-    data = sample()
-    ckpt.save(tmp_path / "c.pt", data)
-    loaded = ckpt.load(tmp_path / "c.pt")
-    assert same(loaded, data)
-    assert isinstance(loaded["algo_state"]["net"], OrderedDict)
-    random.setstate(loaded["python_rng"])  # generator states restore as they were
-    np.random.set_state(loaded["numpy_rng"])
-    assert random.random() == (random.seed(3), random.random())[1]
+def round_trip(tmp_path: Path, value: dict[str, Any]) -> dict[str, Any]:
+    ckpt.save(tmp_path / "x.pt", value)
+    return ckpt.load(tmp_path / "x.pt")
 
 
-def test_a_value_a_checkpoint_cannot_hold_is_refused_at_save_naming_where(tmp_path: Path):
-    ckpt.save(tmp_path / "c.pt", {"env_steps": 1})
-    with pytest.raises(CheckpointError, match=r"checkpoint\['algo'\]\['policy'\].*Exploit"):
-        ckpt.save(tmp_path / "c.pt", {"algo": {"policy": Exploit()}})
-    assert ckpt.load(tmp_path / "c.pt") == {"env_steps": 1}  # the previous file is untouched
-    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
+# -- what a checkpoint holds -----------------------------------------------------------------
 
 
-class Exploit:
-    """Writes a marker file when unpickled: what a crafted checkpoint would carry."""
+def test_plain_data_tensors_and_arrays_come_back_with_their_types(tmp_path: Path) -> None:
+    net = torch.nn.Linear(3, 2)
+    value = {
+        "tuple": (1, (2.5, None), "x", True),
+        "int keys": {0: "a", -3: "b", (1, "t"): [1, 2], 2.5: None, None: 1, True: 0},
+        "tag as a key": {"__corral__": "tuple", "items": 3},
+        "floats": [float("nan"), -0.0, float("inf"), 1e-310, 0.1],
+        "big": 2**127 + 1,
+        "numpy scalars": [np.float32(1.5), np.int8(-3), np.uint64(2**64 - 1), np.bool_(True)],
+        "other scalars": [np.longdouble(1.1), np.str_("hi"), np.complex64(1 + 2j)],
+        "arrays": [np.arange(12.0).reshape(3, 4).T, np.zeros((0, 2), np.int16), np.array("s")],
+        "tensors": [torch.arange(6).reshape(2, 3)[:, 1], torch.zeros(2, dtype=torch.bfloat16)],
+        "module": net.state_dict(),
+        "ordered": OrderedDict([("b", 1), ("a", 2)]),
+    }
+    assert_identical(value, round_trip(tmp_path, value))
 
-    def __init__(self, marker: str = "") -> None:
+
+def test_global_generators_resume_where_they_were(tmp_path: Path) -> None:
+    ckpt.seed_everything(3)
+    random.random(), np.random.normal(), torch.rand(2)  # moves each generator
+    state = round_trip(tmp_path, {"rng": ckpt.rng_state()})["rng"]
+    assert isinstance(state["python"], tuple) and isinstance(state["numpy"], tuple)
+    expected = (random.random(), np.random.normal(), torch.rand(2))
+    ckpt.set_rng_state(state)
+    again = (random.random(), np.random.normal(), torch.rand(2))
+    assert expected[:2] == again[:2] and torch.equal(expected[2], again[2])
+
+
+def _mappo(**config: Any) -> MAPPO:
+    venv = corral.make_vec("corral/rps", 4, seed=0, state=True)
+    algo = MAPPO(venv, MAPPO.Config(rollout_steps=4, epochs=1, minibatches=2, **config))
+    Collector(venv, algo, seed=0).run(4 * 13)  # updates and a partial rollout
+    return algo
+
+
+def _ippo() -> IPPO:
+    venv = corral.make_vec("corral/rps", 4, seed=0)
+    algo = IPPO(venv, IPPO.Config(rollout_steps=4, epochs=1))
+    Collector(venv, algo, seed=0).run(4 * 9)
+    return algo
+
+
+def _maddpg() -> MADDPG:
+    venv = corral.make_vec("mdp/two_round_dmdp", 8, seed=1)
+    algo = MADDPG(venv, MADDPG.Config(hidden=(16,), batch_size=32, learning_starts=64))
+    Collector(venv, algo, seed=1).run(160)
+    return algo
+
+
+def _dqn(**config: Any) -> DQN:
+    venv = corral.make_vec("corral/rps", 4, seed=0)
+    settings = {"hidden": (16,), "learning_starts": 40, "train_freq": 4, **config}
+    algo = DQN(venv, DQN.Config(batch_size=16, **settings))
+    Collector(venv, algo, seed=0).run(160)
+    return algo
+
+
+ALGORITHMS: dict[str, Callable[[], Any]] = {
+    "mappo": _mappo,
+    "mappo self-play": lambda: _mappo(self_play=True, snapshot_interval=1),
+    "ippo": _ippo,
+    "maddpg": _maddpg,
+    "dqn": _dqn,
+    "dqn self-play": lambda: _dqn(self_play=True, snapshot_interval=8),
+}
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_every_algorithm_s_state_round_trips_exactly(tmp_path: Path, name: str) -> None:
+    algo = ALGORITHMS[name]()
+    state = {"algo_state": algo.state_dict(), "replay": algo.replay_state_dict()}
+    loaded = round_trip(tmp_path, state)
+    assert_identical(state, loaded)
+    algo.load_state_dict(loaded["algo_state"])
+    if loaded["replay"] is not None:
+        algo.load_replay_state_dict(loaded["replay"])
+    assert_identical(state, {"algo_state": algo.state_dict(), "replay": algo.replay_state_dict()})
+
+
+Point = namedtuple("Point", "x y")
+
+
+@pytest.mark.parametrize(
+    ("value", "where", "what"),
+    [
+        ({"a": [1, {"b": object()}]}, r"checkpoint\['a'\]\[1\]\['b'\]", "builtins.object"),
+        ({"s": {1, 2}}, r"checkpoint\['s'\]", "builtins.set"),
+        ({"p": Point(1, 2)}, r"checkpoint\['p'\]", "Point"),
+        ({"d": defaultdict(int)}, r"checkpoint\['d'\]", "defaultdict"),
+        ({"b": b"bytes"}, r"checkpoint\['b'\]", "bytes"),
+        ({"o": np.array([1, None], dtype=object)}, r"checkpoint\['o'\]", "Python objects"),
+        ({"k": {(1, torch.zeros(1)): 2}}, r"a key of checkpoint\['k'\]", "torch.Tensor"),
+        ({"f": {"g": np.float64}}, r"checkpoint\['f'\]\['g'\]", "type"),
+    ],
+)
+def test_a_value_a_checkpoint_cannot_hold_fails_at_save_naming_where(
+    tmp_path: Path, value: dict, where: str, what: str
+) -> None:
+    ckpt.save(tmp_path / LATEST, {"ok": 1})
+    with pytest.raises(CheckpointError, match=f"cannot save {where}: .*{what}"):
+        ckpt.save(tmp_path / LATEST, value)
+    assert ckpt.load(tmp_path / LATEST) == {"ok": 1}
+    assert os.listdir(tmp_path) == [LATEST]
+
+
+# -- loading runs no code --------------------------------------------------------------------
+
+
+class Payload:
+    """Unpickling it creates the directory ``marker``: code run by whoever loads it."""
+
+    def __init__(self, marker: Path) -> None:
         self.marker = marker
 
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
-        return (Path.touch, (Path(self.marker),))
+    def __reduce__(self) -> tuple:
+        return (os.mkdir, (str(self.marker),))
 
 
-def write_old_pickle(path: Path, marker: Path) -> None:
-    """A checkpoint as corral wrote it before its format version 1, with a payload."""
-    with open(path, "wb") as file:
-        pickle.dump({"algo_state": {}, "env_steps": 0, "x": Exploit(str(marker))}, file)
+def old_checkpoint(path: Path, checkpoint: dict[str, Any], *, with_torch: bool = True) -> None:
+    """Write ``checkpoint`` as corral did up to aca5385: ``torch.save``, or a pickle."""
+    if with_torch:
+        torch.save(checkpoint, path)
+    else:
+        with open(path, "wb") as file:
+            pickle.dump(checkpoint, file, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def write_old_torch(path: Path, marker: Path) -> None:
-    torch.save({"algo_state": {}, "x": Exploit(str(marker))}, path)
+def test_the_payload_runs_code_when_unpickled(tmp_path: Path) -> None:
+    """The check that the tests below would see a payload run."""
+    marker = tmp_path / "ran"
+    pickle.loads(pickle.dumps({"x": Payload(marker)}))
+    assert marker.exists()
 
 
-@pytest.mark.parametrize("write", [write_old_pickle, write_old_torch])
-def test_an_old_pickled_checkpoint_is_refused_and_runs_no_code(tmp_path: Path, write) -> None:
-    marker = tmp_path / "owned"
-    write(tmp_path / "c.pt", marker)
-    with pytest.raises(CheckpointError, match=r"c\.pt.*older corral.*pickled"):
-        ckpt.load(tmp_path / "c.pt")
+@pytest.mark.parametrize("with_torch", [True, False])
+def test_an_old_checkpoint_is_refused_unread_saying_what_to_do(
+    tmp_path: Path, with_torch: bool
+) -> None:
+    marker = tmp_path / "ran"
+    old_checkpoint(tmp_path / LATEST, {"env_steps": 3, "x": Payload(marker)}, with_torch=with_torch)
+    with pytest.raises(
+        CheckpointError, match=r"older corral.*does not load pickled.*train the run"
+    ):
+        ckpt.load(tmp_path / LATEST)
     assert not marker.exists()
 
 
-def damaged_copies(path: Path) -> dict[str, bytes]:
-    data = path.read_bytes()
+def rewrite(path: Path, members: dict[str, bytes], *, seal: bool = True) -> None:
+    """Write ``members`` to the zip ``path``, with a valid checksum where ``seal``: what anyone
+    can forge, so checksums are no defence against a crafted file, only against damage."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.comment = SEAL + b"0" * 64
+        for name, data in members.items():
+            archive.writestr(name, data)
+    data = bytearray(path.read_bytes())
+    if seal:
+        data[-64:] = hashlib.sha256(data[: -len(SEAL) - 64]).hexdigest().encode()
+    else:
+        del data[-len(SEAL) - 64 :]
+        data[-2:] = b"\0\0"  # no comment
+    path.write_bytes(bytes(data))
+
+
+def members(path: Path) -> dict[str, bytes]:
     with zipfile.ZipFile(path) as archive:
-        offsets = {i.filename: i.header_offset for i in archive.infolist()}
-    where = {
-        "meta.json": offsets["meta.json"] + 60,
-        "tensors.pt": offsets["tensors.pt"] + 200,
-        "an array": offsets["arrays/0.npy"] + 90,
-        "the central directory": len(data) - 200,
-        "the start": 0,
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def genuine(path: Path) -> dict[str, bytes]:
+    ckpt.save(path, {"w": torch.ones(3), "a": np.arange(4), "n": 1})
+    return members(path)
+
+
+def evil_tensors(marker: Path) -> bytes:
+    file = io.BytesIO()
+    torch.save({"0": Payload(marker)}, file)
+    return file.getvalue()
+
+
+def object_array(item: Any) -> bytes:
+    file = io.BytesIO()
+    np.lib.format.write_array(file, np.array([item], dtype=object), allow_pickle=True)
+    return file.getvalue()
+
+
+def forged(path: Path, marker: Path) -> list[dict[str, bytes]]:
+    """Checkpoints with a valid checksum that a crafter made to run ``Payload``."""
+    parts = genuine(path)
+    meta = json.loads(parts["meta.json"])
+    extra_key = {**meta, "data": {**meta["data"], "evil": {"__corral__": "pickle", "x": 1}}}
+    pickled = pickle.dumps(Payload(marker))
+    return [
+        {**parts, "tensors.pt": evil_tensors(marker)},
+        {**parts, "evil.pkl": pickled},
+        {**parts, "arrays/0.npy": object_array(Payload(marker))},
+        {**parts, "meta.json": json.dumps(extra_key).encode()},
+    ]
+
+
+def test_a_forged_checkpoint_runs_no_code(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    for i, parts in enumerate(forged(tmp_path / "x.pt", marker)):
+        rewrite(tmp_path / "x.pt", parts)
+        with pytest.raises(CheckpointError, match=re.escape(str(tmp_path / "x.pt"))):
+            ckpt.load(tmp_path / "x.pt")
+        assert not marker.exists(), i
+
+
+def test_a_genuine_checkpoint_with_an_extra_tensor_loads_as_data(tmp_path: Path) -> None:
+    parts = genuine(tmp_path / "x.pt")
+    extra = io.BytesIO()
+    torch.save({"0": torch.ones(3), "1": torch.zeros(2)}, extra)
+    rewrite(tmp_path / "x.pt", {**parts, "tensors.pt": extra.getvalue()})
+    assert torch.equal(ckpt.load(tmp_path / "x.pt")["w"], torch.ones(3))
+
+
+@pytest.fixture(scope="module")
+def dqn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished DQN run (a registered algorithm, as ``corral eval`` runs it)."""
+    run_dir = tmp_path_factory.mktemp("runs") / "dqn"
+    settings = {
+        "num_envs": 2,
+        "total_steps": 40,
+        "eval_every": 20,
+        "eval_episodes": 2,
+        "log_every": 20,
+        "learning_starts": 20,
+        "batch_size": 8,
+        "device": "cpu",
+        "tensorboard": False,
+        "run_dir": str(run_dir),
     }
-    copies = {}
-    for name, at in where.items():
-        copy = bytearray(data)
-        copy[at : at + 16] = bytes(b ^ 0x5A for b in copy[at : at + 16])
-        copies[name] = bytes(copy)
-    copies["cut short"] = data[: len(data) // 2]
-    copies["empty"] = b""
-    copies["not a zip"] = b"hello, this is not a checkpoint at all" * 4
-    return copies
+    with Runner(load_config("dqn", "mdp/climbing", settings), progress=False) as runner:
+        runner.benchmark()
+    return run_dir
 
 
-def test_every_damage_is_a_checkpoint_error_naming_the_file(tmp_path: Path) -> None:
-    ckpt.save(tmp_path / "good.pt", sample())
-    for name, content in damaged_copies(tmp_path / "good.pt").items():
-        path = tmp_path / "bad.pt"
-        path.write_bytes(content)
-        with pytest.raises(CheckpointError, match=r"bad\.pt") as err:
-            ckpt.load(path)
-        assert err.type is CheckpointError, name
+@pytest.mark.parametrize("command", ["eval", "resume"])
+def test_the_cli_refuses_an_old_crafted_checkpoint_without_running_it(
+    dqn_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    run_dir = shutil.copytree(dqn_run, tmp_path / "run")
+    marker = tmp_path / "ran"
+    target = run_dir / (BEST if command == "eval" else LATEST)
+    old_checkpoint(target, {"algo_state": Payload(marker), "env_steps": 1})
+    argv = ["eval", str(run_dir)]
+    if command == "resume":
+        argv = ["train", "--resume", str(run_dir), "--no-progress"]
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"corral: error: {target} cannot be loaded: it was written by an older corral" in err
+    assert "Traceback" not in err
+    assert not marker.exists()
 
 
-def reseal(path: Path, edit) -> None:
-    """Rewrite the archive at ``path`` with ``edit(members)`` applied, sealed as corral seals."""
+def test_a_reference_opponent_loads_through_the_same_checks(dqn_run: Path, tmp_path: Path):
+    run_dir = shutil.copytree(dqn_run, tmp_path / "run")
+    marker = tmp_path / "ran"
+    old_checkpoint(run_dir / BEST, {"algo_state": Payload(marker), "env_steps": 1})
+    with pytest.raises(CheckpointError, match="older corral"):
+        load_run(run_dir)
+    assert not marker.exists()
+
+
+# -- damaged, old and foreign files ----------------------------------------------------------
+
+
+def offsets_of(path: Path) -> dict[str, int]:
+    """Where each member's data and the zip's central directory start in ``path``."""
+    found = {}
     with zipfile.ZipFile(path) as archive:
-        members = {n: archive.read(n) for n in archive.namelist()}
-    edit(members)
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        archive.comment = ckpt.SEAL + b"0" * 64
-        for name, content in members.items():
-            archive.writestr(name, content)
-    ckpt._seal(buffer)
-    path.write_bytes(buffer.getvalue())
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                member.read(1)
+            found[info.filename] = info.header_offset + 30 + len(info.filename) + len(info.extra)
+        found["central directory"] = archive.start_dir
+    return found
 
 
-def test_another_format_version_or_a_foreign_zip_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "c.pt"
-    ckpt.save(path, {"env_steps": 3})
+def test_a_checkpoint_with_16_bytes_overwritten_anywhere_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / LATEST
+    algo = _dqn()
+    ckpt.save(path, {"algo_state": algo.state_dict(), "replay": algo.replay_state_dict()})
+    data = path.read_bytes()
+    named = offsets_of(path)
+    starts = [0, *named.values(), named["meta.json"] + 40, named["tensors.pt"] + 900]
+    starts += [len(data) - 16, len(data) - 40, *range(0, len(data) - 16, 997)]
+    for start in starts:
+        damaged = bytearray(data)
+        damaged[start : start + 16] = bytes(b ^ 0x5A for b in damaged[start : start + 16])
+        path.write_bytes(bytes(damaged))
+        with pytest.raises(CheckpointError, match=f"{re.escape(str(path))} .*damaged") as error:
+            ckpt.load(path)
+        assert "checksum" in str(error.value) or "truncated" in str(error.value), start
 
-    def newer(members: dict[str, bytes]) -> None:
-        meta = json.loads(members["meta.json"])
-        members["meta.json"] = json.dumps({**meta, "version": 99}).encode()
 
-    reseal(path, newer)
-    with pytest.raises(CheckpointError, match=r"format version 99.*newer corral"):
+def test_a_truncated_checkpoint_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / LATEST
+    ckpt.save(path, {"w": torch.ones(3), "a": np.arange(4)})
+    data = path.read_bytes()
+    for size in (4, 10, 100, len(data) // 2, len(data) - 90, len(data) - 30, len(data) - 1):
+        path.write_bytes(data[:size])
+        with pytest.raises(CheckpointError, match=r"cannot be loaded: .*(truncated|cut)"):
+            ckpt.load(path)
+
+
+@pytest.mark.parametrize(
+    ("write", "message"),
+    [
+        (lambda p: p.write_bytes(b""), "is empty"),
+        (lambda p: p.write_text("hello"), r"not a corral checkpoint \(not a zip archive\)"),
+        (lambda p: rewrite(p, {"a.txt": b"hi"}, seal=False), "zip archive without meta.json"),
+        (lambda p: rewrite(p, {"meta.json": b"{}"}), "its meta.json is not that of a corral"),
+        (
+            lambda p: rewrite(p, {"meta.json": b'{"format":"corral-checkpoint","version":99}'}),
+            "format version 99, written by a newer corral",
+        ),
+        (
+            lambda p: rewrite(
+                p, {"meta.json": b'{"format":"corral-checkpoint","version":99}'}, seal=False
+            ),
+            "format version 99",
+        ),
+        (lambda p: p.mkdir(), "cannot be read"),
+    ],
+)
+def test_a_file_that_is_not_a_checkpoint_is_one_clear_error(
+    tmp_path: Path, write: Callable[[Path], None], message: str
+) -> None:
+    path = tmp_path / BEST
+    write(path)
+    with pytest.raises(CheckpointError, match=f"{re.escape(str(path))}.*{message}"):
         ckpt.load(path)
-    with zipfile.ZipFile(tmp_path / "foreign.pt", "w") as archive:
-        archive.writestr("weights.bin", b"\0" * 10)
-    with pytest.raises(CheckpointError, match="not a corral checkpoint"):
-        ckpt.load(tmp_path / "foreign.pt")
 
 
-def test_an_extra_member_is_refused_even_when_sealed(tmp_path: Path) -> None:
-    path = tmp_path / "c.pt"
-    ckpt.save(path, sample())
-    payload = pickle.dumps(Exploit(str(tmp_path / "owned")))
-    reseal(path, lambda members: members.update({"data.pkl": payload}))
-    with pytest.raises(CheckpointError, match="members a corral checkpoint has not"):
-        ckpt.load(path)
-    assert not (tmp_path / "owned").exists()
+# -- atomic and wall-clock checkpoints -------------------------------------------------------
 
 
-def test_a_pickle_inside_tensors_pt_is_not_run(tmp_path: Path) -> None:
-    path = tmp_path / "c.pt"
-    ckpt.save(path, sample())
-    crafted = io.BytesIO()
-    torch.save({"0": Exploit(str(tmp_path / "owned"))}, crafted)
-    reseal(path, lambda members: members.update({"tensors.pt": crafted.getvalue()}))
-    with pytest.raises(CheckpointError, match=r"tensors\.pt cannot be read"):
-        ckpt.load(path)
-    assert not (tmp_path / "owned").exists()
-
-
-def test_a_failed_write_keeps_the_previous_checkpoint(
+def test_a_failed_write_leaves_the_previous_checkpoint_and_no_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / "c.pt"
-    ckpt.save(path, {"env_steps": 1})
+    path = tmp_path / LATEST
+    ckpt.save(path, {"n": 1, "a": np.arange(3)})
+    write_array = np.lib.format.write_array
 
-    def broken_seal(file: Any) -> None:
+    def write_then_fail(file: Any, array: np.ndarray, **kwargs: Any) -> None:
+        write_array(file, array, **kwargs)
         raise OSError("disk full")
 
-    monkeypatch.setattr(ckpt, "_seal", broken_seal)
+    monkeypatch.setattr(np.lib.format, "write_array", write_then_fail)
     with pytest.raises(OSError, match="disk full"):
-        ckpt.save(path, {"env_steps": 2})
-    assert ckpt.load(path) == {"env_steps": 1}
-    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
+        ckpt.save(path, {"n": 2, "a": np.arange(1000)})
+    monkeypatch.undo()
+    assert ckpt.load(path)["n"] == 1
+    assert os.listdir(tmp_path) == [LATEST]
 
 
-# -- runs -----------------------------------------------------------------------------------
+def run_config(tmp_path: Path, **settings: Any) -> Any:
+    base = {
+        "num_envs": 2,
+        "total_steps": 200,
+        "eval_every": 0,
+        "eval_episodes": 2,
+        "checkpoint_every": 0,
+        "log_every": 40,
+        "device": "cpu",
+        "tensorboard": False,
+        "run_dir": str(tmp_path / "run"),
+    }
+    return load_config(TabularQ, "mdp/climbing", {**base, **settings})
 
 
-def cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run(
-        [sys.executable, "-m", "corral", *argv],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-    )
-
-
-FAST = ["num_envs=2", "eval_episodes=2", "log_every=20", "device=cpu", "tensorboard=false"]
-
-
-def small_run(tmp_path: Path) -> Path:
-    run = tmp_path / "run"
-    done = cli(
-        "train", "dqn", "--env", "mdp/climbing", "--total-steps", "40", "--run-dir", str(run),
-        "--no-progress", "--set", *FAST, "eval_every=20", cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return run
-
-
-def test_crafted_checkpoints_run_no_code_under_eval_or_resume(tmp_path: Path) -> None:
-    run = small_run(tmp_path)
-    marker = tmp_path / "owned"
-    for name in ("best.pt", LATEST):
-        write_old_pickle(run / name, marker)
-    for argv in (["eval", str(run)], ["train", "--resume", str(run), "--no-progress"]):
-        done = cli(*argv, cwd=tmp_path)
-        assert done.returncode != 0
-        assert "older corral" in done.stderr and "Traceback" not in done.stderr, done.stderr
-        assert not marker.exists()
-
-
-def test_wall_clock_checkpoints_are_written_between_the_others(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("seconds", "steps"), [(1e-9, [40, 80, 120, 160, 200]), (0, [200])])
+def test_checkpoints_are_written_every_checkpoint_every_s_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seconds: float, steps: list[int]
 ) -> None:
-    from corral.training.config import load_config
-
-    saved: list[int] = []
+    saved = []
     save = Runner.save_checkpoint
 
-    def record(self: Runner, path: Any, **kwargs: Any) -> None:
+    def record(self: Runner, path: Path, **kwargs: Any) -> None:
         save(self, path, **kwargs)
         if Path(path).name == LATEST:
-            saved.append(self.env_steps)
+            saved.append(ckpt.load(path)["env_steps"])
 
     monkeypatch.setattr(Runner, "save_checkpoint", record)
-    settings = {
-        "num_envs": 2, "total_steps": 100, "eval_every": 0, "checkpoint_every": 0,
-        "log_every": 20, "device": "cpu", "tensorboard": False,
-    }  # fmt: skip
-    for every, expected in ((1e-9, [20, 40, 60, 80, 100]), (0, [100])):
-        saved.clear()
-        config = load_config(
-            "dqn", "mdp/climbing", {**settings, "checkpoint_every_s": every,
-                                    "run_dir": str(tmp_path / f"r{every}")}
-        )  # fmt: skip
-        with Runner(config, progress=False) as runner:
-            runner.benchmark()
-        assert saved == expected
+    with Runner(run_config(tmp_path, checkpoint_every_s=seconds), progress=False) as runner:
+        runner.benchmark()
+    assert saved == steps
 
 
-def test_a_killed_run_resumes_from_its_wall_clock_checkpoint(tmp_path: Path) -> None:
-    run = tmp_path / "run"
+def test_a_run_killed_after_a_wall_clock_checkpoint_resumes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    settings = ["num_envs=2", "eval_every=0", "eval_episodes=2", "checkpoint_every=0"]
+    settings += ["log_every=100", "checkpoint_every_s=0.5", "device=cpu", "tensorboard=false"]
+    settings += ["learning_starts=50", "batch_size=8"]
+    command = [sys.executable, "-m", "corral", "train", "dqn", "--env", "mdp/climbing"]
+    command += ["--total-steps", "10000000", "--run-dir", str(run_dir), "--no-progress"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    argv = [
-        sys.executable, "-m", "corral", "train", "dqn", "--env", "mdp/climbing",
-        "--total-steps", "100000000", "--run-dir", str(run), "--no-progress",
-        "--set", *FAST, "eval_every=0", "checkpoint_every=0", "checkpoint_every_s=0.2",
-    ]  # fmt: skip
-    process = subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not (run / LATEST).exists() and time.monotonic() < deadline:
-            assert process.poll() is None, process.stderr.read()
-            time.sleep(0.1)
-        time.sleep(0.5)
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        process.stderr.close()
-    steps = ckpt.load(run / LATEST)["env_steps"]
-    assert steps > 0
-    done = cli(
-        "train", "--resume", str(run), "--no-progress", "--total-steps", str(steps + 40),
-        cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert f"resumed at {steps} env steps" in done.stderr
-    assert load_run(run, "latest")[2]["env_steps"] == steps + 40
+    with open(tmp_path / "stderr", "w") as stderr:  # a pipe nobody reads could fill up
+        process = subprocess.Popen([*command, "--set", *settings], env=env, stderr=stderr)
+        try:
+            deadline = time.monotonic() + 60
+            while not (run_dir / LATEST).exists() and process.poll() is None:
+                assert time.monotonic() < deadline, "no checkpoint within 60 s"
+                time.sleep(0.05)
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+    assert process.returncode == -signal.SIGKILL, (tmp_path / "stderr").read_text()
+    done = ckpt.load(run_dir / LATEST)["env_steps"]
+    assert 0 < done < 10_000_000
+    resume = [sys.executable, "-m", "corral", "train", "--resume", str(run_dir), "--no-progress"]
+    resume += ["--total-steps", str(done + 200)]
+    result = subprocess.run(resume, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"resumed at {done} env steps" in (run_dir / "train.log").read_text()
+    assert read_metrics(run_dir)[-1]["env_steps"] == done + 200
+
+
+def test_checkpoint_every_s_may_not_be_negative(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="checkpoint_every_s must be at least 0, got -1"):
+        run_config(tmp_path, checkpoint_every_s=-1)

@@ -167,7 +167,6 @@ def faulty_run(venv: VectorEnv, steps: int) -> list:
     """The batches of ``venv`` (``on_env_error="restart"``) over ``steps`` steps."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", WorkerRestartWarning)  # EnvRestartWarning too
-        warnings.simplefilter("ignore", RuntimeWarning)  # Ray's word for a worker replaced
         return [venv.reset(), *(venv.step(actions_at(t)) for t in range(steps))]
 
 

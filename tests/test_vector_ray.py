@@ -16,6 +16,7 @@ from corral.errors import (
     EnvError,
     MissingDependencyError,
     VectorStateError,
+    WorkerRestartWarning,
     WorkerTimeoutError,
 )
 from corral.vector import VectorEnv, make_vec, ray_reaper
@@ -197,7 +198,7 @@ def test_dead_worker_is_replaced_and_its_episodes_end_truncated() -> None:
         obs_before = b.obs["player"].copy()
         ray.kill(remote._backend._actors[0])
         actions = _random_actions(sync, a, rng)
-        with pytest.warns(RuntimeWarning, match="worker of envs 0-1 died during step"):
+        with pytest.warns(WorkerRestartWarning, match="worker of envs 0-1 died during step"):
             b = remote.step(actions)
         a = sync.step(actions)
         assert b.worker_restarts.tolist() == [1, 1, 0]

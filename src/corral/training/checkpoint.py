@@ -121,7 +121,7 @@ def load(path: str | Path) -> dict[str, Any]:
     try:
         file = open(path, "rb")  # noqa: SIM115 (closed below)
     except OSError as err:
-        raise CheckpointError(f"cannot read the checkpoint {path}: {err.strerror}") from err
+        raise CheckpointError(f"{path} cannot be read: {err.strerror}") from err
     with file:
         size = os.fstat(file.fileno()).st_size
         if size == 0:
@@ -160,7 +160,10 @@ class _Encoder:
         if kind in PLAIN:
             return value
         if kind is tuple:
-            items = [self.encode(v, f"{where}[{i}]", key=key) for i, v in enumerate(value)]
+            items = [
+                self.encode(v, where if key else f"{where}[{i}]", key=key)
+                for i, v in enumerate(value)
+            ]
             return {TAG: "tuple", "items": items}
         if isinstance(value, np.generic) and _in_json(value.dtype):
             return {TAG: "scalar", "dtype": value.dtype.str, "value": value.item()}
@@ -298,6 +301,8 @@ def _unsealed(file: IO[bytes]) -> str:
                 if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
                     return OLD  # torch.save's zip archive
                 return f"it is a zip archive without {META}, not a corral checkpoint"
+            if archive.getinfo(META).compress_type != zipfile.ZIP_STORED:
+                return f"its {META} is compressed: it is not a corral checkpoint"
             version = _format_version(json.loads(archive.read(META)))
     except BROKEN:
         if head == b"PK\x03\x04":
@@ -332,24 +337,24 @@ class _Decoder:
     def __init__(self, path: Path, archive: zipfile.ZipFile) -> None:
         self.path = path
         self.archive = archive
+        self.names = {info.filename for info in archive.infolist()}
         self.tensors: dict[str, Any] = {}
-        names = [info.filename for info in archive.infolist()]
-        odd = [n for n in names if n not in (META, TENSORS) and not ARRAY.fullmatch(n)]
-        if odd or len(set(names)) < len(names):
-            raise CheckpointError(f"{path} holds members a corral checkpoint has not: {odd}")
-        if any(info.compress_type != zipfile.ZIP_STORED for info in archive.infolist()):
-            raise CheckpointError(f"{path} holds compressed members: corral did not write it")
-        if META not in names:
-            raise CheckpointError(f"{path} has no {META}")
-        self.names = set(names)
 
     def checkpoint(self) -> dict[str, Any]:
+        infos = self.archive.infolist()
+        if any(info.compress_type != zipfile.ZIP_STORED for info in infos):
+            raise CheckpointError(f"{self.path} holds compressed members: corral did not write it")
         meta = json.loads(self.archive.read(META))
         version = _format_version(meta)
         if version is None:
             raise CheckpointError(f"{self.path}: its {META} is not that of a corral checkpoint")
         if version != FORMAT_VERSION:
             raise CheckpointError(f"{self.path} cannot be loaded: {_other_version(version)}")
+        odd = sorted(n for n in self.names if n not in (META, TENSORS) and not ARRAY.fullmatch(n))
+        if odd or len(self.names) < len(infos):
+            raise CheckpointError(
+                f"{self.path} holds members that a corral checkpoint has not: {odd or 'twice'}"
+            )
         if TENSORS in self.names:
             self.tensors = self._read_tensors()
         data = self.decode(meta["data"])

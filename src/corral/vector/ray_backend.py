@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 
 from corral.adapters import adapt
-from corral.errors import EnvError, MissingDependencyError, WorkerStartError, WorkerTimeoutError
+from corral.errors import (
+    EnvError,
+    MissingDependencyError,
+    WorkerRestartWarning,
+    WorkerStartError,
+    WorkerTimeoutError,
+)
 from corral.vector import ray_reaper
 from corral.vector.backend import (
     DEFAULT_TIMEOUT,
@@ -226,8 +232,9 @@ class RayBackend(Backend):
     (a cluster may add nodes). Ctrl-C while waiting for the actors kills them
     at once.
 
-    A worker that dies is replaced, with a ``RuntimeWarning``: the episodes it
-    was running end, marked truncated, in the same step's batch (``done`` set,
+    A worker that dies is replaced, with a
+    :class:`~corral.errors.WorkerRestartWarning`: the episodes it was running
+    end, marked truncated, in the same step's batch (``done`` set,
     ``worker_restarts`` counted, the cut episode's stats kept); during a reset
     its envs simply reset. A worker that misses the timeout of a reset or step
     is replaced the same way, within that call (given ``start_timeout`` more
@@ -424,7 +431,7 @@ class RayBackend(Backend):
                 f"the Ray worker of {_envs(s)} {why}; a new worker took over, whose envs "
                 "start new episodes (the cut ones end truncated; batch.worker_restarts "
                 "counts it)",
-                RuntimeWarning,
+                WorkerRestartWarning,
                 stacklevel=2,
             )
         self._ray.kill(self._actors[k])
