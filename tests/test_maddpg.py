@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import io
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,6 +17,7 @@ from corral.algos.maddpg import MADDPG  # noqa: E402
 from corral.env import MultiAgentEnv, validate_actions  # noqa: E402
 from corral.envs.rps import RockPaperScissors  # noqa: E402
 from corral.errors import UnsupportedEnvError  # noqa: E402
+from corral.training import checkpoint as ckpt  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -229,14 +230,13 @@ def test_a_turn_based_env_that_does_not_say_so_raises_at_its_first_step() -> Non
         Collector(venv, algo, seed=0).run(10)
 
 
-def test_state_dict_round_trip_resumes_learning_exactly() -> None:
+def test_state_dict_round_trip_resumes_learning_exactly(tmp_path: Path) -> None:
     algo, _ = _train("mdp/two_round_dmdp", 600, seed=1)
-    saved = io.BytesIO()
-    torch.save({"algo": algo.state_dict(), "replay": algo.replay_state_dict()}, saved)
-    saved.seek(0)
+    saved = tmp_path / "checkpoint.pt"
+    ckpt.save(saved, {"algo": algo.state_dict(), "replay": algo.replay_state_dict()})
     venv = corral.make_vec("mdp/two_round_dmdp", 8, seed=1)
     resumed = MADDPG(venv, MADDPG.Config(seed=7, **MDP_CONFIG))
-    checkpoint = torch.load(saved, weights_only=False)
+    checkpoint = ckpt.load(saved)
     resumed.load_state_dict(checkpoint["algo"])
     resumed.load_replay_state_dict(checkpoint["replay"])
     assert len(resumed.buffer) == len(algo.buffer) == 600
