@@ -178,17 +178,29 @@ def assert_workers_die_with_the_driver(
         assert len(workers) == 2 and workers <= processes
         for helper in HELPERS[method]:
             assert any(helper in command_line(p) for p in processes), helper
-        os.kill(driver.pid, signal.Signals[sig])
-        driver.wait(timeout=10)
-        left = wait_until_gone(processes, seconds=5)
-        assert not left, [command_line(p) for p in left]
+        kill_and_expect_all_gone(driver, processes, signal.Signals[sig], seconds=5)
     finally:
-        if driver.poll() is None:
-            driver.kill()
-        driver.wait()
-        driver.stdout.close()
-        kill_all(processes | ({said["other"]} - {None}))
+        end_driver(driver, processes | ({said["other"]} - {None}))
     return workers
+
+
+def kill_and_expect_all_gone(
+    driver: subprocess.Popen, processes: set[int], sig: int, seconds: float
+) -> None:
+    """Send ``sig`` to the driver and assert every one of ``processes`` ends in ``seconds``."""
+    os.kill(driver.pid, sig)
+    driver.wait(timeout=10)
+    left = wait_until_gone(processes, seconds=seconds)
+    assert not left, [command_line(p) for p in left]
+
+
+def end_driver(driver: subprocess.Popen, processes: set[int]) -> None:
+    """Whatever a failed test left: the driver and ``processes`` are killed."""
+    if driver.poll() is None:
+        driver.kill()
+    driver.wait()
+    driver.stdout.close()
+    kill_all(processes)
 
 
 def closed_envs(tmp_path: Path) -> set[int]:
@@ -289,16 +301,9 @@ def test_a_ray_of_our_own_listens_on_loopback_only_and_dies_with_the_driver(
         # at least the GCS, the raylet's node and object managers, and each core worker
         assert len(sockets) >= 5, sockets
         assert [s for s in sockets if not is_loopback(s[0])] == []
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=10)
-        left = wait_until_gone(processes, seconds=10)
-        assert not left, [command_line(p) for p in left]
+        kill_and_expect_all_gone(driver, processes, signal.SIGKILL, seconds=10)
     finally:
-        if driver.poll() is None:
-            driver.kill()
-        driver.wait()
-        driver.stdout.close()
-        kill_all(processes)
+        end_driver(driver, processes)
 
 
 def test_a_dismissed_reaper_exits_and_kills_nothing() -> None:

@@ -209,5 +209,12 @@ def guarded(index: int, what: str, call: Callable[[], T]) -> T:
     except EnvError:
         raise
     except Exception as err:
-        text = f"{what} raised {type(err).__name__}: {err}"
-        raise EnvError(index, text, traceback.format_exc()) from err
+        raise env_error(index, what, err) from err
+
+
+def env_error(index: int, what: str, err: BaseException) -> EnvError:
+    """``err`` (being handled) as an :class:`EnvError` of env ``index``, with the
+    traceback as the env's process saw it; an :class:`EnvError` stays as it is."""
+    if isinstance(err, EnvError):
+        return err
+    return EnvError(index, f"{what} raised {type(err).__name__}: {err}", traceback.format_exc())

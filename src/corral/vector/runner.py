@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -27,7 +26,7 @@ from corral.adapters import adapt
 from corral.env import MultiAgentEnv
 from corral.errors import EnvError
 from corral.values import describe
-from corral.vector.backend import guarded
+from corral.vector.backend import env_error, first_fault, guarded
 from corral.vector.layout import ArraySpec, Layout, WriteError, array_tree, reader, writer
 
 
@@ -140,7 +139,7 @@ class EnvRunner:
             try:
                 self._reset_env(i, seeds[i], None)
             except Exception as err:
-                faults.append(_env_error(self.offset + i, "reset() after a worker restart", err))
+                faults.append(env_error(self.offset + i, "reset() after a worker restart", err))
                 self._give_up(i)
         _raise_first(faults)
 
@@ -177,7 +176,7 @@ class EnvRunner:
     ) -> EnvError:
         """Handle env ``i``'s exception ``err`` (being handled): with ``cut``, end its episode
         truncated; restart the env. The fault to report."""
-        fault = _env_error(self.offset + i, what, err)
+        fault = env_error(self.offset + i, what, err)
         if cut and not self.arrays["done"][i]:  # an episode that ended in this step is kept
             self._truncate(i)
         failed = self._restart_env(i, seed, options)
@@ -207,7 +206,7 @@ class EnvRunner:
             self._reset_env(i, seed, options)
         except Exception as err:
             self._give_up(i)
-            return _env_error(self.offset + i, "reset() of the rebuilt env", err)
+            return env_error(self.offset + i, "reset() of the rebuilt env", err)
         return None
 
     def _give_up(self, i: int) -> None:
@@ -425,19 +424,10 @@ def clear_step_fields(arrays: Mapping[str, np.ndarray], groups: Iterable[str]) -
     arrays["done"].fill(False)
 
 
-def _env_error(index: int, what: str, err: Exception) -> EnvError:
-    """``err`` (being handled) as an :class:`EnvError` of env ``index``, with its traceback."""
-    if isinstance(err, EnvError):
-        return err
-    text = f"{what} raised {type(err).__name__}: {err}"
-    return EnvError(index, text, traceback.format_exc())
-
-
 def _raise_first(faults: list[EnvError]) -> None:
-    """Raise the first fault (they come in env order), listing all of them."""
+    """Raise the first fault by env index, listing all of them."""
     if faults:
-        faults[0].faults = list(faults)
-        raise faults[0]
+        raise first_fault(faults)
 
 
 # The batch array of each end flag -> the dict that holds it and its name in messages.

@@ -26,7 +26,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -53,6 +52,7 @@ from corral.vector.backend import (
     EnvFn,
     EnvInfo,
     call_envs,
+    env_error,
     first_fault,
     set_env_attrs,
 )
@@ -107,13 +107,6 @@ def split_envs(
 
 
 # -- the worker's side ------------------------------------------------------------------
-
-
-def _error(index: int, what: str, err: BaseException) -> EnvError:
-    """``err`` (being handled) as an :class:`EnvError` of env ``index``, with its traceback."""
-    if isinstance(err, EnvError):
-        return err
-    return EnvError(index, f"{what} raised {type(err).__name__}: {err}", traceback.format_exc())
 
 
 class _Server:
@@ -197,7 +190,7 @@ def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Connec
         for fn in cloudpickle.loads(payload):
             envs.append(adapt(fn()))
     except Exception as err:
-        conn.send(("error", _error(offset + len(envs), "building the env", err)))
+        conn.send(("error", env_error(offset + len(envs), "building the env", err)))
         return
     conn.send(("ok", EnvInfo.of(envs[0])))  # the parent lays out the batch from worker 0's
     server = _Server(conn, envs, offset)
@@ -211,13 +204,13 @@ def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Connec
         try:
             reply = ("ok", getattr(server, command)(*args))
         except Exception as err:
-            reply = ("error", _error(offset, f"{command}()", err))
+            reply = ("error", env_error(offset, f"{command}()", err))
         try:
             conn.send(reply)
         except (BrokenPipeError, ConnectionResetError):  # the parent is gone
             break
         except (pickle.PicklingError, TypeError, AttributeError) as err:
-            conn.send(("error", _error(offset, f"sending the reply to {command}()", err)))
+            conn.send(("error", env_error(offset, f"sending the reply to {command}()", err)))
     for env in envs:
         env.close()
 
