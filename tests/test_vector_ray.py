@@ -174,7 +174,7 @@ def _dies_within(actor: Any, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            ray.get(actor.make_envs.remote(), timeout=seconds)
+            ray.get(actor.__ray_ready__.remote(), timeout=seconds)
         except ray.exceptions.RayActorError:
             return True
         time.sleep(0.1)
@@ -197,6 +197,7 @@ def test_dead_worker_is_replaced_and_its_episodes_end_truncated() -> None:
         alive_before = b.alive["player"].copy()
         obs_before = b.obs["player"].copy()
         ray.kill(remote._backend._actors[0])
+        assert _dies_within(remote._backend._actors[0], seconds=30)  # ray.kill is asynchronous
         actions = _random_actions(sync, a, rng)
         with pytest.warns(WorkerRestartWarning, match="worker of envs 0-1 died during step"):
             b = remote.step(actions)
