@@ -3,6 +3,8 @@
 from typing import Any
 
 from corral.adapters import adapt
+from corral.arrays import Place
+from corral.batched_env import BatchedEnv, BatchedStep
 from corral.checker import check_env
 from corral.env import MultiAgentEnv, validate_actions
 from corral.errors import (
@@ -20,7 +22,7 @@ from corral.errors import (
 )
 from corral.groups import group_agents
 from corral.interop import to_gymnasium, to_pettingzoo
-from corral.registry import make, register, register_namespace, registered_ids, spec
+from corral.registry import batched_ids, make, register, register_namespace, registered_ids, spec
 from corral.vector import Batch, VectorEnv, make_vec
 
 
@@ -41,6 +43,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Batch",
+    "BatchedEnv",
+    "BatchedStep",
     "CheckpointError",
     "CorralError",
     "EnvContractError",
@@ -50,11 +54,13 @@ __all__ = [
     "InvalidActionError",
     "MissingDependencyError",
     "MultiAgentEnv",
+    "Place",
     "RegistrationError",
     "UnknownEnvError",
     "UnsupportedEnvError",
     "VectorEnv",
     "adapt",
+    "batched_ids",
     "check_env",
     "group_agents",
     "make",

@@ -38,14 +38,34 @@ class EnvSpec:
     """How to build one registered env."""
 
     id: str
-    entry_point: EntryPoint
+    entry_point: EntryPoint | None
     kwargs: dict[str, Any] = field(default_factory=dict)
     extra: str | None = None
     """The ``pip install corral[extra]`` that provides its dependencies, if any."""
+    batched: EntryPoint | None = None
+    """A natively batched implementation: ``batched(num_envs=, array=, device=, **kwargs)``
+    returns a :class:`corral.BatchedEnv` of ``num_envs`` copies."""
 
     def make(self, **kwargs: Any) -> Any:
         """Build the env with the registered defaults updated by ``kwargs``."""
+        if self.entry_point is None:
+            raise RegistrationError(
+                f"env {self.id!r} is registered only natively batched: use "
+                f"corral.make_vec({self.id!r}, num_envs) or corral.make_batched"
+            )
         return _call(self.id, self.extra, self.entry_point, {**self.kwargs, **kwargs})
+
+    def make_batched(
+        self, num_envs: int, array: str = "numpy", device: str = "cpu", **kwargs: Any
+    ) -> Any:
+        """Build the natively batched env of ``num_envs`` copies."""
+        if self.batched is None:
+            raise RegistrationError(
+                f"env {self.id!r} has no natively batched implementation; the ids that have "
+                f"one: {', '.join(batched_ids()) or 'none'}"
+            )
+        kwargs = {**self.kwargs, **kwargs, "num_envs": num_envs, "array": array, "device": device}
+        return _call(self.id, self.extra, self.batched, kwargs)
 
 
 @dataclass(frozen=True)
@@ -75,11 +95,22 @@ def resolve(entry_point: EntryPoint) -> Callable[..., Any]:
     return target
 
 
-def register(id: str, entry_point: EntryPoint, *, extra: str | None = None, **kwargs: Any) -> None:
+def register(
+    id: str,
+    entry_point: EntryPoint | None = None,
+    *,
+    batched: EntryPoint | None = None,
+    extra: str | None = None,
+    **kwargs: Any,
+) -> None:
     """Register ``id`` so that ``corral.make(id)`` calls ``entry_point(**kwargs)``.
 
     ``entry_point`` may return a corral env, a PettingZoo ``ParallelEnv`` or
-    ``AECEnv`` or a Gymnasium env; ``make`` adapts the last three.
+    ``AECEnv`` or a Gymnasium env; ``make`` adapts the last three. ``batched``
+    builds a natively batched implementation (a :class:`corral.BatchedEnv`),
+    called as ``batched(num_envs=E, array=..., device=..., **kwargs)``;
+    :func:`corral.make_vec` picks it unless ``native=False``. An id may have
+    only one of the two.
 
     Examples:
         >>> import corral
@@ -92,9 +123,12 @@ def register(id: str, entry_point: EntryPoint, *, extra: str | None = None, **kw
         raise RegistrationError(f"env id {id!r} must read 'source/name', e.g. 'mine/{id}'")
     if id in _specs:
         raise RegistrationError(f"env id {id!r} is already registered")
-    if not (callable(entry_point) or isinstance(entry_point, str)):
-        raise RegistrationError(f"entry point of {id!r} must be a callable or 'module:attr'")
-    _specs[id] = EnvSpec(id, entry_point, dict(kwargs), extra)
+    if entry_point is None and batched is None:
+        raise RegistrationError(f"env id {id!r} needs an entry_point, a batched one, or both")
+    for point in (entry_point, batched):
+        if point is not None and not (callable(point) or isinstance(point, str)):
+            raise RegistrationError(f"entry point of {id!r} must be a callable or 'module:attr'")
+    _specs[id] = EnvSpec(id, entry_point, dict(kwargs), extra, batched)
 
 
 def register_namespace(prefix: str, factory: EntryPoint, *, extra: str | None = None) -> None:
@@ -117,6 +151,12 @@ def registered_ids(source: str | None = None) -> list[str]:
     _load_builtins()
     ids = sorted(_specs)
     return [i for i in ids if i.split("/", 1)[0] == source] if source else ids
+
+
+def batched_ids() -> list[str]:
+    """Every registered id that has a natively batched implementation, sorted."""
+    _load_builtins()
+    return sorted(i for i, s in _specs.items() if s.batched is not None)
 
 
 def namespaces() -> list[str]:

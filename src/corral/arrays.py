@@ -1,0 +1,108 @@
+"""Where a batch's arrays live: numpy, or torch on a device.
+
+Batched envs and the vector layer work on arrays of either namespace with the
+operations both share (indexing with a bool mask, ``&``, ``|``, ``~``,
+``.any``, ``.sum``); what differs (allocation, dtypes, moving to the host) is
+here, once. ``array`` names the namespace (``"numpy"`` or ``"torch"``),
+``device`` the torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``); numpy
+arrays live on ``"cpu"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from corral.errors import MissingDependencyError
+
+ARRAYS = ("numpy", "torch")
+
+
+def import_torch() -> Any:
+    """The ``torch`` module, or a :class:`MissingDependencyError` saying how to install it."""
+    try:
+        import torch
+    except ModuleNotFoundError as err:
+        raise MissingDependencyError(
+            "array='torch' needs PyTorch, which is not installed: pip install 'corral[train]' "
+            "(or pip install torch)"
+        ) from err
+    return torch
+
+
+@dataclass(frozen=True)
+class Place:
+    """A namespace and a device: where the arrays of a batch are allocated."""
+
+    array: str = "numpy"
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.array not in ARRAYS:
+            raise ValueError(f"array must be one of {list(ARRAYS)}, got {self.array!r}")
+        if self.array == "numpy" and self.device != "cpu":
+            raise ValueError(
+                f"numpy arrays live on the CPU; device={self.device!r} needs array='torch'"
+            )
+        if self.array == "torch":
+            torch = import_torch()
+            device = torch.device(self.device)
+            if device.type == "cuda" and not torch.cuda.is_available():
+                raise ValueError(f"device={self.device!r}, but torch sees no CUDA GPU here")
+
+    @property
+    def is_torch(self) -> bool:
+        return self.array == "torch"
+
+    def zeros(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        """A zero array of ``shape`` and (numpy) ``dtype`` in this place."""
+        if not self.is_torch:
+            return np.zeros(shape, dtype)
+        torch = import_torch()
+        return torch.zeros(shape, dtype=torch_dtype(dtype), device=self.device)
+
+    def asarray(self, value: Any, dtype: np.dtype | None = None) -> Any:
+        """``value`` as an array of this place (no copy where it already is one)."""
+        if not self.is_torch:
+            return np.asarray(value, dtype)
+        torch = import_torch()
+        if isinstance(value, np.ndarray):
+            value = torch.from_numpy(value)
+        return torch.as_tensor(
+            value, dtype=None if dtype is None else torch_dtype(dtype), device=self.device
+        )
+
+    def from_host(self, array: np.ndarray) -> Any:
+        """A numpy array as this place's array: the same memory on the CPU, else a copy."""
+        if not self.is_torch:
+            return array
+        torch = import_torch()
+        return torch.from_numpy(array).to(self.device)
+
+
+def torch_dtype(dtype: np.dtype) -> Any:
+    """The torch dtype of a numpy dtype (``bool`` -> ``torch.bool``, ``float32``...)."""
+    torch = import_torch()
+    return torch.from_numpy(np.zeros(0, np.dtype(dtype))).dtype
+
+
+def to_numpy(array: Any) -> np.ndarray:
+    """Any array (numpy, or a torch tensor on any device) as a numpy array on the host."""
+    if isinstance(array, np.ndarray):
+        return array
+    detach = getattr(array, "detach", None)
+    if detach is not None:
+        return detach().cpu().numpy()
+    return np.asarray(array)
+
+
+def place_of(array: Any) -> Place:
+    """The place an array lives in."""
+    if isinstance(array, np.ndarray):
+        return Place()
+    device = getattr(array, "device", None)
+    if device is not None and type(array).__module__.startswith("torch"):
+        return Place("torch", str(device))
+    return Place()

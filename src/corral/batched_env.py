@@ -1,0 +1,166 @@
+"""The batched-env protocol: ``E`` copies of a multi-agent env, stepped as arrays.
+
+A :class:`BatchedEnv` is the source of every :class:`~corral.VectorEnv`: E dict
+envs packed into arrays (:class:`~corral.vector.dict_envs.DictEnvs`) or a
+natively batched env that steps all copies in one array operation, on numpy or
+torch, on any device. Its agents form groups (agents of identical spaces,
+stacked along one axis); every value is an array whose first two axes are
+``[copy, agent of the group]``:
+
+* ``step(actions)`` takes ``actions[g]`` of shape ``[E, n_g, *action_shape]``
+  (entries of agents that are not acting are ignored) and returns a
+  :class:`BatchedStep` for every copy;
+* ``reset(seed=None, where=None)`` starts a new episode in the copies where
+  the bool array ``where`` (``[E]``) holds, all of them if it is ``None``.
+  ``seed=s`` seeds copy ``i`` with ``s + i`` (a sequence gives each copy its
+  own, ``None`` entries keeping their generator).
+
+An env never resets a copy by itself. A copy's episode ends in the step after
+which none of its agents is ``alive``; the vector layer then records the
+episode (``final_obs``, return, length) and calls ``reset(where=...)`` for
+those copies, in the same step (:mod:`corral.vector.episodes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from corral.arrays import Place, to_numpy
+from corral.groups import group_agents
+
+Array = Any  # a numpy array or a torch tensor
+Seed = int | Sequence[int | None] | None
+
+
+@dataclass
+class BatchedStep:
+    """What a :class:`BatchedEnv` returns from ``reset`` and ``step``, for all ``E`` copies.
+
+    Per group ``g`` of ``n_g`` agents:
+
+    * ``obs[g]``: ``[E, n_g, *obs_shape]`` (a dict or tuple of such arrays for a
+      Dict or Tuple space). An agent that is not alive keeps the last
+      observation it had: in the step it ended, its final one.
+    * ``alive[g]``: ``[E, n_g]`` bool, the agent is in its copy's episode now
+      (one that terminated or was truncated in this step is not).
+    * ``acting[g]``: ``[E, n_g]`` bool, the agent must act at the next step.
+    * ``action_mask[g]``: ``[E, n_g, n_actions]`` bool, legal actions of a
+      discrete group; a group left out has every action legal.
+    * ``reward[g]``, ``terminated[g]``, ``truncated[g]``: ``[E, n_g]``, what each
+      agent earned in this step and whether its episode ended here; ``None``
+      from ``reset``.
+    * ``state``: ``[E, *state_shape]``, where the env has a ``state_space``.
+
+    Rows of copies that a ``reset(where=...)`` did not select are not read.
+    ``restarted`` (``[E]`` bool) and ``faults`` are for sources that restart a
+    failed copy themselves (packed dict envs): the copies rebuilt in this
+    call, and the :class:`~corral.errors.EnvError` of each failure.
+    """
+
+    obs: dict[str, Any]
+    alive: dict[str, Array]
+    acting: dict[str, Array]
+    action_mask: dict[str, Array] = field(default_factory=dict)
+    reward: dict[str, Array] | None = None
+    terminated: dict[str, Array] | None = None
+    truncated: dict[str, Array] | None = None
+    state: Any = None
+    restarted: Array | None = None
+    faults: list[Any] = field(default_factory=list)
+
+
+class BatchedEnv:
+    """Base class of natively batched envs (and of packed dict envs).
+
+    A subclass sets ``num_envs``, ``possible_agents`` and ``place`` (where its
+    arrays live: ``Place("numpy")`` or ``Place("torch", device)``), implements
+    :meth:`observation_space`, :meth:`action_space`, :meth:`reset` and
+    :meth:`step`, and may set ``state_space``, ``metadata`` and
+    ``max_episode_steps``. ``groups`` defaults to :func:`corral.group_agents`
+    over the agents' spaces; a subclass may override it.
+    """
+
+    num_envs: int
+    possible_agents: list[str]
+    place: Place = Place()
+    state_space: spaces.Space | None = None
+    metadata: dict[str, Any] = {}
+    max_episode_steps: int | None = None
+
+    @property
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        """Group name -> its agents, in array order."""
+        grouped = group_agents(self.possible_agents, self.observation_space, self.action_space)
+        return {name: tuple(agents) for name, agents in grouped.items()}
+
+    @property
+    def array(self) -> str:
+        """``"numpy"`` or ``"torch"``: the namespace of every array in and out."""
+        return self.place.array
+
+    @property
+    def device(self) -> str:
+        return self.place.device
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        raise NotImplementedError
+
+    def action_space(self, agent: str) -> spaces.Space:
+        raise NotImplementedError
+
+    def reset(
+        self, seed: Seed = None, where: Array | None = None, options: dict[str, Any] | None = None
+    ) -> BatchedStep:
+        """Start a new episode in the copies selected by ``where`` (all if ``None``)."""
+        raise NotImplementedError
+
+    def step(self, actions: dict[str, Any]) -> BatchedStep:
+        """Step every copy with ``actions[g]`` (``[E, n_g, *action_shape]``)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the env holds; safe to call twice."""
+
+
+def copy_seeds(seed: Seed, num_envs: int) -> list[int | None]:
+    """The seed of each copy: ``seed + i``, the sequence as given, or ``None`` for all."""
+    if seed is None:
+        return [None] * num_envs
+    if isinstance(seed, (int, np.integer)):
+        return [int(seed) + i for i in range(num_envs)]
+    seeds = list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(f"got {len(seeds)} seeds for {num_envs} copies")
+    return seeds
+
+
+def selected(where: Array | None, num_envs: int) -> np.ndarray:
+    """The indices of the copies ``where`` selects (all of them for ``None``), on the host."""
+    if where is None:
+        return np.arange(num_envs)
+    return np.flatnonzero(to_numpy(where))
+
+
+class CopyGenerators:
+    """One numpy ``Generator`` per copy, seeded the way a dict env's ``reset(seed)`` seeds its
+    own: copy ``i`` reset with seed ``s`` draws what a dict env reset with ``s`` draws, and
+    keeps drawing from it at later unseeded resets. A copy first reset without a seed
+    draws from fresh entropy."""
+
+    def __init__(self, num_envs: int) -> None:
+        self._generators: list[np.random.Generator | None] = [None] * num_envs
+
+    def at_reset(self, seeds: Sequence[int | None], indices: Sequence[int]) -> list:
+        """The generators of the copies ``indices`` being reset with ``seeds`` (one per copy
+        of the env, as :func:`copy_seeds` gives them), reseeded where a seed is given."""
+        out = []
+        for i in indices:
+            if seeds[i] is not None or self._generators[i] is None:
+                self._generators[i] = np.random.default_rng(seeds[i])
+            out.append(self._generators[i])
+        return out
