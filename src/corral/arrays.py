@@ -82,6 +82,17 @@ class Place:
         return torch.from_numpy(array).to(self.device)
 
 
+def on_host(place: Place, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Host (numpy) arrays, such as shared memory, as arrays of a CPU ``place``, sharing
+    their memory."""
+    if not place.is_torch:
+        return arrays
+    if place.device != "cpu":
+        raise ValueError(f"arrays in host memory cannot live on device {place.device!r}")
+    torch = import_torch()
+    return {path: torch.from_numpy(a) for path, a in arrays.items()}
+
+
 def torch_dtype(dtype: np.dtype) -> Any:
     """The torch dtype of a numpy dtype (``bool`` -> ``torch.bool``, ``float32``...)."""
     torch = import_torch()

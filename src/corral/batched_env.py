@@ -57,9 +57,11 @@ class BatchedStep:
     * ``state``: ``[E, *state_shape]``, where the env has a ``state_space``.
 
     Rows of copies that a ``reset(where=...)`` did not select are not read.
-    ``restarted`` (``[E]`` bool) and ``faults`` are for sources that restart a
-    failed copy themselves (packed dict envs): the copies rebuilt in this
-    call, and the :class:`~corral.errors.EnvError` of each failure.
+    ``restarted``, ``failed`` (``[E]`` bool) and ``faults`` are for sources that
+    restart a failed copy themselves (packed dict envs): the copies rebuilt in
+    this call, the copies whose step raised (it did not happen: the episode's
+    length does not count it), and the :class:`~corral.errors.EnvError` of each
+    failure.
     """
 
     obs: dict[str, Any]
@@ -71,6 +73,7 @@ class BatchedStep:
     truncated: dict[str, Array] | None = None
     state: Any = None
     restarted: Array | None = None
+    failed: Array | None = None
     faults: list[Any] = field(default_factory=list)
 
 

@@ -1,8 +1,8 @@
 """The interface every vector backend implements: it only moves data.
 
 A backend builds the envs, allocates the batch arrays where its envs can
-write them, and runs an :class:`~corral.vector.runner.EnvRunner` over each
-slice of envs. Everything else (layout, validation, the call order, the
+write them, and runs :class:`~corral.vector.episodes.Episodes` over each
+shard of the copies. Everything else (layout, validation, the call order, the
 batch) belongs to :class:`~corral.vector.vector_env.VectorEnv`.
 """
 
@@ -12,18 +12,20 @@ import importlib
 import inspect
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
 from gymnasium import spaces
 
+from corral.arrays import Place
+from corral.batched_env import BatchedEnv
 from corral.errors import EnvError, WorkerTimeoutError
 from corral.vector.layout import Layout
+from corral.vector.sources import Source
 
 T = TypeVar("T")
 EnvFn = Callable[[], Any]
-Arrays = dict[str, np.ndarray]
+Arrays = dict[str, Any]  # path -> numpy array or torch tensor
 
 DEFAULT_TIMEOUT = 300.0
 """Seconds a worker backend (``subproc``, ``ray``) waits for a reset, step or call when
@@ -43,27 +45,32 @@ class EnvInfo:
     """What the parent needs to know of the envs to lay out their arrays."""
 
     possible_agents: list[str]
+    groups: dict[str, tuple[str, ...]]
     observation_spaces: dict[str, spaces.Space]
     action_spaces: dict[str, spaces.Space]
     state_space: spaces.Space | None
     metadata: dict[str, Any]
     max_episode_steps: int | None = None
+    place: Place = field(default_factory=Place)
 
     @classmethod
-    def of(cls, env: Any) -> EnvInfo:
+    def of(cls, env: BatchedEnv) -> EnvInfo:
+        """What ``env`` (a batched env, or a shard of the vector env's copies) is."""
         agents = list(env.possible_agents)
         return cls(
             agents,
+            dict(env.groups),
             {a: env.observation_space(a) for a in agents},
             {a: env.action_space(a) for a in agents},
-            getattr(env, "state_space", None),
-            dict(getattr(env, "metadata", {})),
-            getattr(env, "max_episode_steps", None),
+            env.state_space,
+            dict(env.metadata),
+            env.max_episode_steps,
+            env.place,
         )
 
 
 class Backend:
-    """Runs ``len(env_fns)`` envs; subclasses decide where.
+    """Runs the copies of ``source``; subclasses decide where (in shards of it).
 
     A subclass takes its options as keyword-only arguments of ``__init__``;
     ``refused_options`` says why it lacks an option the other backends take.
@@ -71,12 +78,12 @@ class Backend:
 
     refused_options: ClassVar[dict[str, str]] = {}
 
-    def __init__(self, env_fns: Sequence[EnvFn], **options: Any) -> None:
-        self.env_fns = list(env_fns)
+    def __init__(self, source: Source, **options: Any) -> None:
+        self.source = source
 
     @property
     def num_envs(self) -> int:
-        return len(self.env_fns)
+        return self.source.num_envs
 
     def env_info(self) -> EnvInfo:
         """Agents and spaces of the envs (all envs must share them)."""
@@ -188,6 +195,33 @@ def call_envs(
         guarded(offset + i, what, lambda e=env: call_env(e, name, args, kwargs))
         for i, env in enumerate(envs)
     ]
+
+
+def call_shard(
+    shard: BatchedEnv, offset: int, name: str, args: tuple | None, kwargs: dict[str, Any]
+) -> list[Any]:
+    """:func:`call_envs` on a shard's dict envs; of a natively batched shard, its attribute
+    ``name`` once per copy (it has no per-copy methods)."""
+    envs = getattr(shard, "envs", None)
+    if envs is not None:
+        return call_envs(envs, offset, name, args, kwargs)
+    if args is not None and callable(getattr(shard, name, None)):
+        raise TypeError(
+            f"{type(shard).__name__} is natively batched: it has no method {name!r} per copy "
+            "to call (call it on the batched env itself, or use native=False)"
+        )
+    value = guarded(offset, f"reading attribute {name!r}", lambda: getattr(shard, name))
+    return [value] * shard.num_envs
+
+
+def set_shard_attrs(shard: BatchedEnv, offset: int, name: str, values: Sequence[Any]) -> None:
+    """:func:`set_env_attrs` on a shard's dict envs; a natively batched shard has none."""
+    envs = getattr(shard, "envs", None)
+    if envs is None:
+        raise TypeError(
+            f"{type(shard).__name__} is natively batched: it has no attributes per copy to set"
+        )
+    set_env_attrs(envs, offset, name, values)
 
 
 def set_env_attrs(envs: Sequence[Any], offset: int, name: str, values: Sequence[Any]) -> None:

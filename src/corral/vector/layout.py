@@ -12,8 +12,9 @@ How a space maps to arrays is registered per space type with
 
 from __future__ import annotations
 
+import enum
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, singledispatch
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from corral.arrays import Place
 from corral.groups import GroupMap, group_agents
 from corral.values import describe, finite_problem
 
@@ -238,27 +240,60 @@ class Group:
         return int(space.n) if isinstance(space, spaces.Discrete) else None
 
 
+class Role(enum.Enum):
+    """What a batch array is for, and so who writes it and whether the batch shows it."""
+
+    ACTION = "action"
+    """Written by the caller before a step, read by the envs."""
+    STEP = "step"
+    """What the envs return each call (``obs``, ``reward``, ``alive``...): in the batch."""
+    EPISODE = "episode"
+    """What the episode bookkeeping returns (``done``, ``final_obs``...): in the batch."""
+    BOOKKEEPING = "bookkeeping"
+    """Kept between steps by the bookkeeping (running returns): not in the batch."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One array of a batch: its path, role, full shape ``[E, (n_g,) ...]`` and dtype.
+
+    ``per_agent``: the axes are ``[env, agent, ...]``, else ``[env, ...]``.
+    """
+
+    path: str
+    role: Role
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    per_agent: bool
+
+    @property
+    def in_batch(self) -> bool:
+        return self.role in (Role.STEP, Role.EPISODE)
+
+
 class Layout:
     """Groups, agent positions and the arrays of a batch of ``num_envs`` envs.
 
-    ``check_finite``: observations, rewards and states must be finite (and fit
-    their arrays' dtypes); it travels with the layout to every backend's runners.
+    ``groups`` maps each group to its agents in array order; ``place`` is where
+    the arrays live (numpy, or torch on a device). ``check_finite``:
+    observations, rewards and states must be finite (and fit their arrays'
+    dtypes); it travels with the layout to every backend.
     """
 
     def __init__(
         self,
-        possible_agents: list[str],
+        groups: Mapping[str, Sequence[str]],
         observation_space: Callable[[str], spaces.Space],
         action_space: Callable[[str], spaces.Space],
         state_space: spaces.Space | None,
         num_envs: int,
-        group_map: GroupMap = None,
         check_finite: bool = False,
+        place: Place | None = None,
     ) -> None:
         self.num_envs = num_envs
         self.state_space = state_space
         self.check_finite = check_finite
-        groups = group_agents(possible_agents, observation_space, action_space, group_map)
+        self.place = Place() if place is None else place
         self.groups = {
             name: Group(name, tuple(agents), observation_space(agents[0]), action_space(agents[0]))
             for name, agents in groups.items()
@@ -268,42 +303,79 @@ class Layout:
             for group in self.groups.values()
             for j, agent in enumerate(group.agents)
         }
+        self.fields = self._fields()
+
+    @classmethod
+    def grouping(
+        cls,
+        possible_agents: list[str],
+        observation_space: Callable[[str], spaces.Space],
+        action_space: Callable[[str], spaces.Space],
+        group_map: GroupMap = None,
+    ) -> dict[str, tuple[str, ...]]:
+        """The groups :func:`corral.group_agents` forms of ``possible_agents``."""
+        groups = group_agents(possible_agents, observation_space, action_space, group_map)
+        return {name: tuple(agents) for name, agents in groups.items()}
+
+    def _fields(self) -> dict[str, Field]:
+        E = self.num_envs
+        out: dict[str, Field] = {}
+
+        def add(path: str, role: Role, shape: tuple[int, ...], dtype: Any, agent: bool) -> None:
+            out[path] = Field(path, role, shape, np.dtype(dtype), agent)
+
+        for g in self.groups.values():
+            n = len(g.agents)
+            for field, role in (("obs", Role.STEP), ("final_obs", Role.EPISODE)):
+                for path, spec in leaves(g.obs_tree, f"{field}/{g.name}"):
+                    add(path, role, (E, n, *spec.shape), spec.dtype, True)
+            for path, spec in leaves(g.action_tree, f"action/{g.name}"):
+                add(path, Role.ACTION, (E, n, *spec.shape), spec.dtype, True)
+            for field, (role, dtype) in _AGENT_FIELDS.items():
+                add(f"{field}/{g.name}", role, (E, n), dtype, True)
+            if g.num_actions is not None:
+                add(f"action_mask/{g.name}", Role.STEP, (E, n, g.num_actions), bool, True)
+        if self.state_space is not None:
+            for field, role in (("state", Role.STEP), ("final_state", Role.EPISODE)):
+                for path, spec in leaves(array_tree(self.state_space), field):
+                    add(path, role, (E, *spec.shape), spec.dtype, False)
+        for field, (role, dtype) in _ENV_FIELDS.items():
+            add(field, role, (E,), dtype, False)
+        return out
+
+    def paths(self, *roles: Role) -> list[str]:
+        """The paths of the fields of ``roles``, in layout order."""
+        return [path for path, f in self.fields.items() if f.role in roles]
 
     def array_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Full shape and dtype of every array of the batch and of the actions."""
-        E = self.num_envs
-        out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
-        for g in self.groups.values():
-            n = len(g.agents)
-            for field in ("obs", "final_obs"):
-                for path, spec in leaves(g.obs_tree, f"{field}/{g.name}"):
-                    out[path] = ((E, n, *spec.shape), spec.dtype)
-            for path, spec in leaves(g.action_tree, f"action/{g.name}"):
-                out[path] = ((E, n, *spec.shape), spec.dtype)
-            for field, dtype in _AGENT_FIELDS.items():
-                out[f"{field}/{g.name}"] = ((E, n), np.dtype(dtype))
-            if g.num_actions is not None:
-                out[f"action_mask/{g.name}"] = ((E, n, g.num_actions), np.dtype(bool))
-        if self.state_space is not None:
-            for field in ("state", "final_state"):
-                for path, spec in leaves(array_tree(self.state_space), field):
-                    out[path] = ((E, *spec.shape), spec.dtype)
-        out["done"] = ((E,), np.dtype(bool))
-        out["episode_length"] = ((E,), np.dtype(np.int64))
-        out["running_length"] = ((E,), np.dtype(np.int64))
-        out["worker_restarts"] = ((E,), np.dtype(np.int64))
-        return out
+        return {path: (f.shape, f.dtype) for path, f in self.fields.items()}
+
+    def allocate(self, num_envs: int | None = None) -> dict[str, Any]:
+        """Zeroed arrays of every field in the layout's place (``num_envs`` rows each)."""
+        rows = self.num_envs if num_envs is None else num_envs
+        return {
+            path: self.place.zeros((rows, *f.shape[1:]), f.dtype) for path, f in self.fields.items()
+        }
 
 
-# Per-agent fields of shape [E, n] and their dtypes.
+# Per-agent fields of shape [E, n]: their roles and dtypes.
 _AGENT_FIELDS = {
-    "reward": np.float64,
-    "terminated": bool,
-    "truncated": bool,
-    "alive": bool,
-    "acting": bool,
-    "episode_return": np.float64,
+    "reward": (Role.STEP, np.float64),
+    "terminated": (Role.STEP, bool),
+    "truncated": (Role.STEP, bool),
+    "alive": (Role.STEP, bool),
+    "acting": (Role.STEP, bool),
+    "episode_return": (Role.EPISODE, np.float64),
     # The return so far of each running episode: kept with the batch (not in a worker) so
     # that a worker's replacement can report the episode its death cut short.
-    "running_return": np.float64,
+    "running_return": (Role.BOOKKEEPING, np.float64),
+}
+
+# Per-env fields of shape [E].
+_ENV_FIELDS = {
+    "done": (Role.EPISODE, bool),
+    "episode_length": (Role.EPISODE, np.int64),
+    "worker_restarts": (Role.EPISODE, np.int64),
+    "running_length": (Role.BOOKKEEPING, np.int64),
 }

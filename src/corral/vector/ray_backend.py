@@ -1,7 +1,7 @@
 """The Ray backend: envs in Ray actors, so sampling can span a cluster.
 
-Each actor holds a contiguous slice of the envs and an
-:class:`~corral.vector.runner.EnvRunner` writing into the actor's own arrays.
+Each actor holds a contiguous shard of the copies and runs its
+:class:`~corral.vector.episodes.Episodes` into the actor's own arrays.
 The parent keeps the full arrays: a step sends each actor its slice of the
 actions and copies the slice of the batch that comes back into place.
 
@@ -20,9 +20,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
-
-from corral.adapters import adapt
+from corral.batched_env import BatchedEnv
 from corral.errors import (
     EnvError,
     MissingDependencyError,
@@ -35,18 +33,17 @@ from corral.vector.backend import (
     DEFAULT_TIMEOUT,
     Arrays,
     Backend,
-    EnvFn,
     EnvInfo,
-    call_envs,
+    call_shard,
     first_fault,
-    guarded,
-    set_env_attrs,
+    set_shard_attrs,
 )
-from corral.vector.layout import Layout
-from corral.vector.runner import EnvRunner
+from corral.vector.episodes import Episodes
+from corral.vector.layout import Layout, Role
+from corral.vector.sources import Source
 
 # The arrays a replacement actor takes over from the parent: what
-# EnvRunner.restart reads to end the episodes its dead predecessor was running.
+# Episodes.restart_all reads to end the episodes its dead predecessor was running.
 _RESTORED_PREFIXES = ("obs/", "state", "alive/", "worker_restarts", "running_")
 
 Refs = list[Any]  # the ObjectRefs of one actor's calls, in submission order
@@ -71,54 +68,50 @@ def import_ray() -> Any:
 
 
 class RayWorker:
-    """One slice of the envs (global indices from ``offset``), run inside a Ray actor."""
+    """One shard of the copies (global indices from ``offset``), run inside a Ray actor."""
 
-    def __init__(self, env_fns: Sequence[EnvFn], offset: int) -> None:
-        self.env_fns = list(env_fns)
+    def __init__(self, source: Source, offset: int) -> None:
+        self.source = source
         self.offset = offset
-        self.envs: list[Any] = []
+        self.shard: BatchedEnv | None = None
 
     def make_envs(self) -> EnvInfo:
-        """Build the envs; return the agents and spaces of the first."""
-        self.envs = [adapt(fn()) for fn in self.env_fns]
-        return EnvInfo.of(self.envs[0])
+        """Build the shard; say what it is."""
+        self.shard = self.source.build(self.offset)
+        return EnvInfo.of(self.shard)
 
     def start(self, layout: Layout, restored: Arrays) -> None:
-        """Allocate this slice's arrays, taking the values in ``restored`` over."""
-        n = len(self.envs)
-        self.arrays = {
-            path: np.zeros((n, *shape[1:]), dtype)
-            for path, (shape, dtype) in layout.array_specs().items()
-        }
+        """Allocate this shard's arrays, taking the values in ``restored`` over."""
+        self.arrays = layout.allocate(self.shard.num_envs)
         for path, value in restored.items():
             self.arrays[path][...] = value
-        self.outputs = [p for p in self.arrays if not p.startswith("action/")]
-        self.runner = EnvRunner(self.envs, layout, self.arrays, self.offset, self.env_fns)
+        self.outputs = layout.paths(Role.STEP, Role.EPISODE, Role.BOOKKEEPING)
+        self.episodes = Episodes(self.shard, layout, self.arrays, self.offset)
 
     # These return the envs' fault instead of raising it: raised, it would lose the batch.
 
     def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> Reply:
-        return self._run(lambda: self.runner.reset(seeds, options))
+        return self._run(lambda: self.episodes.reset(seeds, options))
 
     def step(self, actions: Arrays) -> Reply:
         for path, value in actions.items():
             self.arrays[path][...] = value
-        return self._run(self.runner.step)
+        return self._run(self.episodes.step)
 
     def restart(self) -> Reply:
         """End the episodes a dead predecessor was running (truncated) and reset the envs."""
-        return self._run(lambda: self.runner.restart_all([None] * len(self.envs)))
+        return self._run(lambda: self.episodes.restart_all([None] * self.shard.num_envs))
 
     def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
-        return call_envs(self.envs, self.offset, name, args, kwargs)
+        return call_shard(self.shard, self.offset, name, args, kwargs)
 
     def set_attr(self, name: str, values: Sequence[Any]) -> None:
-        set_env_attrs(self.envs, self.offset, name, values)
+        set_shard_attrs(self.shard, self.offset, name, values)
 
     def close(self) -> None:
-        envs, self.envs = self.envs, []
-        for i, env in enumerate(envs):
-            guarded(self.offset + i, "close()", env.close)
+        shard, self.shard = self.shard, None
+        if shard is not None:
+            shard.close()
 
     def _run(self, command: Callable[[], None]) -> Reply:
         try:
@@ -245,7 +238,7 @@ class RayBackend(Backend):
 
     def __init__(
         self,
-        env_fns: Sequence[EnvFn],
+        source: Source,
         *,
         num_workers: int | None = None,
         envs_per_worker: int | None = None,
@@ -254,7 +247,7 @@ class RayBackend(Backend):
         timeout: float | None = DEFAULT_TIMEOUT,
         start_timeout: float | None = 60.0,
     ) -> None:
-        super().__init__(env_fns)
+        super().__init__(source)
         self._ray = ray = import_ray()
         self.timeout = timeout
         self.start_timeout = start_timeout
@@ -298,9 +291,7 @@ class RayBackend(Backend):
 
     def start(self, layout: Layout) -> Arrays:
         self._layout = layout
-        self._arrays = {
-            path: np.zeros(shape, dtype) for path, (shape, dtype) in layout.array_specs().items()
-        }
+        self._arrays = layout.allocate()
         refs = {k: [actor.start.remote(layout, {})] for k, actor in enumerate(self._actors)}
         self._gather(refs, self.timeout, "start")
         return self._arrays
@@ -316,7 +307,7 @@ class RayBackend(Backend):
         self._pending = self._submit(submit), submit
 
     def step_async(self) -> None:
-        actions = {p: a for p, a in self._arrays.items() if p.startswith("action/")}
+        actions = {p: self._arrays[p] for p in self._layout.paths(Role.ACTION)}
 
         def submit(k: int) -> Refs:
             actor, s = self._actors[k], self.slices[k]
@@ -388,7 +379,7 @@ class RayBackend(Backend):
     # -- internals ----------------------------------------------------------------------
 
     def _spawn(self, s: range) -> Any:
-        return self._remote.remote(self.env_fns[s.start : s.stop], s.start)
+        return self._remote.remote(self.source.part(s), s.start)
 
     def _submit(self, submit: Callable[[int], Refs]) -> dict[int, Refs]:
         return {k: submit(k) for k in range(len(self._actors))}

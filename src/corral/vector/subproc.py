@@ -1,7 +1,7 @@
 """The ``subproc`` backend: worker processes stepping their envs into shared memory.
 
 Each worker runs a contiguous slice of the envs in series with an
-:class:`~corral.vector.runner.EnvRunner` over its rows of the batch arrays,
+:class:`~corral.vector.episodes.Episodes` over its rows of the batch arrays,
 which live in one block of shared memory (:mod:`corral.vector.shared_memory`):
 workers write observations, rewards, masks and state there and the parent
 reads them without copies. Pipes carry only commands and small replies.
@@ -36,7 +36,8 @@ from typing import Any
 
 import cloudpickle
 
-from corral.adapters import adapt
+from corral.arrays import on_host
+from corral.batched_env import BatchedEnv
 from corral.errors import (
     EnvError,
     VectorStateError,
@@ -49,16 +50,16 @@ from corral.vector.backend import (
     DEFAULT_TIMEOUT,
     Arrays,
     Backend,
-    EnvFn,
     EnvInfo,
-    call_envs,
+    call_shard,
     env_error,
     first_fault,
-    set_env_attrs,
+    set_shard_attrs,
 )
+from corral.vector.episodes import Episodes, clear_step_fields
 from corral.vector.layout import Layout
-from corral.vector.runner import EnvRunner, clear_step_fields
 from corral.vector.shared_memory import BlockLayout, create_block, map_arrays
+from corral.vector.sources import Source
 
 CLOSE_GRACE_S = 1.0  # how long close() lets a worker finish before killing it
 
@@ -110,40 +111,36 @@ def split_envs(
 
 
 class _Server:
-    """A worker's envs and, once attached to the shared block, their runner."""
+    """A worker's shard of the copies and, once attached to the shared block, its episodes."""
 
-    def __init__(self, conn: Connection, envs: list[Any], offset: int) -> None:
+    def __init__(self, conn: Connection, shard: BatchedEnv, offset: int) -> None:
         self.conn = conn
-        self.envs = envs
+        self.shard = shard
         self.offset = offset
 
-    def attach(self, layout: Layout, block: BlockLayout, seeds: list | None, fns: bytes) -> None:
-        """Map this worker's rows; with ``seeds``, take over from a dead worker.
-
-        ``fns`` (the pickled env constructors) rebuild an env after a fault.
-        """
+    def attach(self, layout: Layout, block: BlockLayout, seeds: list | None) -> None:
+        """Map this worker's rows; with ``seeds``, take over from a dead worker."""
         fd = recv_handle(self.conn)
-        rows = slice(self.offset, self.offset + len(self.envs))
+        rows = slice(self.offset, self.offset + self.shard.num_envs)
         try:
-            arrays = map_arrays(fd, block, rows)
+            arrays = on_host(layout.place, map_arrays(fd, block, rows))
         finally:
             os.close(fd)
-        # self.envs is the list _serve closes at the end: the runner replaces envs in it
-        self.runner = EnvRunner(self.envs, layout, arrays, self.offset, cloudpickle.loads(fns))
+        self.episodes = Episodes(self.shard, layout, arrays, self.offset)
         if seeds is not None:
-            self.runner.restart_all(seeds)
+            self.episodes.restart_all(seeds)
 
     def reset(self, seeds: list, options: dict[str, Any] | None) -> None:
-        self.runner.reset(seeds, options)
+        self.episodes.reset(seeds, options)
 
     def step(self) -> None:
-        self.runner.step()
+        self.episodes.step()
 
     def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
-        return call_envs(self.envs, self.offset, name, args, kwargs)
+        return call_shard(self.shard, self.offset, name, args, kwargs)
 
     def set_attr(self, name: str, values: list[Any]) -> None:
-        set_env_attrs(self.envs, self.offset, name, values)
+        set_shard_attrs(self.shard, self.offset, name, values)
 
 
 def _exit_with_parent() -> None:
@@ -185,15 +182,13 @@ def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Connec
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     for parent_end in inherited:  # forked copies would hide the parent's exit from workers
         parent_end.close()
-    envs: list[Any] = []
     try:
-        for fn in cloudpickle.loads(payload):
-            envs.append(adapt(fn()))
+        shard = cloudpickle.loads(payload).build(offset)
     except Exception as err:
-        conn.send(("error", env_error(offset + len(envs), "building the env", err)))
+        conn.send(("error", env_error(offset, "building the env", err)))
         return
-    conn.send(("ok", EnvInfo.of(envs[0])))  # the parent lays out the batch from worker 0's
-    server = _Server(conn, envs, offset)
+    conn.send(("ok", EnvInfo.of(shard)))  # the parent lays out the batch from worker 0's
+    server = _Server(conn, shard, offset)
     while True:
         try:
             command, *args = conn.recv()
@@ -211,8 +206,7 @@ def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Connec
             break
         except (pickle.PicklingError, TypeError, AttributeError) as err:
             conn.send(("error", env_error(offset, f"sending the reply to {command}()", err)))
-    for env in envs:
-        env.close()
+    shard.close()
 
 
 # -- the parent's side ------------------------------------------------------------------
@@ -284,7 +278,7 @@ class SubprocBackend(Backend):
 
     def __init__(
         self,
-        env_fns: Sequence[EnvFn],
+        source: Source,
         *,
         num_workers: int | None = None,
         envs_per_worker: int | None = None,
@@ -292,7 +286,7 @@ class SubprocBackend(Backend):
         timeout: float | None = DEFAULT_TIMEOUT,
         daemon: bool = True,
     ) -> None:
-        super().__init__(env_fns)
+        super().__init__(source)
         self.timeout = timeout
         self.daemon = daemon
         self._ctx = mp.get_context(start_method or default_start_method())
@@ -300,7 +294,7 @@ class SubprocBackend(Backend):
             _preload_in_forkserver(self._ctx)
         ranges = split_envs(self.num_envs, num_workers, envs_per_worker)
         self._workers = [_Worker(k, envs) for k, envs in enumerate(ranges)]
-        self._payloads = [cloudpickle.dumps(self.env_fns[r.start : r.stop]) for r in ranges]
+        self._payloads = [cloudpickle.dumps(source.part(r)) for r in ranges]
         self._fds: list[int] = []
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._fds)
         self._awaiting: tuple[str, list[_Worker], list | None] | None = None
@@ -322,7 +316,7 @@ class SubprocBackend(Backend):
         self._layout = layout
         self._block = BlockLayout.of(layout.array_specs())
         self._fds.append(create_block(self._block.size))
-        self._arrays = arrays = map_arrays(self._fds[0], self._block)
+        self._arrays = arrays = on_host(layout.place, map_arrays(self._fds[0], self._block))
         self._attach(self._workers, None)
         return arrays
 
@@ -342,7 +336,7 @@ class SubprocBackend(Backend):
 
     def _clear_step_fields(self) -> None:
         """Clear the step fields here too: a worker that dies in the call leaves exactly
-        what it wrote (see ``EnvRunner.restart_all``)."""
+        what it wrote (see ``Episodes.restart_all``)."""
         self._check_open()
         clear_step_fields(self._arrays, self._layout.groups)
 
@@ -462,7 +456,7 @@ class SubprocBackend(Backend):
 
         def message(w: _Worker) -> tuple:
             rows = None if seeds is None else seeds[w.envs.start : w.envs.stop]
-            return ("attach", self._layout, self._block, rows, self._payloads[w.index])
+            return ("attach", self._layout, self._block, rows)
 
         self._send(workers, message, fd=self._fds[0])
         self._gather(workers, "attach", None)

@@ -1,20 +1,18 @@
-"""The in-process backend: one loop over all envs, no copies, no workers."""
+"""The in-process backend: the whole batched env in the caller's process, no copies."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
-from corral.adapters import adapt
-from corral.vector.backend import Arrays, Backend, EnvFn, EnvInfo, call_envs, set_env_attrs
+from corral.vector.backend import Arrays, Backend, EnvInfo, call_shard, set_shard_attrs
+from corral.vector.episodes import Episodes
 from corral.vector.layout import Layout
-from corral.vector.runner import EnvRunner
+from corral.vector.sources import Source
 
 
 class SyncBackend(Backend):
-    """Steps every env in the caller's process, in order. It takes no options."""
+    """Steps every copy in the caller's process. It takes no options."""
 
     refused_options = {
         "timeout": (
@@ -23,27 +21,24 @@ class SyncBackend(Backend):
         )
     }
 
-    def __init__(self, env_fns: Sequence[EnvFn]) -> None:
-        super().__init__(env_fns)
-        self.envs = [adapt(fn()) for fn in self.env_fns]
+    def __init__(self, source: Source) -> None:
+        super().__init__(source)
+        self.shard = source.build(0)
         self._pending: Callable[[], None] | None = None
 
     def env_info(self) -> EnvInfo:
-        return EnvInfo.of(self.envs[0])
+        return EnvInfo.of(self.shard)
 
     def start(self, layout: Layout) -> Arrays:
-        arrays = {
-            path: np.zeros(shape, dtype) for path, (shape, dtype) in layout.array_specs().items()
-        }
-        # the runner replaces an env it rebuilds after a fault in self.envs itself
-        self.runner = EnvRunner(self.envs, layout, arrays, env_fns=self.env_fns)
+        arrays = layout.allocate()
+        self.episodes = Episodes(self.shard, layout, arrays)
         return arrays
 
     def reset_async(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> None:
-        self._pending = lambda: self.runner.reset(seeds, options)
+        self._pending = lambda: self.episodes.reset(seeds, options)
 
     def step_async(self) -> None:
-        self._pending = self.runner.step
+        self._pending = self.episodes.step
 
     def _run_pending(self) -> None:
         pending, self._pending = self._pending, None
@@ -59,12 +54,10 @@ class SyncBackend(Backend):
     def call(
         self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None
     ) -> list[Any]:
-        return call_envs(self.envs, 0, name, args, kwargs)
+        return call_shard(self.shard, 0, name, args, kwargs)
 
     def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
-        set_env_attrs(self.envs, 0, name, values)
+        set_shard_attrs(self.shard, 0, name, values)
 
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
-        self.envs = []
+        self.shard.close()

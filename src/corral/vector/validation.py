@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from corral.arrays import import_torch, to_numpy
+
 Problem = tuple[int, int, str] | None
 
 
@@ -154,3 +156,59 @@ def mask_problem(
     index = np.clip(np.asarray(array, dtype=np.int64) - space.start, 0, space.n - 1)
     picked = np.take_along_axis(mask, index[..., None], axis=-1)[..., 0]
     return _first(acting & ~picked, "a legal action (its action mask forbids this one)")
+
+
+def group_problem(space: spaces.Space, array: Any, acting: Any, mask: Any | None) -> Problem:
+    """The first invalid acting entry of a group's actions (its mask included), or ``None``;
+    on numpy arrays, or on torch tensors (checked on their device, read back only to name
+    a problem)."""
+    if _is_tensor(acting):
+        if not _tensor_suspect(space, array, acting, mask):
+            return None
+        array = _host(array)
+        acting = to_numpy(acting)
+        mask = None if mask is None else to_numpy(mask)
+    problem = action_array_problem(space, array, acting)
+    if problem is None and mask is not None:
+        problem = mask_problem(space, array, acting, mask)
+    return problem
+
+
+def _is_tensor(value: Any) -> bool:
+    return not isinstance(value, np.ndarray) and hasattr(value, "is_floating_point")
+
+
+def _host(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _host(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_host(v) for v in value)
+    return to_numpy(value) if _is_tensor(value) else value
+
+
+def _tensor_suspect(space: spaces.Space, array: Any, acting: Any, mask: Any | None) -> bool:
+    """Whether a group's tensor of actions may hold a problem (checked on its device; the
+    numpy checks then name it). Spaces other than Discrete and Box are always checked."""
+    if not _is_tensor(array) or tuple(array.shape) != (*acting.shape, *space.shape):
+        return True
+    if isinstance(space, spaces.Discrete):
+        if array.is_floating_point() or array.is_complex():
+            return True
+        low, high = int(space.start), int(space.start + space.n - 1)
+        if bool((acting & ((array < low) | (array > high))).any()):
+            return True
+        if mask is None:
+            return False
+        index = (array.long() - low).clamp(0, int(space.n) - 1)
+        picked = mask.gather(-1, index[..., None])[..., 0]
+        return bool((acting & ~picked).any())
+    if isinstance(space, spaces.Box):
+        if array.is_complex():
+            return True
+        torch = import_torch()
+        low = torch.as_tensor(space.low, device=array.device)
+        high = torch.as_tensor(space.high, device=array.device)
+        bad = ~torch.isfinite(array) | (array < low) | (array > high)
+        live = acting.reshape(*acting.shape, *([1] * len(space.shape)))
+        return bool((live & bad).any()) or array.dtype.itemsize > np.dtype(space.dtype).itemsize
+    return True

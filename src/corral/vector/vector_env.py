@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from corral.arrays import Place, to_numpy
 from corral.errors import (
     EnvError,
     EnvRestartWarning,
@@ -20,9 +21,10 @@ from corral.errors import (
 from corral.groups import GroupMap
 from corral.values import debug_mode
 from corral.vector.backend import EnvFn, backend_class, check_options, check_timeout
-from corral.vector.layout import Layout, array_tree, assemble
+from corral.vector.layout import Layout, Role, array_tree, assemble
 from corral.vector.sampling import sample_array
-from corral.vector.validation import action_array_problem, clip_to_space, mask_problem
+from corral.vector.sources import NativeSource, Source, as_source
+from corral.vector.validation import clip_to_space, group_problem
 
 
 @dataclass
@@ -119,7 +121,7 @@ class VectorEnv:
 
     def __init__(
         self,
-        env_fns: Sequence[EnvFn],
+        env_fns: Sequence[EnvFn] | Source,
         backend: str = "sync",
         *,
         seed: int | None = None,
@@ -129,35 +131,51 @@ class VectorEnv:
         clip_actions: bool = False,
         on_env_error: Literal["raise", "restart"] = "raise",
         check_finite: bool | None = None,
+        array: str = "numpy",
+        device: str = "cpu",
         **options: Any,
     ) -> None:
-        if len(env_fns) == 0:
-            raise ValueError("a VectorEnv needs at least one env constructor")
         if on_env_error not in ("raise", "restart"):
             raise ValueError(f"on_env_error must be 'raise' or 'restart', got {on_env_error!r}")
+        self.place = Place(array, device)
         check_options(backend, options)
+        self.check_finite = debug_mode() if check_finite is None else bool(check_finite)
+        source = as_source(
+            env_fns, group_map=group_map, state=state, check_finite=self.check_finite
+        )
+        if source.num_envs == 0:
+            raise ValueError("a VectorEnv needs at least one env constructor")
+        if isinstance(source, NativeSource) and group_map is not None:
+            raise ValueError(
+                "a natively batched env has its own groups; group_map needs native=False"
+            )
+        if self.place.device != "cpu" and backend != "sync":
+            raise ValueError(
+                f"device={device!r} runs only on backend='sync' (one process holds the GPU); "
+                f"backend {backend!r} shares CPU memory"
+            )
         self.backend_name = backend
         self.copy = copy
         self.clip_actions = clip_actions
         self.on_env_error = on_env_error
-        self.check_finite = debug_mode() if check_finite is None else bool(check_finite)
         self._pending = _Pending.CLOSED
-        self._backend = backend_class(backend)(list(env_fns), **options)
+        self._backend = backend_class(backend)(source, **options)
         info = self._backend.env_info()
         self.metadata = info.metadata
         self._max_episode_steps = info.max_episode_steps
         self.possible_agents = info.possible_agents
         self.layout = Layout(
-            info.possible_agents,
+            info.groups,
             info.observation_spaces.__getitem__,
             info.action_spaces.__getitem__,
             info.state_space if state else None,
-            len(env_fns),
-            group_map,
+            source.num_envs,
             check_finite=self.check_finite,
+            place=info.place,
         )
+        inner = self.layout.place
         self._clipped = {
-            name: np.zeros((len(env_fns), len(g.agents)), np.int64)
+            name: inner.zeros((self.num_envs, len(g.agents)), np.dtype(np.int64))
             for name, g in self.layout.groups.items()
         }
         # The counts live in the parent, beside the backend's arrays: clipping precedes the step.
@@ -165,7 +183,10 @@ class VectorEnv:
             **self._backend.start(self.layout),
             **{f"clipped_actions/{name}": a for name, a in self._clipped.items()},
         }
-        self._batch_paths = [p for p in self._arrays if not p.startswith(("action/", "running_"))]
+        self._batch_paths = [
+            *self.layout.paths(Role.STEP, Role.EPISODE),
+            *(f"clipped_actions/{name}" for name in self._clipped),
+        ]
         self._action_plan = [
             (name, g, self._arrays[f"acting/{name}"], self._arrays.get(f"action_mask/{name}"))
             for name, g in self.layout.groups.items()
@@ -261,15 +282,18 @@ class VectorEnv:
         return self._batch()
 
     def sample_actions(self, batch: Batch, rng: np.random.Generator | None = None) -> dict:
-        """Uniformly random actions for every group, legal under ``batch.action_mask``."""
+        """Uniformly random actions for every group, legal under ``batch.action_mask``, as
+        arrays of the batch's place (drawn on the host)."""
         rng = np.random.default_rng() if rng is None else rng
         lead = (self.num_envs,)
-        return {
-            name: sample_array(
-                g.action_space, (*lead, len(g.agents)), rng, batch.action_mask.get(name)
-            )
-            for name, g in self.layout.groups.items()
-        }
+        out = {}
+        for name, g in self.layout.groups.items():
+            mask = batch.action_mask.get(name)
+            mask = None if mask is None else to_numpy(mask)
+            out[name] = sample_array(g.action_space, (*lead, len(g.agents)), rng, mask)
+        if self.place.is_torch:
+            out = {name: _in(self.place, value) for name, value in out.items()}
+        return out
 
     # -- other calls ------------------------------------------------------------------
 
@@ -368,18 +392,16 @@ class VectorEnv:
         for name, group, acting, mask in self._action_plan:
             if name not in actions:
                 if acting.any():
-                    env, j = (int(x) for x in np.argwhere(acting)[0])
+                    env, j = (int(x) for x in np.argwhere(to_numpy(acting))[0])
                     raise InvalidActionError(
                         f"group {name!r} is missing from the actions, but env {env}, "
                         f"agent {group.agents[j]!r} must act"
                     )
                 continue
-            action, clipped = actions[name], None
+            action, clipped = self._in_place(actions[name]), None
             if self.clip_actions:
-                action, clipped = clip_to_space(group.action_space, action, acting)
-            problem = action_array_problem(group.action_space, action, acting)
-            if problem is None and mask is not None:
-                problem = mask_problem(group.action_space, action, acting, mask)
+                action, clipped = self._clip(group.action_space, action, acting)
+            problem = group_problem(group.action_space, action, acting, mask)
             if problem is not None:
                 env, j, text = problem
                 where = f"group {name!r}" + (
@@ -392,6 +414,23 @@ class VectorEnv:
         if self.clip_actions:
             for name, counts in self._clipped.items():
                 counts[...] = checked[name][2] if name in checked else 0
+
+    def _in_place(self, action: Any) -> Any:
+        """``action`` (nested as its space) as arrays of the layout's place."""
+        if isinstance(action, dict):
+            return {k: self._in_place(v) for k, v in action.items()}
+        if isinstance(action, (tuple, list)):
+            return type(action)(self._in_place(v) for v in action)
+        if self.layout.place.is_torch:
+            return self.layout.place.asarray(action)
+        return to_numpy(action)
+
+    def _clip(self, space: Any, action: Any, acting: Any) -> tuple[Any, Any]:
+        if not self.layout.place.is_torch:
+            return clip_to_space(space, action, acting)
+        clipped, counts = clip_to_space(space, to_numpy(action), to_numpy(acting))
+        place = self.layout.place
+        return place.asarray(clipped), place.asarray(counts)
 
     def _store(self, tree: Any, path: str, value: Any) -> None:
         if isinstance(tree, dict):
@@ -406,9 +445,20 @@ class VectorEnv:
     def _batch(self) -> Batch:
         if not self.copy:
             if self._views is None:
-                self._views = self._assemble(self._arrays)
+                self._views = self._assemble(self._outputs(self._arrays, copy=False))
             return self._views
-        return self._assemble({path: self._arrays[path].copy() for path in self._batch_paths})
+        return self._assemble(self._outputs(self._arrays, copy=True))
+
+    def _outputs(self, arrays: Mapping[str, Any], copy: bool) -> dict[str, Any]:
+        """The batch's arrays in the place asked for (``array``, ``device``)."""
+        convert = self.place != self.layout.place
+        out = {}
+        for path in self._batch_paths:
+            value = arrays[path]
+            if convert:
+                value = self.place.from_host(value)  # dict envs pack into numpy
+            out[path] = _copy_of(value) if copy else value
+        return out
 
     def _assemble(self, arrays: Mapping[str, np.ndarray]) -> Batch:
         groups = self.layout.groups
@@ -445,6 +495,9 @@ def make_vec(
     num_envs: int,
     backend: str = "sync",
     *,
+    native: bool | None = None,
+    array: str = "numpy",
+    device: str = "cpu",
     seed: int | None = None,
     group_map: GroupMap = None,
     state: bool = False,
@@ -457,16 +510,35 @@ def make_vec(
 ) -> VectorEnv:
     """``num_envs`` copies of the registered env ``id`` as one :class:`VectorEnv`.
 
-    ``seed`` seeds the first ``reset()`` (env ``i`` gets ``seed + i``); the env's
-    keyword arguments go in ``env_kwargs``, backend options in ``**options``.
+    ``native``: step all copies as one natively batched env (the default where ``id``
+    has one, see :func:`corral.batched_ids`); ``False`` packs one dict env per copy.
+    ``array`` (``"numpy"`` or ``"torch"``) and ``device`` say where the batch's arrays
+    live; a native env computes there. ``seed`` seeds the first ``reset()`` (env ``i``
+    gets ``seed + i``); the env's keyword arguments go in ``env_kwargs``, backend
+    options in ``**options``.
     """
-    from corral.registry import spec
+    from corral.registry import batched_ids, spec
 
-    # The spec travels to the workers, so ids registered at run time work there too.
-    factory = _EnvFactory(spec(id), dict(env_kwargs or {}))
+    env_spec = spec(id)
+    kwargs = dict(env_kwargs or {})
+    if native is None:
+        native = env_spec.batched is not None
+    source: Any
+    if native:
+        if env_spec.batched is None:
+            raise ValueError(
+                f"env {id!r} has no natively batched implementation (native=True); the ids "
+                f"that have one: {', '.join(batched_ids()) or 'none'}"
+            )
+        # The spec travels to the workers, so ids registered at run time work there too.
+        source = NativeSource(_BatchedFactory(env_spec, array, device, kwargs), num_envs)
+    else:
+        source = [_EnvFactory(env_spec, kwargs)] * num_envs
     return VectorEnv(
-        [factory] * num_envs,
+        source,
         backend,
+        array=array,
+        device=device,
         seed=seed,
         group_map=group_map,
         state=state,
@@ -476,6 +548,32 @@ def make_vec(
         check_finite=check_finite,
         **options,
     )
+
+
+@dataclass(frozen=True)
+class _BatchedFactory:
+    """A picklable ``lambda n: spec.make_batched(n, array, device, **kwargs)``."""
+
+    spec: Any
+    array: str
+    device: str
+    kwargs: dict[str, Any]
+
+    def __call__(self, num_envs: int) -> Any:
+        return self.spec.make_batched(num_envs, self.array, self.device, **self.kwargs)
+
+
+def _in(place: Place, value: Any) -> Any:
+    """A nested value of numpy arrays as arrays of ``place``."""
+    if isinstance(value, dict):
+        return {k: _in(place, v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_in(place, v) for v in value)
+    return place.asarray(value)
+
+
+def _copy_of(value: Any) -> Any:
+    return value.copy() if isinstance(value, np.ndarray) else value.clone()
 
 
 @dataclass(frozen=True)

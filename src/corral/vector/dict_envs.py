@@ -1,0 +1,679 @@
+"""``E`` dict envs (the env contract) packed into arrays: one :class:`~corral.BatchedEnv`.
+
+This is the only place that turns env dicts into arrays, and the only per-env
+loop of the vector layer: the episode bookkeeping on top of it is array
+operations (:mod:`corral.vector.episodes`). Values are gathered per group and
+written with one array operation each; a value that does not fit (an unknown
+agent, the wrong shape or type, with ``check_finite`` a NaN, inf or
+overflowing number) is found by a slower second pass that names the env, the
+agent and the field in an :class:`~corral.errors.EnvError`.
+
+A fault of one env (an exception while it steps or resets, or a bad value)
+leaves the other envs' call complete: the faulty env's live agents are
+truncated, so its episode ends in this step, and it is rebuilt from its
+constructor when the vector layer resets it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
+
+import numpy as np
+
+from corral.adapters import adapt
+from corral.batched_env import BatchedEnv, BatchedStep, Seed, copy_seeds, selected
+from corral.env import MultiAgentEnv
+from corral.errors import EnvError
+from corral.groups import GroupMap
+from corral.values import describe
+from corral.vector.backend import env_error, guarded
+from corral.vector.layout import (
+    ArraySpec,
+    Layout,
+    Role,
+    WriteError,
+    array_tree,
+    assemble,
+    reader,
+    writer,
+)
+
+EnvFn = Callable[[], Any]
+
+
+class DictEnvs(BatchedEnv):
+    """The envs built by ``env_fns`` (global indices from ``offset``), packed into arrays.
+
+    ``group_map`` forms the groups (:func:`corral.group_agents`); ``state``: fill the
+    ``state`` arrays from each env's ``state()``; ``check_finite``: NaN, inf or an
+    overflowing value is a fault of the env that returned it.
+    """
+
+    checks_values = True  # the packing judges every value, naming the env and the agent
+
+    def __init__(
+        self,
+        env_fns: Sequence[EnvFn],
+        *,
+        offset: int = 0,
+        group_map: GroupMap = None,
+        state: bool = False,
+        check_finite: bool = False,
+    ) -> None:
+        self.env_fns = list(env_fns)
+        self.offset = offset
+        self.envs: list[Any] = []
+        for k, fn in enumerate(self.env_fns):
+            env = guarded(offset + k, "building the env", lambda fn=fn: adapt(fn()))
+            _skip_action_checks(env)
+            self.envs.append(env)
+        first = self.envs[0]
+        self.num_envs = len(self.envs)
+        self.possible_agents = list(first.possible_agents)
+        self.metadata = dict(getattr(first, "metadata", {}))
+        self.max_episode_steps = getattr(first, "max_episode_steps", None)
+        self._obs_spaces = {a: first.observation_space(a) for a in self.possible_agents}
+        self._action_spaces = {a: first.action_space(a) for a in self.possible_agents}
+        self.state_space = getattr(first, "state_space", None) if state else None
+        self.check_finite = check_finite
+        groups = Layout.grouping(
+            self.possible_agents, self.observation_space, self.action_space, group_map
+        )
+        self.layout = Layout(
+            groups, self.observation_space, self.action_space, self.state_space, self.num_envs
+        )
+        self.arrays = {
+            path: np.zeros(f.shape, f.dtype)
+            for path, f in self.layout.fields.items()
+            if f.role in (Role.STEP, Role.ACTION)
+        }
+        self._packer = _Packer(self.layout, self.arrays, offset, check_finite)
+        self._acting: list[list[str]] = [[] for _ in self.envs]
+        # How many agents each env's alive row holds: a step that leaves env.agents with
+        # another count had agents join (or break the contract), and alive is read anew.
+        self._num_alive = [0] * self.num_envs
+        self._to_rebuild: set[int] = set()  # failed: rebuilt at their next reset
+        self._broken: set[int] = set()  # could not be restarted: tried again each step
+
+    @property
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        return {name: g.agents for name, g in self.layout.groups.items()}
+
+    def observation_space(self, agent: str) -> Any:
+        return self._obs_spaces[agent]
+
+    def action_space(self, agent: str) -> Any:
+        return self._action_spaces[agent]
+
+    # -- the protocol ---------------------------------------------------------------
+
+    def reset(
+        self, seed: Seed = None, where: Any = None, options: dict[str, Any] | None = None
+    ) -> BatchedStep:
+        seeds = copy_seeds(seed, self.num_envs)
+        rows = selected(where, self.num_envs)
+        packer = self._packer
+        packer.begin(rows)
+        restarted = np.zeros(self.num_envs, bool)
+        faults = []
+        for i in rows.tolist():
+            self._broken.discard(i)
+            rebuild = i in self._to_rebuild
+            try:
+                if rebuild:
+                    self._to_rebuild.discard(i)
+                    self._rebuild(i)
+                    restarted[i] = True
+                self._reset_env(i, seeds[i], options)
+            except Exception as err:
+                faults.append(self._restart(i, "reset()", err, seeds[i], options, restarted))
+        for i, fault in sorted(packer.flush().items()):  # a bad value: restart the env now
+            packer.begin(np.array([i]))
+            faults.append(self._restart(i, "reset()", fault, seeds[i], options, restarted))
+            again = packer.flush().get(i)
+            if again is not None:
+                self._give_up(i)
+                faults[-1] = EnvError(
+                    again.env_index,
+                    f"{fault.message}; restarting the env failed: {again.message}",
+                    again.remote_traceback,
+                )
+        return self._output(restarted, faults, step=False)
+
+    def step(self, actions: Mapping[str, Any]) -> BatchedStep:
+        packer = self._packer
+        packer.begin(None)
+        packer.clear_step()
+        for name, value in actions.items():
+            packer.store_actions(name, value)
+        restarted = np.zeros(self.num_envs, bool)
+        failed = np.zeros(self.num_envs, bool)
+        faults = []
+        for i in range(self.num_envs):
+            try:
+                if i in self._broken:  # its last restart failed: try again
+                    fault = self._restart(i, "step()", None, None, None, restarted)
+                    if fault is not None:
+                        faults.append(fault)
+                else:
+                    self._step_env(i)
+            except Exception as err:
+                failed[i] = True
+                faults.append(self._cut(i, "step()", err))
+        faults += [self._bad_value(i, fault) for i, fault in sorted(packer.flush().items())]
+        out = self._output(restarted, faults, step=True)
+        out.failed = failed
+        return out
+
+    def close(self) -> None:
+        envs, self.envs = self.envs, []
+        for i, env in enumerate(envs):
+            guarded(self.offset + i, "close()", env.close)
+
+    # -- one env ----------------------------------------------------------------------
+
+    def _step_env(self, i: int) -> None:
+        env = self.envs[i]
+        packer = self._packer
+        actions = {a: packer.action(a, i) for a in self._acting[i]}
+        result = guarded(self.offset + i, "step()", lambda: env.step(actions))
+        self._acting[i] = packer.record_step(i, *result, self._num_alive)
+        if self.state_space is not None:
+            packer.add_state(i, guarded(self.offset + i, "state()", env.state))
+        agents = env.agents
+        if len(agents) != self._num_alive[i]:
+            self._num_alive[i] = packer.read_alive(i, agents)
+
+    def _reset_env(self, i: int, seed: int | None, options: dict[str, Any] | None) -> None:
+        env = self.envs[i]
+        obs, infos = guarded(self.offset + i, "reset()", lambda: env.reset(seed, options))
+        packer = self._packer
+        packer.clear_obs(i)
+        self._num_alive[i] = packer.read_alive(i, env.agents)
+        self._acting[i] = packer.record_obs(i, obs, infos, "reset()")
+        if self.state_space is not None:
+            packer.add_state(i, guarded(self.offset + i, "state()", env.state))
+
+    def _cut(self, i: int, what: str, err: BaseException) -> EnvError:
+        """Env ``i`` failed in a step: its episode ends here, truncated; it is rebuilt at
+        its reset (in this same step)."""
+        self._packer.truncate(i)
+        self._acting[i] = []
+        self._num_alive[i] = 0
+        self._to_rebuild.add(i)
+        fault = env_error(self.offset + i, what, err)
+        fault.restarted = True
+        return fault
+
+    def _restart(
+        self,
+        i: int,
+        what: str,
+        err: BaseException | None,
+        seed: int | None,
+        options: dict[str, Any] | None,
+        restarted: np.ndarray,
+    ) -> EnvError | None:
+        """Rebuild env ``i`` after ``err`` (or, with ``None``, after a failed restart) and
+        reset it; the fault to report, or ``None`` if a retry succeeded quietly."""
+        fault = None if err is None else env_error(self.offset + i, what, err)
+        restarted[i] = True
+        self._packer.forget(i)
+        try:
+            self._rebuild(i)
+            self._reset_env(i, seed, options)
+        except Exception as again:
+            self._give_up(i)
+            failed = env_error(self.offset + i, "reset() of the rebuilt env", again)
+            if fault is None:
+                text = f"restarting the env failed again: {failed.message}"
+                return EnvError(failed.env_index, text, failed.remote_traceback)
+            return EnvError(
+                fault.env_index,
+                f"{fault.message}; restarting the env failed: {failed.message}",
+                f"{fault.remote_traceback}\n{failed.remote_traceback}",
+            )
+        if fault is not None:
+            fault.restarted = True
+        return fault
+
+    def _rebuild(self, i: int) -> None:
+        build = self.env_fns[i]
+        env = guarded(self.offset + i, "building the env", lambda: adapt(build()))
+        _skip_action_checks(env)
+        old, self.envs[i] = self.envs[i], env
+        with contextlib.suppress(Exception):  # it failed already; its close may too
+            old.close()
+
+    def _give_up(self, i: int) -> None:
+        """Env ``i`` has no episode: none of its agents lives until a restart succeeds."""
+        self._broken.add(i)
+        self._packer.forget(i)
+        self._acting[i] = []
+        self._num_alive[i] = 0
+
+    def _bad_value(self, i: int, fault: EnvError) -> EnvError:
+        """Env ``i`` returned a value that does not fit: its episode ends, truncated."""
+        self._packer.truncate(i)
+        self._acting[i] = []
+        self._num_alive[i] = 0
+        self._to_rebuild.add(i)
+        fault.restarted = True
+        return fault
+
+    def _output(self, restarted: np.ndarray, faults: list, step: bool) -> BatchedStep:
+        a, layout = self.arrays, self.layout
+
+        def per_group(field: str) -> dict[str, np.ndarray]:
+            return {g: a[f"{field}/{g}"] for g in layout.groups}
+
+        return BatchedStep(
+            obs={g: assemble(group.obs_tree, f"obs/{g}", a) for g, group in layout.groups.items()},
+            alive=per_group("alive"),
+            acting=per_group("acting"),
+            action_mask={
+                g: a[f"action_mask/{g}"] for g in layout.groups if f"action_mask/{g}" in a
+            },
+            reward=per_group("reward") if step else None,
+            terminated=per_group("terminated") if step else None,
+            truncated=per_group("truncated") if step else None,
+            state=None
+            if self.state_space is None
+            else assemble(array_tree(self.state_space), "state", a),
+            restarted=restarted,
+            faults=faults,
+        )
+
+
+class _Packer:
+    """Gathers one call's values per group and writes each field with one array operation."""
+
+    def __init__(
+        self, layout: Layout, arrays: dict[str, np.ndarray], offset: int, check_finite: bool
+    ) -> None:
+        self.layout, self.arrays, self.offset = layout, arrays, offset
+        self.check_finite = check_finite
+        self.slot = {agent: pos for agent, pos in layout.position.items()}
+        self.groups = list(layout.groups)
+        self._actions: dict[str, Any] = {}
+        self._readers = {
+            g: reader(group.action_tree, f"action/{g}", arrays)
+            for g, group in layout.groups.items()
+        }
+        self._leaf = {
+            g: isinstance(group.obs_tree, ArraySpec) for g, group in layout.groups.items()
+        }
+        self._writers = {
+            g: writer(group.obs_tree, f"obs/{g}", arrays, check_finite)
+            for g, group in layout.groups.items()
+        }
+        self._mask_writers = {
+            g: writer(ArraySpec((group.num_actions,), np.dtype(bool)), f"action_mask/{g}", arrays)
+            for g, group in layout.groups.items()
+            if group.num_actions is not None
+        }
+        state = layout.state_space
+        self._state_tree = None if state is None else array_tree(state)
+        self._state_write = (
+            None if state is None else writer(self._state_tree, "state", arrays, check_finite)
+        )
+        self._obs_paths = [p for p in arrays if p.startswith("obs/")]
+
+    # -- a call -------------------------------------------------------------------
+
+    def begin(self, rows: np.ndarray | None) -> None:
+        """Start a call that writes ``rows`` (all for ``None``): nothing acts there yet, and
+        every action is legal until an env says otherwise."""
+        self.rows = rows
+        index = slice(None) if rows is None else rows
+        for g in self.groups:
+            self.arrays[f"acting/{g}"][index] = False
+            if g in self._mask_writers:
+                self.arrays[f"action_mask/{g}"][index] = True
+        self.obs = {g: ([], [], []) for g in self.groups}  # env, agent, value
+        self.finals = {g: ([], [], []) for g in self.groups}  # final obs of agents that ended
+        self.masks = {g: ([], [], []) for g in self._mask_writers}
+        self.rewards = {g: ([], [], []) for g in self.groups}
+        self.states: tuple[list[int], list[Any]] = ([], [])
+
+    def clear_step(self) -> None:
+        for g in self.groups:
+            self.arrays[f"reward/{g}"].fill(0)
+            self.arrays[f"terminated/{g}"].fill(False)
+            self.arrays[f"truncated/{g}"].fill(False)
+
+    def store_actions(self, group: str, value: Any) -> None:
+        """The group's actions as Python values ``[env][agent]`` where a leaf array, else via
+        the action arrays."""
+        tree = self.layout.groups[group].action_tree
+        if isinstance(tree, ArraySpec) and tree.shape == () and isinstance(value, np.ndarray):
+            self._actions[group] = value.tolist()
+        else:
+            self._actions[group] = None
+            self._store_tree(tree, f"action/{group}", value)
+
+    def _store_tree(self, tree: Any, path: str, value: Any) -> None:
+        if isinstance(tree, dict):
+            for key, sub in tree.items():
+                self._store_tree(sub, f"{path}/{key}", value[key])
+        elif isinstance(tree, tuple):
+            for k, sub in enumerate(tree):
+                self._store_tree(sub, f"{path}/{k}", value[k])
+        else:
+            self.arrays[path][...] = value
+
+    def action(self, agent: str, i: int) -> Any:
+        g, j = self.slot[agent]
+        values = self._actions[g]
+        return self._readers[g]((i, j)) if values is None else values[i][j]
+
+    def clear_obs(self, i: int) -> None:
+        for path in self._obs_paths:
+            self.arrays[path][i] = 0
+
+    # -- gathering ----------------------------------------------------------------------
+
+    def record_step(
+        self,
+        i: int,
+        obs: Any,
+        rewards: Any,
+        terminations: Any,
+        truncations: Any,
+        infos: Any,
+        num_alive: list[int],
+    ) -> list[str]:
+        """Gather env ``i``'s step; the agents that act next."""
+        if not (
+            type(obs) is dict
+            and type(rewards) is dict
+            and type(terminations) is dict
+            and type(truncations) is dict
+            and type(infos) is dict
+        ):
+            parts = {"obs": obs, "rewards": rewards, "terminations": terminations}
+            parts.update(truncations=truncations, infos=infos)
+            self._check_dicts(i, "step()", parts)
+        slot, gathered = self.slot, self.rewards
+        for agent, reward in rewards.items():
+            g, j = slot.get(agent) or self._unknown(i, agent, "rewards")
+            envs, agents, values = gathered[g]
+            envs.append(i)
+            agents.append(j)
+            values.append(reward)
+        for flags, ended in ((terminations, "terminated"), (truncations, "truncated")):
+            for agent, flag in flags.items():
+                if flag is False:
+                    continue
+                if flag is not True and not self._flag(i, agent, ended, flag):
+                    continue
+                g, j = slot.get(agent) or self._unknown(i, agent, _END_FLAGS[ended][0])
+                self.arrays[f"{ended}/{g}"][i, j] = True
+                alive = self.arrays[f"alive/{g}"]
+                if alive[i, j]:
+                    alive[i, j] = False
+                    num_alive[i] -= 1
+                final = self._info(i, infos, agent, "final_obs")
+                if final is not None:
+                    envs, agents, values = self.finals[g]
+                    envs.append(i)
+                    agents.append(j)
+                    values.append(final)
+        return self.record_obs(i, obs, infos, "step()")
+
+    def record_obs(self, i: int, obs: Any, infos: Any, call: str) -> list[str]:
+        if type(obs) is not dict or type(infos) is not dict:
+            self._check_dicts(i, call, {"obs": obs, "infos": infos})
+        slot, masks = self.slot, self.masks
+        for agent, value in obs.items():
+            g, j = slot.get(agent) or self._unknown(i, agent, "obs")
+            self._add_obs(g, i, j, value)
+            self.arrays[f"acting/{g}"][i, j] = True
+            if g in masks:
+                info = infos.get(agent)
+                try:
+                    mask = None if info is None else info.get("action_mask")
+                except AttributeError:
+                    mask = self._info(i, infos, agent, "action_mask")  # raises
+                if mask is not None:
+                    envs, agents, values = masks[g]
+                    envs.append(i)
+                    agents.append(j)
+                    values.append(mask)
+        return list(obs)
+
+    def _add_obs(self, g: str, i: int, j: int, value: Any) -> None:
+        envs, agents, values = self.obs[g]
+        envs.append(i)
+        agents.append(j)
+        values.append(value)
+
+    def add_state(self, i: int, value: Any) -> None:
+        self.states[0].append(i)
+        self.states[1].append(value)
+
+    def read_alive(self, i: int, agents: Sequence[str]) -> int:
+        """Set env ``i``'s alive row to exactly ``agents`` (agents that joined included)."""
+        for g in self.groups:
+            self.arrays[f"alive/{g}"][i] = False
+        for agent in agents:
+            g, j = self.slot.get(agent) or self._unknown(i, agent, "env.agents")
+            self.arrays[f"alive/{g}"][i, j] = True
+        return len(agents)
+
+    def truncate(self, i: int) -> None:
+        """End env ``i``'s episode where it stands: its live agents are truncated."""
+        for g in self.groups:
+            alive = self.arrays[f"alive/{g}"]
+            self.arrays[f"truncated/{g}"][i] |= alive[i]
+            alive[i] = False
+            self.arrays[f"acting/{g}"][i] = False
+        self._drop(i)
+
+    def forget(self, i: int) -> None:
+        """Env ``i`` has no episode: nothing of it is alive, acting or pending."""
+        for g in self.groups:
+            self.arrays[f"alive/{g}"][i] = False
+            self.arrays[f"acting/{g}"][i] = False
+        self._drop(i)
+
+    def _drop(self, i: int) -> None:
+        """Forget what env ``i`` gathered in this call (after its fault)."""
+        tables = (self.obs, self.finals, self.masks, self.rewards)
+        for table in (t for tables_ in tables for t in tables_.values()):
+            envs, agents, values = table
+            if i in envs:
+                keep = [k for k, e in enumerate(envs) if e != i]
+                table[0][:] = [envs[k] for k in keep]
+                table[1][:] = [agents[k] for k in keep]
+                table[2][:] = [values[k] for k in keep]
+        if i in self.states[0]:
+            keep = [k for k, e in enumerate(self.states[0]) if e != i]
+            self.states = ([self.states[0][k] for k in keep], [self.states[1][k] for k in keep])
+
+    # -- writing --------------------------------------------------------------------------
+
+    def flush(self) -> dict[int, EnvError]:
+        """Write what was gathered; the fault of each env that returned a value that does
+        not fit, by env."""
+        faults: dict[int, EnvError] = {}
+        for g in self.groups:
+            self._flush_rewards(g, faults)
+            self._flush_values(
+                self.finals[g], f"obs/{g}", self._leaf[g], self._writers[g], g, "final_obs", faults
+            )
+            self._flush_values(
+                self.obs[g], f"obs/{g}", self._leaf[g], self._writers[g], g, "observation", faults
+            )
+            if g in self.masks:
+                self._flush_values(
+                    self.masks[g], f"action_mask/{g}", True, self._mask_writers[g], g,
+                    "action_mask", faults, finite=False,
+                )  # fmt: skip
+        if self._state_write is not None:
+            self._flush_states(faults)
+        return faults
+
+    def _flush_rewards(self, g: str, faults: dict[int, EnvError]) -> None:
+        envs, agents, values = self.rewards[g]
+        if not envs:
+            return
+        target = self.arrays[f"reward/{g}"]
+        try:
+            array = np.asarray(values)
+            good = array.shape == (len(values),) and array.dtype.kind in "biuf"
+            if good:
+                array = array.astype(np.float64)
+                good = not self.check_finite or bool(np.isfinite(array).all())
+        except (TypeError, ValueError, OverflowError):
+            good = False
+        if good:
+            target[envs, agents] = array
+            return
+        group = self.layout.groups[g]
+        for i, j, reward in zip(envs, agents, values, strict=True):
+            if i in faults:
+                continue
+            try:
+                target[i, j] = self._real(i, group.agents[j], reward)
+            except EnvError as err:
+                faults[i] = err
+
+    def _flush_values(
+        self,
+        table: tuple[list[int], list[int], list[Any]],
+        path: str,
+        leaf: bool,
+        write: Callable[[tuple[int, ...], Any], None],
+        g: str,
+        field: str,
+        faults: dict[int, EnvError],
+        finite: bool = True,
+    ) -> None:
+        envs, agents, values = table
+        if not envs:
+            return
+        if leaf and self._bulk(self.arrays.get(path), (envs, agents), values, finite):
+            return
+        group = self.layout.groups[g]
+        for i, j, value in zip(envs, agents, values, strict=True):
+            if i in faults:
+                continue
+            try:
+                write((i, j), value)
+            except WriteError as err:
+                faults[i] = self._error(
+                    i, f"{field}{err.where} of agent {group.agents[j]!r}: expected {err.expected}"
+                )
+
+    def _flush_states(self, faults: dict[int, EnvError]) -> None:
+        envs, values = self.states
+        if not envs:
+            return
+        if isinstance(self._state_tree, ArraySpec) and self._bulk(
+            self.arrays["state"], (envs,), values, True
+        ):
+            return
+        for i, value in zip(envs, values, strict=True):
+            if i in faults:
+                continue
+            try:
+                self._state_write((i,), value)
+            except WriteError as err:
+                faults[i] = self._error(i, f"state{err.where}: expected {err.expected}")
+
+    def _bulk(self, target: Any, index: tuple, values: list[Any], finite: bool) -> bool:
+        """Write ``values`` at ``index`` with one operation, if every one fits; else
+        write nothing and return ``False`` (the caller then finds the bad ones)."""
+        shape = target.shape[len(index) :]
+        for value in values:
+            if getattr(value, "shape", None) != shape:
+                return False
+        try:
+            stacked = np.asarray(values)
+            if stacked.dtype.kind not in "biuf":
+                return False
+            if finite and self.check_finite and stacked.dtype.kind == "f":
+                with np.errstate(over="ignore"):
+                    cast = stacked.astype(target.dtype)
+                if not np.isfinite(cast).all():
+                    return False
+            target[index] = stacked
+        except (TypeError, ValueError, OverflowError, RuntimeWarning):
+            return False
+        return True
+
+    # -- judging an env's values ---------------------------------------------------------
+
+    def _error(self, i: int, message: str) -> EnvError:
+        return EnvError(self.offset + i, message)
+
+    def _unknown(self, i: int, agent: Any, field: str) -> NoReturn:
+        raise self._error(
+            i,
+            f"{field} names agent {agent!r}, which is not one of possible_agents {list(self.slot)}",
+        )
+
+    def _check_dicts(self, i: int, call: str, parts: dict[str, Any]) -> None:
+        for name, part in parts.items():
+            if not isinstance(part, Mapping):
+                raise self._error(
+                    i,
+                    f"{call} must return {len(parts)} dicts ({', '.join(parts)}), "
+                    f"but {name} is {describe(part)}",
+                )
+
+    def _real(self, i: int, agent: str, reward: Any) -> float:
+        """``reward`` as a float, if it is a real number (or an array holding one)."""
+        if isinstance(reward, (numbers.Real, np.bool_)) and not isinstance(reward, str):
+            value = float(reward)
+        elif isinstance(reward, np.ndarray) and reward.size == 1 and reward.dtype.kind in "biuf":
+            value = float(reward.item())
+        else:
+            raise self._error(
+                i, f"reward of agent {agent!r}: expected a real number, got {describe(reward)}"
+            )
+        if self.check_finite and not math.isfinite(value):
+            raise self._error(
+                i, f"reward of agent {agent!r}: expected a finite number, got {value}"
+            )
+        return value
+
+    def _flag(self, i: int, agent: str, ended: str, flag: Any) -> bool:
+        """``flag`` as a bool, if it is one (a numpy bool, 0 or 1, or an array holding one)."""
+        value = flag.item() if isinstance(flag, np.ndarray) and flag.size == 1 else flag
+        if isinstance(value, (bool, np.bool_)) or (
+            isinstance(value, numbers.Integral) and value in (0, 1)
+        ):
+            return bool(value)
+        field = _END_FLAGS[ended][1]
+        raise self._error(i, f"{field} of agent {agent!r}: expected a bool, got {describe(flag)}")
+
+    def _info(self, i: int, infos: Mapping[str, Any], agent: str, key: str) -> Any:
+        """``infos[agent][key]``, or ``None`` where there is none."""
+        info = infos.get(agent)
+        if info is None:
+            return None
+        try:
+            return info.get(key)
+        except AttributeError:
+            raise self._error(
+                i, f"info of agent {agent!r}: expected a dict, got {describe(info)}"
+            ) from None
+
+
+# The batch array of each end flag -> the dict that holds it and its name in messages.
+_END_FLAGS = {
+    "terminated": ("terminations", "termination"),
+    "truncated": ("truncations", "truncation"),
+}
+
+
+def _skip_action_checks(env: Any) -> None:
+    """The vector env validated the batch: checking each env's actions again is waste."""
+    if isinstance(env, MultiAgentEnv):
+        env.check_actions = False
