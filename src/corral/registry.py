@@ -109,8 +109,8 @@ def register(
     ``AECEnv`` or a Gymnasium env; ``make`` adapts the last three. ``batched``
     builds a natively batched implementation (a :class:`corral.BatchedEnv`),
     called as ``batched(num_envs=E, array=..., device=..., **kwargs)``;
-    :func:`corral.make_vec` picks it unless ``native=False``. An id may have
-    only one of the two.
+    :func:`corral.make_vec` picks it unless ``native=False``. An id needs at
+    least one of the two.
 
     Examples:
         >>> import corral

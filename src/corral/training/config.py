@@ -96,6 +96,9 @@ class RunConfig:
     written), ``restart`` cuts that env's episode (truncated), restarts the env, warns, counts
     it in the metrics column ``env_restarts`` and trains on. The other envs' step is kept
     either way."""
+    native: bool | None = None
+    """Step the training envs as one natively batched env (see ``corral.make_vec``);
+    ``None``: where the env id has one and ``group_map`` is not set."""
     check_finite: bool | None = None
     """Stop at a NaN or inf in an observation, reward or state of a training env, naming the
     env, agent and field (see ``VectorEnv``); ``None``: on in debug mode (``CORRAL_DEBUG=1``

@@ -10,7 +10,7 @@ import numpy as np
 
 from corral.algos.base import Algorithm
 from corral.algos.collector import Collector
-from corral.errors import CorralError, MissingDependencyError
+from corral.errors import CorralError, EnvError, MissingDependencyError
 from corral.training.config import TrainConfig
 from corral.training.runner import build_venv, fixed_policies, uses_state
 
@@ -53,9 +53,10 @@ def episode_frames(
             num_envs=1,
             backend="sync",
             state=uses_state(config),
+            native=False,  # frames come from a dict env's render()
             render_mode="rgb_array",
         )
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, EnvError) as err:
         raise RenderError(f"{env} cannot render rgb_array frames: {err}") from err
     try:
         modes = venv.metadata.get("render_modes") or []

@@ -481,15 +481,17 @@ def build_venv(
     num_envs: int | None = None,
     backend: str | None = None,
     state: bool = False,
+    native: bool | None = None,
     **env_kwargs: Any,
 ) -> VectorEnv:
     """The vector env of ``run`` (``env_kwargs`` are added to the run's); the run's backend
-    options apply to its own backend only."""
+    options apply to its own backend only. ``native``: as ``make_vec``'s, else the run's."""
     backend = backend or run.backend
     return make_vec(
         run.env,
         num_envs or run.num_envs,
         backend,
+        native=run.native if native is None else native,
         seed=run.seed,
         group_map=run.group_map,
         state=state,

@@ -511,7 +511,8 @@ def make_vec(
     """``num_envs`` copies of the registered env ``id`` as one :class:`VectorEnv`.
 
     ``native``: step all copies as one natively batched env (the default where ``id``
-    has one, see :func:`corral.batched_ids`); ``False`` packs one dict env per copy.
+    has one, see :func:`corral.batched_ids`, and no ``group_map`` is given); ``False``
+    packs one dict env per copy.
     ``array`` (``"numpy"`` or ``"torch"``) and ``device`` say where the batch's arrays
     live; a native env computes there. ``seed`` seeds the first ``reset()`` (env ``i``
     gets ``seed + i``); the env's keyword arguments go in ``env_kwargs``, backend
@@ -522,7 +523,7 @@ def make_vec(
     env_spec = spec(id)
     kwargs = dict(env_kwargs or {})
     if native is None:
-        native = env_spec.batched is not None
+        native = env_spec.batched is not None and group_map is None
     source: Any
     if native:
         if env_spec.batched is None:
