@@ -78,6 +78,8 @@ def test_resume_continues_a_run(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     )
     assert code == 0, err
     assert "120 env steps" in out
+    lines = [line for line in err.splitlines() if line.startswith("steps ")]
+    assert lines[0] == "steps 80/120"  # the progress lines start where the run stood
     steps = [r["env_steps"] for r in read_metrics(tmp_path / "r")]
     assert steps == [0, 20, 40, 60, 80, 100, 120]
 
