@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import importlib.util
 import os
 import re
@@ -13,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from corral import cli
+from corral import cli, settings
 from corral.registry import namespaces, register, registered_ids
+from corral.settings import parse_value
 
 pytestmark = pytest.mark.usefixtures("isolated_registry")
 
@@ -167,11 +169,83 @@ def test_module_attr_id_from_the_current_directory(
     assert out.startswith("examples.custom_env:Nim (")
 
 
-def test_parse_kwargs_reads_literals_else_strings() -> None:
-    parsed = cli.parse_kwargs(["n=3", "ratio=0.5", "flag=True", "size=(2, 3)", "mode=fast", "s="])
-    assert parsed == {"n": 3, "ratio": 0.5, "flag": True, "size": (2, 3), "mode": "fast", "s": ""}
+def test_parse_kwargs_reads_the_settings_grammar() -> None:
+    parsed = cli.parse_kwargs(
+        ["n=3", "ratio=0.5", "flag=True", "size=(2, 3)", "mode=fast", "s=", "off=false"]
+    )
+    assert parsed == {
+        "n": 3,
+        "ratio": 0.5,
+        "flag": True,
+        "size": (2, 3),
+        "mode": "fast",
+        "s": "",
+        "off": False,
+    }
     with pytest.raises(cli.UsageError, match="KEY=VALUE"):
         cli.parse_kwargs(["1x=2"])
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("false", False),
+        ("FALSE", False),
+        ("true", True),
+        ("None", None),
+        ("null", None),
+        ("~", None),
+        ("-3", -3),
+        ("1_000", 1000),
+        ("1e-3", 0.001),
+        ("[1, 2]", [1, 2]),
+        ("[a, b]", ["a", "b"]),
+        ("{a: 1, b: null}", {"a": 1, "b": None}),
+        ("'3'", "3"),
+        ('"false"', "false"),
+        ("yes", "yes"),
+        ("mpe2/simple_v3", "mpe2/simple_v3"),
+        ("pkg.mod:Policy", "pkg.mod:Policy"),
+        ("__import__('os')", "__import__('os')"),  # parsed, never run
+    ],
+)
+def test_a_setting_reads_as_yaml_with_python_spellings(text: str, value: Any) -> None:
+    parsed = parse_value(text)
+    assert parsed == value and type(parsed) is type(value)
+
+
+@pytest.mark.parametrize(
+    ("item", "says"),
+    [
+        ("novalue", "got 'novalue': setting 'novalue' has no value"),
+        ("=3", "got '=3': the setting's name is missing"),
+        ("1x=2", "'1x' is not a name"),
+    ],
+)
+@pytest.mark.parametrize("command", ["check", "play"])
+def test_a_setting_that_is_not_key_value_exits_2_naming_it(
+    capsys: pytest.CaptureFixture[str], nim: str, command: str, item: str, says: str
+) -> None:
+    code, out, err = run(capsys, command, nim, "--set", item)
+    assert code == 2 and out == ""
+    assert "corral: error: expected KEY=VALUE" in err and says in err
+
+
+@pytest.mark.parametrize("command", ["check", "play"])
+def test_set_values_reach_the_env_typed(
+    capsys: pytest.CaptureFixture[str], example: ModuleType, command: str
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def recorded(**kwargs: Any) -> Any:
+        seen.append(kwargs)
+        return example.Nim(sticks=3)
+
+    register("test/recorded", recorded)
+    argv = ["--set", "flag=false", "x=None", "on=true", "name='3'", "sizes=[2, 3]"]
+    code, _, err = run(capsys, command, "test/recorded", *argv)
+    assert code == 0, err
+    assert seen == [{"flag": False, "x": None, "on": True, "name": "3", "sizes": [2, 3]}]
 
 
 def test_play_prints_each_episode_and_the_mean(
@@ -239,3 +313,8 @@ def test_output_cut_short_by_its_reader_ends_quietly() -> None:
         os.close(write)
     assert done.stderr == ""
     assert done.returncode == cli.BROKEN_PIPE
+
+
+def test_the_settings_examples_run() -> None:
+    result = doctest.testmod(settings)
+    assert result.attempted > 0 and result.failed == 0

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import doctest
 import subprocess
 import sys
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -196,3 +199,46 @@ def test_optional_packages_are_not_imported(code: str) -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+SOURCE = Path(corral.__file__).parent
+MODULES = {
+    ".".join(path.relative_to(SOURCE.parent).with_suffix("").parts).removesuffix(".__init__"): path
+    for path in SOURCE.rglob("*.py")
+}
+
+
+def imported(path: Path) -> set[str]:
+    """The corral modules that the module at ``path`` imports, at any level: by ``import``
+    statements, and by name (a string ``"corral.x"``, or an entry point ``"corral.x:attr"``)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0 and node.module, f"{path}: a relative import"
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value.partition(":")[0])
+    return names & set(MODULES)
+
+
+def import_chains(starts: Iterable[str]) -> dict[str, list[str]]:
+    """Every corral module reached from ``starts`` by imports -> a chain of imports to it."""
+    graph = {name: imported(path) for name, path in MODULES.items()}
+    chains = {name: [name] for name in starts}
+    todo = list(chains)
+    while todo:
+        name = todo.pop()
+        for other in sorted(graph[name] - set(chains)):
+            chains[other] = [*chains[name], other]
+            todo.append(other)
+    return chains
+
+
+def test_the_registry_adapts_and_the_adapters_know_no_registry() -> None:
+    assert "corral.adapters" in imported(MODULES["corral.registry"])
+    adapters = [name for name in MODULES if name.split(".")[:2] == ["corral", "adapters"]]
+    chains = import_chains(adapters)
+    assert "corral.registry" not in chains, " -> ".join(chains["corral.registry"])

@@ -22,7 +22,7 @@ from corral.training import ConfigError, Runner, load_config, load_run
 from corral.training import checkpoint as ckpt
 from corral.training import runner as runner_module
 from corral.training.metrics import COLUMNS, MetricsLog, read_metrics
-from corral.training.progress import BarProgress
+from corral.training.progress import BarProgress, LineProgress
 from corral.training.runner import BEST, LATEST, evaluate_policy
 from corral.training.threads import torch_threads
 from corral.vector.sampling import sample_array
@@ -312,6 +312,15 @@ def test_progress_lines_are_logged_without_a_bar(
     assert len(lines) == 11 and lines[-1].startswith("steps 400/400")
     assert "steps/s" in lines[-1] and "eval" in lines[-1]
     assert "steps 400/400" in (tmp_path / "run" / "train.log").read_text()
+
+
+def test_line_progress_of_a_resumed_run_starts_where_it_stands(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.INFO, logger="corral"):
+        for initial in (0, 400, 1_200):  # a new run, a resumed one, one resumed at its end
+            LineProgress(1_000, initial).close()
+    assert [r.getMessage() for r in caplog.records] == ["steps 400/1,000", "steps 1,000/1,000"]
 
 
 def test_a_progress_bar_counts_env_steps(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,9 @@ pytest.importorskip("yaml")
 
 from test_runner import TabularQ
 
+import corral
 from corral import cli
+from corral.envs.mdp import climbing_game
 from corral.training.metrics import COLUMNS, read_metrics
 
 TINY = f"{TabularQ.__module__}:TabularQ"
@@ -27,14 +30,18 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def train(
-    capsys: pytest.CaptureFixture[str], run_dir: Path, *extra: str, algo: str = TINY
+    capsys: pytest.CaptureFixture[str],
+    run_dir: Path,
+    *extra: str,
+    algo: str = TINY,
+    env: str = "mdp/climbing",
 ) -> tuple[int, str, str]:
     return run(
         capsys,
         "train",
         algo,
         "--env",
-        "mdp/climbing",
+        env,
         "--total-steps",
         "80",
         "--run-dir",
@@ -71,6 +78,8 @@ def test_resume_continues_a_run(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     )
     assert code == 0, err
     assert "120 env steps" in out
+    lines = [line for line in err.splitlines() if line.startswith("steps ")]
+    assert lines[0] == "steps 80/120"  # the progress lines start where the run stood
     steps = [r["env_steps"] for r in read_metrics(tmp_path / "r")]
     assert steps == [0, 20, 40, 60, 80, 100, 120]
 
@@ -134,6 +143,8 @@ def test_plot_writes_a_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
         (["train", TINY, "--env", "mdp/climbing", "--set", "totl_steps=3"], "total_steps"),
         (["train", TINY, "--env", "no/such_env", "--run-dir", "{tmp}/x"], "no/such_env"),
         (["train", "--resume", "{tmp}"], "not a run directory"),
+        (["train", TINY, "--env", "mdp/climbing", "--set", "novalue"], "'novalue' has no value"),
+        (["train", TINY, "--env", "mdp/climbing", "--set", "=3"], "name is missing"),
         (["eval", "{tmp}"], "not a run directory"),
         (["plot", "{tmp}", "-o", "{tmp}/c.png"], "not a run directory"),
     ],
@@ -144,6 +155,22 @@ def test_unusable_commands_exit_2_with_a_message(
     code, _, err = run(capsys, *(a.format(tmp=tmp_path) for a in argv))
     assert code == 2
     assert message in err and "Traceback" not in err
+
+
+def test_set_values_reach_the_env_typed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, isolated_registry: None
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def recorded(**kwargs: Any) -> Any:
+        seen.append(kwargs)
+        return climbing_game()
+
+    corral.register("test/recorded", recorded)
+    settings = ["env_kwargs.flag=false", "env_kwargs.x=None", "env_kwargs.name='3'"]
+    code, _, err = train(capsys, tmp_path / "r", *settings, env="test/recorded")
+    assert code == 0, err
+    assert seen and all(kw == {"flag": False, "x": None, "name": "3"} for kw in seen), seen
 
 
 def test_resume_cannot_change_what_is_learned(

@@ -186,10 +186,6 @@ class _Frame:
     """Steps taken in this episode, this one included."""
 
     @property
-    def is_step(self) -> bool:
-        return self.alive_before is not None
-
-    @property
     def ended(self) -> list:
         """Agents whose termination or truncation is set in this step."""
         flagged = {**self.terminations, **self.truncations}

@@ -21,7 +21,6 @@ unchecked), 141 output cut short by its reader (``corral list | head``).
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import functools
 import importlib.metadata
@@ -37,6 +36,7 @@ from typing import Any
 from corral.checker import STEP_CAP, RandomPolicy, check_env
 from corral.errors import (
     CheckIncompleteWarning,
+    ConfigError,
     EnvError,
     MissingDependencyError,
     RegistrationError,
@@ -46,6 +46,7 @@ from corral.errors import (
     WorkerTimeoutError,
 )
 from corral.registry import make, namespaces, registered_ids, resolve, spec
+from corral.settings import parse_settings
 
 BROKEN_PIPE = 141
 """Exit code when stdout's reader closes it early: a shell's code for a process ended by SIGPIPE."""
@@ -117,22 +118,16 @@ def _add_env_arguments(parser: argparse.ArgumentParser) -> None:
         action="extend",
         default=[],
         metavar="KEY=VALUE",
-        help="keyword arguments of the env; values are Python literals or strings",
+        help="keyword arguments of the env: true, false, null, numbers, [lists] or strings",
     )
 
 
 def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
-    """``["n=3", "mode=fast"]`` -> ``{"n": 3, "mode": "fast"}``: literals when they parse."""
-    kwargs: dict[str, Any] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"expected KEY=VALUE with KEY a Python name, got {item!r}")
-        try:
-            kwargs[key] = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            kwargs[key] = text
-    return kwargs
+    """The env's keyword arguments given as ``--set key=value`` (see :mod:`corral.settings`)."""
+    try:
+        return parse_settings(items)
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
 
 
 def build_env(id: str, kwargs: dict[str, Any]) -> Any:
@@ -346,13 +341,12 @@ _SETTING_FLAGS = ("num_envs", "backend", "total_steps", "seed", "device", "run_d
 
 def _train(args: argparse.Namespace) -> int:
     from corral.training import Runner, load_config
-    from corral.training.config import parse_assignments
 
     overrides: dict[str, Any] = {}
     config = None
     try:
         with _training_errors():
-            overrides.update(parse_assignments(args.settings))
+            overrides.update(parse_settings(args.settings))
             overrides.update(
                 {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k) is not None}
             )

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.adapters import adapt
 from corral.errors import MissingDependencyError, RegistrationError, UnknownEnvError
 
 EntryPoint = Callable[..., Any] | str
@@ -26,10 +27,7 @@ _BUILTIN_MODULES = (
     "corral.envs.rps4",
     "corral.envs.tag",
     "corral.envs.mdp",
-    "corral.adapters.pettingzoo_parallel",
-    "corral.adapters.pettingzoo_aec",
-    "corral.adapters.gymnasium",
-    "corral.adapters.openspiel",
+    "corral.sources",
 )
 
 
@@ -203,8 +201,6 @@ def make(id: str, **kwargs: Any) -> Any:
         >>> list(obs)
         ['player_0']
     """
-    from corral.adapters import adapt
-
     return adapt(spec(id).make(**kwargs))
 
 

@@ -106,8 +106,3 @@ def mask_problem(mask: np.ndarray | None, action: Any) -> str | None:
         return None
     legal = np.flatnonzero(mask).tolist()
     return f"a legal action {legal} (the action mask forbids {value})"
-
-
-def spaces_equal(a: spaces.Space, b: spaces.Space) -> bool:
-    """Whether two spaces describe the same set of values (ignoring their RNGs)."""
-    return a == b

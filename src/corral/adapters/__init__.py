@@ -3,16 +3,27 @@
 Each adapter module registers a detector with :func:`register_adapter`;
 :func:`adapt` asks them in turn, so ``corral.make`` and the vector layer
 accept a PettingZoo, Gymnasium or OpenSpiel env as readily as a corral one.
+Adapters know nothing of env ids: the registry builds an env, then adapts it.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
 from corral.env import MultiAgentEnv
 
 _adapters: list[tuple[Callable[[Any], bool], Callable[[Any], Any]]] = []
+_builtins_loaded = False
+
+# The modules whose import registers corral's own adapters, in the order they are asked.
+_BUILTIN_MODULES = (
+    "corral.adapters.pettingzoo_parallel",
+    "corral.adapters.pettingzoo_aec",
+    "corral.adapters.gymnasium",
+    "corral.adapters.openspiel",
+)
 
 _CONTRACT = ("possible_agents", "observation_space", "action_space", "reset", "step")
 
@@ -27,8 +38,6 @@ def register_adapter(detect: Callable[[Any], bool], wrap: Callable[[Any], Any]) 
 
 def adapt(env: Any) -> Any:
     """``env`` under the corral contract: wrapped if it speaks another API, else as is."""
-    from corral.registry import _load_builtins
-
     _load_builtins()
     if isinstance(env, MultiAgentEnv):
         return env
@@ -42,6 +51,14 @@ def adapt(env: Any) -> Any:
         f"{type(env).__name__} is not a multi-agent env: it lacks {missing} and no adapter "
         "(PettingZoo, Gymnasium, OpenSpiel) recognises it"
     )
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if not _builtins_loaded:
+        _builtins_loaded = True
+        for module in _BUILTIN_MODULES:
+            importlib.import_module(module)
 
 
 def source_attr(source: Any, name: str) -> Any:

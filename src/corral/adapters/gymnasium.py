@@ -18,7 +18,6 @@ from gymnasium import spaces
 
 from corral.adapters import SourceAdapter, register_adapter
 from corral.env import AgentID, InfoDict, ObsDict, StepResult, validate_actions
-from corral.registry import register, register_namespace
 
 AGENT = "agent_0"
 
@@ -113,17 +112,4 @@ def _is_gymnasium_env(env: Any) -> bool:
     return isinstance(env, gymnasium.Env)
 
 
-# Ids listed by `corral list`; any other Gymnasium id loads through the namespace.
-_LISTED_IDS = (
-    "CartPole-v1",
-    "Pendulum-v1",
-    "MountainCar-v0",
-    "Acrobot-v1",
-    "FrozenLake-v1",
-    "Taxi-v4",
-)
-
-for _name in _LISTED_IDS:
-    register(f"gym/{_name}", make_gymnasium, name=_name)
-register_namespace("gym", make_gymnasium)
 register_adapter(_is_gymnasium_env, GymnasiumEnvAdapter)

@@ -19,7 +19,6 @@ from gymnasium import spaces
 
 from corral.adapters import register_adapter
 from corral.env import AgentID, InfoDict, MultiAgentEnv, ObsDict, StepResult, validate_actions
-from corral.registry import register, register_namespace
 
 if TYPE_CHECKING:
     import pyspiel
@@ -198,21 +197,4 @@ def _is_pyspiel_game(env: Any) -> bool:
     return pyspiel is not None and isinstance(env, pyspiel.Game)
 
 
-# Games listed by `corral list` (each loads and plays quickly); any other game
-# name loads through the namespace.
-_LISTED_GAMES = (
-    "tic_tac_toe",
-    "connect_four",
-    "breakthrough",
-    "kuhn_poker",
-    "leduc_poker",
-    "liars_dice",
-    "goofspiel",
-    "matrix_pd",
-    "matrix_rps",
-)
-
-for _name in _LISTED_GAMES:
-    register(f"openspiel/{_name}", OpenSpielEnv, extra="openspiel", game=_name)
-register_namespace("openspiel", OpenSpielEnv, extra="openspiel")
 register_adapter(_is_pyspiel_game, OpenSpielEnv)

@@ -1,4 +1,4 @@
-"""PettingZoo ``AECEnv`` as a turn-based corral env, and the ``pettingzoo/classic`` ids.
+"""PettingZoo ``AECEnv`` as a turn-based corral env (the ids: :mod:`corral.sources`).
 
 ``obs`` holds only the agent whose turn it is. The adapter performs
 PettingZoo's dead steps (``step(None)`` for a terminated or truncated
@@ -16,7 +16,6 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 from collections.abc import Mapping
-from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -30,7 +29,6 @@ from corral.adapters.pettingzoo_parallel import (
     unpack,
 )
 from corral.env import AgentID, InfoDict, ObsDict, StepResult, validate_actions
-from corral.registry import register
 
 
 class _Exit(NamedTuple):
@@ -179,25 +177,3 @@ def build_classic(module: str, zero_sum: bool, **kwargs: Any) -> AECEnvAdapter:
     env = AECEnvAdapter(build(module, "env", **kwargs))
     env.metadata["zero_sum"] = zero_sum
     return env
-
-
-# The implementation modules (PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules),
-# and whether the game is zero-sum (hanabi is cooperative).
-_CLASSIC = {
-    "rps_v2": ("pettingzoo.classic.rps.rps", True),
-    "tictactoe_v3": ("pettingzoo.classic.tictactoe.tictactoe", True),
-    "connect_four_v3": ("pettingzoo.classic.connect_four.connect_four", True),
-    "leduc_holdem_v4": ("pettingzoo.classic.rlcard_envs.leduc_holdem", True),
-    "texas_holdem_v4": ("pettingzoo.classic.rlcard_envs.texas_holdem", True),
-    "texas_holdem_no_limit_v6": ("pettingzoo.classic.rlcard_envs.texas_holdem_no_limit", True),
-    "chess_v6": ("pettingzoo.classic.chess.chess", True),
-    "go_v5": ("pettingzoo.classic.go.go", True),
-    "hanabi_v5": ("pettingzoo.classic.hanabi.hanabi", False),
-}
-
-for _name, (_module, _zero_sum) in _CLASSIC.items():
-    register(
-        f"pettingzoo/classic/{_name}",
-        partial(build_classic, _module, _zero_sum),
-        extra="pettingzoo",
-    )

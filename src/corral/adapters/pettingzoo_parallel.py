@@ -1,4 +1,4 @@
-"""PettingZoo ``ParallelEnv`` under the corral contract, and the mpe2/sisl/butterfly ids.
+"""PettingZoo ``ParallelEnv`` under the corral contract (the ids: :mod:`corral.sources`).
 
 A parallel env already has the contract's shape; the adapter adds what
 PettingZoo leaves to each env: action checks with clear errors, the final
@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Mapping
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,6 @@ from corral.env import (
     StepResult,
     validate_actions,
 )
-from corral.registry import register
 
 MASK_KEY = "action_mask"
 OBS_KEY = "observation"
@@ -208,44 +206,3 @@ def _is_parallel_env(env: Any) -> bool:
 
 
 register_adapter(_is_parallel_env, ParallelEnvAdapter)
-
-_MPE2 = {
-    name: f"mpe2.{name}"
-    for name in (
-        "simple_v3",
-        "simple_adversary_v3",
-        "simple_crypto_v3",
-        "simple_push_v3",
-        "simple_reference_v3",
-        "simple_speaker_listener_v4",
-        "simple_spread_v3",
-        "simple_tag_v3",
-        "simple_world_comm_v3",
-        "simple_formation_v1",
-        "simple_line_v1",
-        "collect_treasure_v1",
-    )
-}
-# The implementation modules: PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules.
-_SISL = {
-    "multiwalker_v9": "pettingzoo.sisl.multiwalker.multiwalker",
-    "pursuit_v5": "pettingzoo.sisl.pursuit.pursuit",
-}
-_BUTTERFLY = {
-    "pistonball_v6": "pettingzoo.butterfly.pistonball.pistonball",
-    "cooperative_pong_v6": "pettingzoo.butterfly.cooperative_pong.cooperative_pong",
-    "knights_archers_zombies_v11": (
-        "pettingzoo.butterfly.knights_archers_zombies.knights_archers_zombies"
-    ),
-}
-
-# (id prefix, pip extra, names -> module path, how to build from the module)
-_SOURCES = (
-    ("mpe2", "pettingzoo", _MPE2, build_unchecked),
-    ("pettingzoo/sisl", "sisl", _SISL, partial(build, factory="parallel_env")),
-    ("pettingzoo/butterfly", "butterfly", _BUTTERFLY, partial(build, factory="parallel_env")),
-)
-
-for _prefix, _extra, _table, _builder in _SOURCES:
-    for _name, _module in _table.items():
-        register(f"{_prefix}/{_name}", partial(_builder, _module), extra=_extra)

@@ -4,7 +4,8 @@ Settings come, later winning, from: the config dataclasses' defaults; the
 algorithm's YAML file (``corral/training/configs/<algo>.yaml``); its
 ``envs:`` sections whose key (an env id or a glob such as ``mpe2/*``)
 matches the env, globs in file order, then the exact id; and overrides
-(``--set key=value`` on the command line, keyword arguments in Python).
+(``--set key=value`` on the command line, read as :mod:`corral.settings` says,
+keyword arguments in Python).
 
 Names are flat: a name is a field of :class:`RunConfig`, of the algorithm's
 ``Config``, or of both (``seed``, ``self_play``), and is set wherever it is a
@@ -38,6 +39,7 @@ from corral.algos.base import AlgoConfig, Algorithm
 from corral.errors import ConfigError, MissingDependencyError
 from corral.ranges import Range, check_ranges
 from corral.registry import resolve
+from corral.settings import parse_settings, parse_value
 
 DEVICES = ("cpu", "cuda", "auto")
 BACKEND_OPTIONS = {
@@ -293,7 +295,7 @@ def load_config(
     user config files).
     """
     algo, algo_cls = algorithm_spec(algo)
-    user = dict(overrides) if isinstance(overrides, Mapping) else parse_assignments(overrides)
+    user = dict(overrides) if isinstance(overrides, Mapping) else parse_settings(overrides)
     if env is not None:
         user["env"] = env
     env_id = user.get("env")
@@ -313,17 +315,6 @@ def load_config(
 def replace_run(run: RunConfig, **changes: Any) -> RunConfig:
     """A copy of ``run`` with ``changes`` typed and applied."""
     return _build(RunConfig, {**dataclasses.asdict(run), **changes})
-
-
-def parse_assignments(items: Sequence[str]) -> dict[str, str]:
-    """``["lr=1e-3", "env_kwargs.N=3"]`` -> ``{"lr": "1e-3", "env_kwargs.N": "3"}`` (untyped)."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_]\w*(\.\w+)*", key):
-            raise ConfigError(f"expected KEY=VALUE with KEY a setting name, got {item!r}")
-        out[key] = value
-    return out
 
 
 def packaged_defaults(algo: str) -> dict[str, Any]:
@@ -401,7 +392,7 @@ def _merge(base: Mapping[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
         if sub:
             inner = out.get(name)
             inner = dict(inner) if isinstance(inner, Mapping) else {}
-            inner[sub] = _parse_text(value) if isinstance(value, str) else value
+            inner[sub] = value
             out[name] = inner
         else:
             out[key] = value
@@ -450,7 +441,7 @@ def coerce(value: Any, annotation: Any) -> Any:
     Raises ``ValueError`` or ``TypeError`` saying what was expected.
     """
     if annotation is Any:
-        return _parse_text(value) if isinstance(value, str) else value
+        return value
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
@@ -462,7 +453,7 @@ def coerce(value: Any, annotation: Any) -> Any:
     if origin in (tuple, list):
         return _coerce_sequence(value, origin, args)
     if origin is dict or annotation is dict:
-        value = _parse_text(value) if isinstance(value, str) else value
+        value = parse_value(value) if isinstance(value, str) else value
         if not isinstance(value, Mapping):
             raise TypeError(f"expected a mapping, got {value!r}")
         return dict(value)
@@ -496,7 +487,7 @@ def _coerce_union(value: Any, args: tuple) -> Any:
 def _coerce_sequence(value: Any, origin: type, args: tuple) -> Any:
     if isinstance(value, str):
         text = value.strip()
-        value = _parse_text(text) if text[:1] in "[(" else [p for p in text.split(",") if p.strip()]
+        value = parse_value(text) if text[:1] in "[(" else [p for p in text.split(",") if p.strip()]
         if isinstance(value, str):
             value = [value]
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -540,16 +531,7 @@ def _coerce_int(value: Any) -> int:
 
 
 def _is_null(text: str) -> bool:
-    return text.strip().lower() in ("none", "null", "~", "")
-
-
-def _parse_text(text: str) -> Any:
-    """A command-line value as YAML data (numbers, lists, mappings, null); else the string."""
-    yaml = _yaml()
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+    return not text.strip() or parse_value(text) is None
 
 
 def _plain(value: Any) -> Any:

@@ -13,11 +13,17 @@ EVAL = "eval_return"
 
 
 class LineProgress:
-    """Logs env steps, steps/s, the training return and the ``metric`` column at every row."""
+    """Logs env steps, steps/s, the training return and the ``metric`` column at every row.
+
+    A resumed run's progress (``initial`` env steps done) starts with a line saying where
+    it stands, as a bar starts drawn at ``initial``.
+    """
 
     def __init__(self, total: int, initial: int = 0, metric: str = EVAL) -> None:
         self.total = total
         self.metric = metric
+        if initial > 0:
+            log.info("%s", describe({"env_steps": min(initial, total)}, total, metric))
 
     def update(self, row: Mapping[str, float]) -> None:
         log.info("%s", describe(row, self.total, self.metric))

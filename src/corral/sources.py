@@ -1,0 +1,119 @@
+"""The ids of the other libraries' envs: mpe2, PettingZoo, Gymnasium and OpenSpiel.
+
+Each id names where its env lives and the ``pip install corral[extra]`` that provides
+it; the env is built (its library imported) only by ``corral.make``. The registry
+imports this module the first time it is asked for an id. How each library's env is
+built and wrapped is its adapter's business (:mod:`corral.adapters`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from corral.adapters.gymnasium import make_gymnasium
+from corral.adapters.openspiel import OpenSpielEnv
+from corral.adapters.pettingzoo_aec import build_classic
+from corral.adapters.pettingzoo_parallel import build, build_unchecked
+from corral.registry import register, register_namespace
+
+# -- PettingZoo parallel envs -------------------------------------------------------------
+
+_MPE2 = {
+    name: f"mpe2.{name}"
+    for name in (
+        "simple_v3",
+        "simple_adversary_v3",
+        "simple_crypto_v3",
+        "simple_push_v3",
+        "simple_reference_v3",
+        "simple_speaker_listener_v4",
+        "simple_spread_v3",
+        "simple_tag_v3",
+        "simple_world_comm_v3",
+        "simple_formation_v1",
+        "simple_line_v1",
+        "collect_treasure_v1",
+    )
+}
+# The implementation modules: PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules.
+_SISL = {
+    "multiwalker_v9": "pettingzoo.sisl.multiwalker.multiwalker",
+    "pursuit_v5": "pettingzoo.sisl.pursuit.pursuit",
+}
+_BUTTERFLY = {
+    "pistonball_v6": "pettingzoo.butterfly.pistonball.pistonball",
+    "cooperative_pong_v6": "pettingzoo.butterfly.cooperative_pong.cooperative_pong",
+    "knights_archers_zombies_v11": (
+        "pettingzoo.butterfly.knights_archers_zombies.knights_archers_zombies"
+    ),
+}
+
+# (id prefix, pip extra, names -> module path, how to build from the module)
+_PARALLEL = (
+    ("mpe2", "pettingzoo", _MPE2, build_unchecked),
+    ("pettingzoo/sisl", "sisl", _SISL, partial(build, factory="parallel_env")),
+    ("pettingzoo/butterfly", "butterfly", _BUTTERFLY, partial(build, factory="parallel_env")),
+)
+
+for _prefix, _extra, _table, _builder in _PARALLEL:
+    for _name, _module in _table.items():
+        register(f"{_prefix}/{_name}", partial(_builder, _module), extra=_extra)
+
+# -- PettingZoo AEC games -----------------------------------------------------------------
+
+# The implementation modules (PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules),
+# and whether the game is zero-sum (hanabi is cooperative).
+_CLASSIC = {
+    "rps_v2": ("pettingzoo.classic.rps.rps", True),
+    "tictactoe_v3": ("pettingzoo.classic.tictactoe.tictactoe", True),
+    "connect_four_v3": ("pettingzoo.classic.connect_four.connect_four", True),
+    "leduc_holdem_v4": ("pettingzoo.classic.rlcard_envs.leduc_holdem", True),
+    "texas_holdem_v4": ("pettingzoo.classic.rlcard_envs.texas_holdem", True),
+    "texas_holdem_no_limit_v6": ("pettingzoo.classic.rlcard_envs.texas_holdem_no_limit", True),
+    "chess_v6": ("pettingzoo.classic.chess.chess", True),
+    "go_v5": ("pettingzoo.classic.go.go", True),
+    "hanabi_v5": ("pettingzoo.classic.hanabi.hanabi", False),
+}
+
+for _name, (_module, _zero_sum) in _CLASSIC.items():
+    register(
+        f"pettingzoo/classic/{_name}",
+        partial(build_classic, _module, _zero_sum),
+        extra="pettingzoo",
+    )
+
+# -- Gymnasium ----------------------------------------------------------------------------
+
+# Ids listed by `corral list`; any other Gymnasium id loads through the namespace.
+_GYMNASIUM_IDS = (
+    "CartPole-v1",
+    "Pendulum-v1",
+    "MountainCar-v0",
+    "Acrobot-v1",
+    "FrozenLake-v1",
+    "Taxi-v4",
+)
+
+for _name in _GYMNASIUM_IDS:
+    register(f"gym/{_name}", make_gymnasium, name=_name)
+register_namespace("gym", make_gymnasium)
+
+# -- OpenSpiel ----------------------------------------------------------------------------
+
+# Games listed by `corral list` (each loads and plays quickly); any other game
+# name loads through the namespace.
+_OPENSPIEL_GAMES = (
+    "tic_tac_toe",
+    "connect_four",
+    "breakthrough",
+    "kuhn_poker",
+    "leduc_poker",
+    "liars_dice",
+    "goofspiel",
+    "matrix_pd",
+    "matrix_rps",
+)
+
+for _name in _OPENSPIEL_GAMES:
+    register(f"openspiel/{_name}", OpenSpielEnv, extra="openspiel", game=_name)
+register_namespace("openspiel", OpenSpielEnv, extra="openspiel")
