@@ -11,11 +11,15 @@ tables, and each registered id is one function that fills them in:
   ``d``: deterministic, ``n``: stochastic transitions).
 * :class:`MatrixGame`: players act once, simultaneously, and are paid from a
   payoff table (``mdp/climbing``, ``mdp/penalty``, ``mdp/matching_pennies``).
+
+Every id is also natively batched (:mod:`corral.envs.mdp_batched`, built from
+the same tables): ``corral.spec(id).make_batched(num_envs)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -122,6 +126,14 @@ class TabularMDP(MultiAgentEnv):
                 transitions[state, action, next_state] += probability
                 rewards[state, action, next_state] = reward
         return cls(transitions, rewards, terminal_states, **kwargs)
+
+    @property
+    def sampling_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """The cumulative tables the env samples by, each row ending at exactly 1: the initial
+        distribution ``[S]`` and the transitions ``[S, A, S]`` (read-only views)."""
+        initial, transitions = self._initial_cumulative.view(), self._cumulative.view()
+        initial.flags.writeable = transitions.flags.writeable = False
+        return initial, transitions
 
     @property
     def max_episode_steps(self) -> int:  # type: ignore[override]
@@ -438,6 +450,20 @@ def _matrix_optimum(
     return None
 
 
+@dataclass(frozen=True)
+class _Batched:
+    """An id's natively batched entry point: ``num_envs`` copies of what ``factory`` builds."""
+
+    factory: Callable[..., TabularMDP | MatrixGame]
+
+    def __call__(
+        self, num_envs: int, array: str = "numpy", device: str = "cpu", **kwargs: Any
+    ) -> Any:
+        from corral.envs.mdp_batched import batch  # imports torch only for array="torch"
+
+        return batch(self.factory(**kwargs), num_envs, array, device)
+
+
 _REGISTRY = (
     ("mdp/one_round_dmdp", one_round_dmdp, {}),
     ("mdp/two_round_dmdp", two_round_dmdp, {}),
@@ -450,4 +476,4 @@ _REGISTRY = (
 )
 
 for _id, _factory, _kwargs in _REGISTRY:
-    register(_id, _factory, **_kwargs)
+    register(_id, _factory, batched=_Batched(_factory), **_kwargs)
