@@ -20,7 +20,7 @@ import numpy as np
 from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
 from corral.vector.backend import first_fault
-from corral.vector.layout import Layout, Role, array_tree, assemble, leaves
+from corral.vector.layout import Layout, array_tree, assemble, leaves
 
 Arrays = Mapping[str, Any]
 
@@ -192,11 +192,6 @@ def clear_step_fields(arrays: Arrays, groups: Iterable[str]) -> None:
         arrays[f"terminated/{g}"][...] = False
         arrays[f"truncated/{g}"][...] = False
     arrays["done"][...] = False
-
-
-def fields_of(layout: Layout, *roles: Role) -> list[str]:
-    """The paths of ``layout``'s fields of ``roles``."""
-    return layout.paths(*roles)
 
 
 def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:

@@ -266,10 +266,6 @@ class Field:
     dtype: np.dtype
     per_agent: bool
 
-    @property
-    def in_batch(self) -> bool:
-        return self.role in (Role.STEP, Role.EPISODE)
-
 
 class Layout:
     """Groups, agent positions and the arrays of a batch of ``num_envs`` envs.

@@ -239,7 +239,7 @@ class VectorEnv:
             seed = self._first_seed
         seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
         for clipped in self._clipped.values():
-            clipped.fill(0)
+            clipped[...] = 0
         self._backend.reset_async(seeds, options)
         self._pending = _Pending.RESET
 

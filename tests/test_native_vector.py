@@ -1,0 +1,139 @@
+"""A natively batched env through ``VectorEnv`` gives the same batches as its dict envs.
+
+The reference is today's per-env path (``native=False``): the same ids, seeds and
+actions must give identical batches over many episodes (same-step autoreset,
+dying agents), on every backend, with numpy and torch arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+
+import numpy as np
+import pytest
+
+import corral
+from corral.arrays import to_numpy
+from corral.errors import InvalidActionError
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+
+
+def _cuda() -> bool:
+    if not HAS_TORCH:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+PLACES = [
+    ("numpy", "cpu"),
+    pytest.param("torch", "cpu", marks=needs_torch),
+    pytest.param("torch", "cuda", marks=pytest.mark.skipif(not _cuda(), reason="no CUDA GPU here")),
+]
+
+
+def _leaves(value, path=""):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, f"{path}/{k}")
+    elif isinstance(value, (tuple, list)):
+        for k, v in enumerate(value):
+            yield from _leaves(v, f"{path}/{k}")
+    elif value is not None:
+        yield path, value
+
+
+def assert_batches_equal(want: corral.Batch, got: corral.Batch, where: str) -> None:
+    """Every field of two batches equal, value and dtype (``got`` may hold tensors)."""
+    for field in dataclasses.fields(want):
+        a = dict(_leaves(getattr(want, field.name)))
+        b = dict(_leaves(getattr(got, field.name)))
+        assert a.keys() == b.keys(), f"{where}: {field.name} keys"
+        for path, x in a.items():
+            y = to_numpy(b[path])
+            assert x.dtype == y.dtype, f"{where}: {field.name}{path} dtype {x.dtype} {y.dtype}"
+            np.testing.assert_array_equal(x, y, err_msg=f"{where}: {field.name}{path}")
+
+
+def _run_side_by_side(id: str, num_envs: int, steps: int, backend: str, array, device, **kw):
+    options = {"num_workers": 2} if backend == "subproc" else {}
+    rng = np.random.default_rng(3)
+    with (
+        corral.make_vec(id, num_envs, "sync", native=False, seed=11, state=True) as ref,
+        corral.make_vec(
+            id, num_envs, backend, native=True, seed=11, state=True, array=array,
+            device=device, **options, **kw,
+        ) as native,
+    ):  # fmt: skip
+        want, got = ref.reset(), native.reset()
+        assert_batches_equal(want, got, f"{id} reset")
+        episodes = 0
+        for t in range(steps):
+            actions = ref.sample_actions(want, rng)
+            want = ref.step(actions)
+            got = native.step(actions)
+            assert_batches_equal(want, got, f"{id} step {t}")
+            episodes += int(want.done.sum())
+        return episodes
+
+
+@pytest.mark.parametrize("id", corral.batched_ids())
+@pytest.mark.parametrize(("array", "device"), PLACES)
+def test_native_batches_equal_the_dict_envs(id: str, array: str, device: str) -> None:
+    episodes = _run_side_by_side(id, 8, 120, "sync", array, device)
+    assert episodes >= 8  # many episodes, each ended and autoreset
+
+
+@pytest.mark.parametrize("id", ["mdp/climbing", "mdp/two_round_nmdp"])
+def test_native_shards_in_worker_processes_equal_the_dict_envs(id: str) -> None:
+    _run_side_by_side(id, 6, 40, "subproc", "numpy", "cpu")
+
+
+@needs_torch
+def test_torch_batches_live_on_the_asked_device() -> None:
+    import torch
+
+    with corral.make_vec("mdp/climbing", 4, array="torch", seed=0) as venv:
+        batch = venv.reset()
+        assert isinstance(batch.obs["player"], torch.Tensor)
+        assert batch.done.device.type == "cpu"
+        batch = venv.step({"player": torch.zeros(4, 2, dtype=torch.int64)})
+        assert isinstance(batch.reward["player"], torch.Tensor)
+    with corral.make_vec("corral/rps", 2, array="torch", seed=0) as venv:  # dict envs
+        batch = venv.reset()
+        assert isinstance(batch.obs["player"], torch.Tensor)
+
+
+def test_native_true_on_an_id_without_one_lists_the_ids_that_have_one() -> None:
+    with pytest.raises(ValueError, match=r"no natively batched implementation.*mdp/climbing"):
+        corral.make_vec("corral/rps", 2, native=True)
+
+
+def test_native_is_the_default_where_an_id_has_one() -> None:
+    from corral.vector.dict_envs import DictEnvs
+
+    with corral.make_vec("mdp/climbing", 2) as venv:
+        assert not isinstance(venv._backend.shard, DictEnvs)
+    with corral.make_vec("mdp/climbing", 2, native=False) as venv:
+        assert isinstance(venv._backend.shard, DictEnvs)
+
+
+@pytest.mark.parametrize(("array", "device"), PLACES)
+def test_an_invalid_action_names_group_env_and_agent_and_the_env_goes_on(array, device):
+    with corral.make_vec("mdp/climbing", 3, seed=0, array=array, device=device) as venv:
+        batch = venv.reset()
+        actions = {"player": np.zeros((3, 2), np.int64)}
+        actions["player"][1, 1] = 7
+        if array == "torch":
+            import torch
+
+            actions = {"player": torch.as_tensor(actions["player"], device=device)}
+        with pytest.raises(InvalidActionError, match=r"group 'player', env 1, agent 'player_1'"):
+            venv.step(actions)
+        actions["player"][1, 1] = 0
+        batch = venv.step(actions)
+        assert to_numpy(batch.done).all()
