@@ -92,7 +92,8 @@ class DictEnvs(BatchedEnv):
             if f.role in (Role.STEP, Role.ACTION)
         }
         self._packer = _Packer(self.layout, self.arrays, offset, check_finite)
-        self._acting: list[list[str]] = [[] for _ in self.envs]
+        # The agents of each env that act next: (agent, its group's arrays, its index).
+        self._acting: list[list[Any]] = [[] for _ in self.envs]
         # How many agents each env's alive row holds: a step that leaves env.agents with
         # another count had agents join (or break the contract), and alive is read anew.
         self._num_alive = [0] * self.num_envs
@@ -177,23 +178,32 @@ class DictEnvs(BatchedEnv):
     # -- one env ----------------------------------------------------------------------
 
     def _step_env(self, i: int) -> None:
+        """Step env ``i`` (an exception it raises is its ``step()`` fault)."""
         env = self.envs[i]
+        actions = {a: g.action(i, j) for a, g, j in self._acting[i]}
+        obs, rewards, terminations, truncations, infos = env.step(actions)
         packer = self._packer
-        actions = {a: packer.action(a, i) for a in self._acting[i]}
-        result = guarded(self.offset + i, "step()", lambda: env.step(actions))
-        self._acting[i] = packer.record_step(i, *result, self._num_alive)
+        self._acting[i] = packer.record_step(
+            i, obs, rewards, terminations, truncations, infos, self._num_alive
+        )
         if self.state_space is not None:
             packer.add_state(i, guarded(self.offset + i, "state()", env.state))
         agents = env.agents
         if len(agents) != self._num_alive[i]:
             self._num_alive[i] = packer.read_alive(i, agents)
 
-    def _reset_env(self, i: int, seed: int | None, options: dict[str, Any] | None) -> None:
+    def _reset_env(
+        self, i: int, seed: int | None, options: dict[str, Any] | None, cleared: bool = True
+    ) -> None:
+        """Reset env ``i``; ``cleared``: its rows were cleared by the call's ``begin``."""
         env = self.envs[i]
         obs, infos = guarded(self.offset + i, "reset()", lambda: env.reset(seed, options))
         packer = self._packer
-        packer.clear_obs(i)
-        self._num_alive[i] = packer.read_alive(i, env.agents)
+        if cleared:
+            self._num_alive[i] = packer.gather_alive(i, env.agents)
+        else:
+            packer.clear_obs(i)
+            self._num_alive[i] = packer.read_alive(i, env.agents)
         self._acting[i] = packer.record_obs(i, obs, infos, "reset()")
         if self.state_space is not None:
             packer.add_state(i, guarded(self.offset + i, "state()", env.state))
@@ -225,7 +235,7 @@ class DictEnvs(BatchedEnv):
         self._packer.forget(i)
         try:
             self._rebuild(i)
-            self._reset_env(i, seed, options)
+            self._reset_env(i, seed, options, cleared=False)
         except Exception as again:
             self._give_up(i)
             failed = env_error(self.offset + i, "reset() of the rebuilt env", again)
@@ -289,6 +299,98 @@ class DictEnvs(BatchedEnv):
         )
 
 
+class _Gathered:
+    """One group's values gathered in a call, by flat index ``env * n + agent``."""
+
+    __slots__ = (
+        "act",
+        "alive",
+        "dead",
+        "final_idx",
+        "final_val",
+        "mask_idx",
+        "mask_val",
+        "obs_idx",
+        "obs_val",
+        "rew_idx",
+        "rew_val",
+        "term",
+        "trunc",
+    )
+
+    def __init__(self) -> None:
+        self.obs_idx: list[int] = []
+        self.obs_val: list[Any] = []
+        self.final_idx: list[int] = []
+        self.final_val: list[Any] = []
+        self.mask_idx: list[int] = []
+        self.mask_val: list[Any] = []
+        self.rew_idx: list[int] = []
+        self.rew_val: list[Any] = []
+        self.act: list[int] = []  # agents that act next
+        self.alive: list[int] = []  # agents alive at a reset
+        self.dead: list[int] = []  # agents that ended
+        self.term: list[int] = []
+        self.trunc: list[int] = []
+
+    def drop(self, lo: int, hi: int) -> None:
+        """Forget the entries of flat indices ``lo <= f < hi`` (one env's agents)."""
+        for idx, val in (
+            (self.obs_idx, self.obs_val),
+            (self.final_idx, self.final_val),
+            (self.mask_idx, self.mask_val),
+            (self.rew_idx, self.rew_val),
+        ):
+            keep = [k for k, f in enumerate(idx) if not lo <= f < hi]
+            if len(keep) != len(idx):
+                idx[:], val[:] = [idx[k] for k in keep], [val[k] for k in keep]
+        for idx in (self.act, self.alive, self.dead, self.term, self.trunc):
+            idx[:] = [f for f in idx if not lo <= f < hi]
+
+
+class _GroupArrays:
+    """A group's arrays, each also as a flat view ``[E * n, ...]``, and its gathered values."""
+
+    def __init__(
+        self, name: str, layout: Layout, arrays: dict[str, np.ndarray], check_finite: bool
+    ) -> None:
+        group = layout.groups[name]
+        self.name = name
+        self.agents = group.agents
+        self.n = len(group.agents)
+        self.leaf = isinstance(group.obs_tree, ArraySpec)
+
+        def flat(field: str) -> np.ndarray | None:
+            array = arrays.get(f"{field}/{name}")
+            return None if array is None else array.reshape(-1, *array.shape[2:])
+
+        self.obs = flat("obs")
+        self.reward, self.terminated, self.truncated = (
+            flat("reward"),
+            flat("terminated"),
+            flat("truncated"),
+        )
+        self.alive, self.acting, self.mask = flat("alive"), flat("acting"), flat("action_mask")
+        self.write_obs = writer(group.obs_tree, f"obs/{name}", arrays, check_finite)
+        self.write_mask = (
+            None
+            if group.num_actions is None
+            else writer(
+                ArraySpec((group.num_actions,), np.dtype(bool)), f"action_mask/{name}", arrays
+            )
+        )
+        self.read_action = reader(group.action_tree, f"action/{name}", arrays)
+        self.action_leaf = (
+            isinstance(group.action_tree, ArraySpec) and group.action_tree.shape == ()
+        )
+        self.actions: list[list[Any]] | None = None
+        self.got = _Gathered()
+
+    def action(self, i: int, j: int) -> Any:
+        values = self.actions
+        return self.read_action((i, j)) if values is None else values[i][j]
+
+
 class _Packer:
     """Gathers one call's values per group and writes each field with one array operation."""
 
@@ -297,25 +399,10 @@ class _Packer:
     ) -> None:
         self.layout, self.arrays, self.offset = layout, arrays, offset
         self.check_finite = check_finite
-        self.slot = {agent: pos for agent, pos in layout.position.items()}
-        self.groups = list(layout.groups)
-        self._actions: dict[str, Any] = {}
-        self._readers = {
-            g: reader(group.action_tree, f"action/{g}", arrays)
-            for g, group in layout.groups.items()
-        }
-        self._leaf = {
-            g: isinstance(group.obs_tree, ArraySpec) for g, group in layout.groups.items()
-        }
-        self._writers = {
-            g: writer(group.obs_tree, f"obs/{g}", arrays, check_finite)
-            for g, group in layout.groups.items()
-        }
-        self._mask_writers = {
-            g: writer(ArraySpec((group.num_actions,), np.dtype(bool)), f"action_mask/{g}", arrays)
-            for g, group in layout.groups.items()
-            if group.num_actions is not None
-        }
+        self.groups = [_GroupArrays(g, layout, arrays, check_finite) for g in layout.groups]
+        by_name = {g.name: g for g in self.groups}
+        # agent -> (its group's arrays, its index in the group, the group's size)
+        self.slot = {a: (by_name[g], j, by_name[g].n) for a, (g, j) in layout.position.items()}
         state = layout.state_space
         self._state_tree = None if state is None else array_tree(state)
         self._state_write = (
@@ -327,33 +414,40 @@ class _Packer:
 
     def begin(self, rows: np.ndarray | None) -> None:
         """Start a call that writes ``rows`` (all for ``None``): nothing acts there yet, and
-        every action is legal until an env says otherwise."""
-        self.rows = rows
-        index = slice(None) if rows is None else rows
+        every action is legal until an env says otherwise. A reset (``rows`` given) also
+        clears their observations and alive agents."""
+        a = self.arrays
         for g in self.groups:
-            self.arrays[f"acting/{g}"][index] = False
-            if g in self._mask_writers:
-                self.arrays[f"action_mask/{g}"][index] = True
-        self.obs = {g: ([], [], []) for g in self.groups}  # env, agent, value
-        self.finals = {g: ([], [], []) for g in self.groups}  # final obs of agents that ended
-        self.masks = {g: ([], [], []) for g in self._mask_writers}
-        self.rewards = {g: ([], [], []) for g in self.groups}
+            g.got = _Gathered()
+            if rows is None:
+                g.acting.fill(False)
+                if g.mask is not None:
+                    g.mask.fill(True)
+                continue
+            a[f"acting/{g.name}"][rows] = False
+            a[f"alive/{g.name}"][rows] = False
+            if g.mask is not None:
+                a[f"action_mask/{g.name}"][rows] = True
+        if rows is not None:
+            for path in self._obs_paths:
+                a[path][rows] = 0
         self.states: tuple[list[int], list[Any]] = ([], [])
 
     def clear_step(self) -> None:
         for g in self.groups:
-            self.arrays[f"reward/{g}"].fill(0)
-            self.arrays[f"terminated/{g}"].fill(False)
-            self.arrays[f"truncated/{g}"].fill(False)
+            g.reward.fill(0)
+            g.terminated.fill(False)
+            g.truncated.fill(False)
 
     def store_actions(self, group: str, value: Any) -> None:
         """The group's actions as Python values ``[env][agent]`` where a leaf array, else via
         the action arrays."""
+        g = next(g for g in self.groups if g.name == group)
         tree = self.layout.groups[group].action_tree
-        if isinstance(tree, ArraySpec) and tree.shape == () and isinstance(value, np.ndarray):
-            self._actions[group] = value.tolist()
+        if g.action_leaf and isinstance(value, np.ndarray):
+            g.actions = value.tolist()
         else:
-            self._actions[group] = None
+            g.actions = None
             self._store_tree(tree, f"action/{group}", value)
 
     def _store_tree(self, tree: Any, path: str, value: Any) -> None:
@@ -366,15 +460,6 @@ class _Packer:
         else:
             self.arrays[path][...] = value
 
-    def action(self, agent: str, i: int) -> Any:
-        g, j = self.slot[agent]
-        values = self._actions[g]
-        return self._readers[g]((i, j)) if values is None else values[i][j]
-
-    def clear_obs(self, i: int) -> None:
-        for path in self._obs_paths:
-            self.arrays[path][i] = 0
-
     # -- gathering ----------------------------------------------------------------------
 
     def record_step(
@@ -386,7 +471,7 @@ class _Packer:
         truncations: Any,
         infos: Any,
         num_alive: list[int],
-    ) -> list[str]:
+    ) -> list[tuple[str, _GroupArrays, int]]:
         """Gather env ``i``'s step; the agents that act next."""
         if not (
             type(obs) is dict
@@ -398,99 +483,106 @@ class _Packer:
             parts = {"obs": obs, "rewards": rewards, "terminations": terminations}
             parts.update(truncations=truncations, infos=infos)
             self._check_dicts(i, "step()", parts)
-        slot, gathered = self.slot, self.rewards
+        slot = self.slot
         for agent, reward in rewards.items():
-            g, j = slot.get(agent) or self._unknown(i, agent, "rewards")
-            envs, agents, values = gathered[g]
-            envs.append(i)
-            agents.append(j)
-            values.append(reward)
+            g, j, n = slot.get(agent) or self._unknown(i, agent, "rewards")
+            got = g.got
+            got.rew_idx.append(i * n + j)
+            got.rew_val.append(reward)
         for flags, ended in ((terminations, "terminated"), (truncations, "truncated")):
             for agent, flag in flags.items():
                 if flag is False:
                     continue
                 if flag is not True and not self._flag(i, agent, ended, flag):
                     continue
-                g, j = slot.get(agent) or self._unknown(i, agent, _END_FLAGS[ended][0])
-                self.arrays[f"{ended}/{g}"][i, j] = True
-                alive = self.arrays[f"alive/{g}"]
-                if alive[i, j]:
-                    alive[i, j] = False
-                    num_alive[i] -= 1
-                final = self._info(i, infos, agent, "final_obs")
-                if final is not None:
-                    envs, agents, values = self.finals[g]
-                    envs.append(i)
-                    agents.append(j)
-                    values.append(final)
+                g, j, n = slot.get(agent) or self._unknown(i, agent, _END_FLAGS[ended][0])
+                got, f = g.got, i * n + j
+                (got.term if ended == "terminated" else got.trunc).append(f)
+                got.dead.append(f)
+                num_alive[i] -= 1  # checked against env.agents after the step
+                info = infos.get(agent)
+                if info is not None:
+                    final = self._info(i, infos, agent, "final_obs")
+                    if final is not None:
+                        got.final_idx.append(f)
+                        got.final_val.append(final)
         return self.record_obs(i, obs, infos, "step()")
 
-    def record_obs(self, i: int, obs: Any, infos: Any, call: str) -> list[str]:
+    def record_obs(
+        self, i: int, obs: Any, infos: Any, call: str
+    ) -> list[tuple[str, _GroupArrays, int]]:
+        """Gather the observations (and masks) of env ``i``; the agents that act next."""
         if type(obs) is not dict or type(infos) is not dict:
             self._check_dicts(i, call, {"obs": obs, "infos": infos})
-        slot, masks = self.slot, self.masks
+        slot = self.slot
+        acting = []
         for agent, value in obs.items():
-            g, j = slot.get(agent) or self._unknown(i, agent, "obs")
-            self._add_obs(g, i, j, value)
-            self.arrays[f"acting/{g}"][i, j] = True
-            if g in masks:
+            g, j, n = slot.get(agent) or self._unknown(i, agent, "obs")
+            got, f = g.got, i * n + j
+            got.obs_idx.append(f)
+            got.obs_val.append(value)
+            got.act.append(f)
+            acting.append((agent, g, j))
+            if g.mask is not None:
                 info = infos.get(agent)
-                try:
-                    mask = None if info is None else info.get("action_mask")
-                except AttributeError:
-                    mask = self._info(i, infos, agent, "action_mask")  # raises
-                if mask is not None:
-                    envs, agents, values = masks[g]
-                    envs.append(i)
-                    agents.append(j)
-                    values.append(mask)
-        return list(obs)
-
-    def _add_obs(self, g: str, i: int, j: int, value: Any) -> None:
-        envs, agents, values = self.obs[g]
-        envs.append(i)
-        agents.append(j)
-        values.append(value)
+                if info is not None:
+                    try:
+                        mask = info.get("action_mask")
+                    except AttributeError:
+                        mask = self._info(i, infos, agent, "action_mask")  # raises
+                    if mask is not None:
+                        got.mask_idx.append(f)
+                        got.mask_val.append(mask)
+        return acting
 
     def add_state(self, i: int, value: Any) -> None:
         self.states[0].append(i)
         self.states[1].append(value)
 
-    def read_alive(self, i: int, agents: Sequence[str]) -> int:
-        """Set env ``i``'s alive row to exactly ``agents`` (agents that joined included)."""
-        for g in self.groups:
-            self.arrays[f"alive/{g}"][i] = False
+    def gather_alive(self, i: int, agents: Sequence[str]) -> int:
+        """Gather env ``i``'s alive agents at a reset (its row was cleared); how many."""
+        slot = self.slot
         for agent in agents:
-            g, j = self.slot.get(agent) or self._unknown(i, agent, "env.agents")
-            self.arrays[f"alive/{g}"][i, j] = True
+            g, j, n = slot.get(agent) or self._unknown(i, agent, "env.agents")
+            g.got.alive.append(i * n + j)
+        return len(agents)
+
+    def read_alive(self, i: int, agents: Sequence[str]) -> int:
+        """Set env ``i``'s alive row to exactly ``agents`` now (agents that joined
+        included); how many."""
+        for g in self.groups:
+            g.alive[i * g.n : (i + 1) * g.n] = False
+            g.got.dead[:] = [f for f in g.got.dead if f // g.n != i]
+        for agent in agents:
+            g, j, n = self.slot.get(agent) or self._unknown(i, agent, "env.agents")
+            g.alive[i * n + j] = True
         return len(agents)
 
     def truncate(self, i: int) -> None:
         """End env ``i``'s episode where it stands: its live agents are truncated."""
         for g in self.groups:
-            alive = self.arrays[f"alive/{g}"]
-            self.arrays[f"truncated/{g}"][i] |= alive[i]
-            alive[i] = False
-            self.arrays[f"acting/{g}"][i] = False
+            row = slice(i * g.n, (i + 1) * g.n)
+            g.truncated[row] |= g.alive[row]
+            g.alive[row] = False
+            g.acting[row] = False
         self._drop(i)
 
     def forget(self, i: int) -> None:
         """Env ``i`` has no episode: nothing of it is alive, acting or pending."""
         for g in self.groups:
-            self.arrays[f"alive/{g}"][i] = False
-            self.arrays[f"acting/{g}"][i] = False
+            row = slice(i * g.n, (i + 1) * g.n)
+            g.alive[row] = False
+            g.acting[row] = False
         self._drop(i)
+
+    def clear_obs(self, i: int) -> None:
+        for path in self._obs_paths:
+            self.arrays[path][i] = 0
 
     def _drop(self, i: int) -> None:
         """Forget what env ``i`` gathered in this call (after its fault)."""
-        tables = (self.obs, self.finals, self.masks, self.rewards)
-        for table in (t for tables_ in tables for t in tables_.values()):
-            envs, agents, values = table
-            if i in envs:
-                keep = [k for k, e in enumerate(envs) if e != i]
-                table[0][:] = [envs[k] for k in keep]
-                table[1][:] = [agents[k] for k in keep]
-                table[2][:] = [values[k] for k in keep]
+        for g in self.groups:
+            g.got.drop(i * g.n, (i + 1) * g.n)
         if i in self.states[0]:
             keep = [k for k, e in enumerate(self.states[0]) if e != i]
             self.states = ([self.states[0][k] for k in keep], [self.states[1][k] for k in keep])
@@ -502,27 +594,33 @@ class _Packer:
         not fit, by env."""
         faults: dict[int, EnvError] = {}
         for g in self.groups:
+            got = g.got
+            if got.alive:
+                g.alive[got.alive] = True
+            if got.dead:
+                g.alive[got.dead] = False
+            if got.term:
+                g.terminated[got.term] = True
+            if got.trunc:
+                g.truncated[got.trunc] = True
+            if got.act:
+                g.acting[got.act] = True
             self._flush_rewards(g, faults)
-            self._flush_values(
-                self.finals[g], f"obs/{g}", self._leaf[g], self._writers[g], g, "final_obs", faults
-            )
-            self._flush_values(
-                self.obs[g], f"obs/{g}", self._leaf[g], self._writers[g], g, "observation", faults
-            )
-            if g in self.masks:
-                self._flush_values(
-                    self.masks[g], f"action_mask/{g}", True, self._mask_writers[g], g,
-                    "action_mask", faults, finite=False,
-                )  # fmt: skip
+            self._flush_values(g, got.final_idx, got.final_val, g.obs, g.write_obs, g.leaf,
+                               "final_obs", faults)  # fmt: skip
+            self._flush_values(g, got.obs_idx, got.obs_val, g.obs, g.write_obs, g.leaf,
+                               "observation", faults)  # fmt: skip
+            if g.mask is not None:
+                self._flush_values(g, got.mask_idx, got.mask_val, g.mask, g.write_mask, True,
+                                   "action_mask", faults, finite=False)  # fmt: skip
         if self._state_write is not None:
             self._flush_states(faults)
         return faults
 
-    def _flush_rewards(self, g: str, faults: dict[int, EnvError]) -> None:
-        envs, agents, values = self.rewards[g]
-        if not envs:
+    def _flush_rewards(self, g: _GroupArrays, faults: dict[int, EnvError]) -> None:
+        idx, values = g.got.rew_idx, g.got.rew_val
+        if not idx:
             return
-        target = self.arrays[f"reward/{g}"]
         try:
             array = np.asarray(values)
             good = array.shape == (len(values),) and array.dtype.kind in "biuf"
@@ -532,42 +630,42 @@ class _Packer:
         except (TypeError, ValueError, OverflowError):
             good = False
         if good:
-            target[envs, agents] = array
+            g.reward[idx] = array
             return
-        group = self.layout.groups[g]
-        for i, j, reward in zip(envs, agents, values, strict=True):
+        for f, reward in zip(idx, values, strict=True):
+            i, j = divmod(f, g.n)
             if i in faults:
                 continue
             try:
-                target[i, j] = self._real(i, group.agents[j], reward)
+                g.reward[f] = self._real(i, g.agents[j], reward)
             except EnvError as err:
                 faults[i] = err
 
     def _flush_values(
         self,
-        table: tuple[list[int], list[int], list[Any]],
-        path: str,
-        leaf: bool,
+        g: _GroupArrays,
+        idx: list[int],
+        values: list[Any],
+        target: Any,
         write: Callable[[tuple[int, ...], Any], None],
-        g: str,
+        leaf: bool,
         field: str,
         faults: dict[int, EnvError],
         finite: bool = True,
     ) -> None:
-        envs, agents, values = table
-        if not envs:
+        if not idx:
             return
-        if leaf and self._bulk(self.arrays.get(path), (envs, agents), values, finite):
+        if leaf and self._bulk(target, idx, values, finite):
             return
-        group = self.layout.groups[g]
-        for i, j, value in zip(envs, agents, values, strict=True):
+        for f, value in zip(idx, values, strict=True):
+            i, j = divmod(f, g.n)
             if i in faults:
                 continue
             try:
                 write((i, j), value)
             except WriteError as err:
                 faults[i] = self._error(
-                    i, f"{field}{err.where} of agent {group.agents[j]!r}: expected {err.expected}"
+                    i, f"{field}{err.where} of agent {g.agents[j]!r}: expected {err.expected}"
                 )
 
     def _flush_states(self, faults: dict[int, EnvError]) -> None:
@@ -575,7 +673,7 @@ class _Packer:
         if not envs:
             return
         if isinstance(self._state_tree, ArraySpec) and self._bulk(
-            self.arrays["state"], (envs,), values, True
+            self.arrays["state"], envs, values, True
         ):
             return
         for i, value in zip(envs, values, strict=True):
@@ -586,10 +684,10 @@ class _Packer:
             except WriteError as err:
                 faults[i] = self._error(i, f"state{err.where}: expected {err.expected}")
 
-    def _bulk(self, target: Any, index: tuple, values: list[Any], finite: bool) -> bool:
+    def _bulk(self, target: Any, index: list[int], values: list[Any], finite: bool) -> bool:
         """Write ``values`` at ``index`` with one operation, if every one fits; else
         write nothing and return ``False`` (the caller then finds the bad ones)."""
-        shape = target.shape[len(index) :]
+        shape = target.shape[1:]
         for value in values:
             if getattr(value, "shape", None) != shape:
                 return False
