@@ -339,6 +339,7 @@ def main() -> None:
         for name, src in trees.items():
             runs[name].append(run_tree(src, args))
     report(args, runs)
+    print("\nload average at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

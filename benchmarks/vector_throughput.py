@@ -303,6 +303,7 @@ def main() -> None:
             compare_check_finite(args.num_envs, args.seconds, args.rounds or 5)
         else:
             compare_ceiling(args.num_envs, args.seconds, args.rounds or 3)
+        print("load average at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
         return
 
     runners: dict[str, Callable[[int], float]] = {
