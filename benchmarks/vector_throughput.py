@@ -13,22 +13,39 @@ same env in the same run.
 in alternating rounds (the median of each is printed):
 
     python benchmarks/vector_throughput.py --check-finite [--rounds 5] [--num-envs 1 16]
+
+``--ceiling`` compares ``subproc`` with 2 workers to the 2-core ceiling of
+corral's own env path: two independent processes, each running ``sync`` on
+half the envs, started together (the sum of their env-steps/s), in
+alternating rounds (the median of each and their ratio are printed):
+
+    python benchmarks/vector_throughput.py --ceiling [--rounds 3] [--num-envs 16 64]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import multiprocessing
+import os
 import platform
+import queue
 import resource
+import threading
 import time
+import traceback
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 ENV_KWARGS = {"N": 3, "max_cycles": 25, "continuous_actions": False}
 NUM_ACTIONS = 5
 CHECK_FINITE_ENVS = {"mpe2/simple_spread_v3": ENV_KWARGS, "corral/tag": {}}
+CEILING_TARGET = 0.85
+# How long the parent waits for the ceiling's processes to build their envs.
+CEILING_START_TIMEOUT = 120.0
 
 
 def raw_env():
@@ -37,10 +54,20 @@ def raw_env():
     return simple_spread_v3.parallel_env(**ENV_KWARGS)
 
 
-def timed(step: Callable[[int], None], steps_per_call: int, seconds: float) -> float:
-    """Env-steps/s of ``step(k)`` called for ``seconds`` after a short warm-up."""
+def timed(
+    step: Callable[[int], None],
+    steps_per_call: int,
+    seconds: float,
+    ready: Callable[[], Any] | None = None,
+) -> float:
+    """Env-steps/s of ``step(k)`` called for ``seconds`` after a short warm-up.
+
+    ``ready()``, when given, is called between the warm-up and the timing.
+    """
     for k in range(3):
         step(k)
+    if ready is not None:
+        ready()
     calls, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         step(calls)
@@ -63,7 +90,9 @@ def bench_raw(seconds: float) -> float:
     return timed(step, 1, seconds)
 
 
-def bench_corral(backend: str, num_envs: int, seconds: float) -> float:
+def bench_corral(
+    backend: str, num_envs: int, seconds: float, ready: Callable[[], Any] | None = None
+) -> float:
     import corral
 
     options = {} if backend == "sync" else {"num_workers": 2}
@@ -79,9 +108,88 @@ def bench_corral(backend: str, num_envs: int, seconds: float) -> float:
     venv.reset()
     acts = np.random.default_rng(0).integers(0, NUM_ACTIONS, size=(256, num_envs, 3))
     try:
-        return timed(lambda k: venv.step({"agent": acts[k % len(acts)]}), num_envs, seconds)
+        return timed(lambda k: venv.step({"agent": acts[k % len(acts)]}), num_envs, seconds, ready)
     finally:
         venv.close()
+
+
+def _ceiling_half(num_envs: int, seconds: float, barrier: Any, results: Any) -> None:
+    """One process of the ceiling: ``sync`` on ``num_envs`` envs, timed from ``barrier``."""
+    try:
+        rate = bench_corral("sync", num_envs, seconds, ready=barrier.wait)
+    except BaseException:
+        barrier.abort()  # the parent and the other process stop waiting for this one
+        results.put(traceback.format_exc())  # the parent raises it
+        return
+    results.put(rate)
+
+
+def bench_ceiling(num_envs: int, seconds: float) -> float:
+    """Env-steps/s of two processes each running ``sync`` on half the envs at once."""
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(3)  # the two processes and this one
+    results = context.Queue()
+    halves = (num_envs // 2, num_envs - num_envs // 2)
+    procs = [
+        context.Process(target=_ceiling_half, args=(n, seconds, barrier, results), daemon=True)
+        for n in halves
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        # Broken when a process failed (its traceback is in results) or hung.
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(CEILING_START_TIMEOUT)
+        try:
+            rates = [results.get(timeout=CEILING_START_TIMEOUT + seconds) for _ in procs]
+        except queue.Empty:
+            raise RuntimeError(
+                f"a ceiling process gave no result within {CEILING_START_TIMEOUT + seconds:g} s"
+            ) from None
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+    # The process that failed first, not the one whose barrier it broke.
+    errors = sorted((r for r in rates if isinstance(r, str)), key=lambda e: "BrokenBarrier" in e)
+    if errors:
+        raise RuntimeError(f"a ceiling process failed:\n{errors[0]}")
+    return sum(rates)
+
+
+def compare_ceiling(num_envs: list[int], seconds: float, rounds: int) -> None:
+    """Print subproc's env-steps/s (2 workers), the 2-core ceiling's and their ratio."""
+    print(
+        f"mpe2 simple_spread_v3, copy=False, median of {rounds} alternating rounds of "
+        f"{seconds:g} s each\nceiling: two processes, each running sync on half the envs, "
+        "started together (the sum of their env-steps/s)\n"
+    )
+    print(f"{'num_envs':>8}{'subproc':>12}{'ceiling':>12}{'subproc/ceiling':>17}")
+    ratios = []
+    for n in num_envs:
+        bench = {
+            "subproc": lambda n=n: bench_corral("subproc", n, seconds),
+            "ceiling": lambda n=n: bench_ceiling(n, seconds),
+        }
+        runs: dict[str, list[float]] = {name: [] for name in bench}
+        for r in range(rounds):
+            for name in ("subproc", "ceiling") if r % 2 == 0 else ("ceiling", "subproc"):
+                runs[name].append(bench[name]())
+        subproc, ceiling = (float(np.median(runs[k])) for k in ("subproc", "ceiling"))
+        ratios.append(subproc / ceiling)
+        per_round = " ".join(
+            f"{s / c:.2f}" for s, c in zip(runs["subproc"], runs["ceiling"], strict=True)
+        )
+        print(
+            f"{n:>8}{subproc:>12,.0f}{ceiling:>12,.0f}{subproc / ceiling:>17.3f}"
+            f"  (rounds: {per_round})"
+        )
+    worst = min(ratios)
+    print(
+        f"\ntarget: subproc >= {CEILING_TARGET} x the ceiling: worst {worst:.3f} "
+        f"-> {'met' if worst >= CEILING_TARGET else 'NOT met'}"
+    )
 
 
 def bench_check_finite(id: str, num_envs: int, seconds: float, check_finite: bool) -> float:
@@ -165,19 +273,37 @@ def peak_memory_mib() -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument(
+        "--num-envs", type=int, nargs="+", help="default: 1 2 4 8 16 32 64 (--ceiling: 16 64)"
+    )
     parser.add_argument("--backends", nargs="+", default=["sync", "subproc", "ray"])
     parser.add_argument(
         "--check-finite", action="store_true", help="measure what check_finite=True costs"
     )
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of --check-finite")
+    parser.add_argument(
+        "--ceiling", action="store_true", help="compare subproc to the 2-core ceiling"
+    )
+    parser.add_argument(
+        "--rounds", type=int, help="rounds of --check-finite (default 5) or --ceiling (3)"
+    )
     args = parser.parse_args()
-    if args.check_finite:
+    if args.check_finite and args.ceiling:
+        parser.error("--check-finite and --ceiling are separate runs")
+    if args.num_envs is None:
+        args.num_envs = [16, 64] if args.ceiling else [1, 2, 4, 8, 16, 32, 64]
+    if args.ceiling and min(args.num_envs) < 2:
+        parser.error("--ceiling splits the envs between two processes: --num-envs must be >= 2")
+    if args.check_finite or args.ceiling:
         print(
             f"machine: {platform.machine()}, {platform.processor() or '?'}, "
-            f"python {platform.python_version()}, {_cpus()} cores"
+            f"python {platform.python_version()}, {_cpus()} cores, load average "
+            + " ".join(f"{x:.2f}" for x in os.getloadavg())
         )
-        compare_check_finite(args.num_envs, args.seconds, args.rounds)
+        if args.check_finite:
+            compare_check_finite(args.num_envs, args.seconds, args.rounds or 5)
+        else:
+            compare_ceiling(args.num_envs, args.seconds, args.rounds or 3)
+        print("load average at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
         return
 
     runners: dict[str, Callable[[int], float]] = {
@@ -249,8 +375,6 @@ def _print_targets(raw: float, results: dict[str, dict[int, float]]) -> None:
 
 
 def _cpus() -> int:
-    import os
-
     return len(os.sched_getaffinity(0))
 
 
