@@ -199,12 +199,13 @@ class DictEnvs(BatchedEnv):
         env = self.envs[i]
         obs, infos = guarded(self.offset + i, "reset()", lambda: env.reset(seed, options))
         packer = self._packer
-        if cleared:
-            self._num_alive[i] = packer.gather_alive(i, env.agents)
-        else:
+        if not cleared:
             packer.clear_obs(i)
+        self._acting[i] = acting = packer.record_obs(i, obs, infos, "reset()")
+        if cleared:
+            self._num_alive[i] = packer.gather_alive(i, env.agents, acting)
+        else:
             self._num_alive[i] = packer.read_alive(i, env.agents)
-        self._acting[i] = packer.record_obs(i, obs, infos, "reset()")
         if self.state_space is not None:
             packer.add_state(i, guarded(self.offset + i, "state()", env.state))
 
@@ -489,24 +490,37 @@ class _Packer:
             got = g.got
             got.rew_idx.append(i * n + j)
             got.rew_val.append(reward)
-        for flags, ended in ((terminations, "terminated"), (truncations, "truncated")):
-            for agent, flag in flags.items():
-                if flag is False:
-                    continue
-                if flag is not True and not self._flag(i, agent, ended, flag):
-                    continue
-                g, j, n = slot.get(agent) or self._unknown(i, agent, _END_FLAGS[ended][0])
-                got, f = g.got, i * n + j
-                (got.term if ended == "terminated" else got.trunc).append(f)
-                got.dead.append(f)
-                num_alive[i] -= 1  # checked against env.agents after the step
-                info = infos.get(agent)
-                if info is not None:
-                    final = self._info(i, infos, agent, "final_obs")
-                    if final is not None:
-                        got.final_idx.append(f)
-                        got.final_val.append(final)
+        if terminations:
+            self._gather_ends(i, terminations, infos, True, num_alive)
+        if truncations:
+            self._gather_ends(i, truncations, infos, False, num_alive)
         return self.record_obs(i, obs, infos, "step()")
+
+    def _gather_ends(
+        self, i: int, flags: Mapping[str, Any], infos: Any, terminated: bool, num_alive: list[int]
+    ) -> None:
+        """Gather the agents of env ``i`` whose flag is set (terminated or truncated)."""
+        slot = self.slot
+        for agent, flag in flags.items():
+            if flag is False:
+                continue
+            ended = "terminated" if terminated else "truncated"
+            if flag is not True and not self._flag(i, agent, ended, flag):
+                continue
+            g, j, n = slot.get(agent) or self._unknown(i, agent, _END_FLAGS[ended][0])
+            got, f = g.got, i * n + j
+            (got.term if terminated else got.trunc).append(f)
+            got.dead.append(f)
+            num_alive[i] -= 1  # checked against env.agents after the step
+            info = infos.get(agent)
+            if info is not None:
+                try:
+                    final = info.get("final_obs")
+                except AttributeError:
+                    final = self._info(i, infos, agent, "final_obs")  # raises
+                if final is not None:
+                    got.final_idx.append(f)
+                    got.final_val.append(final)
 
     def record_obs(
         self, i: int, obs: Any, infos: Any, call: str
@@ -539,8 +553,13 @@ class _Packer:
         self.states[0].append(i)
         self.states[1].append(value)
 
-    def gather_alive(self, i: int, agents: Sequence[str]) -> int:
-        """Gather env ``i``'s alive agents at a reset (its row was cleared); how many."""
+    def gather_alive(self, i: int, agents: Sequence[str], acting: list[Any]) -> int:
+        """Gather env ``i``'s alive agents at a reset (its row was cleared); how many.
+        ``acting``: the agents in its observation, all of them alive."""
+        if len(agents) == len(acting):  # the same agents: every alive agent acts
+            for _, g, j in acting:
+                g.got.alive.append(i * g.n + j)
+            return len(agents)
         slot = self.slot
         for agent in agents:
             g, j, n = slot.get(agent) or self._unknown(i, agent, "env.agents")
