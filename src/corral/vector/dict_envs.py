@@ -38,6 +38,7 @@ from corral.vector.layout import (
     WriteError,
     array_tree,
     assemble,
+    leaves,
     reader,
     writer,
 )
@@ -409,7 +410,11 @@ class _Packer:
         self._state_write = (
             None if state is None else writer(self._state_tree, "state", arrays, check_finite)
         )
-        self._obs_paths = [p for p in arrays if p.startswith("obs/")]
+        self._obs_paths = [
+            path
+            for g, group in layout.groups.items()
+            for path, _ in leaves(group.obs_tree, f"obs/{g}")
+        ]
 
     # -- a call -------------------------------------------------------------------
 
