@@ -574,6 +574,35 @@ def test_repeats_of_one_rule_are_capped() -> None:
     assert found[-1].startswith("... and ") and "rewards_are_finite" in found[-1]
 
 
+class Handover(Squad):
+    """The radio joins in the episode's step 1, as all three scouts leave (truncated), and
+    then acts at every step."""
+
+    def acting_q(self) -> np.ndarray:
+        return self.alive_q.copy()
+
+    def reset(self, seed=None, where=None, options=None):
+        batch = super().reset(seed, where, options)
+        rows = selected(where, self.num_envs)
+        self.alive_q[rows] = False
+        batch.alive["q"][rows] = batch.acting["q"][rows] = False
+        return batch
+
+    def step(self, actions):
+        joining = self.alive_p.any(1) & (self.t == 1)
+        batch = super().step(actions)
+        self.alive_p[joining] = batch.alive["p"][joining] = batch.acting["p"][joining] = False
+        batch.truncated["p"][joining] = True
+        self.alive_q[joining] = batch.alive["q"][joining] = batch.acting["q"][joining] = True
+        self.obs_q[joining] = batch.obs["q"][joining] = self.t[joining, None]
+        return batch
+
+
+def test_an_agent_may_join_as_the_others_end() -> None:
+    report = check_env(Handover())
+    assert report.ok and report.episodes == 8, report
+
+
 def test_env_that_never_ends_is_reported_incomplete() -> None:
     class Endless(Squad):
         max_episode_steps = None
@@ -741,3 +770,58 @@ def test_batched_env_doc_shows_the_example_code() -> None:
     for block in fragments:
         for part in filter(None, block.strip("\n").split("\n\n")):
             assert part in example, part
+
+
+OBS_Q_DICT = spaces.Dict({"t": OBS_Q, "pair": spaces.Tuple((OBS_Q, OBS_P))})
+
+
+class NestedSquadDict(SquadDict):
+    """SquadDict whose radio sees a Dict (with a Tuple inside) of what it saw before."""
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return OBS_P if agent in P else OBS_Q_DICT
+
+    def _obs(self, agent: str) -> Any:
+        if agent in P:
+            return super()._obs(agent)
+        return {"t": self._t, "pair": (self._t, np.zeros(2, np.float32))}
+
+
+class NestedSquad(Squad):
+    def observation_space(self, agent: str) -> spaces.Space:
+        return OBS_P if agent in P else OBS_Q_DICT
+
+    def observe(self, ended_p: np.ndarray, ended_q: np.ndarray) -> BatchedStep:
+        batch = super().observe(ended_p, ended_q)
+        t = batch.obs["q"]
+        batch.obs["q"] = {"t": t, "pair": (t.copy(), np.zeros((*t.shape, 2), np.float32))}
+        return batch
+
+
+def test_dict_and_tuple_observations_are_checked_leaf_by_leaf() -> None:
+    assert check_env(NestedSquad(), dict_env=NestedSquadDict).ok
+
+    class MissingLeaf(NestedSquad):
+        def observe(self, ended_p, ended_q):
+            batch = super().observe(ended_p, ended_q)
+            batch.obs["q"] = {"t": batch.obs["q"]["t"]}
+            return batch
+
+    assert violations(MissingLeaf()) == [
+        "reset: obs['q']['pair'][0] must be an array of shape (4, 1) ([copies, agents of the "
+        "group, ...]), got NoneType None",
+        "reset: obs['q']['pair'][1] must be an array of shape (4, 1, 2) ([copies, agents of the "
+        "group, ...]), got NoneType None",
+    ]
+
+    class LeafDiffers(NestedSquad):
+        def observe(self, ended_p, ended_q):
+            batch = super().observe(ended_p, ended_q)
+            batch.obs["q"]["pair"][1][:, :, 1] = 0.5
+            return batch
+
+    found = violations(LeafDiffers(), dict_env=NestedSquadDict)
+    assert found[0].startswith(
+        "reset, copy 0: obs['pair'][1] of agent 'q_0' is [0.0, 0.5], but the dict env (seeded 0) "
+        "gives [0.0, 0.0]"
+    ), found

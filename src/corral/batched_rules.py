@@ -194,18 +194,28 @@ class Track:
 
     def after_step(self, frame: Frame, t: int) -> np.ndarray:
         """Take in step ``t``; returns ``[E]``, the copies whose episode ended in it."""
+        # Every agent alive ended: the episode is over, even in an env that (wrongly)
+        # restarts the copy itself, unless an agent new to the episode joined.
+        left = any_alive({g: self.alive[g] & ~frame.ended(g) for g in self.alive})
+        over = self.running() & (~any_alive(frame.alive) | (~left & ~self._joined(frame)))
         for g, agents in self.groups.items():
             for i, k in np.argwhere(self.alive[g] & ~frame.alive[g]):
                 self.ended_at[int(i), agents[k]] = frame.where
             self.observed[g] |= frame.acting[g] | frame.ended(g)
-        # An env that (wrongly) restarts a copy itself still ends its episode here.
-        left = any_alive({g: self.alive[g] & ~frame.ended(g) for g in self.alive})
-        over = self.running() & (~any_alive(frame.alive) | ~left)
         self.alive, self.acting, self.masks = frame.alive, frame.acting, frame.masks
         self.episode_steps = frame.episode_steps
         self.over_since[over] = t
         self.episodes += over
         return over
+
+
+    def _joined(self, frame: Frame) -> np.ndarray:
+        """``[E]``: copies where an agent alive for the first time in the episode joined."""
+        joined = np.zeros(len(self.episodes), bool)
+        for g, agents in self.groups.items():
+            for i, k in np.argwhere(frame.alive[g] & ~self.alive[g]):
+                joined[i] |= (int(i), agents[k]) not in self.ended_at
+        return joined
 
 
 def any_alive(alive: dict[str, np.ndarray]) -> np.ndarray:
