@@ -508,7 +508,7 @@ BROKEN = [
         "env.groups lists agent 'q_0' 0 times; each of possible_agents is in exactly one group",
     ),
     (GroupMixesSpaces, "env.groups puts 'p_0' and 'q_0' in group 'all', but their"),
-    (TextObservations, "env.observation_space is Text(1, 5, charset="),
+    (TextObservations, "env.observation_space('q_0') is Text(1, 5, charset="),
     (Crashes, "step 3: env.step raised RuntimeError: boom"),
 ]
 

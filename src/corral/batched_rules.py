@@ -208,7 +208,6 @@ class Track:
         self.episodes += over
         return over
 
-
     def _joined(self, frame: Frame) -> np.ndarray:
         """``[E]``: copies where an agent alive for the first time in the episode joined."""
         joined = np.zeros(len(self.episodes), bool)
@@ -658,7 +657,7 @@ def _group_shares_its_spaces(env: Any, g: str, agents: list) -> Iterator[str]:
 
 
 def _spaces_have_an_array_layout(env: Any) -> Iterator[str]:
-    found = {name: space for (name, _), space in _spaces_of(env).items()}
+    found = {f"{kind}({agent!r})": space for (kind, agent), space in _spaces_of(env).items()}
     state = getattr(env, "state_space", None)
     if state is not None and not isinstance(state, spaces.Space):
         yield f"env.state_space must be a gymnasium space or None, got {describe(state)}"

@@ -9,7 +9,9 @@ change nothing.
 
 Each rule is a small function that yields one message per violation; a message
 names the step and the agent, e.g. ``"step 4: agent 'prey_0' was revived after
-its episode ended at step 2"``.
+its episode ended at step 2"``. A batched env (:class:`corral.BatchedEnv`) is
+checked by :mod:`corral.batched_checker`, against the rules of
+:mod:`corral.batched_rules`.
 """
 
 from __future__ import annotations
