@@ -9,7 +9,9 @@ change nothing.
 
 Each rule is a small function that yields one message per violation; a message
 names the step and the agent, e.g. ``"step 4: agent 'prey_0' was revived after
-its episode ended at step 2"``.
+its episode ended at step 2"``. A batched env (:class:`corral.BatchedEnv`) is
+checked by :mod:`corral.batched_checker`, against the rules of
+:mod:`corral.batched_rules`.
 """
 
 from __future__ import annotations
@@ -74,8 +76,13 @@ class CheckReport:
             "or make the env's episodes shorter"
         )
 
+    @property
+    def head(self) -> str:
+        """What was checked, as the report's first line begins."""
+        return f"{self.env} (seed {self.seed}, {self.steps} steps, {self.episodes} episodes)"
+
     def __str__(self) -> str:
-        head = f"{self.env} (seed {self.seed}, {self.steps} steps, {self.episodes} episodes)"
+        head = self.head
         if self.ok and self.complete:
             return f"{head}: ok, no contract violation found"
         if self.ok:
@@ -94,8 +101,13 @@ def check_env(
     step_cap: int = STEP_CAP,
     env_kwargs: Mapping[str, Any] | None = None,
     raise_on_error: bool = True,
+    dict_env: Callable[[], Any] | None = None,
 ) -> CheckReport:
     """Check ``env`` (an env, or an id for :func:`corral.make`) against the env contract.
+
+    A :class:`corral.BatchedEnv`, or an id registered only natively batched, is checked by
+    :func:`corral.batched_checker.check_batched_env` (with ``dict_env``, the dict env it
+    implements, if given).
 
     Plays up to ``episodes`` episodes and ``max_steps`` steps in all, starting
     with ``reset(seed=seed)``, and reports every violation found (at most
@@ -109,8 +121,21 @@ def check_env(
     are any and ``raise_on_error`` is true.
     """
     from corral.adapters import adapt
-    from corral.registry import make
+    from corral.batched_checker import check_batched_env
+    from corral.batched_env import BatchedEnv
+    from corral.registry import make, spec
 
+    if isinstance(env, BatchedEnv) or (isinstance(env, str) and spec(env).entry_point is None):
+        return check_batched_env(
+            env,
+            seed=seed,
+            max_steps=max_steps,
+            episodes=episodes,
+            step_cap=step_cap,
+            dict_env=dict_env,
+            env_kwargs=env_kwargs,
+            raise_on_error=raise_on_error,
+        )
     built = isinstance(env, str)
     name = env if built else type(env).__name__
     env = make(env, **(env_kwargs or {})) if built else adapt(env)
@@ -671,10 +696,10 @@ class _Rollout:
     episodes: int = 0
 
 
-class _Checker:
-    def __init__(self, env: Any, seed: int) -> None:
-        self.env = env
-        self.seed = seed
+class _Findings:
+    """The violations found so far, at most :data:`MAX_REPEATS` messages per rule."""
+
+    def __init__(self) -> None:
         self._messages: list[str] = []
         self._counts: Counter[str] = Counter()
 
@@ -696,6 +721,23 @@ class _Checker:
             for message in rule(*args):
                 self.add(rule.__name__, message)
 
+    def check_spaces_unchanged(self, env: Any, before: dict[tuple[str, Any], Any]) -> None:
+        after = _attempt("after playing", "getting the spaces", _spaces_of, env)
+        for (kind, agent), space in after.items():
+            if space != before[(kind, agent)]:
+                self.add(
+                    "spaces_are_fixed",
+                    f"env.{kind}({agent!r}) changed while playing: {before[(kind, agent)]} "
+                    f"became {space}",
+                )
+
+
+class _Checker(_Findings):
+    def __init__(self, env: Any, seed: int) -> None:
+        super().__init__()
+        self.env = env
+        self.seed = seed
+
     def run(self, name: str, max_steps: int, episodes: int, step_cap: int) -> CheckReport:
         self.apply((_possible_agents_are_unique_ids,), self.env)
         if self._messages:
@@ -712,7 +754,7 @@ class _Checker:
 
         main = self._play(max_steps, episodes, step_cap, check=True)
         try:
-            self._check_spaces_unchanged(spaces_before)
+            self.check_spaces_unchanged(self.env, spaces_before)
         except _EnvFailed as err:
             self.add("env_does_not_raise", str(err))
         replay = self._play(max_steps, episodes, step_cap)
@@ -732,16 +774,6 @@ class _Checker:
                 prefix_only=True,
             )
         return CheckReport(name, self.seed, main.steps, main.episodes, self.violations())
-
-    def _check_spaces_unchanged(self, before: dict[tuple[str, Any], Any]) -> None:
-        after = _attempt("after playing", "getting the spaces", _spaces_of, self.env)
-        for (kind, agent), space in after.items():
-            if space != before[(kind, agent)]:
-                self.add(
-                    "spaces_are_fixed",
-                    f"env.{kind}({agent!r}) changed while playing: {before[(kind, agent)]} "
-                    f"became {space}",
-                )
 
     def _compare(self, a: _Rollout, b: _Rollout, message: str, prefix_only: bool = False) -> bool:
         """Report the first record where ``b`` differs from ``a``; whether there was one.

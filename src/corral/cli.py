@@ -1,7 +1,8 @@
 """The ``corral`` command line: list, check and play envs; train, evaluate and plot runs.
 
     corral list [SOURCE]
-    corral check ID [--seed S] [--steps N] [--step-cap N] [--set key=value ...]
+    corral check ID [--seed S] [--steps N] [--step-cap N] [--num-envs E] [--native-only]
+                    [--set key=value ...]
     corral play ID [--episodes N] [--seed S] [--set key=value ...]
     corral train ALGO --env ID [--num-envs N] [--total-steps N] [--set key=value ...]
     corral train --resume RUN [--total-steps N] [--allow-import MODULE:ATTR ...]
@@ -12,10 +13,12 @@
 ``module:attr`` (``examples.custom_env:Nim``, importable from the current
 directory). A run directory's ``config.yaml`` is read by ``--resume``, ``eval``
 and ``eval_opponent``; a ``module:attr`` there (code to import) is refused unless
-``--allow-import MODULE:ATTR`` names it. Exit codes: 0 success, 1 contract
-violations, 2 an id, source or argument that cannot be used, 3 a check that found
-no violation but ended no episode (the rules about how episodes end went
-unchecked), 141 output cut short by its reader (``corral list | head``).
+``--allow-import MODULE:ATTR`` names it. ``check`` also checks an id's natively
+batched implementation, if it has one: in numpy, and in torch (on the CPU, and on a GPU
+if torch sees one) where torch is installed, each copy compared with the dict env. Exit
+codes: 0 success, 1 contract violations, 2 an id, source or argument that cannot be used,
+3 a check that found no violation but ended no episode (the rules about how episodes end
+went unchecked), 141 output cut short by its reader (``corral list | head``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import contextlib
 import functools
 import importlib.metadata
+import importlib.util
 import logging
 import os
 import re
@@ -33,7 +37,9 @@ from collections.abc import Iterator, Sequence
 from itertools import groupby
 from typing import Any
 
-from corral.checker import STEP_CAP, RandomPolicy, check_env
+from corral.batched_checker import NUM_ENVS
+from corral.batched_env import BatchedEnv
+from corral.checker import STEP_CAP, CheckReport, RandomPolicy, check_env
 from corral.errors import (
     CheckIncompleteWarning,
     ConfigError,
@@ -45,7 +51,7 @@ from corral.errors import (
     WorkerStartError,
     WorkerTimeoutError,
 )
-from corral.registry import make, namespaces, registered_ids, resolve, spec
+from corral.registry import batched_ids, make, namespaces, registered_ids, resolve, spec
 from corral.settings import parse_settings
 
 BROKEN_PIPE = 141
@@ -94,6 +100,14 @@ def _parser() -> argparse.ArgumentParser:
         default=STEP_CAP,
         help="most steps the first episode may take to end (it plays on past --steps)",
     )
+    check.add_argument(
+        "--num-envs", type=int, default=NUM_ENVS, help="copies of a natively batched env"
+    )
+    check.add_argument(
+        "--native-only",
+        action="store_true",
+        help="check only the natively batched implementation (still compared with the dict env)",
+    )
     check.set_defaults(run=_check)
 
     play = commands.add_parser("play", help="play episodes with random legal actions")
@@ -134,12 +148,22 @@ def build_env(id: str, kwargs: dict[str, Any]) -> Any:
     """The env named by a registered id or by ``module:attr``, built with ``kwargs``."""
     from corral.adapters import adapt
 
+    with _usage_errors(id, kwargs):
+        return adapt(_resolve(id)(**kwargs)) if ":" in id else make(id, **kwargs)
+
+
+def _resolve(id: str) -> Any:
+    """What ``module:attr`` names, importable from the current directory."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` would, for user modules
+    return resolve(id)
+
+
+@contextlib.contextmanager
+def _usage_errors(id: str, kwargs: dict[str, Any]) -> Iterator[None]:
+    """Turn the errors of building ``id`` with ``kwargs`` into :class:`UsageError`."""
     try:
-        if ":" in id:
-            if os.getcwd() not in sys.path:
-                sys.path.insert(0, os.getcwd())  # as `python -m` would, for user modules
-            return adapt(resolve(id)(**kwargs))
-        return make(id, **kwargs)
+        yield
     except (UnknownEnvError, MissingDependencyError, RegistrationError) as err:
         raise UsageError(str(err)) from err
     except (ImportError, AttributeError) as err:
@@ -196,7 +220,43 @@ def _extra_missing(extra: str) -> bool:
 
 
 def _check(args: argparse.Namespace) -> int:
-    env = build_env(args.id, parse_kwargs(args.kwargs))
+    kwargs = parse_kwargs(args.kwargs)
+    dict_env, native = _implementations(args.id, kwargs)
+    if args.native_only and native is None:
+        ids = ", ".join(batched_ids()) or "none"
+        raise UsageError(
+            f"{args.id!r} has no natively batched implementation; those that do: {ids}"
+        )
+    reports = []
+    if dict_env is not None and not args.native_only:
+        reports.append(_check_one(args, build_env(args.id, kwargs)))
+    for array, device in _native_places() if native is not None else []:
+        with _usage_errors(args.id, kwargs):
+            env = native(num_envs=args.num_envs, array=array, device=device, **kwargs)
+        reports.append(_check_one(args, env, dict_env=dict_env))
+    for report in reports:
+        print(report)
+    if not all(report.ok for report in reports):
+        return 1
+    return 0 if all(report.complete for report in reports) else 3
+
+
+def _implementations(id: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """A function of no arguments building the dict env of ``id``, and the entry point of its
+    natively batched implementation; ``None`` for the one it lacks. A ``module:attr`` is one
+    or the other (a :class:`corral.BatchedEnv` subclass is batched)."""
+    with _usage_errors(id, kwargs):
+        if ":" in id:
+            target = _resolve(id)
+            if isinstance(target, type) and issubclass(target, BatchedEnv):
+                return None, target
+            return functools.partial(build_env, id, kwargs), None
+        found = spec(id)
+    dict_env = functools.partial(make, id, **kwargs) if found.entry_point else None
+    return dict_env, found.make_batched if found.batched else None
+
+
+def _check_one(args: argparse.Namespace, env: Any, **options: Any) -> CheckReport:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CheckIncompleteWarning)  # the report says it
@@ -207,14 +267,25 @@ def _check(args: argparse.Namespace) -> int:
                 episodes=args.episodes,
                 step_cap=args.step_cap,
                 raise_on_error=False,
+                **options,
             )
     finally:
         env.close()
     report.env = args.id
-    print(report)
-    if not report.ok:
-        return 1
-    return 0 if report.complete else 3
+    return report
+
+
+def _native_places() -> list[tuple[str, str]]:
+    """Where ``corral check`` plays a natively batched env: numpy, and torch where installed
+    (on the CPU, and on a GPU where torch sees one)."""
+    places = [("numpy", "cpu")]
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        places.append(("torch", "cpu"))
+        if torch.cuda.is_available():
+            places.append(("torch", "cuda"))
+    return places
 
 
 def _play(args: argparse.Namespace) -> int:
