@@ -724,9 +724,9 @@ def test_check_native_only_skips_the_dict_env(
 def test_check_native_only_without_a_batched_implementation_exits_2(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, _, err = run_cli(capsys, "check", "mdp/climbing", "--native-only")
+    code, _, err = run_cli(capsys, "check", "corral/rps", "--native-only")
     assert code == 2
-    assert "'mdp/climbing' has no natively batched implementation; those that do:" in err
+    assert "'corral/rps' has no natively batched implementation; those that do:" in err
 
 
 def test_check_a_broken_batched_env_exits_1(

@@ -57,3 +57,13 @@ def test_registered_env_passes_the_checker(env_id: str) -> None:
 
 def test_tables_name_registered_ids() -> None:
     assert set(SETTINGS) | set(KNOWN_FAILURES) <= set(corral.registered_ids())
+
+
+@pytest.mark.parametrize("env_id", corral.batched_ids())
+def test_natively_batched_ids_pass_the_batched_checker_and_equal_their_dict_envs(
+    env_id: str,
+) -> None:
+    from corral.batched_checker import check_batched_env
+
+    report = check_batched_env(env_id, seed=3, episodes=3)  # compared with its dict env
+    assert report.complete, env_id

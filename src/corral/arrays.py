@@ -107,3 +107,13 @@ def to_numpy(array: Any) -> np.ndarray:
     if detach is not None:
         return detach().cpu().numpy()
     return np.asarray(array)
+
+
+def place_of(array: Any) -> Place:
+    """The place an array lives in."""
+    if isinstance(array, np.ndarray):
+        return Place()
+    device = getattr(array, "device", None)
+    if device is not None and type(array).__module__.startswith("torch"):
+        return Place("torch", str(device))
+    return Place()
