@@ -105,6 +105,27 @@ class DictEnvs(BatchedEnv):
     def groups(self) -> dict[str, tuple[str, ...]]:
         return {name: g.agents for name, g in self.layout.groups.items()}
 
+    def write_into(self, arrays: Mapping[str, np.ndarray]) -> bool:
+        """Pack straight into ``arrays`` (the batch's own, such as shared memory) instead of
+        arrays of its own, when they hold the same fields: one copy less per step. Called
+        before the first reset; what ``arrays`` hold is left as it is (a replacement worker
+        reads its predecessor's last step there). Whether it does."""
+        wanted = {p: (a.shape, a.dtype) for p, a in self.arrays.items()}
+        if any(
+            not isinstance(arrays.get(p), np.ndarray)
+            or (arrays[p].shape, arrays[p].dtype) != w
+            or not arrays[p].flags.c_contiguous
+            for p, w in wanted.items()
+        ):
+            return False
+        self.arrays = {path: arrays[path] for path in wanted}
+        self._packer = _Packer(self.layout, self.arrays, self.offset, self.check_finite)
+        self._acting = [
+            [(agent, self._packer.slot[agent][0], j) for agent, _, j in acting]
+            for acting in self._acting
+        ]
+        return True
+
     def observation_space(self, agent: str) -> Any:
         return self._obs_spaces[agent]
 

@@ -48,6 +48,9 @@ class Episodes:
         self._state = [] if state is None else [p for p, _ in leaves(array_tree(state), "state")]
         self._masks = {g for g, group in layout.groups.items() if group.num_actions is not None}
         self._alive = [arrays[f"alive/{g}"] for g in self.groups]
+        write_into = getattr(env, "write_into", None)  # a source that can skip a copy
+        if write_into is not None:
+            write_into(arrays)
         self._check_finite = layout.check_finite and not getattr(env, "checks_values", False)
 
     # -- commands -------------------------------------------------------------------
