@@ -516,9 +516,9 @@ class _Packer:
             got = g.got
             got.rew_idx.append(i * n + j)
             got.rew_val.append(reward)
-        if terminations:
+        if _any_set(terminations):
             self._gather_ends(i, terminations, infos, True, num_alive)
-        if truncations:
+        if _any_set(truncations):
             self._gather_ends(i, truncations, infos, False, num_alive)
         return self.record_obs(i, obs, infos, "step()")
 
@@ -814,6 +814,15 @@ _END_FLAGS = {
     "terminated": ("terminations", "termination"),
     "truncated": ("truncations", "truncation"),
 }
+
+
+def _any_set(flags: Mapping[str, Any]) -> bool:
+    """Whether any flag may be set: a truthy one, or one whose truth is not plain (the
+    gathering then judges it)."""
+    try:
+        return any(flags.values())
+    except (ValueError, TypeError):
+        return True
 
 
 def _skip_action_checks(env: Any) -> None:
