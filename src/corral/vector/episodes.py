@@ -29,12 +29,18 @@ class Episodes:
     """Runs ``env`` (global copy indices from ``offset``) into ``arrays``, each holding this
     slice's rows of a field of ``layout``.
 
+    ``share``: a source that can write straight into ``arrays`` may (one copy less per
+    step). Not where a worker can die in a step: its replacement reads the arrays as they
+    stood before the step.
+
     A fault of a copy that the env restarts itself (packed dict envs: an env that raised
     or returned a bad value) leaves the other copies' step complete; the first fault, by
     env index, is raised once the batch is complete, listing all of them.
     """
 
-    def __init__(self, env: BatchedEnv, layout: Layout, arrays: Arrays, offset: int = 0) -> None:
+    def __init__(
+        self, env: BatchedEnv, layout: Layout, arrays: Arrays, offset: int = 0, share: bool = False
+    ) -> None:
         self.env = env
         self.layout = layout
         self.arrays = arrays
@@ -49,7 +55,7 @@ class Episodes:
         self._masks = {g for g, group in layout.groups.items() if group.num_actions is not None}
         self._alive = [arrays[f"alive/{g}"] for g in self.groups]
         write_into = getattr(env, "write_into", None)  # a source that can skip a copy
-        if write_into is not None:
+        if write_into is not None and share:
             write_into(arrays)
         self._check_finite = layout.check_finite and not getattr(env, "checks_values", False)
 

@@ -31,7 +31,7 @@ class SyncBackend(Backend):
 
     def start(self, layout: Layout) -> Arrays:
         arrays = layout.allocate()
-        self.episodes = Episodes(self.shard, layout, arrays)
+        self.episodes = Episodes(self.shard, layout, arrays, share=True)
         return arrays
 
     def reset_async(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> None:
