@@ -75,7 +75,7 @@ def tiny_mappo(tmp_path: Path, **settings: Any) -> Any:
 
 def test_a_run_whose_envs_hold_every_cpu_evaluates_and_completes(tmp_path: Path) -> None:
     with Runner(tiny_mappo(tmp_path), progress=False) as runner:
-        actors = runner.venv._backend._actors
+        actors = runner.venv._backend.shards
         assert len(actors) == CPUS  # the training envs' workers take every CPU of the Ray
         results = runner.benchmark()
     assert results.env_steps == 64
@@ -103,7 +103,7 @@ def test_backend_settings_from_the_command_line_reach_the_workers(
     code = cli.main(command)
     assert code == 0, capsys.readouterr().err
     backend = built[0]
-    assert backend.slices == [range(0, 2), range(2, 3)]
+    assert [s.envs for s in backend.shards] == [range(0, 2), range(2, 3)]
     assert backend.num_cpus_per_worker == 0.5 and backend.timeout == 90
     assert "timeout: 90" in (tmp_path / "r" / "config.yaml").read_text()
 

@@ -17,10 +17,9 @@ from corral.errors import (
     MissingDependencyError,
     VectorStateError,
     WorkerRestartWarning,
-    WorkerTimeoutError,
 )
 from corral.vector import VectorEnv, make_vec, ray_reaper
-from corral.vector.ray_backend import _RaySession, env_slices
+from corral.vector.ray_backend import _RaySession
 
 ray = pytest.importorskip("ray")
 
@@ -84,7 +83,7 @@ def test_batches_are_bit_identical_to_sync(id: str, kwargs: dict) -> None:
         pytest.skip(str(err))
     remote = make_vec(id, 3, "ray", seed=7, env_kwargs=kwargs, **RAY)
     with sync, remote:
-        assert remote._backend.slices == [range(0, 2), range(2, 3)]
+        assert [s.envs for s in remote._backend.shards] == [range(0, 2), range(2, 3)]
         a, b = sync.reset(), remote.reset()
         _assert_batches_equal(a, b, 0)
         rng = np.random.default_rng(0)
@@ -94,29 +93,16 @@ def test_batches_are_bit_identical_to_sync(id: str, kwargs: dict) -> None:
             _assert_batches_equal(a, b, step)
 
 
-class _FlakyRPS:
-    """Rock-paper-scissors whose env number ``bad`` fails (or hangs) at its ``at``-th step."""
+class _LabelledRPS:
+    """Rock-paper-scissors that knows its env index, with methods and attributes to call."""
 
-    def __init__(self, index: int, bad: int, at: int, hang: float = 0.0) -> None:
+    def __init__(self, index: int) -> None:
         self.env = corral.make("corral/rps")
-        self.index, self.bad, self.at, self.hang = index, bad, at, hang
-        self.steps = 0
+        self.index = index
         self.label = "start"
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.env, name)
-
-    def reset(self, seed: int | None = None, options: dict | None = None) -> Any:
-        return self.env.reset(seed=seed, options=options)
-
-    def step(self, actions: dict) -> Any:
-        self.steps += 1
-        if self.index == self.bad and self.steps == self.at:
-            if self.hang:
-                time.sleep(self.hang)
-            else:
-                self.explode()
-        return self.env.step(actions)
 
     def explode(self) -> None:
         raise ZeroDivisionError("the env broke on purpose")
@@ -125,28 +111,9 @@ class _FlakyRPS:
         return (x + self.index) * factor
 
 
-def _flaky_venv(bad: int, at: int, hang: float = 0.0, **options: Any) -> VectorEnv:
-    fns = [lambda i=i: _FlakyRPS(i, bad, at, hang) for i in range(3)]
-    return VectorEnv(fns, "ray", seed=0, **{**RAY, **options})
-
-
-def test_env_exception_reaches_the_parent_with_env_index_and_traceback() -> None:
-    with _flaky_venv(bad=2, at=2) as venv:
-        batch = venv.reset()
-        rng = np.random.default_rng(0)
-        batch = venv.step(_random_actions(venv, batch, rng))
-        with pytest.raises(EnvError) as info:
-            venv.step(_random_actions(venv, batch, rng))
-    err = info.value
-    assert type(err) is EnvError  # Ray's RayTaskError wrapper is gone
-    assert err.env_index == 2
-    assert "env 2: step() raised ZeroDivisionError: the env broke on purpose" in str(err)
-    assert "in explode" in err.remote_traceback
-    assert "ZeroDivisionError" in err.remote_traceback
-
-
 def test_call_get_attr_and_set_attr_span_every_actor() -> None:
-    with _flaky_venv(bad=-1, at=0) as venv:
+    fns = [lambda i=i: _LabelledRPS(i) for i in range(3)]
+    with VectorEnv(fns, "ray", seed=0, **RAY) as venv:
         assert venv.get_attr("index") == [0, 1, 2]
         assert venv.call("scaled", 10, factor=2) == [20, 22, 24]
         venv.set_attr("label", ["a", "b", "c"])
@@ -159,7 +126,7 @@ def test_call_get_attr_and_set_attr_span_every_actor() -> None:
 
 def test_close_twice_keeps_the_users_ray_and_refuses_later_calls() -> None:
     venv = make_vec("corral/rps", 2, "ray", seed=0, **RAY)
-    actors = list(venv._backend._actors)
+    actors = [s.handle for s in venv._backend.shards]
     venv.reset()
     venv.close()
     venv.close()
@@ -196,10 +163,11 @@ def test_dead_worker_is_replaced_and_its_episodes_end_truncated() -> None:
         assert earned.any()
         alive_before = b.alive["player"].copy()
         obs_before = b.obs["player"].copy()
-        ray.kill(remote._backend._actors[0])
-        assert _dies_within(remote._backend._actors[0], seconds=30)  # ray.kill is asynchronous
+        actor = remote._backend.shards[0].handle
+        ray.kill(actor)
+        assert _dies_within(actor, seconds=30)  # ray.kill is asynchronous
         actions = _random_actions(sync, a, rng)
-        with pytest.warns(WorkerRestartWarning, match="worker of envs 0-1 died during step"):
+        with pytest.warns(WorkerRestartWarning, match=r"worker 0 \(envs 0-1\) died during step"):
             b = remote.step(actions)
         a = sync.step(actions)
         assert b.worker_restarts.tolist() == [1, 1, 0]
@@ -217,32 +185,6 @@ def test_dead_worker_is_replaced_and_its_episodes_end_truncated() -> None:
         b = remote.step(_random_actions(remote, b, rng))
         assert b.worker_restarts.tolist() == [1, 1, 0]
         assert not b.truncated["player"].any()
-
-
-def test_timeout_replaces_the_late_worker_within_the_step() -> None:
-    with _flaky_venv(bad=0, at=1, hang=30.0) as venv:
-        batch = venv.reset()
-        rng = np.random.default_rng(0)
-        venv.step_async(_random_actions(venv, batch, rng))
-        with pytest.raises(WorkerTimeoutError, match=r"envs \[0, 1\]") as info:
-            venv.step_wait(timeout=1.0)
-        batch = info.value.batch  # env 2 stepped; the late envs restarted in the same step
-        assert batch.worker_restarts.tolist() == [1, 1, 0]
-        assert batch.done.tolist() == [True, True, False]
-        assert batch.acting["player"][2].tolist() == [False, True]  # env 2 made its move
-        batch = venv.step(_random_actions(venv, batch, rng))
-        assert batch.worker_restarts.tolist() == [1, 1, 0]
-        assert not batch.done.any()
-
-
-def test_env_slices_are_contiguous() -> None:
-    assert env_slices(5, None, 2) == [range(0, 2), range(2, 4), range(4, 5)]
-    assert env_slices(5, 2, None) == [range(0, 3), range(3, 5)]
-    assert env_slices(2, 4, None) == [range(0, 1), range(1, 2)]
-    with pytest.raises(ValueError, match="give one of the two"):
-        env_slices(5, 2, 2)
-    with pytest.raises(ValueError, match="num_workers must be at least 1"):
-        env_slices(5, 0, None)
 
 
 class _FakeRay:

@@ -23,12 +23,10 @@ import corral
 from corral.errors import (
     EnvError,
     VectorStateError,
-    WorkerDiedError,
     WorkerRestartWarning,
     WorkerTimeoutError,
 )
 from corral.vector import VectorEnv
-from corral.vector.subproc import split_envs
 
 # Workers started by spawn or forkserver cannot import this module (tests/ is
 # not a package): send the classes below to them by value.
@@ -79,8 +77,6 @@ class CountEnv(corral.MultiAgentEnv):
         raise ValueError("boom")
 
     def scaled_label(self, factor: int) -> int:
-        if self.fault == "raise":
-            self.explode_on_purpose()
         return self.label * factor
 
     def render(self) -> np.ndarray:
@@ -156,14 +152,6 @@ def test_batches_equal_sync_batches(case: str) -> None:
     sync.close()
 
 
-def test_split_envs_is_contiguous_and_even() -> None:
-    assert split_envs(5, 2) == [range(0, 3), range(3, 5)]
-    assert split_envs(5, envs_per_worker=2) == [range(0, 2), range(2, 4), range(4, 5)]
-    assert split_envs(2, 8) == [range(0, 1), range(1, 2)]
-    with pytest.raises(ValueError, match="need 3 workers"):
-        split_envs(5, 2, envs_per_worker=2)
-
-
 # -- calls --------------------------------------------------------------------------------
 
 
@@ -185,15 +173,6 @@ def test_wait_without_async_is_a_state_error() -> None:
             venv.step_wait()
     with pytest.raises(VectorStateError):
         venv.reset()
-
-
-def test_call_errors_name_the_env_and_leave_the_workers_usable() -> None:
-    with subproc(count_envs(5, env3="raise")) as venv:
-        with pytest.raises(EnvError) as info:
-            venv.call("scaled_label", 2)
-        assert info.value.env_index == 3
-        assert "explode_on_purpose" in str(info.value)
-        assert venv.get_attr("label") == [0, 1, 2, 3, 4]
 
 
 # -- faults -------------------------------------------------------------------------------
@@ -260,18 +239,6 @@ def test_restarted_envs_start_a_new_turn() -> None:
         assert batch.acting["player"].tolist() == [[True, False]] * 4
         assert batch.truncated["player"].tolist() == [[False, False]] * 2 + [[True, True]] * 2
         assert batch.alive["player"].all()
-
-
-def test_worker_killed_before_a_call_raises_then_restarts_at_the_next_step() -> None:
-    with subproc(count_envs(4)) as venv:
-        venv.reset(seed=0)
-        os.kill(venv._backend.worker_pids[0], signal.SIGKILL)
-        with pytest.raises(WorkerDiedError, match="worker 0"):
-            venv.get_attr("label")
-        with pytest.warns(WorkerRestartWarning):
-            batch = venv.step(zero_actions(venv))
-        assert batch.done.tolist() == [True, True, False, False]
-        assert venv.get_attr("label") == [0, 1, 2, 3]
 
 
 def test_hanging_worker_times_out_and_is_replaced_within_the_step() -> None:

@@ -138,7 +138,20 @@ class WorkerTimeoutError(CorralError, TimeoutError):
 
 
 class WorkerDiedError(CorralError, RuntimeError):
-    """A worker process died while answering a call; it is restarted at the next reset or step."""
+    """A worker died during (or before) a ``call``, ``get_attr`` or ``set_attr``; it is
+    restarted at the next reset or step (a worker that dies in a reset or step is
+    restarted within it, with a :class:`WorkerRestartWarning`).
+
+    ``env_indices`` are the envs of the dead workers; ``faults`` as for :class:`EnvError`.
+    """
+
+    def __init__(self, message: str, env_indices: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.env_indices = list(env_indices or [])
+        self.faults: list[CorralError] = [self]
+
+    def __reduce__(self) -> tuple[type, tuple[str, list[int]], dict]:
+        return (type(self), (self.args[0], self.env_indices), {"faults": self.faults})
 
 
 class WorkerStartError(WorkerDiedError):
@@ -160,7 +173,9 @@ class WorkerStartError(WorkerDiedError):
 
 
 class WorkerRestartWarning(UserWarning):
-    """A worker process died and was restarted: its envs were reset mid-episode."""
+    """A worker that died (or missed the timeout of a call other than a reset or step) was
+    replaced in a reset or step: its envs were reset mid-episode, the cut episodes ending
+    truncated."""
 
 
 class EnvRestartWarning(WorkerRestartWarning):

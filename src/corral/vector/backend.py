@@ -19,7 +19,7 @@ from gymnasium import spaces
 
 from corral.arrays import Place
 from corral.batched_env import BatchedEnv
-from corral.errors import EnvError, WorkerTimeoutError
+from corral.errors import EnvError
 from corral.vector.layout import Layout
 from corral.vector.sources import Source
 
@@ -164,7 +164,7 @@ def first_fault(errors: Sequence[BaseException]) -> BaseException:
     found = {id(f): f for err in errors for f in getattr(err, "faults", [err])}
     faults = sorted(found.values(), key=_first_env)
     first = faults[0]
-    if isinstance(first, (EnvError, WorkerTimeoutError)):
+    if hasattr(first, "faults"):
         first.faults = faults
     return first
 
@@ -172,9 +172,8 @@ def first_fault(errors: Sequence[BaseException]) -> BaseException:
 def _first_env(err: BaseException) -> int:
     if isinstance(err, EnvError):
         return err.env_index
-    if isinstance(err, WorkerTimeoutError) and err.env_indices:
-        return min(err.env_indices)
-    return -1  # not an env's fault: raised first
+    indices = getattr(err, "env_indices", None)  # a worker's fault: its envs
+    return min(indices) if indices else -1  # -1: no env's fault, raised first
 
 
 def call_env(env: Any, name: str, args: tuple | None, kwargs: dict[str, Any]) -> Any:

@@ -2,8 +2,9 @@
 
 Each actor holds a contiguous shard of the copies and runs its
 :class:`~corral.vector.episodes.Episodes` into the actor's own arrays.
-The parent keeps the full arrays: a step sends each actor its slice of the
-actions and copies the slice of the batch that comes back into place.
+The parent keeps the full arrays: a step sends each actor its rows of the
+actions and copies the rows of the batch that come back into place. What the
+parent makes of a dead or late actor is :mod:`corral.vector.shards`'s to say.
 
 Ray is optional and imported only when this backend is built.
 """
@@ -11,23 +12,15 @@ Ray is optional and imported only when this backend is built.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 import os
 import subprocess
-import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from corral.batched_env import BatchedEnv
-from corral.errors import (
-    EnvError,
-    MissingDependencyError,
-    WorkerRestartWarning,
-    WorkerStartError,
-    WorkerTimeoutError,
-)
+from corral.errors import EnvError, MissingDependencyError, WorkerStartError
 from corral.vector import ray_reaper
 from corral.vector.backend import (
     DEFAULT_TIMEOUT,
@@ -35,11 +28,23 @@ from corral.vector.backend import (
     Backend,
     EnvInfo,
     call_shard,
-    first_fault,
+    guarded,
     set_shard_attrs,
 )
 from corral.vector.episodes import Episodes
 from corral.vector.layout import Layout, Role
+from corral.vector.shards import (
+    Answer,
+    Answers,
+    Shard,
+    call_faults,
+    call_text,
+    gather,
+    raise_first,
+    split_envs,
+    step_faults,
+    warn_restarted,
+)
 from corral.vector.sources import Source
 
 # The arrays a replacement actor takes over from the parent: what
@@ -47,7 +52,7 @@ from corral.vector.sources import Source
 _RESTORED_PREFIXES = ("obs/", "state", "alive/", "worker_restarts", "running_")
 
 Refs = list[Any]  # the ObjectRefs of one actor's calls, in submission order
-Reply = tuple[Arrays, EnvError | None]  # an actor's slice of the batch, and its envs' fault
+Reply = tuple[Arrays, EnvError | None]  # an actor's rows of the batch, and its envs' fault
 
 LOOPBACK = "127.0.0.1"
 """The node address of a Ray that the backend starts itself: it listens on loopback only."""
@@ -77,7 +82,8 @@ class RayWorker:
 
     def make_envs(self) -> EnvInfo:
         """Build the shard; say what it is."""
-        self.shard = self.source.build(self.offset)
+        build = self.source.build
+        self.shard = guarded(self.offset, "building the env", lambda: build(self.offset))
         return EnvInfo.of(self.shard)
 
     def start(self, layout: Layout, restored: Arrays) -> None:
@@ -91,16 +97,17 @@ class RayWorker:
     # These return the envs' fault instead of raising it: raised, it would lose the batch.
 
     def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> Reply:
-        return self._run(lambda: self.episodes.reset(seeds, options))
+        return self._run("reset()", lambda: self.episodes.reset(seeds, options))
 
     def step(self, actions: Arrays) -> Reply:
         for path, value in actions.items():
             self.arrays[path][...] = value
-        return self._run(self.episodes.step)
+        return self._run("step()", self.episodes.step)
 
     def restart(self) -> Reply:
         """End the episodes a dead predecessor was running (truncated) and reset the envs."""
-        return self._run(lambda: self.episodes.restart_all([None] * self.shard.num_envs))
+        seeds = [None] * self.shard.num_envs
+        return self._run("restart()", lambda: self.episodes.restart_all(seeds))
 
     def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
         return call_shard(self.shard, self.offset, name, args, kwargs)
@@ -113,9 +120,9 @@ class RayWorker:
         if shard is not None:
             shard.close()
 
-    def _run(self, command: Callable[[], None]) -> Reply:
+    def _run(self, what: str, command: Callable[[], None]) -> Reply:
         try:
-            command()
+            guarded(self.offset, what, command)  # a native env's exception as its shard's
         except EnvError as fault:
             return self._batch(), fault
         return self._batch(), None
@@ -197,8 +204,18 @@ def _node_address_on_loopback(ray: Any) -> Iterator[None]:
         constants.ENABLE_RAY_CLUSTER = cluster
 
 
+@dataclass(eq=False)
+class _Actor(Shard):
+    """The parent's handle on one Ray actor and the envs it runs."""
+
+    handle: Any = None
+    setup: Refs = field(default_factory=list)
+    """The calls that make a replacement take over from a lost actor; its envs restart
+    at the next reset or step (empty: nothing to take over)."""
+
+
 class RayBackend(Backend):
-    """Runs the envs in Ray actors, each holding a contiguous slice of them.
+    """Runs the envs in Ray actors, each holding a contiguous shard of them.
 
     Options:
         num_workers: number of actors (default: as many as the Ray cluster's
@@ -225,15 +242,13 @@ class RayBackend(Backend):
     (a cluster may add nodes). Ctrl-C while waiting for the actors kills them
     at once.
 
-    A worker that dies is replaced, with a
-    :class:`~corral.errors.WorkerRestartWarning`: the episodes it was running
-    end, marked truncated, in the same step's batch (``done`` set,
-    ``worker_restarts`` counted, the cut episode's stats kept); during a reset
-    its envs simply reset. A worker that misses the timeout of a reset or step
-    is replaced the same way, within that call (given ``start_timeout`` more
-    to start), before the :class:`WorkerTimeoutError` is raised. An env that
-    fails is restarted by its actor, which returns its slice of the batch with
-    the fault; the fault is raised once every slice is copied in.
+    A worker that dies or misses the timeout is replaced as
+    :mod:`corral.vector.shards` says: in a reset or step within the call (given
+    ``start_timeout`` more to start), its episodes ending truncated in that
+    batch (``done`` set, ``worker_restarts`` counted, the cut episode's stats
+    kept); after another call, at the next reset or step. An env that fails is
+    restarted by its actor, which returns its shard of the batch with the fault;
+    the fault is raised once every shard is copied in.
     """
 
     def __init__(
@@ -252,36 +267,25 @@ class RayBackend(Backend):
         self.timeout = timeout
         self.start_timeout = start_timeout
         self.num_cpus_per_worker = num_cpus_per_worker
-        self._starting: set[int] = set()  # actors replaced and not yet answering
-        self._actors: list[Any] = []
+        self._starting: set[int] = set()  # shards whose envs restart in the pending call
+        self.shards: list[_Actor] = []
         self._layout: Layout | None = None
         self._arrays: Arrays = {}
-        self._pending: tuple[dict[int, Refs], Callable[[int], Refs]] | None = None
-        self._restart_due: dict[int, Refs] = {}
+        self._pending: tuple[str, dict[int, Refs], Callable[[_Actor], Refs]] | None = None
         self._closed = False
-        self.slices = (
-            env_slices(self.num_envs, num_workers, envs_per_worker)
-            if num_workers is not None or envs_per_worker is not None
-            else []
-        )
-        needed = math.ceil(len(self.slices) * num_cpus_per_worker)
+        if num_workers is not None or envs_per_worker is not None:
+            self._split(split_envs(self.num_envs, num_workers, envs_per_worker))
+        needed = math.ceil(len(self.shards) * num_cpus_per_worker)
         self._owns_ray = _RaySession.acquire(ray, ray_address, max(os.cpu_count() or 1, needed))
         try:
             self._free_cpus = ray.available_resources().get("CPU", 0.0)
-            if not self.slices:
+            if not self.shards:
                 workers = max(1, int(self._free_cpus // num_cpus_per_worker))
-                self.slices = env_slices(self.num_envs, workers, None)
+                self._split(split_envs(self.num_envs, workers))
             if self._owns_ray and self._cpus_needed() > ray.cluster_resources().get("CPU", 0):
                 raise WorkerStartError(self._shortage("cannot start"))
             self._remote = ray.remote(num_cpus=num_cpus_per_worker)(RayWorker)
-            self._actors = [self._spawn(s) for s in self.slices]
-            refs = {k: [actor.make_envs.remote()] for k, actor in enumerate(self._actors)}
-            try:
-                self._info = self._gather(refs, start_timeout, "make_envs")[0]
-            except WorkerTimeoutError:
-                raise WorkerStartError(
-                    self._shortage(f"did not start within {start_timeout} s")
-                ) from None
+            self._info = self._make_envs()
         except BaseException:
             self._shut(graceful=False)
             raise
@@ -292,55 +296,53 @@ class RayBackend(Backend):
     def start(self, layout: Layout) -> Arrays:
         self._layout = layout
         self._arrays = layout.allocate()
-        refs = {k: [actor.start.remote(layout, {})] for k, actor in enumerate(self._actors)}
-        self._gather(refs, self.timeout, "start")
+        self._call(lambda s: [s.handle.start.remote(layout, {})], "start()", self.timeout)
         return self._arrays
 
     # -- reset and step -----------------------------------------------------------
 
     def reset_async(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> None:
-        def submit(k: int) -> Refs:
-            actor, s = self._actors[k], self.slices[k]
-            restart = self._take_restart(k)
-            return [*restart, actor.reset.remote(seeds[s.start : s.stop], options)]
+        def submit(s: _Actor) -> Refs:
+            restart = self._take_restart(s)  # an actor runs its calls in the order submitted
+            return [*restart, s.handle.reset.remote(seeds[s.envs.start : s.envs.stop], options)]
 
-        self._pending = self._submit(submit), submit
+        self._post("reset()", submit)
 
     def step_async(self) -> None:
         actions = {p: self._arrays[p] for p in self._layout.paths(Role.ACTION)}
 
-        def submit(k: int) -> Refs:
-            actor, s = self._actors[k], self.slices[k]
-            restart = self._take_restart(k)
+        def submit(s: _Actor) -> Refs:
+            restart = self._take_restart(s)
             if restart:
                 return restart
-            return [actor.step.remote({p: a[s.start : s.stop] for p, a in actions.items()})]
+            rows = slice(s.envs.start, s.envs.stop)
+            return [s.handle.step.remote({p: a[rows] for p, a in actions.items()})]
 
-        self._pending = self._submit(submit), submit
+        self._post("step()", submit)
 
     def reset_wait(self, timeout: float | None) -> None:
-        self._wait_pending(timeout, "reset")
+        self._finish(timeout)
 
     def step_wait(self, timeout: float | None) -> None:
-        self._wait_pending(timeout, "step")
+        self._finish(timeout)
 
     # -- other calls ------------------------------------------------------------------
 
     def call(
         self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None
     ) -> list[Any]:
-        refs = self._submit(lambda k: [self._actors[k].call.remote(name, args, kwargs)])
-        results = self._gather(refs, timeout, f"call({name!r})")
-        return [value for k in range(len(self._actors)) for value in results[k]]
+        results = self._call(
+            lambda s: [s.handle.call.remote(name, args, kwargs)], call_text(name, args), timeout
+        )
+        return [value for s in self.shards for value in results[s.index]]
 
     def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
         values = list(values)
-
-        def submit(k: int) -> Refs:
-            s = self.slices[k]
-            return [self._actors[k].set_attr.remote(name, values[s.start : s.stop])]
-
-        self._gather(self._submit(submit), timeout, f"set_attr({name!r})")
+        self._call(
+            lambda s: [s.handle.set_attr.remote(name, values[s.envs.start : s.envs.stop])],
+            f"set_attr({name!r})",
+            timeout,
+        )
 
     def close(self) -> None:
         self._shut(graceful=True)
@@ -351,7 +353,10 @@ class RayBackend(Backend):
         if self._closed:
             return
         self._closed = True
-        ray, actors, self._actors = self._ray, self._actors, []
+        ray = self._ray
+        actors = [s.handle for s in self.shards if s.handle is not None]
+        for s in self.shards:
+            s.handle, s.setup = None, []
         errors = []
         try:
             if graceful and actors and ray.is_initialized():
@@ -378,151 +383,141 @@ class RayBackend(Backend):
 
     # -- internals ----------------------------------------------------------------------
 
-    def _spawn(self, s: range) -> Any:
-        return self._remote.remote(self.source.part(s), s.start)
+    def _split(self, ranges: list[range]) -> None:
+        self.shards = [_Actor(k, envs) for k, envs in enumerate(ranges)]
 
-    def _submit(self, submit: Callable[[int], Refs]) -> dict[int, Refs]:
-        return {k: submit(k) for k in range(len(self._actors))}
+    def _spawn(self, s: _Actor) -> None:
+        s.handle = self._remote.remote(self.source.part(s.envs), s.envs.start)
 
-    def _take_restart(self, k: int) -> Refs:
-        """The calls that restart actor ``k``'s envs if it was replaced, else none."""
-        setup = self._restart_due.pop(k, None)
-        if setup is None:
+    def _make_envs(self) -> EnvInfo:
+        """Start the actors and have them build their envs; what the envs are."""
+        for s in self.shards:
+            self._spawn(s)
+        pending = {s.index: [s.handle.make_envs.remote()] for s in self.shards}
+        answers = self._gather(pending, self.start_timeout)
+        if answers.late:
+            raise WorkerStartError(self._shortage(f"did not start within {self.start_timeout} s"))
+        raise_first(answers.errors)
+        if answers.dead:
+            raise WorkerStartError(
+                f"{', '.join(map(str, answers.dead))} died while starting, before building "
+                "their envs"
+            )
+        return answers.values[0]
+
+    def _take_restart(self, s: _Actor) -> Refs:
+        """The calls that restart ``s``'s envs if its actor was replaced, else none."""
+        if not s.setup:
             return []
-        self._starting.add(k)
-        return [*setup, self._actors[k].restart.remote()]
+        self._starting.add(s.index)
+        setup, s.setup = s.setup, []
+        return [*setup, s.handle.restart.remote()]
 
-    def _wait_pending(self, timeout: float | None, what: str) -> None:
+    def _post(self, what: str, submit: Callable[[_Actor], Refs]) -> None:
+        self._pending = what, {s.index: submit(s) for s in self.shards}, submit
+
+    def _finish(self, timeout: float | None) -> None:
+        """Wait for the reset or step; replace the actors that died or were late and
+        resubmit their part (once), then raise the first fault (the batch is complete)."""
         pending, self._pending = self._pending, None
         if pending is None:
             return
-        refs, submit = pending
-        timeout = self.timeout if timeout is None else timeout
+        what, refs, submit = pending
+        limit = self.timeout if timeout is None else timeout
         if self._starting and self.start_timeout is not None:
             # a replacement waits for its CPUs: as long as a start may take, and no longer
-            timeout = self.start_timeout if timeout is None else max(timeout, self.start_timeout)
+            limit = self.start_timeout if limit is None else max(limit, self.start_timeout)
         try:
-            self._gather(refs, timeout, what, resubmit=submit, on_result=self._copy_in)
+            answers = self._gather(refs, limit)
+            faults = step_faults(answers, what, limit) + self._copy_in(answers.values)
+            retry = answers.dead + answers.late
+            if retry:
+                faults += self._retry(retry, submit, what, limit)
+            restarted = [s for s in self.shards if s.index in self._starting or s in retry]
+            warn_restarted([s for s in restarted if not s.setup])
         finally:
             self._starting.clear()
+        raise_first(faults)
 
-    def _copy_in(self, k: int, reply: Reply) -> EnvError | None:
-        """Put actor ``k``'s slice of the batch in place; its envs' fault."""
-        outputs, fault = reply
-        s = self.slices[k]
-        for path, value in outputs.items():
-            self._arrays[path][s.start : s.stop] = value
-        return fault
+    def _retry(
+        self, shards: list[_Actor], submit: Callable[[_Actor], Refs], what: str, limit: float | None
+    ) -> list[BaseException]:
+        """Replace the actors of ``shards`` and submit their part again, given as long as a
+        start may take; the faults. One that fails again is replaced at the next call."""
+        for s in shards:
+            self._replace(s)
+        start = self.start_timeout
+        limit = None if start is None or limit is None else max(start, limit)
+        answers = self._gather({s.index: submit(s) for s in shards}, limit)
+        for s in answers.dead + answers.late:
+            self._replace(s)
+        return call_faults(answers, what, limit) + self._copy_in(answers.values)
 
-    def _replace(self, k: int, why: str, warn: bool = True) -> None:
-        """Swap actor ``k`` for a new one, whose envs restart at its next step or reset."""
-        s = self.slices[k]
-        if warn:
-            warnings.warn(
-                f"the Ray worker of {_envs(s)} {why}; a new worker took over, whose envs "
-                "start new episodes (the cut ones end truncated; batch.worker_restarts "
-                "counts it)",
-                WorkerRestartWarning,
-                stacklevel=2,
-            )
-        self._ray.kill(self._actors[k])
-        actor = self._actors[k] = self._spawn(s)
+    def _copy_in(self, replies: dict[int, Reply]) -> list[EnvError]:
+        """Put each actor's shard of the batch in place; their envs' faults."""
+        faults = []
+        for k, (outputs, fault) in replies.items():
+            envs = self.shards[k].envs
+            for path, value in outputs.items():
+                self._arrays[path][envs.start : envs.stop] = value
+            if fault is not None:
+                faults.append(fault)
+        return faults
+
+    def _replace(self, s: _Actor) -> None:
+        """Swap ``s``'s actor for a new one, whose envs restart at its next step or reset."""
+        self._ray.kill(s.handle)
+        self._spawn(s)
         restored = {
-            path: array[s.start : s.stop]
+            path: array[s.envs.start : s.envs.stop]
             for path, array in self._arrays.items()
             if path.startswith(_RESTORED_PREFIXES)
         }
-        setup = [actor.make_envs.remote(), actor.start.remote(self._layout, restored)]
-        self._restart_due[k] = setup
+        s.setup = [s.handle.make_envs.remote(), s.handle.start.remote(self._layout, restored)]
 
-    def _gather(
-        self,
-        pending: dict[int, Refs],
-        timeout: float | None,
-        what: str,
-        resubmit: Callable[[int], Refs] | None = None,
-        on_result: Callable[[int, Any], BaseException | None] | None = None,
+    def _call(
+        self, submit: Callable[[_Actor], Refs], what: str, timeout: float | None
     ) -> dict[int, Any]:
-        """Wait for each actor's calls; the result of its last call, by actor.
+        """Each actor's reply to ``submit(s)`` (not a reset or step), by shard index. An
+        actor that dies or misses the timeout is replaced, its envs restarting at the next
+        reset or step; until then a call raises :class:`WorkerDiedError` for it."""
+        limit = self.timeout if timeout is None else timeout
+        answers = self._gather({s.index: submit(s) for s in self.shards if not s.setup}, limit)
+        for s in answers.dead + answers.late:
+            self._replace(s)
+        answers.dead = [s for s in self.shards if s.setup and s not in answers.late]
+        raise_first(call_faults(answers, what, limit))
+        return answers.values
 
-        ``on_result`` sees each result as it arrives and may return a fault. A dead
-        actor is replaced; with ``resubmit`` its calls go again to the replacement
-        (once), else an :class:`EnvError` says it died. Actors that miss the timeout
-        are replaced; with ``resubmit`` their calls go to the replacements (once,
-        given ``start_timeout``) and a :class:`WorkerTimeoutError` is raised once they
-        answered. Faults are raised once every actor answered, the one of the lowest
-        env index first. Ctrl-C kills the actors.
-        """
+    def _gather(self, pending: dict[int, Refs], timeout: float | None) -> Answers:
+        """The answer of each shard's last call in ``pending``; Ctrl-C kills the actors."""
+        ray = self._ray
+
+        def ready(waiting: list[_Actor], left: float | None) -> list[_Actor]:
+            last = {pending[s.index][-1]: s for s in waiting}
+            done, _ = ray.wait(list(last), num_returns=len(last), timeout=left)
+            return [last[ref] for ref in done]
+
+        def receive(s: _Actor) -> Answer:
+            try:
+                return "ok", ray.get(pending[s.index])[-1]
+            except ray.exceptions.RayActorError:
+                return "dead", None
+            except ray.exceptions.RayTaskError as err:
+                return "error", _unwrap(err)
+
         try:
-            return self._gather_results(pending, timeout, what, resubmit, on_result)
+            return gather([self.shards[k] for k in pending], ready, receive, timeout)
         except KeyboardInterrupt:
             self._shut(graceful=False)
             raise
 
-    def _gather_results(
-        self,
-        pending: dict[int, Refs],
-        timeout: float | None,
-        what: str,
-        resubmit: Callable[[int], Refs] | None,
-        on_result: Callable[[int, Any], BaseException | None] | None,
-    ) -> dict[int, Any]:
-        ray = self._ray
-        timeout = self.timeout if timeout is None else timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-        pending = dict(pending)
-        results: dict[int, Any] = {}
-        errors: list[BaseException] = []
-        replaced: set[int] = set()
-        while pending:
-            last = {refs[-1]: k for k, refs in pending.items()}
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _ = ray.wait(list(last), num_returns=len(last), timeout=left)
-            if not ready:
-                late = sorted(pending)
-                retry = resubmit is not None and self._layout is not None
-                retry = retry and not replaced.intersection(late)
-                error = self._time_out(late, timeout, what, restarting=retry)
-                if not retry:
-                    raise error
-                errors.append(error)
-                replaced.update(late)
-                pending = {k: resubmit(k) for k in late}
-                # the replacements must start too: as long as a start may take, or the timeout
-                start = self.start_timeout
-                limit = None if start is None or timeout is None else max(start, timeout)
-                deadline = None if limit is None else time.monotonic() + limit
-                continue
-            for ref in ready:
-                k = last[ref]
-                try:
-                    results[k] = ray.get(pending.pop(k))[-1]
-                except ray.exceptions.RayActorError as err:
-                    if self._layout is None or k in replaced:
-                        raise self._died(k, what, err) from err
-                    replaced.add(k)
-                    self._replace(k, f"died during {what}")
-                    if resubmit is None:
-                        errors.append(self._died(k, what, err))
-                    else:
-                        pending[k] = resubmit(k)
-                    continue
-                except ray.exceptions.RayTaskError as err:
-                    errors.append(err)
-                    continue
-                fault = None if on_result is None else on_result(k, results[k])
-                if fault is not None:
-                    errors.append(fault)
-        if errors:
-            raise first_fault([_unwrap(err) for err in errors])
-        return results
-
     def _cpus_needed(self) -> float:
-        return len(self.slices) * self.num_cpus_per_worker
+        return len(self.shards) * self.num_cpus_per_worker
 
     def _shortage(self, what: str) -> str:
         """What the workers need against what the cluster has, and what to change."""
-        workers, each, free = len(self.slices), self.num_cpus_per_worker, self._free_cpus
+        workers, each, free = len(self.shards), self.num_cpus_per_worker, self._free_cpus
         total = self._ray.cluster_resources().get("CPU", 0.0)
         said = (
             f"{workers} Ray workers for {self.num_envs} envs {what}: at {each:g} CPU each "
@@ -539,55 +534,6 @@ class RayBackend(Backend):
         if self._cpus_needed() <= free:
             fixes = "raise start_timeout if the envs are slow to build, or " + fixes
         return f"{said}. To fix: {fixes}."
-
-    def _died(self, k: int, what: str, err: BaseException) -> EnvError:
-        s = self.slices[k]
-        return EnvError(s.start, f"the Ray worker of {_envs(s)} died during {what}: {err}")
-
-    def _time_out(
-        self, late: list[int], timeout: float | None, what: str, restarting: bool
-    ) -> WorkerTimeoutError:
-        """Replace the ``late`` actors; the error that reports them (``restarting``: their
-        envs restart within this call)."""
-        if self._layout is not None:
-            for k in late:
-                self._replace(k, f"did not answer {what} within {timeout} s", warn=not restarting)
-        envs = [i for k in late for i in self.slices[k]]
-        when = (
-            "restarted in this call: their episodes end truncated in this batch"
-            if restarting
-            else "restart at the next step or reset"
-        )
-        return WorkerTimeoutError(
-            f"{what}: the Ray workers of envs {envs} did not answer within {timeout} s; "
-            f"they were replaced, and their envs {when}",
-            envs,
-            restarted=restarting,
-        )
-
-
-def env_slices(num_envs: int, num_workers: int | None, envs_per_worker: int | None) -> list[range]:
-    """Contiguous env index ranges, one per worker."""
-    if envs_per_worker is not None:
-        if envs_per_worker < 1:
-            raise ValueError(f"envs_per_worker must be at least 1, got {envs_per_worker}")
-        count = math.ceil(num_envs / envs_per_worker)
-        if num_workers is not None and num_workers != count:
-            raise ValueError(
-                f"{num_envs} envs at envs_per_worker={envs_per_worker} make {count} workers, "
-                f"not num_workers={num_workers}; give one of the two"
-            )
-        starts = range(0, num_envs, envs_per_worker)
-        return [range(lo, min(lo + envs_per_worker, num_envs)) for lo in starts]
-    if num_workers is None or num_workers < 1:
-        raise ValueError(f"num_workers must be at least 1, got {num_workers}")
-    count = min(num_envs, num_workers)
-    bounds = [math.ceil(num_envs * w / count) for w in range(count + 1)]
-    return [range(lo, hi) for lo, hi in itertools.pairwise(bounds)]
-
-
-def _envs(s: range) -> str:
-    return f"env {s.start}" if len(s) == 1 else f"envs {s.start}-{s.stop - 1}"
 
 
 def _unwrap(err: BaseException) -> BaseException:

@@ -1,6 +1,6 @@
 """The ``subproc`` backend: worker processes stepping their envs into shared memory.
 
-Each worker runs a contiguous slice of the envs in series with an
+Each worker runs a contiguous shard of the envs in series with an
 :class:`~corral.vector.episodes.Episodes` over its rows of the batch arrays,
 which live in one block of shared memory (:mod:`corral.vector.shared_memory`):
 workers write observations, rewards, masks and state there and the parent
@@ -11,9 +11,8 @@ Every command sent to a worker gets exactly one reply, ``("ok", value)`` or
 error, so the pipes stay in step. A worker whose env fails still writes the
 step of its other envs (its runner restarts the failed one) before it replies
 the error. A worker that dies is noticed through its process sentinel, one
-that outlives the timeout is killed; in a reset or step either is replaced at
-once, its envs reset and their agents reported truncated, so the batch is
-complete; after another call, at the next reset or step.
+that outlives the timeout is killed; what the parent makes of that (and when
+the worker is replaced) is :mod:`corral.vector.shards`'s to say.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import signal
 import sys
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,14 +36,7 @@ import cloudpickle
 
 from corral.arrays import on_host
 from corral.batched_env import BatchedEnv
-from corral.errors import (
-    EnvError,
-    VectorStateError,
-    WorkerDiedError,
-    WorkerRestartWarning,
-    WorkerStartError,
-    WorkerTimeoutError,
-)
+from corral.errors import EnvError, VectorStateError, WorkerStartError
 from corral.vector.backend import (
     DEFAULT_TIMEOUT,
     Arrays,
@@ -53,11 +44,22 @@ from corral.vector.backend import (
     EnvInfo,
     call_shard,
     env_error,
-    first_fault,
     set_shard_attrs,
 )
 from corral.vector.episodes import Episodes, clear_step_fields
 from corral.vector.layout import Layout
+from corral.vector.shards import (
+    Answer,
+    Answers,
+    Shard,
+    call_faults,
+    call_text,
+    gather,
+    raise_first,
+    split_envs,
+    step_faults,
+    warn_restarted,
+)
 from corral.vector.shared_memory import BlockLayout, create_block, map_arrays
 from corral.vector.sources import Source
 
@@ -80,31 +82,6 @@ def _preload_in_forkserver(ctx: Any) -> None:
     preload = list(getattr(forkserver._forkserver, "_preload_modules", None) or ["__main__"])
     if __name__ not in preload:
         ctx.set_forkserver_preload([*preload, __name__])
-
-
-def split_envs(
-    num_envs: int, num_workers: int | None = None, envs_per_worker: int | None = None
-) -> list[range]:
-    """Contiguous env ranges, one per worker, as even as possible."""
-    if envs_per_worker is not None:
-        if envs_per_worker < 1:
-            raise ValueError(f"envs_per_worker must be at least 1, got {envs_per_worker}")
-        count = -(-num_envs // envs_per_worker)
-        if num_workers is not None and num_workers != count:
-            raise ValueError(
-                f"{num_envs} envs at {envs_per_worker} per worker need {count} workers, "
-                f"not num_workers={num_workers}"
-            )
-        num_workers = count
-    if num_workers is None:
-        num_workers = os.cpu_count() or 1
-    if num_workers < 1:
-        raise ValueError(f"num_workers must be at least 1, got {num_workers}")
-    num_workers = min(num_workers, num_envs)
-    base, extra = divmod(num_envs, num_workers)
-    sizes = [base + (k < extra) for k in range(num_workers)]
-    starts = [sum(sizes[:k]) for k in range(num_workers)]
-    return [range(lo, lo + size) for lo, size in zip(starts, sizes, strict=True)]
 
 
 # -- the worker's side ------------------------------------------------------------------
@@ -213,23 +190,14 @@ def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Connec
 
 
 @dataclass(eq=False)
-class _Worker:
+class _Worker(Shard):
     """The parent's handle on one worker process and the envs it runs."""
 
-    index: int
-    envs: range
     process: Any = None
     conn: Connection | None = None
     dead: bool = True
     exitcode: int | None = None
     """The exit code of the last process stopped (negative: the signal that ended it)."""
-    late: bool = False
-    """Stopped for missing the timeout of a reset or step, and revived in it: the
-    WorkerTimeoutError reports it, not a restart warning."""
-
-    def __str__(self) -> str:
-        first, last = self.envs[0], self.envs[-1]
-        return f"worker {self.index} (env{f' {first}' if first == last else f's {first}-{last}'})"
 
     def stop(self, grace: float = 0.0) -> None:
         """End the process (killing it after ``grace`` seconds) and release the pipe."""
@@ -264,9 +232,10 @@ class SubprocBackend(Backend):
 
     Args:
         num_workers: number of worker processes (default: one per CPU, at most
-            one per env).
-        envs_per_worker: envs stepped in series by each worker; the envs are
-            split evenly (and contiguously) when only ``num_workers`` is given.
+            one per env); the envs are split evenly and contiguously
+            (:func:`~corral.vector.shards.split_envs`).
+        envs_per_worker: envs stepped in series by each worker (the last may
+            have fewer), instead of ``num_workers``.
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (default:
             :func:`default_start_method`).
         timeout: default limit, in seconds, of every reset, step and call wait
@@ -292,14 +261,16 @@ class SubprocBackend(Backend):
         self._ctx = mp.get_context(start_method or default_start_method())
         if self._ctx.get_start_method() == "forkserver":
             _preload_in_forkserver(self._ctx)
+        if num_workers is None and envs_per_worker is None:
+            num_workers = os.cpu_count() or 1
         ranges = split_envs(self.num_envs, num_workers, envs_per_worker)
-        self._workers = [_Worker(k, envs) for k, envs in enumerate(ranges)]
+        self.shards = [_Worker(k, envs) for k, envs in enumerate(ranges)]
         self._payloads = [cloudpickle.dumps(source.part(r)) for r in ranges]
         self._fds: list[int] = []
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._fds)
+        self._finalizer = weakref.finalize(self, _shutdown, self.shards, self._fds)
         self._awaiting: tuple[str, list[_Worker], list | None] | None = None
         try:
-            self._info = self._start(self._workers)[0]
+            self._info = self._start(self.shards)[0]
         except BaseException:
             self.close()
             raise
@@ -307,7 +278,7 @@ class SubprocBackend(Backend):
     @property
     def worker_pids(self) -> list[int | None]:
         """The process id of each worker (``None`` for one that is dead)."""
-        return [None if w.dead else w.process.pid for w in self._workers]
+        return [None if w.dead else w.process.pid for w in self.shards]
 
     def env_info(self) -> EnvInfo:
         return self._info
@@ -317,7 +288,7 @@ class SubprocBackend(Backend):
         self._block = BlockLayout.of(layout.array_specs())
         self._fds.append(create_block(self._block.size))
         self._arrays = arrays = on_host(layout.place, map_arrays(self._fds[0], self._block))
-        self._attach(self._workers, None)
+        self._attach(self.shards, None)
         return arrays
 
     # -- reset and step ---------------------------------------------------------------
@@ -345,53 +316,50 @@ class SubprocBackend(Backend):
 
     def _post(self, what: str, message: Callable[[_Worker], tuple], seeds: list | None) -> None:
         self._check_open()
-        workers = [w for w in self._workers if not w.dead]
+        workers = [w for w in self.shards if not w.dead]
         self._send(workers, message)
         self._awaiting = (what, workers, seeds)
 
     def _finish(self, timeout: float | None) -> None:
-        """Wait for the reset or step; revive the workers that died or were late, then
+        """Wait for the reset or step; replace the workers that died or were late, then
         raise the first fault (the batch is complete by then)."""
         (what, workers, seeds), self._awaiting = self._awaiting, None
-        _, errors = self._collect(workers, what, self._limit(timeout), restarting=True)
-        try:
-            self._revive(seeds or [None] * self.num_envs)
-        except EnvError as err:  # a restarted env could not reset
-            errors.append(err)
-        if errors:
-            raise first_fault(errors)
+        limit = self._limit(timeout)
+        answers = self._gather(workers, limit)
+        faults = step_faults(answers, f"{what}()", limit)
+        lost = [w for w in self.shards if w.dead]
+        if lost:
+            try:
+                self._revive(lost, seeds or [None] * self.num_envs)
+            except EnvError as err:  # a restarted env could not reset
+                faults.append(err)
+            if seeds is not None:  # a reset's batch reports no ended episode
+                clear_step_fields(self._arrays, self._layout.groups)
+        raise_first(faults)
 
-    def _revive(self, seeds: list) -> None:
-        """Replace dead workers; their envs restart (with ``seeds``) truncating their agents.
-
-        Warns for workers that died; a late one's WorkerTimeoutError tells already.
-        """
-        dead = [w for w in self._workers if w.dead]
-        if not dead:
-            return
-        died = [w for w in dead if not w.late]
-        self._start(dead)
-        self._attach(dead, seeds)
-        if died:
-            warnings.warn(
-                f"{', '.join(map(str, died))} died and was restarted; its envs were reset "
-                "and their agents reported truncated",
-                WorkerRestartWarning,
-                stacklevel=6,  # the caller of VectorEnv.step() or reset()
-            )
+    def _revive(self, workers: list[_Worker], seeds: list) -> None:
+        """Start new processes for ``workers``; their envs restart (with ``seeds``), the
+        episodes cut ending truncated."""
+        self._start(workers)
+        self._attach(workers, seeds)
+        warn_restarted([w for w in workers if not w.dead])
 
     # -- other calls ------------------------------------------------------------------
 
     def call(
         self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None
     ) -> list[Any]:
-        replies = self._request(self._workers, lambda w: ("call", name, args, kwargs), timeout)
+        replies = self._request(
+            lambda w: ("call", name, args, kwargs), call_text(name, args), timeout
+        )
         return [value for reply in replies for value in reply]
 
     def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
         values = list(values)
         self._request(
-            self._workers, lambda w: ("set_attr", name, values[w.envs.start : w.envs.stop]), timeout
+            lambda w: ("set_attr", name, values[w.envs.start : w.envs.stop]),
+            f"set_attr({name!r})",
+            timeout,
         )
 
     def close(self) -> None:
@@ -407,20 +375,16 @@ class SubprocBackend(Backend):
         return self.timeout if timeout is None else timeout
 
     def _request(
-        self, workers: list[_Worker], message: Callable[[_Worker], tuple], timeout: float | None
+        self, message: Callable[[_Worker], tuple], what: str, timeout: float | None
     ) -> list[Any]:
-        """Send ``message(w)`` to each worker and return their replies, in order."""
+        """Send ``message(w)`` to every worker and return their replies, in order."""
         self._check_open()
-        what = message(workers[0])[0]
-        self._send(workers, message)
-        replies = self._gather(workers, what, self._limit(timeout))
-        dead = [w for w in workers if w.dead]
-        if dead:
-            raise WorkerDiedError(
-                f"{', '.join(map(str, dead))} died before answering {what}(); "
-                "it is restarted at the next reset or step"
-            )
-        return [replies[w.index] for w in workers]
+        self._send(self.shards, message)
+        limit = self._limit(timeout)
+        answers = self._gather([w for w in self.shards if not w.dead], limit)
+        answers.dead = [w for w in self.shards if w.dead and w not in answers.late]
+        raise_first(call_faults(answers, what, limit))
+        return [answers.values[w.index] for w in self.shards]
 
     def _start(self, workers: list[_Worker]) -> dict[int, EnvInfo]:
         """Start the processes of ``workers``; return what their envs are, by worker index."""
@@ -428,7 +392,7 @@ class SubprocBackend(Backend):
             conn, child = self._ctx.Pipe()
             inherited = []
             if self._ctx.get_start_method() == "fork":
-                inherited = [conn, *(w.conn for w in self._workers if w.conn is not None)]
+                inherited = [conn, *(w.conn for w in self.shards if w.conn is not None)]
             process = self._ctx.Process(
                 target=_serve,
                 args=(child, self._payloads[worker.index], worker.envs.start, inherited),
@@ -439,27 +403,32 @@ class SubprocBackend(Backend):
                 process.start()
             finally:
                 child.close()
-            worker.process, worker.conn, worker.dead, worker.late = process, conn, False, False
+            worker.process, worker.conn, worker.dead = process, conn, False
         try:
-            infos = self._gather(workers, "start", None)
-            died = [w for w in workers if w.dead]
-            if died:
-                raise _start_error(died, self._ctx.get_start_method())
+            answers = self._gather(workers, None)
+            raise_first(answers.errors)
+            if answers.dead:
+                raise _start_error(answers.dead, self._ctx.get_start_method())
         except (EnvError, WorkerStartError):  # a worker that cannot build its envs has exited
             for worker in workers:
                 worker.stop()
             raise
-        return infos
+        return answers.values
 
     def _attach(self, workers: list[_Worker], seeds: list | None) -> None:
-        """Have ``workers`` map the shared block; with ``seeds``, restart their envs."""
+        """Have ``workers`` map the shared block; with ``seeds``, restart their envs.
+
+        One that dies meanwhile is started again at the next reset or step."""
 
         def message(w: _Worker) -> tuple:
             rows = None if seeds is None else seeds[w.envs.start : w.envs.stop]
             return ("attach", self._layout, self._block, rows)
 
         self._send(workers, message, fd=self._fds[0])
-        self._gather(workers, "attach", None)
+        answers = self._gather(workers, None)
+        for worker in answers.dead:
+            worker.lost = worker.lost or "died while starting"
+        raise_first(answers.errors)
 
     def _send(
         self, workers: list[_Worker], message: Callable[[_Worker], tuple], fd: int | None = None
@@ -475,83 +444,39 @@ class SubprocBackend(Backend):
             except (BrokenPipeError, ConnectionResetError):
                 worker.stop()
 
-    def _gather(self, workers: list[_Worker], what: str, timeout: float | None) -> dict[int, Any]:
-        """Each live worker's reply, by worker index; workers found dead are stopped.
-
-        Once every worker has answered (or missed the timeout), raises the first fault.
-        """
-        replies, errors = self._collect(workers, what, timeout)
-        if errors:
-            raise first_fault(errors)
-        return replies
-
-    def _collect(
-        self, workers: list[_Worker], what: str, timeout: float | None, restarting: bool = False
-    ) -> tuple[dict[int, Any], list[BaseException]]:
-        """Each live worker's reply by worker index, and the errors: those the workers
-        replied, and a :class:`WorkerTimeoutError` for the workers that missed the timeout
-        (stopped; ``restarting``: the caller restarts them at once)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        waiting = {w.index: w for w in workers if not w.dead}
-        replies: dict[int, Any] = {}
-        errors: dict[int, BaseException] = {}
-        late: list[BaseException] = []
+    def _gather(self, workers: list[_Worker], timeout: float | None) -> Answers:
+        """The answers of the live ``workers``; those that die or miss the timeout are
+        stopped. Ctrl-C while waiting closes every worker."""
         try:
-            while waiting:
-                handles = {w.conn: w for w in waiting.values()}
-                handles.update({w.process.sentinel: w for w in waiting.values()})
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                ready = wait(list(handles), left)
-                if not ready:
-                    late.append(self._time_out(list(waiting.values()), what, timeout, restarting))
-                    break
-                for worker in {handles[h].index: handles[h] for h in ready}.values():
-                    del waiting[worker.index]
-                    status, value = self._receive(worker)
-                    if status == "ok":
-                        replies[worker.index] = value
-                    elif status == "error":
-                        errors[worker.index] = value
+            answers = gather([w for w in workers if not w.dead], _ready, _receive, timeout)
         except KeyboardInterrupt:
             self.close()
             raise
-        return replies, [errors[k] for k in sorted(errors)] + late
-
-    @staticmethod
-    def _receive(worker: _Worker) -> tuple[str, Any]:
-        """The worker's reply, or ``("dead", None)`` (and the worker stopped) if it died."""
-        try:
-            reply = worker.conn.recv() if worker.conn.poll() else None
-        except (EOFError, OSError):  # the pipe broke with the process
-            reply = None
-        if reply is None:
+        for worker in answers.late:
             worker.stop()
-            return "dead", None
-        return reply
-
-    @staticmethod
-    def _time_out(
-        workers: list[_Worker], what: str, timeout: float | None, restarting: bool
-    ) -> WorkerTimeoutError:
-        """Stop the late ``workers``; the error that reports them."""
-        for worker in workers:
-            worker.stop()
-            worker.late = restarting  # else revived (with a warning) at the next reset or step
-        when = (
-            "restarted: its envs' episodes end truncated in this batch"
-            if restarting
-            else "is restarted at the next reset or step"
-        )
-        envs = [i for w in workers for i in w.envs]
-        return WorkerTimeoutError(
-            f"{', '.join(map(str, workers))} did not answer {what}() within {timeout} s; "
-            f"it was stopped and {when}",
-            envs,
-            restarted=restarting,
-        )
+        return answers
 
 
-def _start_error(workers: list[_Worker], start_method: str) -> WorkerStartError:
+def _ready(workers: list[_Worker], timeout: float | None) -> list[_Worker]:
+    """The workers that replied or died within ``timeout`` seconds."""
+    handles = {w.conn: w for w in workers}
+    handles.update({w.process.sentinel: w for w in workers})
+    return list(dict.fromkeys(handles[h] for h in wait(list(handles), timeout)))
+
+
+def _receive(worker: _Worker) -> Answer:
+    """The worker's reply, or ``("dead", None)`` (and the worker stopped) if it died."""
+    try:
+        reply = worker.conn.recv() if worker.conn.poll() else None
+    except (EOFError, OSError):  # the pipe broke with the process
+        reply = None
+    if reply is None:
+        worker.stop()
+        return "dead", None
+    return reply
+
+
+def _start_error(workers: Sequence[_Worker], start_method: str) -> WorkerStartError:
     """What to tell when ``workers`` exited before saying what their envs are."""
     codes = {w.index: w.exitcode for w in workers}
     how = "; ".join(f"{w}: {_exit_status(w.exitcode)}" for w in workers)

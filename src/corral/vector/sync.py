@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from corral.vector.backend import Arrays, Backend, EnvInfo, call_shard, set_shard_attrs
+from corral.vector.backend import Arrays, Backend, EnvInfo, call_shard, guarded, set_shard_attrs
 from corral.vector.episodes import Episodes
 from corral.vector.layout import Layout
 from corral.vector.sources import Source
@@ -34,11 +34,13 @@ class SyncBackend(Backend):
         self.episodes = Episodes(self.shard, layout, arrays, share=True)
         return arrays
 
+    # A natively batched env's exception is its copies' EnvError, as on the other backends.
+
     def reset_async(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> None:
-        self._pending = lambda: self.episodes.reset(seeds, options)
+        self._pending = lambda: guarded(0, "reset()", lambda: self.episodes.reset(seeds, options))
 
     def step_async(self) -> None:
-        self._pending = self.episodes.step
+        self._pending = lambda: guarded(0, "step()", self.episodes.step)
 
     def _run_pending(self) -> None:
         pending, self._pending = self._pending, None
