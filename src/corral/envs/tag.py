@@ -297,4 +297,4 @@ def _mask_table(free: np.ndarray, moves: tuple[Cell, ...]) -> list[list[np.ndarr
     return [list(row) for row in table]
 
 
-register("corral/tag", Tag)
+register("corral/tag", Tag, batched="corral.envs.tag_batched:BatchedTag")

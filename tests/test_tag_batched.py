@@ -1,0 +1,292 @@
+"""corral/tag natively batched: step for step what E dict Tag envs give, packed into arrays."""
+
+from __future__ import annotations
+
+import doctest
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+import corral
+from corral.arrays import to_numpy
+from corral.batched_env import BatchedStep
+from corral.envs import tag_batched
+from corral.envs.tag import Tag
+from corral.envs.tag_batched import BatchedTag
+
+PLACES = [
+    pytest.param(("numpy", "cpu"), id="numpy"),
+    pytest.param(("torch", "cpu"), id="torch-cpu"),
+    pytest.param(("torch", "cuda"), id="torch-cuda"),
+]
+KWARGS = [
+    pytest.param({}, id="default"),
+    pytest.param(
+        {"num_predators": 3, "num_prey": 1, "size": 5, "max_cycles": 10}, id="3-predators-1-prey"
+    ),
+    pytest.param(
+        {"num_predators": 1, "num_prey": 3, "size": 4, "max_cycles": 30, "walls": [(1, 1)]},
+        id="1-predator-3-prey-walls",
+    ),
+]
+FIELDS = ("obs", "alive", "acting", "action_mask", "reward", "terminated", "truncated")
+NOT_ACTING = 99  # the action entry of an agent that is not acting: the env must ignore it
+
+
+@pytest.fixture(params=PLACES)
+def place(request: pytest.FixtureRequest) -> tuple[str, str]:
+    if request.param[0] == "torch":
+        torch = pytest.importorskip("torch")  # imported here: collecting stays cheap
+        if request.param[1] == "cuda" and not torch.cuda.is_available():
+            pytest.skip("no CUDA GPU")
+    return request.param
+
+
+class DictCopies:
+    """E dict ``Tag`` envs packed into arrays by the vector layer's rules: the oracle."""
+
+    def __init__(self, num_envs: int, **kwargs: Any) -> None:
+        self.envs = [Tag(**kwargs) for _ in range(num_envs)]
+        env = self.envs[0]
+        grouped = corral.group_agents(env.possible_agents, env.observation_space, env.action_space)
+        self.groups = {g: tuple(agents) for g, agents in grouped.items()}
+        self.last_obs = {
+            g: np.zeros((num_envs, len(agents), *env.observation_space(agents[0]).shape), "f4")
+            for g, agents in self.groups.items()
+        }
+        self.obs: list[dict] = [{} for _ in self.envs]
+        self.infos: list[dict] = [{} for _ in self.envs]
+
+    def reset(self, seeds: Sequence[int | None], where: np.ndarray | None = None) -> dict:
+        """Reset the copies ``where`` selects (all for ``None``), copy ``i`` with ``seeds[i]``."""
+        rows = range(len(self.envs)) if where is None else np.flatnonzero(where)
+        for i in rows:
+            self.obs[i], self.infos[i] = self.envs[i].reset(seed=seeds[i])
+            self._keep_obs(i, self.obs[i], {})
+        return self._pack(None)
+
+    def step(self, actions: dict[str, np.ndarray]) -> dict:
+        results = []
+        for i, env in enumerate(self.envs):
+            chosen = {
+                agent: int(actions[g][i, j])
+                for g, agents in self.groups.items()
+                for j, agent in enumerate(agents)
+                if agent in self.obs[i]
+            }
+            obs, rewards, terms, truncs, infos = env.step(chosen)
+            self._keep_obs(i, obs, infos)
+            self.obs[i], self.infos[i] = obs, infos
+            results.append((rewards, terms, truncs))
+        return self._pack(results)
+
+    def _keep_obs(self, i: int, obs: dict, infos: dict) -> None:
+        """An agent's last observation: its entry of ``obs``, else its final one."""
+        for g, agents in self.groups.items():
+            for j, agent in enumerate(agents):
+                if agent in obs:
+                    self.last_obs[g][i, j] = obs[agent]
+                elif "final_obs" in infos.get(agent, {}):
+                    self.last_obs[g][i, j] = infos[agent]["final_obs"]
+
+    def _pack(self, results: list | None) -> dict:
+        out: dict[str, Any] = {f: {} for f in FIELDS}
+        out["obs"] = {g: o.copy() for g, o in self.last_obs.items()}
+        out["state"] = np.stack([env.state() for env in self.envs])
+        for g, agents in self.groups.items():
+            shape = (len(self.envs), len(agents))
+            mask = np.ones((*shape, self.envs[0].action_space(agents[0]).n), bool)
+            packed = {f: np.zeros(shape, bool) for f in ("alive", "acting", "terminated")}
+            packed["truncated"], packed["reward"] = np.zeros(shape, bool), np.zeros(shape)
+            for i, env in enumerate(self.envs):
+                for j, agent in enumerate(agents):
+                    packed["alive"][i, j] = agent in env.agents
+                    packed["acting"][i, j] = agent in self.obs[i]
+                    if agent in self.obs[i]:
+                        mask[i, j] = self.infos[i][agent]["action_mask"].astype(bool)
+                    if results is not None:
+                        for f, values in zip(
+                            ("reward", "terminated", "truncated"), results[i], strict=True
+                        ):
+                            packed[f][i, j] = values.get(agent, 0)
+            out["action_mask"][g] = mask
+            for f, value in packed.items():
+                out[f][g] = value
+        if results is None:
+            out["reward"] = out["terminated"] = out["truncated"] = None
+        return out
+
+
+def assert_same(got: BatchedStep, expected: dict, place: tuple[str, str], when: str) -> None:
+    """Every field equal bit for bit, of the same dtype, in the env's namespace and device."""
+    for field in (*FIELDS, "state"):
+        want, have = expected[field], getattr(got, field)
+        if want is None:
+            assert have is None, f"{when}: {field} should be None"
+            continue
+        pairs = (
+            [(field, want, have)]
+            if field == "state"
+            else [(f"{field}[{g!r}]", want[g], have[g]) for g in want]
+        )
+        assert field == "state" or set(have) == set(want), f"{when}: {field} groups"
+        for name, w, h in pairs:
+            if place[0] == "torch":
+                assert h.device.type == place[1], f"{when}: {name} on {h.device}"
+            else:
+                assert isinstance(h, np.ndarray), f"{when}: {name} is a {type(h)}"
+            h = to_numpy(h)
+            assert h.dtype == w.dtype and h.shape == w.shape, f"{when}: {name} {h.dtype} {h.shape}"
+            if h.tobytes() != w.tobytes():
+                np.testing.assert_array_equal(h, w, err_msg=f"{when}: {name}")
+                raise AssertionError(f"{when}: {name} differs in its bits (a signed zero?)")
+
+
+def scribble(got: BatchedStep) -> None:
+    """Overwrite every returned array: the env must not read them again."""
+    for field in FIELDS:
+        for value in (getattr(got, field) or {}).values():
+            value[...] = 1
+    got.state[...] = 1
+
+
+def random_actions(rng: np.random.Generator, expected: dict) -> dict[str, np.ndarray]:
+    """A uniformly random legal action of every acting agent; junk for the others."""
+    actions = {}
+    for g, mask in expected["action_mask"].items():
+        score = np.where(mask, rng.random(mask.shape), -1.0)
+        actions[g] = np.where(expected["acting"][g], score.argmax(-1), NOT_ACTING)
+    return actions
+
+
+def on(place: tuple[str, str], value: np.ndarray) -> Any:
+    if place[0] == "numpy":
+        return value
+    import torch
+
+    return torch.as_tensor(value, device=place[1])
+
+
+@pytest.mark.parametrize("kwargs", KWARGS)
+def test_steps_exactly_as_dict_envs_with_autoreset(place: tuple[str, str], kwargs: dict) -> None:
+    num_envs, seed = 8, 17
+    env = BatchedTag(num_envs, array=place[0], device=place[1], **kwargs)
+    oracle = DictCopies(num_envs, **kwargs)
+    got = env.reset(seed=seed)
+    assert_same(got, oracle.reset([seed + i for i in range(num_envs)]), place, "reset")
+    rng = np.random.default_rng(seed)
+    expected = oracle._pack(None)
+    died_early = all_caught = timed_out = 0
+    for t in range(300):
+        actions = random_actions(rng, expected)
+        got = env.step({g: on(place, a) for g, a in actions.items()})
+        expected = oracle.step(actions)
+        assert_same(got, expected, place, f"step {t}")
+        scribble(got)
+        ended = expected["terminated"]["predator"][:, 0]
+        died_early += int((expected["reward"]["prey"][~ended] < 0).sum())
+        all_caught += int(ended.sum())
+        timed_out += int(expected["truncated"]["predator"][:, 0].sum())
+        done = ~np.concatenate(list(expected["alive"].values()), 1).any(1)
+        if done.any():
+            got = env.reset(where=on(place, done))
+            expected = oracle.reset([None] * num_envs, where=done)
+            assert_same(got, expected, place, f"reset after step {t}")
+            scribble(got)
+    # The run saw episodes end both ways (then unseeded resets), and prey die mid-episode.
+    assert all_caught > 0 and timed_out > 0
+    assert died_early > 0 or kwargs.get("num_prey") == 1
+
+
+def test_reset_where_leaves_the_other_copies_running(place: tuple[str, str]) -> None:
+    kwargs = {"max_cycles": 8, "num_prey": 3}
+    env = BatchedTag(4, array=place[0], device=place[1], **kwargs)
+    oracle = DictCopies(4, **kwargs)
+    expected = oracle.reset([3, 4, 5, 6])
+    assert_same(env.reset(seed=3), expected, place, "reset")
+    rng = np.random.default_rng(0)
+    for t in range(12):
+        if t == 5:
+            where = np.array([False, True, False, False])
+            got = env.reset(seed=[None, 11, 12, None], where=on(place, where))
+            expected = oracle.reset([None, 11, 12, None], where=where)
+            assert_same(got, expected, place, "reset of copy 1 with seed 11")
+        actions = random_actions(rng, expected)
+        expected = oracle.step(actions)
+        assert_same(env.step({g: on(place, a) for g, a in actions.items()}), expected, place, t)
+        if t == 7:  # copies 0, 2 and 3 are out of time, copy 1 is not
+            truncated = expected["truncated"]["predator"][:, 0]
+            assert truncated.tolist() == [True, False, True, True]
+            break
+
+
+def test_has_the_dict_envs_agents_spaces_and_groups() -> None:
+    kwargs = {"num_predators": 3, "num_prey": 2, "size": 6, "max_cycles": 9}
+    env, tag = BatchedTag(2, **kwargs), Tag(**kwargs)
+    assert env.possible_agents == tag.possible_agents
+    for agent in tag.possible_agents:
+        assert env.observation_space(agent) == tag.observation_space(agent)
+        assert env.action_space(agent) == tag.action_space(agent)
+    assert env.state_space == tag.state_space
+    assert env.max_episode_steps == tag.max_episode_steps == 9
+    assert env.metadata["name"] == tag.metadata["name"]
+    assert env.metadata["render_modes"] == []
+    grouped = corral.group_agents(tag.possible_agents, tag.observation_space, tag.action_space)
+    assert env.groups == {g: tuple(agents) for g, agents in grouped.items()}
+    assert list(env.groups) == ["predator", "prey"]
+
+
+def test_the_registry_builds_it() -> None:
+    assert "corral/tag" in corral.batched_ids()
+    env = corral.spec("corral/tag").make_batched(8)
+    assert isinstance(env, BatchedTag) and env.num_envs == 8 and env.array == "numpy"
+    env = corral.spec("corral/tag").make_batched(3, num_prey=1)
+    assert env.reset(seed=0).obs["prey"].shape == (3, 1, 2 + 2 * 2)
+
+
+def test_importing_tag_imports_neither_the_batched_env_nor_torch() -> None:
+    code = (
+        "import sys, corral.envs.tag\n"
+        "assert 'corral.envs.tag_batched' not in sys.modules\n"
+        "corral.spec('corral/tag').make_batched(2).reset(seed=0)\n"
+        "assert 'torch' not in sys.modules, 'array=numpy imported torch'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"render_mode": "rgb_array"}, ValueError, "cannot render.*native=False"),
+        ({"num_envs": 0}, ValueError, "num_envs must be at least 1, got 0"),
+        ({"num_envs": 2.0}, TypeError, "num_envs must be an int"),
+        ({"num_prey": 0}, ValueError, "at least one predator and one prey"),
+        ({"size": 1}, ValueError, "size >= 2"),
+        ({"walls": [(7, 0)]}, ValueError, r"wall \(7, 0\) is outside"),
+        ({"array": "jax"}, ValueError, "array must be one of"),
+        ({"device": "cuda"}, ValueError, "numpy arrays live on the CPU"),
+        ({"speed": 2}, TypeError, "speed"),
+    ],
+)
+def test_bad_arguments_raise_clearly(kwargs: dict, error: type, match: str) -> None:
+    kwargs = {"num_envs": 2, **kwargs}
+    with pytest.raises(error, match=match):
+        BatchedTag(**kwargs)
+
+
+def test_bad_actions_raise_clearly() -> None:
+    env = BatchedTag(4)
+    env.reset(seed=0)
+    with pytest.raises(KeyError, match="no entry for group 'prey'"):
+        env.step({"predator": np.zeros((4, 2), int)})
+    with pytest.raises(ValueError, match=r"actions\['prey'\] has shape \(4,\), expected \(4, 2\)"):
+        env.step({"predator": np.zeros((4, 2), int), "prey": np.zeros(4, int)})
+
+
+def test_doctests_pass() -> None:
+    result = doctest.testmod(tag_batched, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
