@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import Place, import_torch
+from corral.arrays import Place, import_torch, torch_dtype
 from corral.batched_env import Array, BatchedEnv, BatchedStep, CopyGenerators, Seed, copy_seeds
 from corral.batched_env import selected as selected_copies
 from corral.envs.tag import CATCH_REWARD, PREDATOR_MOVES, PREY_MOVES, Tag, _mask_table
@@ -33,9 +33,9 @@ class BatchedTag(BatchedEnv):
     draws. Actions are taken as legal (the vector layer checks them against
     ``action_mask``); those of agents that are not acting are ignored.
 
-    ``reset`` returns every copy's current view (obs, masks, state), the
-    selected copies at the start of their new episode. Every array returned
-    is fresh: the caller may keep or change it. The env cannot render:
+    ``reset(where=...)`` fills only the rows of the selected copies (the
+    others are zeros and not to be read). Every array returned is fresh: the
+    caller may keep or change it. The env cannot render:
     render the dict env (``make_vec(..., native=False)``).
 
     Examples:
@@ -88,43 +88,57 @@ class BatchedTag(BatchedEnv):
         self._action_spaces = {a: tag.action_space(a) for a in self.possible_agents}
         grouped = group_agents(self.possible_agents, self.observation_space, self.action_space)
         self._groups = {name: tuple(agents) for name, agents in grouped.items()}
-
-        self._xp = import_torch() if self.place.is_torch else np
+        self._ops = _TorchOps(self.place.device) if self.place.is_torch else _NumpyOps()
         self._generators = CopyGenerators(self.num_envs)
+        self._draws = Choices(self.num_envs, len(tag._free_cells), len(self.possible_agents))
         self._build_tables(tag)
-        # Each copy: every agent's cell (row * size + col), the dict env's alive flags
-        # (1.0 but for caught prey), who is in the episode, the step count and every
-        # group's last observations, masks and the state, as the last call left them.
-        e, n = self.num_envs, len(self.possible_agents)
-        zeros = self.place.zeros
-        self._cell = zeros((e, n), np.int64)
-        self._flag = zeros((e, n), np.float32)
-        self._alive = zeros((e, n), np.bool_)
+
+        # Every copy's state, agent-major ([agent, copy]) so that each operation runs
+        # along the copies: every agent's cell (row * size + col), the dict env's alive
+        # flags (False for caught prey), who is in the episode, and the step count.
+        e, n, zeros = self.num_envs, len(self.possible_agents), self.place.zeros
+        self._cell = zeros((n, e), np.int64)
+        self._flag = zeros((n, e), np.bool_)
+        self._alive = zeros((n, e), np.bool_)
         self._t = zeros((e,), np.int64)
-        self._obs = [
-            zeros((e, len(gather), gather.shape[1]), np.float32) for gather in self._gather
-        ]
-        self._mask = self._masks(self._cell, self._alive)
-        self._state = self._global_state(self._cell, self._flag)
+        # Each group's last observations, then the state, one row per value ([R, copy]).
+        self._values = zeros((len(self._value_rows), e), np.float32)
 
     def _build_tables(self, tag: Tag) -> None:
-        """What steps read, as arrays of the env's place: where each move leads from each
-        cell (illegal moves stay), which moves are legal, each cell's scaled (row, col), the
-        free cells agents start on and where each observation lies among the features."""
+        """What steps read, as arrays of the env's place: each cell's scaled row and column,
+        the free cells agents start on, per group where each move leads from each cell
+        (illegal moves stay) and the legal moves (every move for an agent not alive), and
+        which features are observed and which make the state."""
         size, cells = tag.size, np.arange(tag.size * tag.size)
-        rows, cols = np.divmod(cells, size)
-        # Scaled as the dict env scales its float32 (row, col) pairs.
-        coord = np.stack([rows, cols], 1).astype(np.float32) * tag._scale
-        free = np.array([r * size + c for r, c in tag._free_cells], np.int64)
         host = self.place.from_host
-        self._coord, self._free_cells, self._moves, self._legal = host(coord), host(free), [], []
+        # Scaled as the dict env scales its float32 (row, col) pairs.
+        self._row_coord, self._col_coord = (
+            host(np.asarray(x, np.float32) * tag._scale) for x in np.divmod(cells, size)
+        )
+        self._free_cells = host(np.array([r * size + c for r, c in tag._free_cells], np.int64))
+        self._moves, self._masks = [], []
         for moves in (PREDATOR_MOVES, PREY_MOVES):
             legal = np.array(_mask_table(tag._free, moves), bool).reshape(len(cells), -1)
             target = cells[:, None] + np.array([dr * size + dc for dr, dc in moves])
-            self._moves.append(host(np.where(legal, target, cells[:, None]).astype(np.int64)))
-            self._legal.append(host(legal))
+            self._moves.append(host(np.where(legal, target, cells[:, None]).ravel()))
+            self._masks.append(host(np.concatenate([legal, np.ones_like(legal)])))
+        # Each group's observations, then the state, as rows of the features that
+        # _evaluate computes (the first rows are the dict env's feature vector).
         p, n = tag.num_predators, len(tag.possible_agents)
-        self._gather = [host(np.stack(tag._gather[lo:hi])) for lo, hi in ((0, p), (p, n))]
+        self._slices = {"predator": slice(0, p), "prey": slice(p, n)}
+        self._rows: dict[str, tuple[slice, tuple[int, ...]]] = {}
+        features, owner, start = [], [], 0
+        for g, s in self._slices.items():
+            gather = np.stack(tag._gather[s])
+            self._rows[g] = (slice(start, start + gather.size), gather.shape)
+            features.append(gather.ravel())
+            owner += [i for i in range(s.start, s.stop) for _ in range(gather.shape[1])]
+            start += gather.size
+        self._rows["state"] = (slice(start, start + 3 * n), tag.state_space.shape)
+        scaled = 2 * n + 3 * n * n  # state: scaled (row, col) times the flag, then the flags
+        features += [np.arange(scaled, scaled + 2 * n), 2 * n + 3 * np.arange(n) + 2]
+        self._value_rows = host(np.concatenate(features))
+        self._owner = host(np.array(owner, np.int64))
         self._catch = host(np.array(CATCH_REWARD, np.float64))
         self._zero = host(np.array(0.0, np.float64))
 
@@ -146,108 +160,84 @@ class BatchedTag(BatchedEnv):
         copy's generator; the other copies' episodes go on."""
         rows = selected_copies(where, self.num_envs)
         generators = self._generators.at_reset(copy_seeds(seed, self.num_envs), rows)
-        n = len(self.possible_agents)
-        draws = np.empty((len(rows), n), np.int64)
-        for k, generator in enumerate(generators):
-            draws[k] = generator.choice(len(self._free_cells), size=n, replace=False)
+        draws = self._draws.choose(generators, rows)
         rows = self.place.from_host(rows)
-        cell = self._free_cells[self.place.from_host(draws)]
-        self._cell[rows] = cell
-        self._flag[rows] = 1.0
-        self._alive[rows] = True
+        cell = self._ops.take(self._free_cells, self.place.from_host(draws))
+        self._cell[:, rows] = cell
+        self._flag[:, rows] = True
+        self._alive[:, rows] = True
         self._t[rows] = 0
-        for last, obs in zip(self._obs, self._observe(cell, self._flag[rows]), strict=True):
-            last[rows] = obs
-        self._mask = self._masks(self._cell, self._alive)
-        self._state = self._global_state(self._cell, self._flag)
-        return self._result()
+        self._values[:, rows] = self._evaluate(cell, self._flag[:, rows])
+        return self._result(None if where is None else rows)
 
     def step(self, actions: dict[str, Any]) -> BatchedStep:
         """Move every live agent of every copy, then remove the prey that were caught."""
-        xp, p = self._xp, self.num_predators
-        was_alive = self._alive
-        old = self._split(self._cell)
-        moved = [
+        ops, p = self._ops, self.num_predators
+        was_alive, old = self._alive, self._cell
+        new = []
+        for (g, s), moves, masks in zip(
+            self._slices.items(), self._moves, self._masks, strict=True
+        ):
             # An agent not alive "stays" (action 0), whatever its entry holds.
-            moves[cell, self._actions(actions, g) * alive]
-            for moves, cell, g, alive in zip(
-                self._moves, old, GROUPS, self._split(was_alive), strict=True
-            )
-        ]
-        caught = self._caught(*old, *moved) & was_alive[:, p:]
-        flag = self._flag
-        flag[:, p:] *= ~caught
+            action = self._actions(actions, g).T * was_alive[s]
+            new.append(ops.take(moves, old[s] * masks.shape[1] + action))
+        caught = self._caught(old[:p], old[p:], *new) & was_alive[p:]
+        self._cell = cell = ops.concatenate(new)
+        self._flag[p:] &= ~caught
         self._t += 1
-        all_caught = ~flag[:, p:].any(1)
+        all_caught = ~self._flag[p:].any(0)
         out_of_time = (self._t >= self.max_cycles) & ~all_caught
-        going_on = ~(all_caught | out_of_time)[:, None]
+        self._alive = alive = was_alive & ~(all_caught | out_of_time)
+        alive[p:] &= ~caught
+        # A prey caught before this step keeps its last observation (predators are in
+        # every running episode).
+        values, prey = self._evaluate(cell, self._flag), self._rows["prey"][0]
+        ops.keep(values[prey], was_alive[self._owner[prey]], self._values[prey])
+        self._values = values
 
-        self._cell = cell = xp.concatenate(moved, 1)
-        self._alive = alive = was_alive & going_on
-        alive[:, p:] &= ~caught
-        self._obs = [
-            xp.where(was[..., None], obs, last)
-            for was, obs, last in zip(
-                self._split(was_alive), self._observe(cell, flag), self._obs, strict=True
-            )
-        ]
-        self._mask = self._masks(cell, alive)
-        self._state = self._global_state(cell, flag)
-
-        predators = old[0].shape
-        prey_was_alive = was_alive[:, p:]
+        predators, prey_was_alive = (p, self.num_envs), was_alive[p:]
         reward = {
-            "predator": xp.broadcast_to(caught.sum(1)[:, None] * self._catch, predators)
-            + self._zero,
-            "prey": xp.where(caught, -self._catch, self._zero),
+            "predator": ops.broadcast(caught.sum(0) * self._catch, predators),
+            "prey": ops.where(caught, -self._catch, self._zero),
         }
         terminated = {
-            "predator": xp.broadcast_to(all_caught[:, None], predators) & True,
-            "prey": prey_was_alive & (caught | all_caught[:, None]),
+            "predator": ops.broadcast(all_caught, predators),
+            "prey": prey_was_alive & (caught | all_caught),
         }
         truncated = {
-            "predator": xp.broadcast_to(out_of_time[:, None], predators) & True,
-            "prey": prey_was_alive & ~caught & out_of_time[:, None],
+            "predator": ops.broadcast(out_of_time, predators),
+            "prey": prey_was_alive & ~caught & out_of_time,
         }
-        return self._result(reward, terminated, truncated)
+        return self._result(None, reward, terminated, truncated)
 
     def _caught(self, old_pred: Array, old_prey: Array, new_pred: Array, new_prey: Array) -> Array:
-        """``[E, Y]``: a predator reached the prey's cell or the two swapped cells."""
-        to, was = new_pred[:, :, None], old_pred[:, :, None]
-        reached = to == new_prey[:, None, :]
-        swapped = (to == old_prey[:, None, :]) & (was == new_prey[:, None, :])
-        return (reached | swapped).any(1)
+        """``[Y, E]``: a predator reached the prey's cell or the two swapped cells."""
+        to, was = new_pred[:, None], old_pred[:, None]
+        reached = to == new_prey[None]
+        swapped = (to == old_prey[None]) & (was == new_prey[None])
+        return (reached | swapped).any(0)
 
-    def _observe(self, cell: Array, flag: Array) -> list[Array]:
-        """Each group's observations ``[K, n_g, d_g]`` for ``K`` copies' cells and flags,
-        computed as the dict env computes them: a gather from the scaled positions and, for
-        each pair of agents, the relative position and alive flag."""
-        xp = self._xp
-        k, n = cell.shape
-        pos = self._coord[cell]
-        rel = (pos[:, None, :, :] - pos[:, :, None, :]) * flag[:, None, :, None]
-        pairs = xp.concatenate([rel, xp.broadcast_to(flag[:, None, :, None], (k, n, n, 1))], 3)
-        features = xp.concatenate([pos.reshape(k, 2 * n), pairs.reshape(k, 3 * n * n)], 1)
-        return [features[:, gather] for gather in self._gather]
-
-    def _masks(self, cell: Array, alive: Array) -> list[Array]:
-        """Each group's legal moves from its cells; every move for agents not alive."""
-        return [
-            legal[c] | ~a[..., None]
-            for legal, c, a in zip(self._legal, self._split(cell), self._split(alive), strict=True)
-        ]
-
-    def _global_state(self, cell: Array, flag: Array) -> Array:
-        """Every agent's scaled (row, col) times its alive flag, then the flags."""
-        pos = self._coord[cell] * flag[:, :, None]
-        return self._xp.concatenate([pos.reshape(cell.shape[0], -1), flag], 1)
-
-    def _split(self, per_agent: Array) -> tuple[Array, Array]:
-        """``[E, n, ...]`` as the predators' and the prey's."""
-        p = self.num_predators
-        return per_agent[:, :p], per_agent[:, p:]
+    def _evaluate(self, cell: Array, flag: Array) -> Array:
+        """``[R, K]``: every observed and state value of ``K`` copies, from their cells and
+        flags (``[n, K]``): rows of the dict env's feature vector (scaled positions, then
+        for each pair of agents ``(i, j)`` j's position relative to i and j's flag) and of
+        the state, computed with the dict env's float32 operations: bit-identical."""
+        ops, (n, k) = self._ops, cell.shape
+        features = ops.empty((2 * n + 3 * n * n + 2 * n, k), np.float32)
+        pos = features[: 2 * n].reshape(n, 2, k)
+        pos[:, 0] = ops.take(self._row_coord, cell)
+        pos[:, 1] = ops.take(self._col_coord, cell)
+        pairs = features[2 * n : 2 * n + 3 * n * n].reshape(n, n, 3, k)
+        pairs[:, :, 2] = flag[None]
+        alive = pairs[0, :, 2]  # [n, K] float32
+        relative = pairs[:, :, :2]
+        ops.subtract(pos[None], pos[:, None], out=relative)
+        ops.multiply(relative, alive[None, :, None], out=relative)
+        ops.multiply(pos, alive[:, None], out=features[2 * n + 3 * n * n :].reshape(n, 2, k))
+        return ops.take(features, self._value_rows)
 
     def _actions(self, actions: dict[str, Any], group: str) -> Array:
+        """``actions[group]`` as an int64 array ``[E, n_g]`` of the env's place."""
         if group not in actions:
             raise KeyError(
                 f"actions has no entry for group {group!r}; expected {{group: [E, n_g]}} "
@@ -260,23 +250,240 @@ class BatchedTag(BatchedEnv):
                 f"actions[{group!r}] has shape {tuple(value.shape)}, expected {shape} "
                 "(one action per copy and agent of the group)"
             )
-        return value.long() if self.place.is_torch else value.astype(np.int64, copy=False)
+        return self._ops.int64(value)
 
-    def _result(self, *outcome: dict[str, Array]) -> BatchedStep:
-        """The current view of every copy, as fresh arrays."""
-        copy = _clone if self.place.is_torch else np.copy
-        alive = self._split(self._alive)
-        step = BatchedStep(
-            obs={g: copy(o) for g, o in zip(GROUPS, self._obs, strict=True)},
-            alive={g: copy(a) for g, a in zip(GROUPS, alive, strict=True)},
-            acting={g: copy(a) for g, a in zip(GROUPS, alive, strict=True)},
-            action_mask={g: copy(m) for g, m in zip(GROUPS, self._mask, strict=True)},
-            state=copy(self._state),
-        )
+    def _result(self, copies: Array | None = None, *outcome: dict[str, Array]) -> BatchedStep:
+        """The current view of the copies ``copies`` (all for ``None``) and ``outcome``
+        (reward, terminated, truncated; agent-major) as fresh arrays ``[E, ...]``, zeros in
+        the rows of the other copies."""
+        ops = self._ops
+
+        def pick(per_agent: Array) -> Array:
+            return per_agent if copies is None else per_agent[:, copies]
+
+        def rows(part: Array) -> Array:
+            return part if copies is None else ops.embed(part, copies, self.num_envs)
+
+        def view(per_agent: Array) -> Array:
+            return rows(ops.transposed(pick(per_agent)))
+
+        step = BatchedStep(obs={}, alive={}, acting={}, action_mask={})
+        cell, alive = pick(self._cell), pick(self._alive)
+        for (g, s), table in zip(self._slices.items(), self._masks, strict=True):
+            values, shape = self._rows[g]
+            obs = ops.transposed(pick(self._values[values])).reshape(-1, *shape)
+            step.obs[g] = rows(obs)
+            step.alive[g] = rows(ops.transposed(alive[s]))
+            step.acting[g] = ops.copy(step.alive[g])
+            # An agent not alive reads the table's all-legal rows below its cell.
+            key = ops.transposed(cell[s] + len(table) // 2 * ~alive[s])
+            step.action_mask[g] = rows(ops.masks(table, key))
+        step.state = view(self._values[self._rows["state"][0]])
         if outcome:
-            step.reward, step.terminated, step.truncated = outcome
+            step.reward, step.terminated, step.truncated = (
+                {g: view(a) for g, a in field.items()} for field in outcome
+            )
         return step
 
 
-def _clone(tensor: Any) -> Any:
-    return tensor.clone()
+class _NumpyOps:
+    """The operations whose numpy and torch spellings differ."""
+
+    def take(self, table: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """``table``'s entries (rows) at ``index``: ``[*index.shape, *table.shape[1:]]``."""
+        return np.take(table, index, axis=0)
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        return np.empty(shape, dtype)
+
+    def int64(self, array: np.ndarray) -> np.ndarray:
+        return array.astype(np.int64, copy=False)
+
+    def broadcast(self, row: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        return np.broadcast_to(row, shape)
+
+    def transposed(self, array: np.ndarray) -> np.ndarray:
+        """A fresh contiguous copy of ``array.T``."""
+        if len(array) <= 4:  # a copy whose inner loop is a few agents long is slow
+            return np.stack(tuple(array), axis=1)
+        return array.T.copy()
+
+    def masks(self, table: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``[K, n_g, n_actions]``: the rows of a mask table at ``rows`` (``[K, n_g]``)."""
+        # One item of n_actions bytes per mask: one copy per item, not n_actions.
+        items = table.view(f"V{table.shape[1]}")[:, 0]
+        return np.take(items, rows).view(np.bool_).reshape(*rows.shape, table.shape[1])
+
+    def copy(self, array: np.ndarray) -> np.ndarray:
+        return array.copy()
+
+    subtract, multiply = staticmethod(np.subtract), staticmethod(np.multiply)
+
+    def embed(self, part: np.ndarray, rows: np.ndarray, num_rows: int) -> np.ndarray:
+        """``part`` in the ``rows`` of ``num_rows`` zero rows."""
+        out = np.zeros((num_rows, *part.shape[1:]), part.dtype)
+        out[rows] = part
+        return out
+
+    def keep(self, values: np.ndarray, keep: np.ndarray, last: np.ndarray) -> None:
+        """``last`` in place of ``values`` where ``keep`` is false."""
+        np.putmask(values, ~keep, last)
+
+    concatenate = staticmethod(np.concatenate)
+    where = staticmethod(np.where)
+
+
+class _TorchOps:
+    def __init__(self, device: str) -> None:
+        self.torch = torch = import_torch()
+        self.device = torch.device(device)
+        self.concatenate, self.where = torch.cat, torch.where
+        self.subtract, self.multiply = torch.sub, torch.mul
+
+    def take(self, table: Any, index: Any) -> Any:
+        flat = self.torch.index_select(table, 0, index.reshape(-1))
+        return flat.view(*index.shape, *table.shape[1:])
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        return self.torch.empty(shape, dtype=torch_dtype(dtype), device=self.device)
+
+    def int64(self, array: Any) -> Any:
+        return array.long()
+
+    def broadcast(self, row: Any, shape: tuple[int, ...]) -> Any:
+        return row.expand(shape)
+
+    def transposed(self, array: Any) -> Any:
+        if len(array) <= 4:
+            return self.torch.stack(tuple(array), 1)
+        return array.T.clone(memory_format=self.torch.contiguous_format)
+
+    def masks(self, table: Any, rows: Any) -> Any:
+        return self.take(table, rows)
+
+    def copy(self, array: Any) -> Any:
+        return array.clone()
+
+    def embed(self, part: Any, rows: Any, num_rows: int) -> Any:
+        out = self.torch.zeros((num_rows, *part.shape[1:]), dtype=part.dtype, device=self.device)
+        out[rows] = part
+        return out
+
+    def keep(self, values: Any, keep: Any, last: Any) -> None:
+        values.copy_(self.torch.where(keep, values, last))
+
+
+class Choices:
+    """``generator.choice(m, size=n, replace=False)`` of many copies' generators at once,
+    bit for bit, without a Python call per copy where it can.
+
+    numpy draws it (for ``m <= 10000``, and larger ``m`` with small ``n``) with Floyd's
+    algorithm, then shuffles the ``n`` values, each step a bounded integer (Lemire's
+    method) from the 32-bit words of the generator's 64-bit outputs (the low half first).
+    Each copy's words are read ahead from its generator's ``random_raw`` and the draws of
+    all copies are computed as array operations. Where this numpy draws differently
+    (checked once per ``(m, n)``), or for other sizes, each copy calls ``choice``.
+    """
+
+    WORDS = 256  # words read ahead per copy: 36 draws of 4 agents' cells
+
+    def __init__(self, num_copies: int, m: int, n: int, *, check: bool = True) -> None:
+        self.m, self.n = m, n
+        # The bound of each bounded integer of a draw: Floyd's, then the shuffle's.
+        self.bounds = np.array([*range(max(m - n, 1), m), *range(n - 1, 0, -1)], np.uint64)
+        span = self.bounds + np.uint64(1)
+        self.spans, self.thresholds = span, (np.uint64(2**32) - span) % span
+        self.size = max(self.WORDS, 2 * len(self.bounds))
+        self.words = np.zeros((num_copies, self.size), np.uint32)
+        self.next = np.zeros(num_copies, np.int64)  # each copy's next unread word
+        self.end = np.zeros(num_copies, np.int64)  # and the end of its words
+        self.sources: list[np.random.Generator | None] = [None] * num_copies
+        # Floyd's algorithm on 32-bit words is numpy's way for these sizes.
+        floyd = 0 < n <= m < 2**32 and not (m > 10000 and n > m // 50)
+        self.exact = floyd and (not check or _emulation_matches(m, n))
+
+    def choose(self, generators: Sequence[np.random.Generator], rows: np.ndarray) -> np.ndarray:
+        """``[n, K]``: copy ``rows[k]``'s draw from its generator ``generators[k]``."""
+        if not self.exact:
+            out = np.empty((len(rows), self.n), np.int64)
+            for k, generator in enumerate(generators):
+                out[k] = generator.choice(self.m, size=self.n, replace=False)
+            return out.T
+        for i, generator in zip(rows.tolist(), generators, strict=True):
+            if generator is not self.sources[i]:  # a new generator: forget the old words
+                self.sources[i], self.next[i], self.end[i] = generator, 0, 0
+        d = len(self.bounds)
+        for i in rows[self.end[rows] - self.next[rows] < d].tolist():
+            self._refill(i)
+        at = self.next[rows]
+        scaled = self.words[rows[:, None], at[:, None] + np.arange(d)] * self.spans
+        self.next[rows] = at + d
+        out = self._arrange((scaled >> np.uint64(32)).astype(np.int64))
+        # A word that Lemire's method rejects (rare for small bounds) shifts the rest.
+        again = np.flatnonzero(((scaled & np.uint64(0xFFFFFFFF)) < self.thresholds).any(1))
+        if len(again):
+            self.next[rows[again]] = at[again]
+            out[:, again] = self._arrange(self._one_by_one(rows[again]))
+        return out
+
+    def _arrange(self, values: np.ndarray) -> np.ndarray:
+        """``[n, K]``: the draws, from each copy's bounded integers ``[K, len(bounds)]``."""
+        m, n, k = self.m, self.n, len(values)
+        out, columns, d = np.empty((n, k), np.int64), np.arange(k), 0
+        for t, j in enumerate(range(m - n, m)):  # Floyd: a value in [0, j], or j if taken
+            value = values[:, d] if j else np.zeros(k, np.int64)
+            d += j > 0
+            out[t] = np.where((out[:t] == value).any(0), j, value) if t else value
+        for i in range(n - 1, 0, -1):  # the shuffle: swap value i with value [0, i]
+            other = values[:, d]
+            d += 1
+            out[i], out[other, columns] = out[other, columns], out[i].copy()
+        return out
+
+    def _one_by_one(self, rows: np.ndarray) -> np.ndarray:
+        """The bounded integers of the copies ``rows``, drawing again after a rejection."""
+        values = np.empty((len(rows), len(self.bounds)), np.int64)
+        for d, (span, threshold) in enumerate(zip(self.spans, self.thresholds, strict=True)):
+            scaled = self._next_words(rows) * span
+            redraw = np.flatnonzero((scaled & np.uint64(0xFFFFFFFF)) < threshold)
+            while len(redraw):
+                scaled[redraw] = self._next_words(rows[redraw]) * span
+                redraw = redraw[(scaled[redraw] & np.uint64(0xFFFFFFFF)) < threshold]
+            values[:, d] = scaled >> np.uint64(32)
+        return values
+
+    def _next_words(self, rows: np.ndarray) -> np.ndarray:
+        """The next 32-bit word of each copy in ``rows`` (as uint64)."""
+        for i in rows[self.next[rows] >= self.end[rows]].tolist():
+            self._refill(i)
+        at = self.next[rows]
+        self.next[rows] = at + 1
+        return self.words[rows, at].astype(np.uint64)
+
+    def _refill(self, i: int) -> None:
+        left = self.words[i, self.next[i] : self.end[i]].copy()
+        raw = self.sources[i].bit_generator.random_raw((self.size - len(left)) // 2)
+        end = len(left) + 2 * len(raw)
+        self.words[i, : len(left)] = left
+        self.words[i, len(left) : end : 2] = raw & np.uint64(0xFFFFFFFF)
+        self.words[i, len(left) + 1 : end : 2] = raw >> np.uint64(32)
+        self.next[i], self.end[i] = 0, end
+
+
+def _emulation_matches(m: int, n: int) -> bool:
+    """Whether :class:`Choices` draws what this numpy's ``Generator.choice`` draws."""
+    return _EMULATION_MATCHES.setdefault((m, n), _compare_with_numpy(m, n))
+
+
+def _compare_with_numpy(m: int, n: int, copies: int = 3, draws: int = 40) -> bool:
+    probe = Choices(copies, m, n, check=False)
+    ours = [np.random.default_rng(seed) for seed in range(copies)]
+    theirs = [np.random.default_rng(seed) for seed in range(copies)]
+    for _ in range(draws):
+        expected = np.stack([g.choice(m, size=n, replace=False) for g in theirs], 1)
+        if not np.array_equal(probe.choose(ours, np.arange(copies)), expected):
+            return False
+    return True
+
+
+_EMULATION_MATCHES: dict[tuple[int, int], bool] = {}
