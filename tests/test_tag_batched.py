@@ -16,7 +16,7 @@ from corral.arrays import to_numpy
 from corral.batched_env import BatchedStep
 from corral.envs import tag_batched
 from corral.envs.tag import Tag
-from corral.envs.tag_batched import BatchedTag
+from corral.envs.tag_batched import BatchedTag, Choices
 
 PLACES = [
     pytest.param(("numpy", "cpu"), id="numpy"),
@@ -288,6 +288,24 @@ def test_bad_actions_raise_clearly() -> None:
         env.step({"predator": np.zeros((4, 2), int)})
     with pytest.raises(ValueError, match=r"actions\['prey'\] has shape \(4,\), expected \(4, 2\)"):
         env.step({"predator": np.zeros((4, 2), int), "prey": np.zeros(4, int)})
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["as-arrays", "one-call-per-copy"])
+@pytest.mark.parametrize(("m", "n"), [(45, 4), (4, 4), (1, 1), (2**31 + 5, 3)])
+def test_choices_draw_what_generator_choice_draws(m: int, n: int, exact: bool) -> None:
+    """Copy by copy, across draws, a reseeded copy and (for 2**31 + 5) Lemire's rejections."""
+    choices = Choices(5, m, n)
+    assert choices.exact, "numpy now draws Generator.choice differently: Choices is slow"
+    choices.exact = exact
+    ours = [np.random.default_rng(seed) for seed in range(5)]
+    theirs = [np.random.default_rng(seed) for seed in range(5)]
+    for draw in range(60):
+        if draw == 30:
+            ours[2], theirs[2] = np.random.default_rng(99), np.random.default_rng(99)
+        rows = np.arange(5) if draw % 3 else np.array([1, 2, 4])  # some copies only
+        got = choices.choose([ours[i] for i in rows], rows)
+        expected = [theirs[i].choice(m, size=n, replace=False) for i in rows]
+        assert got.tolist() == np.stack(expected, 1).tolist(), f"draw {draw}"
 
 
 def test_doctests_pass() -> None:

@@ -8,6 +8,7 @@ with exactly the results of ``E`` dict ``Tag`` envs packed by the vector layer
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -106,9 +107,9 @@ class BatchedTag(BatchedEnv):
 
     def _build_tables(self, tag: Tag) -> None:
         """What steps read, as arrays of the env's place: each cell's scaled row and column,
-        the free cells agents start on, per group where each move leads from each cell
-        (illegal moves stay) and the legal moves (every move for an agent not alive), and
-        which features are observed and which make the state."""
+        the free cells agents start on, where each move leads from each cell (illegal moves
+        stay), each group's legal moves, and which features are observed and which make
+        the state."""
         size, cells = tag.size, np.arange(tag.size * tag.size)
         host = self.place.from_host
         # Scaled as the dict env scales its float32 (row, col) pairs.
@@ -116,29 +117,35 @@ class BatchedTag(BatchedEnv):
             host(np.asarray(x, np.float32) * tag._scale) for x in np.divmod(cells, size)
         )
         self._free_cells = host(np.array([r * size + c for r, c in tag._free_cells], np.int64))
-        self._moves, self._masks = [], []
-        for moves in (PREDATOR_MOVES, PREY_MOVES):
-            legal = np.array(_mask_table(tag._free, moves), bool).reshape(len(cells), -1)
-            target = cells[:, None] + np.array([dr * size + dc for dr, dc in moves])
-            self._moves.append(host(np.where(legal, target, cells[:, None]).ravel()))
-            self._masks.append(host(np.concatenate([legal, np.ones_like(legal)])))
-        # Each group's observations, then the state, as rows of the features that
-        # _evaluate computes (the first rows are the dict env's feature vector).
+        # Both groups' moves in one table [group, cell, action], as wide as the prey's.
         p, n = tag.num_predators, len(tag.possible_agents)
-        self._slices = {"predator": slice(0, p), "prey": slice(p, n)}
-        self._rows: dict[str, tuple[slice, tuple[int, ...]]] = {}
+        self._width = width = len(PREY_MOVES)
+        moves = np.repeat(cells[None, :, None], width, axis=2).repeat(2, axis=0)
+        self._group_list: list[_Group] = []
         features, owner, start = [], [], 0
-        for g, s in self._slices.items():
-            gather = np.stack(tag._gather[s])
-            self._rows[g] = (slice(start, start + gather.size), gather.shape)
+        for k, (name, agents, kind) in enumerate(
+            (("predator", slice(0, p), PREDATOR_MOVES), ("prey", slice(p, n), PREY_MOVES))
+        ):
+            legal = np.array(_mask_table(tag._free, kind), bool).reshape(len(cells), -1)
+            target = cells[:, None] + np.array([dr * size + dc for dr, dc in kind])
+            moves[k, :, : len(kind)] = np.where(legal, target, cells[:, None])
+            gather = np.stack(tag._gather[agents])
+            values = slice(start, start + gather.size)
+            masks = host(np.concatenate([legal, np.ones_like(legal)]))
+            self._group_list.append(_Group(name, agents, values, gather.shape, masks))
             features.append(gather.ravel())
-            owner += [i for i in range(s.start, s.stop) for _ in range(gather.shape[1])]
+            owner += [i for i in range(p, n) for _ in range(gather.shape[1])] if k else []
             start += gather.size
-        self._rows["state"] = (slice(start, start + 3 * n), tag.state_space.shape)
-        scaled = 2 * n + 3 * n * n  # state: scaled (row, col) times the flag, then the flags
-        features += [np.arange(scaled, scaled + 2 * n), 2 * n + 3 * np.arange(n) + 2]
-        self._value_rows = host(np.concatenate(features))
-        self._owner = host(np.array(owner, np.int64))
+        self._moves = host(moves.ravel())
+        self._move_base = host(np.array([0] * p + [size * size * width] * (n - p))[:, None])
+        # The values: each group's observations, then the state, as rows of the features
+        # that _evaluate computes (the dict env's features, each alive flag once).
+        self._state_rows = slice(start, start + 3 * n)
+        flags = 2 * n + 2 * n * n
+        observed = _feature_rows(np.concatenate(features), n)
+        state = [np.arange(flags + n, flags + 3 * n), np.arange(flags, flags + n)]
+        self._value_rows = host(np.concatenate([observed, *state]))
+        self._prey_owner = host(np.array(owner, np.int64))  # the prey of each prey value
         self._catch = host(np.array(CATCH_REWARD, np.float64))
         self._zero = host(np.array(0.0, np.float64))
 
@@ -163,39 +170,38 @@ class BatchedTag(BatchedEnv):
         draws = self._draws.choose(generators, rows)
         rows = self.place.from_host(rows)
         cell = self._ops.take(self._free_cells, self.place.from_host(draws))
-        self._cell[:, rows] = cell
-        self._flag[:, rows] = True
-        self._alive[:, rows] = True
-        self._t[rows] = 0
-        self._values[:, rows] = self._evaluate(cell, self._flag[:, rows])
+        ops = self._ops
+        ops.put_columns(self._cell, rows, cell)
+        ops.put_columns(self._flag, rows, True)
+        ops.put_columns(self._alive, rows, True)
+        ops.put_columns(self._t, rows, 0)
+        ops.put_columns(self._values, rows, self._evaluate(cell, True))
         return self._result(None if where is None else rows)
 
     def step(self, actions: dict[str, Any]) -> BatchedStep:
         """Move every live agent of every copy, then remove the prey that were caught."""
         ops, p = self._ops, self.num_predators
         was_alive, old = self._alive, self._cell
-        new = []
-        for (g, s), moves, masks in zip(
-            self._slices.items(), self._moves, self._masks, strict=True
-        ):
-            # An agent not alive "stays" (action 0), whatever its entry holds.
-            action = self._actions(actions, g).T * was_alive[s]
-            new.append(ops.take(moves, old[s] * masks.shape[1] + action))
-        caught = self._caught(old[:p], old[p:], *new) & was_alive[p:]
-        self._cell = cell = ops.concatenate(new)
-        self._flag[p:] &= ~caught
+        action = ops.concatenate([self._actions(actions, g.name).T for g in self._group_list])
+        # An agent not alive "stays" (action 0), whatever its entry holds.
+        self._cell = cell = ops.take(
+            self._moves, old * self._width + action * was_alive + self._move_base
+        )
+        kept = ~self._caught(old[:p], old[p:], cell[:p], cell[p:]) | ~was_alive[p:]
+        self._flag[p:] &= kept
         self._t += 1
         all_caught = ~self._flag[p:].any(0)
         out_of_time = (self._t >= self.max_cycles) & ~all_caught
         self._alive = alive = was_alive & ~(all_caught | out_of_time)
-        alive[p:] &= ~caught
+        alive[p:] &= kept
         # A prey caught before this step keeps its last observation (predators are in
         # every running episode).
-        values, prey = self._evaluate(cell, self._flag), self._rows["prey"][0]
-        ops.keep(values[prey], was_alive[self._owner[prey]], self._values[prey])
+        values, prey = self._evaluate(cell, self._flag), self._group_list[1].values
+        ops.keep(values[prey], was_alive[self._prey_owner], self._values[prey])
         self._values = values
 
-        predators, prey_was_alive = (p, self.num_envs), was_alive[p:]
+        caught, prey_was_alive = ~kept, was_alive[p:]
+        predators = (p, self.num_envs)
         reward = {
             "predator": ops.broadcast(caught.sum(0) * self._catch, predators),
             "prey": ops.where(caught, -self._catch, self._zero),
@@ -206,7 +212,7 @@ class BatchedTag(BatchedEnv):
         }
         truncated = {
             "predator": ops.broadcast(out_of_time, predators),
-            "prey": prey_was_alive & ~caught & out_of_time,
+            "prey": prey_was_alive & kept & out_of_time,
         }
         return self._result(None, reward, terminated, truncated)
 
@@ -217,23 +223,23 @@ class BatchedTag(BatchedEnv):
         swapped = (to == old_prey[None]) & (was == new_prey[None])
         return (reached | swapped).any(0)
 
-    def _evaluate(self, cell: Array, flag: Array) -> Array:
-        """``[R, K]``: every observed and state value of ``K`` copies, from their cells and
-        flags (``[n, K]``): rows of the dict env's feature vector (scaled positions, then
-        for each pair of agents ``(i, j)`` j's position relative to i and j's flag) and of
-        the state, computed with the dict env's float32 operations: bit-identical."""
+    def _evaluate(self, cell: Array, flag: Array | bool) -> Array:
+        """``[R, K]``: every observed and state value of ``K`` copies from their cells and
+        flags (``[n, K]``, or one for all), with the dict env's float32 operations, so
+        bit-identical: a gather from the features (scaled positions, each agent's position
+        relative to each agent, zero once caught, the flags, the positions times the flags).
+        """
         ops, (n, k) = self._ops, cell.shape
-        features = ops.empty((2 * n + 3 * n * n + 2 * n, k), np.float32)
+        features = ops.empty((5 * n + 2 * n * n, k), np.float32)
         pos = features[: 2 * n].reshape(n, 2, k)
         pos[:, 0] = ops.take(self._row_coord, cell)
         pos[:, 1] = ops.take(self._col_coord, cell)
-        pairs = features[2 * n : 2 * n + 3 * n * n].reshape(n, n, 3, k)
-        pairs[:, :, 2] = flag[None]
-        alive = pairs[0, :, 2]  # [n, K] float32
-        relative = pairs[:, :, :2]
+        relative = features[2 * n : 2 * n + 2 * n * n].reshape(n, n, 2, k)
+        alive = features[2 * n + 2 * n * n : 3 * n + 2 * n * n]
+        alive[...] = flag
         ops.subtract(pos[None], pos[:, None], out=relative)
         ops.multiply(relative, alive[None, :, None], out=relative)
-        ops.multiply(pos, alive[:, None], out=features[2 * n + 3 * n * n :].reshape(n, 2, k))
+        ops.multiply(pos, alive[:, None], out=features[3 * n + 2 * n * n :].reshape(n, 2, k))
         return ops.take(features, self._value_rows)
 
     def _actions(self, actions: dict[str, Any], group: str) -> Array:
@@ -256,34 +262,53 @@ class BatchedTag(BatchedEnv):
         """The current view of the copies ``copies`` (all for ``None``) and ``outcome``
         (reward, terminated, truncated; agent-major) as fresh arrays ``[E, ...]``, zeros in
         the rows of the other copies."""
-        ops = self._ops
+        ops, num_cells = self._ops, self.size * self.size
+        cell, alive, values = self._cell, self._alive, self._values
+        if copies is not None:
+            cell, alive, values = (ops.columns(a, copies) for a in (cell, alive, values))
 
-        def pick(per_agent: Array) -> Array:
-            return per_agent if copies is None else per_agent[:, copies]
-
-        def rows(part: Array) -> Array:
+        def fresh(per_agent: Array) -> Array:
+            part = ops.transposed(per_agent)
             return part if copies is None else ops.embed(part, copies, self.num_envs)
 
-        def view(per_agent: Array) -> Array:
-            return rows(ops.transposed(pick(per_agent)))
-
         step = BatchedStep(obs={}, alive={}, acting={}, action_mask={})
-        cell, alive = pick(self._cell), pick(self._alive)
-        for (g, s), table in zip(self._slices.items(), self._masks, strict=True):
-            values, shape = self._rows[g]
-            obs = ops.transposed(pick(self._values[values])).reshape(-1, *shape)
-            step.obs[g] = rows(obs)
-            step.alive[g] = rows(ops.transposed(alive[s]))
-            step.acting[g] = ops.copy(step.alive[g])
+        for g in self._group_list:
+            step.obs[g.name] = fresh(values[g.values]).reshape(-1, *g.obs_shape)
+            step.alive[g.name] = fresh(alive[g.agents])
+            step.acting[g.name] = ops.copy(step.alive[g.name])
             # An agent not alive reads the table's all-legal rows below its cell.
-            key = ops.transposed(cell[s] + len(table) // 2 * ~alive[s])
-            step.action_mask[g] = rows(ops.masks(table, key))
-        step.state = view(self._values[self._rows["state"][0]])
+            key = ops.transposed(cell[g.agents] + num_cells * ~alive[g.agents])
+            masks = ops.masks(g.masks, key)
+            step.action_mask[g.name] = (
+                masks if copies is None else ops.embed(masks, copies, self.num_envs)
+            )
+        step.state = fresh(values[self._state_rows])
         if outcome:
             step.reward, step.terminated, step.truncated = (
-                {g: view(a) for g, a in field.items()} for field in outcome
+                {g: fresh(a) for g, a in field.items()} for field in outcome
             )
         return step
+
+
+def _feature_rows(index: np.ndarray, n: int) -> np.ndarray:
+    """The rows of :meth:`BatchedTag._evaluate`'s features that hold entries ``index`` of
+    the dict env's feature vector: ``2 * n`` scaled positions, then for each pair of
+    agents ``(i, j)`` j's relative position and j's flag (here the flags come once, after
+    all the relative positions)."""
+    pair, entry = np.divmod(index - 2 * n, 3)
+    row = np.where(entry < 2, 2 * n + 2 * pair + entry, 2 * n + 2 * n * n + pair % n)
+    return np.where(index < 2 * n, index, row)
+
+
+@dataclass(frozen=True)
+class _Group:
+    """A group's place among the agents and the values, and its mask table."""
+
+    name: str
+    agents: slice
+    values: slice  # its observations' rows among the values
+    obs_shape: tuple[int, ...]  # (n_g, obs_size)
+    masks: Array  # [2 * cells, n_actions]: legal moves from each cell, then every move
 
 
 class _NumpyOps:
@@ -324,6 +349,14 @@ class _NumpyOps:
         out = np.zeros((num_rows, *part.shape[1:]), part.dtype)
         out[rows] = part
         return out
+
+    def columns(self, array: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        """``array[..., columns]``: the entries of some copies (the last axis)."""
+        return array[..., columns]
+
+    def put_columns(self, array: np.ndarray, columns: np.ndarray, value: Any) -> None:
+        """``array[..., columns] = value``."""
+        array[..., columns] = value
 
     def keep(self, values: np.ndarray, keep: np.ndarray, last: np.ndarray) -> None:
         """``last`` in place of ``values`` where ``keep`` is false."""
@@ -366,11 +399,19 @@ class _TorchOps:
 
     def embed(self, part: Any, rows: Any, num_rows: int) -> Any:
         out = self.torch.zeros((num_rows, *part.shape[1:]), dtype=part.dtype, device=self.device)
-        out[rows] = part
-        return out
+        return out.index_copy_(0, rows, part)
+
+    def columns(self, array: Any, columns: Any) -> Any:
+        return self.torch.index_select(array, array.dim() - 1, columns)
+
+    def put_columns(self, array: Any, columns: Any, value: Any) -> None:
+        if isinstance(value, (bool, int, float)):
+            array.index_fill_(array.dim() - 1, columns, value)
+        else:
+            array.index_copy_(array.dim() - 1, columns, value)
 
     def keep(self, values: Any, keep: Any, last: Any) -> None:
-        values.copy_(self.torch.where(keep, values, last))
+        self.torch.where(keep, values, last, out=values)
 
 
 class Choices:
