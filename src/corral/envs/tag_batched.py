@@ -20,8 +20,6 @@ from corral.batched_env import selected as selected_copies
 from corral.envs.tag import CATCH_REWARD, PREDATOR_MOVES, PREY_MOVES, Tag, _mask_table
 from corral.groups import group_agents
 
-GROUPS = ("predator", "prey")
-
 
 class BatchedTag(BatchedEnv):
     """``num_envs`` copies of :class:`~corral.envs.tag.Tag`, stepped as arrays.
@@ -120,9 +118,9 @@ class BatchedTag(BatchedEnv):
         # Both groups' moves in one table [group, cell, action], as wide as the prey's.
         p, n = tag.num_predators, len(tag.possible_agents)
         self._width = width = len(PREY_MOVES)
-        moves = np.repeat(cells[None, :, None], width, axis=2).repeat(2, axis=0)
+        moves = np.broadcast_to(cells[:, None], (2, len(cells), width)).copy()  # all stay
         self._group_list: list[_Group] = []
-        features, owner, start = [], [], 0
+        features, start = [], 0
         for k, (name, agents, kind) in enumerate(
             (("predator", slice(0, p), PREDATOR_MOVES), ("prey", slice(p, n), PREY_MOVES))
         ):
@@ -134,7 +132,6 @@ class BatchedTag(BatchedEnv):
             masks = host(np.concatenate([legal, np.ones_like(legal)]))
             self._group_list.append(_Group(name, agents, values, gather.shape, masks))
             features.append(gather.ravel())
-            owner += [i for i in range(p, n) for _ in range(gather.shape[1])] if k else []
             start += gather.size
         self._moves = host(moves.ravel())
         self._move_base = host(np.array([0] * p + [size * size * width] * (n - p))[:, None])
@@ -145,7 +142,8 @@ class BatchedTag(BatchedEnv):
         observed = _feature_rows(np.concatenate(features), n)
         state = [np.arange(flags + n, flags + 3 * n), np.arange(flags, flags + n)]
         self._value_rows = host(np.concatenate([observed, *state]))
-        self._prey_owner = host(np.array(owner, np.int64))  # the prey of each prey value
+        # The prey whose observation each prey value is.
+        self._prey_owner = host(np.repeat(np.arange(p, n), self._group_list[1].obs_shape[1]))
         self._catch = host(np.array(CATCH_REWARD, np.float64))
         self._zero = host(np.array(0.0, np.float64))
 
@@ -168,9 +166,8 @@ class BatchedTag(BatchedEnv):
         rows = selected_copies(where, self.num_envs)
         generators = self._generators.at_reset(copy_seeds(seed, self.num_envs), rows)
         draws = self._draws.choose(generators, rows)
-        rows = self.place.from_host(rows)
-        cell = self._ops.take(self._free_cells, self.place.from_host(draws))
-        ops = self._ops
+        ops, rows = self._ops, self.place.from_host(rows)
+        cell = ops.take(self._free_cells, self.place.from_host(draws))
         ops.put_columns(self._cell, rows, cell)
         ops.put_columns(self._flag, rows, True)
         ops.put_columns(self._alive, rows, True)
@@ -187,20 +184,21 @@ class BatchedTag(BatchedEnv):
         self._cell = cell = ops.take(
             self._moves, old * self._width + action * was_alive + self._move_base
         )
-        kept = ~self._caught(old[:p], old[p:], cell[:p], cell[p:]) | ~was_alive[p:]
-        self._flag[p:] &= kept
+        prey_was_alive = was_alive[p:]
+        caught = self._caught(old[:p], old[p:], cell[:p], cell[p:]) & prey_was_alive
+        free = ~caught
+        self._flag[p:] &= free
         self._t += 1
         all_caught = ~self._flag[p:].any(0)
         out_of_time = (self._t >= self.max_cycles) & ~all_caught
         self._alive = alive = was_alive & ~(all_caught | out_of_time)
-        alive[p:] &= kept
+        alive[p:] &= free
         # A prey caught before this step keeps its last observation (predators are in
         # every running episode).
         values, prey = self._evaluate(cell, self._flag), self._group_list[1].values
-        ops.keep(values[prey], was_alive[self._prey_owner], self._values[prey])
+        ops.keep(values[prey], ops.take(was_alive, self._prey_owner), self._values[prey])
         self._values = values
 
-        caught, prey_was_alive = ~kept, was_alive[p:]
         predators = (p, self.num_envs)
         reward = {
             "predator": ops.broadcast(caught.sum(0) * self._catch, predators),
@@ -212,7 +210,7 @@ class BatchedTag(BatchedEnv):
         }
         truncated = {
             "predator": ops.broadcast(out_of_time, predators),
-            "prey": prey_was_alive & kept & out_of_time,
+            "prey": prey_was_alive & free & out_of_time,
         }
         return self._result(None, reward, terminated, truncated)
 
