@@ -66,8 +66,10 @@ class DictCopies:
         rows = range(len(self.envs)) if where is None else np.flatnonzero(where)
         for i in rows:
             self.obs[i], self.infos[i] = self.envs[i].reset(seed=seeds[i])
+            for last in self.last_obs.values():
+                last[i] = 0.0  # an agent not in the reset obs reads zeros
             self._keep_obs(i, self.obs[i], {})
-        return self._pack(None)
+        return self.pack(None)
 
     def step(self, actions: dict[str, np.ndarray]) -> dict:
         results = []
@@ -82,7 +84,7 @@ class DictCopies:
             self._keep_obs(i, obs, infos)
             self.obs[i], self.infos[i] = obs, infos
             results.append((rewards, terms, truncs))
-        return self._pack(results)
+        return self.pack(results)
 
     def _keep_obs(self, i: int, obs: dict, infos: dict) -> None:
         """An agent's last observation: its entry of ``obs``, else its final one."""
@@ -93,7 +95,8 @@ class DictCopies:
                 elif "final_obs" in infos.get(agent, {}):
                     self.last_obs[g][i, j] = infos[agent]["final_obs"]
 
-    def _pack(self, results: list | None) -> dict:
+    def pack(self, results: list | None) -> dict:
+        """The batch of the last call: ``results`` of a step, ``None`` after a reset."""
         out: dict[str, Any] = {f: {} for f in FIELDS}
         out["obs"] = {g: o.copy() for g, o in self.last_obs.items()}
         out["state"] = np.stack([env.state() for env in self.envs])
@@ -182,7 +185,7 @@ def test_steps_exactly_as_dict_envs_with_autoreset(place: tuple[str, str], kwarg
     got = env.reset(seed=seed)
     assert_same(got, oracle.reset([seed + i for i in range(num_envs)]), place, "reset")
     rng = np.random.default_rng(seed)
-    expected = oracle._pack(None)
+    expected = oracle.pack(None)
     died_early = all_caught = timed_out = 0
     for t in range(300):
         actions = random_actions(rng, expected)

@@ -310,11 +310,10 @@ class _Group:
 
 
 class _NumpyOps:
-    """The operations whose numpy and torch spellings differ."""
+    """The operations whose numpy and torch spellings differ; arrays are agent-major."""
 
-    def take(self, table: np.ndarray, index: np.ndarray) -> np.ndarray:
-        """``table``'s entries (rows) at ``index``: ``[*index.shape, *table.shape[1:]]``."""
-        return np.take(table, index, axis=0)
+    concatenate, where = staticmethod(np.concatenate), staticmethod(np.where)
+    subtract, multiply = staticmethod(np.subtract), staticmethod(np.multiply)
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         return np.empty(shape, dtype)
@@ -322,14 +321,15 @@ class _NumpyOps:
     def int64(self, array: np.ndarray) -> np.ndarray:
         return array.astype(np.int64, copy=False)
 
+    def copy(self, array: np.ndarray) -> np.ndarray:
+        return array.copy()
+
     def broadcast(self, row: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         return np.broadcast_to(row, shape)
 
-    def transposed(self, array: np.ndarray) -> np.ndarray:
-        """A fresh contiguous copy of ``array.T``."""
-        if len(array) <= 4:  # a copy whose inner loop is a few agents long is slow
-            return np.stack(tuple(array), axis=1)
-        return array.T.copy()
+    def take(self, table: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """``table``'s entries (rows) at ``index``: ``[*index.shape, *table.shape[1:]]``."""
+        return np.take(table, index, axis=0)
 
     def masks(self, table: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``[K, n_g, n_actions]``: the rows of a mask table at ``rows`` (``[K, n_g]``)."""
@@ -337,19 +337,8 @@ class _NumpyOps:
         items = table.view(f"V{table.shape[1]}")[:, 0]
         return np.take(items, rows).view(np.bool_).reshape(*rows.shape, table.shape[1])
 
-    def copy(self, array: np.ndarray) -> np.ndarray:
-        return array.copy()
-
-    subtract, multiply = staticmethod(np.subtract), staticmethod(np.multiply)
-
-    def embed(self, part: np.ndarray, rows: np.ndarray, num_rows: int) -> np.ndarray:
-        """``part`` in the ``rows`` of ``num_rows`` zero rows."""
-        out = np.zeros((num_rows, *part.shape[1:]), part.dtype)
-        out[rows] = part
-        return out
-
     def columns(self, array: np.ndarray, columns: np.ndarray) -> np.ndarray:
-        """``array[..., columns]``: the entries of some copies (the last axis)."""
+        """``array[..., columns]``: the entries of some copies."""
         return array[..., columns]
 
     def put_columns(self, array: np.ndarray, columns: np.ndarray, value: Any) -> None:
@@ -360,20 +349,27 @@ class _NumpyOps:
         """``last`` in place of ``values`` where ``keep`` is false."""
         np.putmask(values, ~keep, last)
 
-    concatenate = staticmethod(np.concatenate)
-    where = staticmethod(np.where)
+    def transposed(self, array: np.ndarray) -> np.ndarray:
+        """A fresh contiguous copy of ``array.T`` (``[E, rows]``)."""
+        if len(array) <= 4:  # a copy whose inner loop is a few agents long is slow
+            return np.stack(tuple(array), axis=1)
+        return array.T.copy()
+
+    def embed(self, part: np.ndarray, rows: np.ndarray, num_rows: int) -> np.ndarray:
+        """``part`` in the ``rows`` of ``num_rows`` zero rows."""
+        out = np.zeros((num_rows, *part.shape[1:]), part.dtype)
+        out[rows] = part
+        return out
 
 
 class _TorchOps:
+    """:class:`_NumpyOps` in torch, on ``device``."""
+
     def __init__(self, device: str) -> None:
         self.torch = torch = import_torch()
         self.device = torch.device(device)
         self.concatenate, self.where = torch.cat, torch.where
         self.subtract, self.multiply = torch.sub, torch.mul
-
-    def take(self, table: Any, index: Any) -> Any:
-        flat = self.torch.index_select(table, 0, index.reshape(-1))
-        return flat.view(*index.shape, *table.shape[1:])
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
         return self.torch.empty(shape, dtype=torch_dtype(dtype), device=self.device)
@@ -381,23 +377,18 @@ class _TorchOps:
     def int64(self, array: Any) -> Any:
         return array.long()
 
-    def broadcast(self, row: Any, shape: tuple[int, ...]) -> Any:
-        return row.expand(shape)
-
-    def transposed(self, array: Any) -> Any:
-        if len(array) <= 4:
-            return self.torch.stack(tuple(array), 1)
-        return array.T.clone(memory_format=self.torch.contiguous_format)
-
-    def masks(self, table: Any, rows: Any) -> Any:
-        return self.take(table, rows)
-
     def copy(self, array: Any) -> Any:
         return array.clone()
 
-    def embed(self, part: Any, rows: Any, num_rows: int) -> Any:
-        out = self.torch.zeros((num_rows, *part.shape[1:]), dtype=part.dtype, device=self.device)
-        return out.index_copy_(0, rows, part)
+    def broadcast(self, row: Any, shape: tuple[int, ...]) -> Any:
+        return row.expand(shape)
+
+    def take(self, table: Any, index: Any) -> Any:
+        flat = self.torch.index_select(table, 0, index.reshape(-1))
+        return flat.view(*index.shape, *table.shape[1:])
+
+    def masks(self, table: Any, rows: Any) -> Any:
+        return self.take(table, rows)
 
     def columns(self, array: Any, columns: Any) -> Any:
         return self.torch.index_select(array, array.dim() - 1, columns)
@@ -410,6 +401,15 @@ class _TorchOps:
 
     def keep(self, values: Any, keep: Any, last: Any) -> None:
         self.torch.where(keep, values, last, out=values)
+
+    def transposed(self, array: Any) -> Any:
+        if len(array) <= 4:
+            return self.torch.stack(tuple(array), 1)
+        return array.T.clone(memory_format=self.torch.contiguous_format)
+
+    def embed(self, part: Any, rows: Any, num_rows: int) -> Any:
+        out = self.torch.zeros((num_rows, *part.shape[1:]), dtype=part.dtype, device=self.device)
+        return out.index_copy_(0, rows, part)
 
 
 class Choices:
