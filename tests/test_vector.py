@@ -377,7 +377,7 @@ def test_state_is_opt_in_and_matches_each_envs_state() -> None:
     plain = make_vec("corral/tag", 2, seed=0)
     assert plain.state_space is None and plain.reset().state is None
     plain.close()
-    venv = make_vec("corral/tag", 2, seed=0, state=True)
+    venv = make_vec("corral/tag", 2, seed=0, state=True, native=False)  # to call state()
     batch = venv.reset()
     envs = [corral.make("corral/tag") for _ in range(2)]
     for i, env in enumerate(envs):
@@ -441,7 +441,8 @@ def test_envs_inside_a_vector_env_skip_their_own_action_checks() -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_call_errors_are_env_errors_on_every_backend(backend: str, ray_session) -> None:
     """A missing method, a method that raises and a missing attribute: one error type."""
-    venv = make_vec("corral/tag", 3, backend, **_options(backend, ray_session))
+    # Dict envs: a natively batched env has no methods per copy to call.
+    venv = make_vec("corral/tag", 3, backend, native=False, **_options(backend, ray_session))
     try:
         with pytest.raises(EnvError) as missing:
             venv.call("no_such_method")
