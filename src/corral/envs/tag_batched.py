@@ -102,6 +102,7 @@ class BatchedTag(BatchedEnv):
         self._t = zeros((e,), np.int64)
         # Each group's last observations, then the state, one row per value ([R, copy]).
         self._values = zeros((len(self._value_rows), e), np.float32)
+        self._features = zeros((5 * n + 2 * n * n, e), np.float32)  # a step's scratch
 
     def _build_tables(self, tag: Tag) -> None:
         """What steps read, as arrays of the env's place: each cell's scaled row and column,
@@ -195,7 +196,7 @@ class BatchedTag(BatchedEnv):
         alive[p:] &= free
         # A prey caught before this step keeps its last observation (predators are in
         # every running episode).
-        values, prey = self._evaluate(cell, self._flag), self._group_list[1].values
+        values, prey = self._evaluate(cell, self._flag, scratch=True), self._group_list[1].values
         ops.keep(values[prey], ops.take(was_alive, self._prey_owner), self._values[prey])
         self._values = values
 
@@ -221,14 +222,14 @@ class BatchedTag(BatchedEnv):
         swapped = (to == old_prey[None]) & (was == new_prey[None])
         return (reached | swapped).any(0)
 
-    def _evaluate(self, cell: Array, flag: Array | bool) -> Array:
+    def _evaluate(self, cell: Array, flag: Array | bool, scratch: bool = False) -> Array:
         """``[R, K]``: every observed and state value of ``K`` copies from their cells and
         flags (``[n, K]``, or one for all), with the dict env's float32 operations, so
         bit-identical: a gather from the features (scaled positions, each agent's position
-        relative to each agent, zero once caught, the flags, the positions times the flags).
-        """
+        relative to each agent, zero once caught, the flags, the positions times the flags),
+        built in the env's scratch if ``scratch`` (all copies: a step)."""
         ops, (n, k) = self._ops, cell.shape
-        features = ops.empty((5 * n + 2 * n * n, k), np.float32)
+        features = self._features if scratch else ops.empty((5 * n + 2 * n * n, k), np.float32)
         pos = features[: 2 * n].reshape(n, 2, k)
         pos[:, 0] = ops.take(self._row_coord, cell)
         pos[:, 1] = ops.take(self._col_coord, cell)
