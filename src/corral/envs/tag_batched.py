@@ -29,13 +29,14 @@ class BatchedTag(BatchedEnv):
     (``[E, num_predators]``) and ``"prey"`` (``[E, num_prey]``). Copy ``i`` of
     ``reset(seed=s)`` starts where ``Tag.reset(seed=s + i)`` does, and a later
     unseeded reset of that copy draws what the dict env's unseeded ``reset()``
-    draws. Actions are taken as legal (the vector layer checks them against
-    ``action_mask``); those of agents that are not acting are ignored.
+    draws. Actions are not checked here (the vector layer checks them against
+    ``action_mask``; an illegal move leaves the agent where it is); those of
+    agents that are not acting are ignored.
 
     ``reset(where=...)`` fills only the rows of the selected copies (the
     others are zeros and not to be read). Every array returned is fresh: the
-    caller may keep or change it. The env cannot render:
-    render the dict env (``make_vec(..., native=False)``).
+    caller may keep or change it. The env cannot render: render the dict env
+    (``make_vec(..., native=False)``), hence no ``render_modes``.
 
     Examples:
         >>> env = BatchedTag(4, num_prey=1)
