@@ -35,8 +35,11 @@ class BatchedTag(BatchedEnv):
 
     ``reset(where=...)`` fills only the rows of the selected copies (the
     others are zeros and not to be read). Every array returned is fresh: the
-    caller may keep or change it. The env cannot render: render the dict env
-    (``make_vec(..., native=False)``), hence no ``render_modes``.
+    caller may keep or change it. A step's ``obs`` and ``state`` are views of
+    one array laid out copy-minor (not C-contiguous): the vector layer copies
+    them into its own arrays, and that one copy also transposes them. The env
+    cannot render: render the dict env (``make_vec(..., native=False)``), hence
+    no ``render_modes``.
 
     Examples:
         >>> env = BatchedTag(4, num_prey=1)
@@ -102,7 +105,9 @@ class BatchedTag(BatchedEnv):
         self._alive = zeros((n, e), np.bool_)
         self._t = zeros((e,), np.int64)
         # Each group's last observations, then the state, one row per value ([R, copy]).
-        self._values = zeros((len(self._value_rows), e), np.float32)
+        # The prey's observations after the last step, for those caught before the next.
+        prey = self._group_list[1].values
+        self._last_prey = zeros((prey.stop - prey.start, e), np.float32)
         self._features = zeros((5 * n + 2 * n * n, e), np.float32)  # a step's scratch
 
     def _build_tables(self, tag: Tag) -> None:
@@ -174,8 +179,8 @@ class BatchedTag(BatchedEnv):
         ops.put_columns(self._flag, rows, True)
         ops.put_columns(self._alive, rows, True)
         ops.put_columns(self._t, rows, 0)
-        ops.put_columns(self._values, rows, self._evaluate(cell, True))
-        return self._result(None if where is None else rows)
+        values = self._evaluate(cell, True)
+        return self._result(values, None if where is None else rows)
 
     def step(self, actions: dict[str, Any]) -> BatchedStep:
         """Move every live agent of every copy, then remove the prey that were caught."""
@@ -198,8 +203,8 @@ class BatchedTag(BatchedEnv):
         # A prey caught before this step keeps its last observation (predators are in
         # every running episode).
         values, prey = self._evaluate(cell, self._flag, scratch=True), self._group_list[1].values
-        ops.keep(values[prey], ops.take(was_alive, self._prey_owner), self._values[prey])
-        self._values = values
+        ops.keep(values[prey], ops.take(was_alive, self._prey_owner), self._last_prey)
+        self._last_prey = ops.copy(values[prey])  # the step's obs are views of values
 
         predators = (p, self.num_envs)
         reward = {
@@ -214,7 +219,7 @@ class BatchedTag(BatchedEnv):
             "predator": ops.broadcast(out_of_time, predators),
             "prey": prey_was_alive & free & out_of_time,
         }
-        return self._result(None, reward, terminated, truncated)
+        return self._result(values, None, reward, terminated, truncated)
 
     def _caught(self, old_pred: Array, old_prey: Array, new_pred: Array, new_prey: Array) -> Array:
         """``[Y, E]``: a predator reached the prey's cell or the two swapped cells."""
@@ -258,22 +263,31 @@ class BatchedTag(BatchedEnv):
             )
         return self._ops.int64(value)
 
-    def _result(self, copies: Array | None = None, *outcome: dict[str, Array]) -> BatchedStep:
-        """The current view of the copies ``copies`` (all for ``None``) and ``outcome``
-        (reward, terminated, truncated; agent-major) as fresh arrays ``[E, ...]``, zeros in
-        the rows of the other copies."""
+    def _result(
+        self, values: Array, copies: Array | None = None, *outcome: dict[str, Array]
+    ) -> BatchedStep:
+        """The view of the copies ``copies`` (all for ``None``) from their ``values`` (a
+        fresh array ``[R, K]``) and the env's state, and ``outcome`` (reward, terminated,
+        truncated; agent-major), as fresh arrays ``[E, ...]``, zeros in the rows of the
+        other copies."""
         ops, num_cells = self._ops, self.size * self.size
-        cell, alive, values = self._cell, self._alive, self._values
+        cell, alive = self._cell, self._alive
         if copies is not None:
-            cell, alive, values = (ops.columns(a, copies) for a in (cell, alive, values))
+            cell, alive = ops.columns(cell, copies), ops.columns(alive, copies)
 
         def fresh(per_agent: Array) -> Array:
             part = ops.transposed(per_agent)
             return part if copies is None else ops.embed(part, copies, self.num_envs)
 
+        def view(rows: slice) -> Array:
+            """``values[rows]`` copy-major: a view (the caller copies them, a step's copy
+            would be a second one), or of the selected copies in zeros."""
+            part = values[rows].T
+            return part if copies is None else ops.embed(part, copies, self.num_envs)
+
         step = BatchedStep(obs={}, alive={}, acting={}, action_mask={})
         for g in self._group_list:
-            step.obs[g.name] = fresh(values[g.values]).reshape(-1, *g.obs_shape)
+            step.obs[g.name] = view(g.values).reshape(-1, *g.obs_shape)
             step.alive[g.name] = fresh(alive[g.agents])
             step.acting[g.name] = ops.copy(step.alive[g.name])
             # An agent not alive reads the table's all-legal rows below its cell.
@@ -282,7 +296,7 @@ class BatchedTag(BatchedEnv):
             step.action_mask[g.name] = (
                 masks if copies is None else ops.embed(masks, copies, self.num_envs)
             )
-        step.state = fresh(values[self._state_rows])
+        step.state = view(self._state_rows)
         if outcome:
             step.reward, step.terminated, step.truncated = (
                 {g: fresh(a) for g, a in field.items()} for field in outcome
