@@ -51,6 +51,8 @@ class DictCopies:
 
     def __init__(self, num_envs: int, **kwargs: Any) -> None:
         self.envs = [Tag(**kwargs) for _ in range(num_envs)]
+        for env in self.envs:
+            env.check_actions = False  # as inside a vector env, which checks them itself
         env = self.envs[0]
         grouped = corral.group_agents(env.possible_agents, env.observation_space, env.action_space)
         self.groups = {g: tuple(agents) for g, agents in grouped.items()}
@@ -228,6 +230,24 @@ def test_reset_where_leaves_the_other_copies_running(place: tuple[str, str]) -> 
             truncated = expected["truncated"]["predator"][:, 0]
             assert truncated.tolist() == [True, False, True, True]
             break
+
+
+def test_a_copy_stepped_after_its_episode_ended_changes_nothing_as_the_dict_env(
+    place: tuple[str, str],
+) -> None:
+    """Not the vector layer's way (it resets first), but a dict env that does not check
+    actions allows it: no agent ends again, nothing moves, nobody earns."""
+    kwargs = {"max_cycles": 3, "num_prey": 2}
+    env = BatchedTag(3, array=place[0], device=place[1], **kwargs)
+    oracle = DictCopies(3, **kwargs)
+    expected = oracle.reset([5, 6, 7])
+    assert_same(env.reset(seed=5), expected, place, "reset")
+    rng = np.random.default_rng(1)
+    for t in range(6):  # the episodes end at step 3 at the latest
+        actions = random_actions(rng, expected)
+        expected = oracle.step(actions)
+        assert_same(env.step({g: on(place, a) for g, a in actions.items()}), expected, place, t)
+    assert not any(a.any() for a in expected["alive"].values())
 
 
 def test_has_the_dict_envs_agents_spaces_and_groups() -> None:

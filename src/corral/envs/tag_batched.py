@@ -206,17 +206,19 @@ class BatchedTag(BatchedEnv):
         ops.keep(values[prey], ops.take(was_alive, self._prey_owner), self._last_prey)
         self._last_prey = ops.copy(values[prey])  # the step's obs are views of values
 
-        predators = (p, self.num_envs)
+        # Only an agent alive when the step began can end in it (a copy stepped after its
+        # episode ended, like the dict env, ends nobody).
+        predators_were_alive = was_alive[:p]
         reward = {
-            "predator": ops.broadcast(caught.sum(0) * self._catch, predators),
+            "predator": ops.broadcast(caught.sum(0) * self._catch, predators_were_alive.shape),
             "prey": ops.where(caught, -self._catch, self._zero),
         }
         terminated = {
-            "predator": ops.broadcast(all_caught, predators),
+            "predator": predators_were_alive & all_caught,
             "prey": prey_was_alive & (caught | all_caught),
         }
         truncated = {
-            "predator": ops.broadcast(out_of_time, predators),
+            "predator": predators_were_alive & out_of_time,
             "prey": prey_was_alive & free & out_of_time,
         }
         return self._result(values, None, reward, terminated, truncated)
