@@ -219,7 +219,7 @@ class DictEnvs(BatchedEnv):
     ) -> None:
         """Reset env ``i``; ``cleared``: its rows were cleared by the call's ``begin``."""
         env = self.envs[i]
-        obs, infos = guarded(self.offset + i, "reset()", lambda: env.reset(seed, options))
+        obs, infos = env.reset(seed, options)  # what it raises is its reset() fault
         packer = self._packer
         if not cleared:
             packer.clear_obs(i)
@@ -520,7 +520,7 @@ class _Packer:
             self._gather_ends(i, terminations, infos, True, num_alive)
         if _any_set(truncations):
             self._gather_ends(i, truncations, infos, False, num_alive)
-        return self.record_obs(i, obs, infos, "step()")
+        return self.record_obs(i, obs, infos, "step()") if obs else []
 
     def _gather_ends(
         self, i: int, flags: Mapping[str, Any], infos: Any, terminated: bool, num_alive: list[int]
