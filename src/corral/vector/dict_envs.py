@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -54,7 +54,9 @@ class DictEnvs(BatchedEnv):
     overflowing value is a fault of the env that returned it.
     """
 
-    checks_values = True  # the packing judges every value, naming the env and the agent
+    # The packing judges every value (naming the env and the agent), and leaves the masks
+    # of agents that are not acting all legal: the bookkeeping needs no second look.
+    keeps_rules = True
 
     def __init__(
         self,
@@ -93,6 +95,7 @@ class DictEnvs(BatchedEnv):
             if f.role in (Role.STEP, Role.ACTION)
         }
         self._packer = _Packer(self.layout, self.arrays, offset, check_finite)
+        self._views: dict[str, Any] | None = None  # what every call returns: the arrays
         # The agents of each env that act next: (agent, its group's arrays, its index).
         self._acting: list[list[Any]] = [[] for _ in self.envs]
         # How many agents each env's alive row holds: a step that leaves env.agents with
@@ -119,6 +122,7 @@ class DictEnvs(BatchedEnv):
         ):
             return False
         self.arrays = {path: arrays[path] for path in wanted}
+        self._views = None
         self._packer = _Packer(self.layout, self.arrays, self.offset, self.check_finite)
         self._acting = [
             [(agent, self._packer.slot[agent][0], j) for agent, _, j in acting]
@@ -141,7 +145,7 @@ class DictEnvs(BatchedEnv):
         rows = selected(where, self.num_envs)
         packer = self._packer
         packer.begin(rows)
-        restarted = np.zeros(self.num_envs, bool)
+        restarted: set[int] = set()
         faults = []
         for i in rows.tolist():
             self._broken.discard(i)
@@ -150,7 +154,7 @@ class DictEnvs(BatchedEnv):
                 if rebuild:
                     self._to_rebuild.discard(i)
                     self._rebuild(i)
-                    restarted[i] = True
+                    restarted.add(i)
                 self._reset_env(i, seeds[i], options)
             except Exception as err:
                 faults.append(self._restart(i, "reset()", err, seeds[i], options, restarted))
@@ -173,8 +177,8 @@ class DictEnvs(BatchedEnv):
         packer.clear_step()
         for name, value in actions.items():
             packer.store_actions(name, value)
-        restarted = np.zeros(self.num_envs, bool)
-        failed = np.zeros(self.num_envs, bool)
+        restarted: set[int] = set()
+        failed = []
         faults = []
         for i in range(self.num_envs):
             try:
@@ -185,11 +189,11 @@ class DictEnvs(BatchedEnv):
                 else:
                     self._step_env(i)
             except Exception as err:
-                failed[i] = True
+                failed.append(i)
                 faults.append(self._cut(i, "step()", err))
         faults += [self._bad_value(i, fault) for i, fault in sorted(packer.flush().items())]
         out = self._output(restarted, faults, step=True)
-        out.failed = failed
+        out.failed = self._mask(failed)
         return out
 
     def close(self) -> None:
@@ -249,12 +253,12 @@ class DictEnvs(BatchedEnv):
         err: BaseException | None,
         seed: int | None,
         options: dict[str, Any] | None,
-        restarted: np.ndarray,
+        restarted: set[int],
     ) -> EnvError | None:
         """Rebuild env ``i`` after ``err`` (or, with ``None``, after a failed restart) and
         reset it; the fault to report, or ``None`` if a retry succeeded quietly."""
         fault = None if err is None else env_error(self.offset + i, what, err)
-        restarted[i] = True
+        restarted.add(i)
         self._packer.forget(i)
         try:
             self._rebuild(i)
@@ -298,26 +302,37 @@ class DictEnvs(BatchedEnv):
         fault.restarted = True
         return fault
 
-    def _output(self, restarted: np.ndarray, faults: list, step: bool) -> BatchedStep:
-        a, layout = self.arrays, self.layout
+    def _mask(self, indices: Iterable[int]) -> np.ndarray | None:
+        """The ``[E]`` bool mask of ``indices``; ``None`` for none."""
+        if not indices:
+            return None
+        mask = np.zeros(self.num_envs, bool)
+        mask[list(indices)] = True
+        return mask
 
-        def per_group(field: str) -> dict[str, np.ndarray]:
-            return {g: a[f"{field}/{g}"] for g in layout.groups}
+    def _output(self, restarted: set[int], faults: list, step: bool) -> BatchedStep:
+        if self._views is None:
+            a, layout = self.arrays, self.layout
 
+            def per_group(field: str) -> dict[str, np.ndarray]:
+                return {g: a[f"{field}/{g}"] for g in layout.groups}
+
+            state = self.state_space
+            self._views = {
+                "obs": {g: assemble(gr.obs_tree, f"obs/{g}", a) for g, gr in layout.groups.items()},
+                "alive": per_group("alive"),
+                "acting": per_group("acting"),
+                "action_mask": {
+                    g: a[f"action_mask/{g}"] for g in layout.groups if f"action_mask/{g}" in a
+                },
+                "state": None if state is None else assemble(array_tree(state), "state", a),
+            }
+            self._ends = {f: per_group(f) for f in ("reward", "terminated", "truncated")}
+        ends = self._ends if step else dict.fromkeys(self._ends)
         return BatchedStep(
-            obs={g: assemble(group.obs_tree, f"obs/{g}", a) for g, group in layout.groups.items()},
-            alive=per_group("alive"),
-            acting=per_group("acting"),
-            action_mask={
-                g: a[f"action_mask/{g}"] for g in layout.groups if f"action_mask/{g}" in a
-            },
-            reward=per_group("reward") if step else None,
-            terminated=per_group("terminated") if step else None,
-            truncated=per_group("truncated") if step else None,
-            state=None
-            if self.state_space is None
-            else assemble(array_tree(self.state_space), "state", a),
-            restarted=restarted,
+            **self._views,
+            **ends,
+            restarted=self._mask(restarted),
             faults=faults,
         )
 
@@ -423,7 +438,7 @@ class _Packer:
         self.layout, self.arrays, self.offset = layout, arrays, offset
         self.check_finite = check_finite
         self.groups = [_GroupArrays(g, layout, arrays, check_finite) for g in layout.groups]
-        by_name = {g.name: g for g in self.groups}
+        self.by_name = by_name = {g.name: g for g in self.groups}
         # agent -> (its group's arrays, its index in the group, the group's size)
         self.slot = {a: (by_name[g], j, by_name[g].n) for a, (g, j) in layout.position.items()}
         state = layout.state_space
@@ -469,7 +484,7 @@ class _Packer:
     def store_actions(self, group: str, value: Any) -> None:
         """The group's actions as Python values ``[env][agent]`` where a leaf array, else via
         the action arrays."""
-        g = next(g for g in self.groups if g.name == group)
+        g = self.by_name[group]
         tree = self.layout.groups[group].action_tree
         if g.action_leaf and isinstance(value, np.ndarray):
             g.actions = value.tolist()

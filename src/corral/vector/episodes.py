@@ -54,10 +54,22 @@ class Episodes:
         self._state = [] if state is None else [p for p, _ in leaves(array_tree(state), "state")]
         self._masks = {g for g, group in layout.groups.items() if group.num_actions is not None}
         self._alive = [arrays[f"alive/{g}"] for g in self.groups]
+        self._live = self._any_alive()
+        self._actions = {
+            g: assemble(group.action_tree, f"action/{g}", arrays)
+            for g, group in layout.groups.items()
+        }
+        self._step_arrays = [
+            (g, *(arrays[f"{field}/{g}"] for field in _STEP_FIELDS)) for g in self.groups
+        ]
         write_into = getattr(env, "write_into", None)  # a source that can skip a copy
         if write_into is not None and share:
             write_into(arrays)
-        self._check_finite = layout.check_finite and not getattr(env, "checks_values", False)
+        # A source that keeps the rules itself (packed dict envs judge every value, and
+        # leave masks of agents that are not acting all legal) needs no second look.
+        keeps_rules = getattr(env, "keeps_rules", False)
+        self._check_finite = layout.check_finite and not keeps_rules
+        self._keeps_masks = keeps_rules
 
     # -- commands -------------------------------------------------------------------
 
@@ -68,35 +80,35 @@ class Episodes:
         self._write_observed(out, None)
         self._zero_running(None)
         self._count_restarts(out)
+        self._live = self._any_alive()
         _raise_first(out.faults)
 
     def step(self) -> None:
         """Step every copy with the actions in the action arrays; restart the copies that
         ended, in the same step."""
         a = self.arrays
-        actions = {
-            g: assemble(group.action_tree, f"action/{g}", a)
-            for g, group in self.layout.groups.items()
-        }
-        before = self._any_alive()
-        out = self.env.step(actions)
-        for g in self.groups:
-            _put(a[f"reward/{g}"], out.reward[g], None)
-            _put(a[f"terminated/{g}"], out.terminated[g], None)
-            _put(a[f"truncated/{g}"], out.truncated[g], None)
-            a[f"running_return/{g}"] += a[f"reward/{g}"]
+        before = self._live  # the copies with an episode running
+        out = self.env.step(self._actions)
+        for g, reward, terminated, truncated, running in self._step_arrays:
+            _put(reward, out.reward[g], None)
+            _put(terminated, out.terminated[g], None)
+            _put(truncated, out.truncated[g], None)
+            running += reward
         self._write_observed(out, None)
         a["running_length"] += before if out.failed is None else before & ~out.failed
-        done = before & ~self._any_alive()
-        _put(a["done"], done, None)
+        live = self._any_alive()
+        done = before & ~live
+        a["done"][...] = done
         self._count_restarts(out)
-        faults = list(out.faults)
+        faults = out.faults
         if bool(done.any()):
             self._end_episodes(done)
             restarted = self.env.reset(where=done)
             self._write_observed(restarted, done)
             self._count_restarts(restarted)
-            faults += restarted.faults
+            faults = [*faults, *restarted.faults]
+            live = self._any_alive()
+        self._live = live
         _raise_first(faults)
 
     def restart_all(self, seeds: Sequence[int | None]) -> None:
@@ -117,6 +129,7 @@ class Episodes:
         out = self.env.reset(seed=list(seeds))
         self._write_observed(out, None)
         self._zero_running(None)
+        self._live = self._any_alive()
         _raise_first(out.faults)
 
     # -- bookkeeping ------------------------------------------------------------------
@@ -142,6 +155,8 @@ class Episodes:
                 mask = out.action_mask.get(g)
                 if mask is None:
                     _fill(a[f"action_mask/{g}"], True, rows)
+                elif self._keeps_masks:
+                    _put(a[f"action_mask/{g}"], mask, rows)
                 else:  # agents that are not acting have every action legal
                     _put(a[f"action_mask/{g}"], mask | ~acting[..., None], rows)
         if self._state:
@@ -192,6 +207,10 @@ class Episodes:
                 hit = _first_bad(value, rows)
                 if hit is not None:
                     raise EnvError(self.offset + hit[0], "state: expected finite values")
+
+
+# What a step writes per group, in the order Episodes.step reads them.
+_STEP_FIELDS = ("reward", "terminated", "truncated", "running_return")
 
 
 def clear_step_fields(arrays: Arrays, groups: Iterable[str]) -> None:
