@@ -394,3 +394,16 @@ def test_script_without_main_guard_gets_a_clear_error_and_leaves_no_process(tmp_
     while processes_in_group(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_in_group(proc.pid) == []
+
+
+def test_a_worker_dead_before_the_step_is_sent_is_replaced_with_a_warning() -> None:
+    with subproc(count_envs(4)) as venv:
+        venv.reset(seed=0)
+        worker = venv._backend.shards[1]
+        os.kill(worker.process.pid, signal.SIGKILL)
+        worker.process.join(10)  # gone: the step's command then meets a broken pipe
+        assert worker.process.exitcode == -signal.SIGKILL
+        with pytest.warns(WorkerRestartWarning, match="worker 1"):
+            batch = venv.step(zero_actions(venv))
+        assert batch.worker_restarts.tolist() == [0, 0, 1, 1]
+        assert batch.truncated["a"][:, 0].tolist() == [False, False, True, True]

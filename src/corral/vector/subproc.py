@@ -437,12 +437,14 @@ class SubprocBackend(Backend):
         for worker in workers:
             if worker.dead:
                 continue
+            command = message(worker)
             try:
-                worker.conn.send(message(worker))
+                worker.conn.send(command)
                 if fd is not None:
                     send_handle(worker.conn, fd, worker.process.pid)
-            except (BrokenPipeError, ConnectionResetError):
+            except (BrokenPipeError, ConnectionResetError):  # it died before this call
                 worker.stop()
+                worker.lost = worker.lost or f"died before {command[0]}()"
 
     def _gather(self, workers: list[_Worker], timeout: float | None) -> Answers:
         """The answers of the live ``workers``; those that die or miss the timeout are
