@@ -103,7 +103,7 @@ class _Server:
             arrays = on_host(layout.place, map_arrays(fd, block, rows))
         finally:
             os.close(fd)
-        self.episodes = Episodes(self.shard, layout, arrays, self.offset)
+        self.episodes = Episodes(self.shard, layout, arrays, self.offset, share=True)
         if seeds is not None:
             self.episodes.restart_all(seeds)
 
@@ -328,6 +328,9 @@ class SubprocBackend(Backend):
         answers = self._gather(workers, limit)
         faults = step_faults(answers, f"{what}()", limit)
         lost = [w for w in self.shards if w.dead]
+        for worker in lost:  # found dead when the call was sent: told like one that died in it
+            if worker.lost is None and worker not in answers.late:
+                worker.lost = f"died before {what}()"
         if lost:
             try:
                 self._revive(lost, seeds or [None] * self.num_envs)
@@ -444,7 +447,6 @@ class SubprocBackend(Backend):
                     send_handle(worker.conn, fd, worker.process.pid)
             except (BrokenPipeError, ConnectionResetError):  # it died before this call
                 worker.stop()
-                worker.lost = worker.lost or f"died before {command[0]}()"
 
     def _gather(self, workers: list[_Worker], timeout: float | None) -> Answers:
         """The answers of the live ``workers``; those that die or miss the timeout are
