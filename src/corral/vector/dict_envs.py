@@ -40,6 +40,7 @@ from corral.vector.layout import (
     assemble,
     leaves,
     reader,
+    store,
     writer,
 )
 
@@ -490,17 +491,7 @@ class _Packer:
             g.actions = value.tolist()
         else:
             g.actions = None
-            self._store_tree(tree, f"action/{group}", value)
-
-    def _store_tree(self, tree: Any, path: str, value: Any) -> None:
-        if isinstance(tree, dict):
-            for key, sub in tree.items():
-                self._store_tree(sub, f"{path}/{key}", value[key])
-        elif isinstance(tree, tuple):
-            for k, sub in enumerate(tree):
-                self._store_tree(sub, f"{path}/{k}", value[k])
-        else:
-            self.arrays[path][...] = value
+            store(tree, f"action/{group}", self.arrays, value)
 
     # -- gathering ----------------------------------------------------------------------
 

@@ -99,6 +99,18 @@ def assemble(tree: Tree, path: str, arrays: Mapping[str, np.ndarray]) -> Any:
     return tuple(assemble(sub, f"{path}/{i}", arrays) for i, sub in enumerate(tree))
 
 
+def store(tree: Tree, path: str, arrays: Mapping[str, Any], value: Any) -> None:
+    """Put a batched ``value`` (nested like ``tree``) into the arrays under ``path``."""
+    if isinstance(tree, dict):
+        for key, sub in tree.items():
+            store(sub, f"{path}/{key}", arrays, value[key])
+    elif isinstance(tree, tuple):
+        for k, sub in enumerate(tree):
+            store(sub, f"{path}/{k}", arrays, value[k])
+    else:
+        arrays[path][...] = value
+
+
 class WriteError(ValueError):
     """A value that does not fit the arrays it is written to.
 

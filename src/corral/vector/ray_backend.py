@@ -47,10 +47,6 @@ from corral.vector.shards import (
 )
 from corral.vector.sources import Source
 
-# The arrays a replacement actor takes over from the parent: what
-# Episodes.restart_all reads to end the episodes its dead predecessor was running.
-_RESTORED_PREFIXES = ("obs/", "state", "alive/", "worker_restarts", "running_")
-
 Refs = list[Any]  # the ObjectRefs of one actor's calls, in submission order
 Reply = tuple[Arrays, EnvError | None]  # an actor's rows of the batch, and its envs' fault
 
@@ -468,10 +464,10 @@ class RayBackend(Backend):
         """Swap ``s``'s actor for a new one, whose envs restart at its next step or reset."""
         self._ray.kill(s.handle)
         self._spawn(s)
+        # what Episodes.restart_all reads to end the episodes the dead actor was running
         restored = {
-            path: array[s.envs.start : s.envs.stop]
-            for path, array in self._arrays.items()
-            if path.startswith(_RESTORED_PREFIXES)
+            path: self._arrays[path][s.envs.start : s.envs.stop]
+            for path in self._layout.paths(Role.STEP, Role.EPISODE, Role.BOOKKEEPING)
         }
         s.setup = [s.handle.make_envs.remote(), s.handle.start.remote(self._layout, restored)]
 

@@ -21,7 +21,7 @@ from corral.errors import (
 from corral.groups import GroupMap
 from corral.values import debug_mode
 from corral.vector.backend import EnvFn, backend_class, check_options, check_timeout
-from corral.vector.layout import Layout, Role, array_tree, assemble
+from corral.vector.layout import Layout, Role, array_tree, assemble, store
 from corral.vector.sampling import sample_array
 from corral.vector.sources import NativeSource, Source, as_source
 from corral.vector.validation import clip_to_space, group_problem
@@ -410,7 +410,7 @@ class VectorEnv:
                 raise InvalidActionError(f"{where}: expected {text}")
             checked[name] = (group, action, clipped)
         for name, (group, action, _) in checked.items():
-            self._store(group.action_tree, f"action/{name}", action)
+            store(group.action_tree, f"action/{name}", self._arrays, action)
         if self.clip_actions:
             for name, counts in self._clipped.items():
                 counts[...] = checked[name][2] if name in checked else 0
@@ -431,16 +431,6 @@ class VectorEnv:
         clipped, counts = clip_to_space(space, to_numpy(action), to_numpy(acting))
         place = self.layout.place
         return place.asarray(clipped), place.asarray(counts)
-
-    def _store(self, tree: Any, path: str, value: Any) -> None:
-        if isinstance(tree, dict):
-            for key, sub in tree.items():
-                self._store(sub, f"{path}/{key}", value[key])
-        elif isinstance(tree, tuple):
-            for i, sub in enumerate(tree):
-                self._store(sub, f"{path}/{i}", value[i])
-        else:
-            self._arrays[path][...] = value
 
     def _batch(self) -> Batch:
         if not self.copy:
