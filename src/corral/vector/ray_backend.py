@@ -47,6 +47,10 @@ from corral.vector.shards import (
 )
 from corral.vector.sources import Source
 
+# The fields a replacement actor takes over from the parent, besides the bookkeeping: what
+# Episodes.restart_all reads to end the episodes its dead predecessor was running.
+_TAKEN_OVER = frozenset({"obs", "state", "alive", "worker_restarts"})
+
 Refs = list[Any]  # the ObjectRefs of one actor's calls, in submission order
 Reply = tuple[Arrays, EnvError | None]  # an actor's rows of the batch, and its envs' fault
 
@@ -464,10 +468,10 @@ class RayBackend(Backend):
         """Swap ``s``'s actor for a new one, whose envs restart at its next step or reset."""
         self._ray.kill(s.handle)
         self._spawn(s)
-        # what Episodes.restart_all reads to end the episodes the dead actor was running
         restored = {
             path: self._arrays[path][s.envs.start : s.envs.stop]
-            for path in self._layout.paths(Role.STEP, Role.EPISODE, Role.BOOKKEEPING)
+            for path, f in self._layout.fields.items()
+            if f.role is Role.BOOKKEEPING or path.split("/")[0] in _TAKEN_OVER
         }
         s.setup = [s.handle.make_envs.remote(), s.handle.start.remote(self._layout, restored)]
 
