@@ -80,7 +80,10 @@ class VectorEnv:
 
     Args:
         env_fns: one constructor per env; each returns a corral env or any env
-            :func:`corral.adapt` accepts. All must share agents and spaces.
+            :func:`corral.adapt` accepts. All must share agents and spaces. Or a
+            source of natively batched copies
+            (:class:`~corral.vector.sources.NativeSource`, as
+            :func:`make_vec` builds with ``native=True``).
         backend: ``"sync"`` (in-process), ``"subproc"`` (worker processes over
             shared memory) or ``"ray"`` (Ray actors).
         seed: seed of the first ``reset()`` called without one.
@@ -106,6 +109,9 @@ class VectorEnv:
             ``float32``). ``None`` (the default): on in debug mode
             (:func:`corral.values.debug_mode`: ``CORRAL_DEBUG=1`` or
             ``python -X dev``), off otherwise, as it costs time in every step.
+        array: ``"numpy"`` or ``"torch"``: what the batch's fields are.
+        device: where torch fields live (``"cpu"``, ``"cuda"``); not ``"cpu"`` only
+            on ``backend="sync"``.
         **options: backend options (``num_workers``, ``envs_per_worker``,
             ``start_method``, ``timeout``, ``ray_address``...); an option the
             backend does not take raises ``ValueError``.
