@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +46,7 @@ from corral.checker import (
     STEP_CAP,
     CheckReport,
     _attempt,
+    _concluded,
     _EnvFailed,
     _Findings,
     _mask_of,
@@ -57,7 +57,6 @@ from corral.checker import (
     _spaces_of,
     _step,
 )
-from corral.errors import CheckIncompleteWarning, EnvContractError
 from corral.values import describe
 from corral.vector.layout import ArraySpec, Tree, array_tree
 
@@ -145,11 +144,7 @@ def check_batched_env(
     finally:
         if built:
             env.close()
-    if raise_on_error and not report.ok:
-        raise EnvContractError(report.violations)
-    if report.ok and not report.complete:
-        warnings.warn(f"{name}: {report.unchecked}", CheckIncompleteWarning, stacklevel=2)
-    return report
+    return _concluded(report, name, raise_on_error)
 
 
 # --------------------------------------------------------------------------- actions

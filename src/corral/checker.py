@@ -144,10 +144,16 @@ def check_env(
     finally:
         if built:
             env.close()
+    return _concluded(report, name, raise_on_error)
+
+
+def _concluded(report: Any, name: str, raise_on_error: bool) -> Any:
+    """``report``, raised as an :class:`EnvContractError` if it found violations (and
+    ``raise_on_error``), with a :class:`CheckIncompleteWarning` if it could not finish."""
     if raise_on_error and not report.ok:
         raise EnvContractError(report.violations)
     if report.ok and not report.complete:
-        warnings.warn(f"{name}: {report.unchecked}", CheckIncompleteWarning, stacklevel=2)
+        warnings.warn(f"{name}: {report.unchecked}", CheckIncompleteWarning, stacklevel=3)
     return report
 
 
