@@ -267,16 +267,13 @@ class Role(enum.Enum):
 
 @dataclass(frozen=True)
 class Field:
-    """One array of a batch: its path, role, full shape ``[E, (n_g,) ...]`` and dtype.
-
-    ``per_agent``: the axes are ``[env, agent, ...]``, else ``[env, ...]``.
-    """
+    """One array of a batch: its path, role, full shape and dtype. The axes are
+    ``[env, agent, ...]`` for a group's field, ``[env, ...]`` for an env's."""
 
     path: str
     role: Role
     shape: tuple[int, ...]
     dtype: np.dtype
-    per_agent: bool
 
 
 class Layout:
@@ -329,26 +326,26 @@ class Layout:
         E = self.num_envs
         out: dict[str, Field] = {}
 
-        def add(path: str, role: Role, shape: tuple[int, ...], dtype: Any, agent: bool) -> None:
-            out[path] = Field(path, role, shape, np.dtype(dtype), agent)
+        def add(path: str, role: Role, shape: tuple[int, ...], dtype: Any) -> None:
+            out[path] = Field(path, role, shape, np.dtype(dtype))
 
         for g in self.groups.values():
             n = len(g.agents)
             for field, role in (("obs", Role.STEP), ("final_obs", Role.EPISODE)):
                 for path, spec in leaves(g.obs_tree, f"{field}/{g.name}"):
-                    add(path, role, (E, n, *spec.shape), spec.dtype, True)
+                    add(path, role, (E, n, *spec.shape), spec.dtype)
             for path, spec in leaves(g.action_tree, f"action/{g.name}"):
-                add(path, Role.ACTION, (E, n, *spec.shape), spec.dtype, True)
+                add(path, Role.ACTION, (E, n, *spec.shape), spec.dtype)
             for field, (role, dtype) in _AGENT_FIELDS.items():
-                add(f"{field}/{g.name}", role, (E, n), dtype, True)
+                add(f"{field}/{g.name}", role, (E, n), dtype)
             if g.num_actions is not None:
-                add(f"action_mask/{g.name}", Role.STEP, (E, n, g.num_actions), bool, True)
+                add(f"action_mask/{g.name}", Role.STEP, (E, n, g.num_actions), bool)
         if self.state_space is not None:
             for field, role in (("state", Role.STEP), ("final_state", Role.EPISODE)):
                 for path, spec in leaves(array_tree(self.state_space), field):
-                    add(path, role, (E, *spec.shape), spec.dtype, False)
+                    add(path, role, (E, *spec.shape), spec.dtype)
         for field, (role, dtype) in _ENV_FIELDS.items():
-            add(field, role, (E,), dtype, False)
+            add(field, role, (E,), dtype)
         return out
 
     def paths(self, *roles: Role) -> list[str]:
