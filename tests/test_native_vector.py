@@ -47,8 +47,11 @@ def _leaves(value, path=""):
         yield path, value
 
 
-def assert_batches_equal(want: corral.Batch, got: corral.Batch, where: str) -> None:
-    """Every field of two batches equal, value and dtype (``got`` may hold tensors)."""
+def assert_batches_equal(
+    want: corral.Batch, got: corral.Batch, where: str, rtol: float = 0.0
+) -> None:
+    """Every field of two batches equal, value and dtype (``got`` may hold tensors), or
+    within ``rtol`` (and as much absolute, for values near zero)."""
     for field in dataclasses.fields(want):
         a = dict(_leaves(getattr(want, field.name)))
         b = dict(_leaves(getattr(got, field.name)))
@@ -56,10 +59,17 @@ def assert_batches_equal(want: corral.Batch, got: corral.Batch, where: str) -> N
         for path, x in a.items():
             y = to_numpy(b[path])
             assert x.dtype == y.dtype, f"{where}: {field.name}{path} dtype {x.dtype} {y.dtype}"
-            np.testing.assert_array_equal(x, y, err_msg=f"{where}: {field.name}{path}")
+            if rtol and x.dtype.kind == "f":
+                np.testing.assert_allclose(
+                    y, x, rtol=rtol, atol=rtol, err_msg=f"{where}: {field.name}{path}"
+                )
+            else:
+                np.testing.assert_array_equal(x, y, err_msg=f"{where}: {field.name}{path}")
 
 
-def _run_side_by_side(id: str, num_envs: int, steps: int, backend: str, array, device, **kw):
+def _run_side_by_side(
+    id: str, num_envs: int, steps: int, backend: str, array, device, rtol=0.0, **kw
+):
     options = {"num_workers": 2} if backend == "subproc" else {}
     rng = np.random.default_rng(3)
     with (
@@ -70,13 +80,13 @@ def _run_side_by_side(id: str, num_envs: int, steps: int, backend: str, array, d
         ) as native,
     ):  # fmt: skip
         want, got = ref.reset(), native.reset()
-        assert_batches_equal(want, got, f"{id} reset")
+        assert_batches_equal(want, got, f"{id} reset", rtol)
         episodes = 0
         for t in range(steps):
             actions = ref.sample_actions(want, rng)
             want = ref.step(actions)
             got = native.step(actions)
-            assert_batches_equal(want, got, f"{id} step {t}")
+            assert_batches_equal(want, got, f"{id} step {t}", rtol)
             episodes += int(want.done.sum())
         return episodes
 
@@ -84,7 +94,11 @@ def _run_side_by_side(id: str, num_envs: int, steps: int, backend: str, array, d
 @pytest.mark.parametrize("id", corral.batched_ids())
 @pytest.mark.parametrize(("array", "device"), PLACES)
 def test_native_batches_equal_the_dict_envs(id: str, array: str, device: str) -> None:
-    episodes = _run_side_by_side(id, 8, 120, "sync", array, device)
+    # MPE's physics rounds differently in torch's sqrt and logaddexp: its float32
+    # observations may differ in the last place (tests/test_mpe_batched.py bounds the
+    # float64 state); every other native env is exact in torch too.
+    rtol = 1e-6 if array == "torch" and id.startswith("mpe2/") else 0.0
+    episodes = _run_side_by_side(id, 8, 120, "sync", array, device, rtol)
     assert episodes >= 8  # many episodes, each ended and autoreset
 
 

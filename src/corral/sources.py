@@ -35,6 +35,11 @@ _MPE2 = {
         "collect_treasure_v1",
     )
 }
+# The natively batched ones (corral.envs.mpe), exact to mpe2.
+_MPE2_BATCHED = {
+    "simple_v3": "corral.envs.mpe.simple:BatchedSimple",
+    "simple_spread_v3": "corral.envs.mpe.simple_spread:BatchedSimpleSpread",
+}
 # The implementation modules: PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules.
 _SISL = {
     "multiwalker_v9": "pettingzoo.sisl.multiwalker.multiwalker",
@@ -57,7 +62,8 @@ _PARALLEL = (
 
 for _prefix, _extra, _table, _builder in _PARALLEL:
     for _name, _module in _table.items():
-        register(f"{_prefix}/{_name}", partial(_builder, _module), extra=_extra)
+        batched = _MPE2_BATCHED.get(_name) if _prefix == "mpe2" else None
+        register(f"{_prefix}/{_name}", partial(_builder, _module), batched=batched, extra=_extra)
 
 # -- PettingZoo AEC games -----------------------------------------------------------------
 

@@ -494,6 +494,7 @@ def make_vec(
     native: bool | None = None,
     array: str = "numpy",
     device: str = "cpu",
+    dtype: str | None = None,
     seed: int | None = None,
     group_map: GroupMap = None,
     state: bool = False,
@@ -510,9 +511,10 @@ def make_vec(
     has one, see :func:`corral.batched_ids`, and no ``group_map`` is given); ``False``
     packs one dict env per copy.
     ``array`` (``"numpy"`` or ``"torch"``) and ``device`` say where the batch's arrays
-    live; a native env computes there. ``seed`` seeds the first ``reset()`` (env ``i``
-    gets ``seed + i``); the env's keyword arguments go in ``env_kwargs``, backend
-    options in ``**options``.
+    live; a native env computes there, in ``dtype`` where it takes one (natively batched
+    MPE: ``"float64"``, the default on the CPU, or ``"float32"``). ``seed`` seeds the
+    first ``reset()`` (env ``i`` gets ``seed + i``); the env's keyword arguments go in
+    ``env_kwargs``, backend options in ``**options``.
     """
     from corral.registry import batched_ids, spec
 
@@ -527,9 +529,16 @@ def make_vec(
                 f"env {id!r} has no natively batched implementation (native=True); the ids "
                 f"that have one: {', '.join(batched_ids()) or 'none'}"
             )
+        if dtype is not None:
+            kwargs["dtype"] = dtype
         # The spec travels to the workers, so ids registered at run time work there too.
         source = NativeSource(_BatchedFactory(env_spec, array, device, kwargs), num_envs)
     else:
+        if dtype is not None:
+            raise ValueError(
+                f"dtype={dtype!r} sets what a natively batched env computes in; the dict envs "
+                f"of {id!r} (native=False) compute as their library does: leave dtype out"
+            )
         source = [_EnvFactory(env_spec, kwargs)] * num_envs
     return VectorEnv(
         source,

@@ -1,0 +1,126 @@
+"""``mpe2/simple_spread_v3`` natively batched: N agents cover N landmarks without colliding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from corral.batched_env import Array
+from corral.envs.mpe.env import BatchedMPE, Draws
+
+
+class BatchedSimpleSpread(BatchedMPE):
+    """``num_envs`` copies of mpe2's ``simple_spread_v3`` (see :class:`BatchedMPE`), with all
+    its arguments: ``N``, ``local_ratio``, ``max_cycles``, ``continuous_actions``,
+    ``dynamic_rescaling``, ``curriculum`` (its stage set with :meth:`set_curriculum_stage`),
+    ``terminate_on_success``, ``num_agent_neighbors`` and ``num_landmark_neighbors``."""
+
+    mpe2_module = "mpe2.simple_spread.simple_spread"
+
+    def setup(self, raw: Any) -> None:
+        self.n = n = len(self.possible_agents)
+        self.scenario = raw.scenario  # its curriculum stage and options
+        self._others = self.table(
+            [[j for j in range(n) if j != i] for i in range(n)], np.int64
+        )  # [agent, other agent] in mpe2's order
+        self._not_self = self.table(~np.eye(n, dtype=bool), bool)
+        self._agent_sizes = self.table(
+            self.bodies.size[:n, None] + self.bodies.size[None, :n]
+        )  # is_collision's dist_min: size of the other + size of the agent
+
+    def set_curriculum_stage(self, stage: int) -> None:
+        """Set the curriculum stage of every copy (clamped), as mpe2's env does."""
+        self.scenario.set_curriculum_stage(stage)
+
+    def advance_curriculum(self) -> None:
+        self.scenario.advance_curriculum()
+
+    @property
+    def curriculum_stage(self) -> int:
+        return self.scenario.curriculum_stage
+
+    def reset_world(self, draw: Draws, where: Array | None) -> None:
+        self.place_entities(where, draw.uniform(-1, 1, 4 * self.n).reshape(-1, 2 * self.n, 2))
+
+    def _relative(self) -> tuple[Array, Array]:
+        """``[E, agent, landmark, 2]`` landmark - agent, ``[E, agent, other, 2]`` other -
+        agent (others in mpe2's order)."""
+        pos, n = self.world.pos, self.n
+        agents = pos[:, :n]
+        to_landmarks = pos[:, None, n:] - agents[:, :, None]
+        to_agents = agents[:, None, :] - agents[:, :, None]  # [E, i, j]: j - i
+        index = self.ops.broadcast_to(self._others[None, :, :, None], (len(pos), n, n - 1, 2))
+        return to_landmarks, self.ops.gather(to_agents, index, 2)
+
+    def _nearest(self, relative: Array, count: int) -> tuple[Array, Array]:
+        """The ``count`` nearest of ``relative`` ``[E, agent, k, 2]`` per agent, closest
+        first, zero-padded to ``count``, and the indices chosen ``[E, agent, count]``."""
+        ops = self.ops
+        dist = ops.sqrt((relative * relative).sum(-1))
+        order = ops.argsort(dist, 2)[..., :count]
+        return self._pick(relative, order, count), order
+
+    def _pick(self, values: Array, order: Array, count: int) -> Array:
+        """``values`` ``[E, agent, k, d]`` at ``order`` ``[E, agent, c]`` along ``k``,
+        zero-padded to ``count``."""
+        ops = self.ops
+        index = ops.broadcast_to(order[..., None], (*order.shape, values.shape[-1]))
+        chosen = ops.gather(values, index, 2)
+        missing = count - chosen.shape[2]
+        if missing > 0:
+            shape = (*chosen.shape[:2], missing, chosen.shape[3])
+            pad = ops.broadcast_to(ops.zeros_like(chosen[:, :, :1]), shape)
+            chosen = ops.concat([chosen, pad], 2)
+        return chosen
+
+    def observe(self) -> dict[str, Array]:
+        ops, world, n = self.ops, self.world, self.n
+        to_landmarks, to_agents = self._relative()
+        comm = ops.astype(ops.take(world.comm, self._others.reshape(-1)), self.dtype)
+        comm = comm.reshape(len(world.comm), n, n - 1, -1)
+        scenario = self.scenario
+        if scenario.num_landmark_neighbors is not None:
+            to_landmarks, _ = self._nearest(to_landmarks, scenario.num_landmark_neighbors)
+        if scenario.num_agent_neighbors is not None:
+            to_agents, order = self._nearest(to_agents, scenario.num_agent_neighbors)
+            comm = self._pick(comm, order, scenario.num_agent_neighbors)
+        e = len(world.pos)
+        parts = [
+            world.vel[:, :n],
+            world.pos[:, :n],
+            to_landmarks.reshape(e, n, -1),
+            to_agents.reshape(e, n, -1),
+            comm.reshape(e, n, -1),
+        ]
+        return {"agent": ops.concat(parts, 2)}
+
+    def _distances(self) -> Array:
+        """``[E, agent, landmark]``: each agent's distance to each landmark."""
+        pos, n = self.world.pos, self.n
+        delta = pos[:, :n, None] - pos[:, None, n:]
+        return self.ops.sqrt(delta[..., 0] * delta[..., 0] + delta[..., 1] * delta[..., 1])
+
+    def reward(self) -> Array:
+        stage = self.scenario.CURRICULUM_STAGES[self.scenario.curriculum_stage]
+        penalised = (not self.scenario.curriculum) or stage["collision_penalty"]
+        pos, n = self.world.pos, self.n
+        if not penalised or not self.bodies.collide[0]:
+            return self.ops.zeros_like(pos[:, :n, 0])
+        delta = pos[:, None, :n] - pos[:, :n, None]  # [E, agent, other]
+        dist = self.ops.sqrt(delta[..., 0] * delta[..., 0] + delta[..., 1] * delta[..., 1])
+        colliding = (dist < self._agent_sizes) & self._not_self
+        return 0.0 - self.ops.astype(colliding.sum(2), self.dtype)
+
+    def global_reward(self) -> Array:
+        nearest = self.ops.amin(self._distances(), 1)  # [E, landmark]
+        total = 0.0 - nearest[:, 0]
+        for landmark in range(1, self.n):
+            total = total - nearest[:, landmark]
+        return total
+
+    def terminal(self) -> Array | None:
+        if not self.scenario.terminate_on_success:
+            return None
+        covered = self.ops.amin(self._distances(), 1) < self.scenario.CAPTURE_RADIUS
+        return covered.all(1)
