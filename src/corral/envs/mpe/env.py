@@ -16,6 +16,7 @@ with ``seed=s + i`` gives for the same actions (tests/test_mpe_batched.py).
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,9 @@ class BatchedMPE(BatchedEnv):
     agents, spaces, ``state_space`` and ``max_cycles``. ``dtype`` is what the
     physics computes in: ``"float64"`` (the default on the CPU) as mpe2 does,
     ``"float32"`` (the default on a GPU) for speed; observations and states are
-    float32 either way, as mpe2's. A keyword argument the batched scenario cannot
+    float32 either way, as mpe2's. ``compile=True`` (torch only) steps through
+    ``torch.compile``: fused kernels, after a compilation of some seconds at the
+    first step. A keyword argument the batched scenario cannot
     honour raises a ``ValueError`` naming it.
 
     Copy ``i`` of ``reset(seed=s)`` starts where mpe2's ``reset(seed=s + i)``
@@ -62,6 +65,7 @@ class BatchedMPE(BatchedEnv):
         device: str = "cpu",
         dtype: str | None = None,
         render_mode: str | None = None,
+        compile: bool = False,
         **kwargs: Any,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
@@ -106,6 +110,11 @@ class BatchedMPE(BatchedEnv):
         self.world = BatchedWorld(self.bodies, self.num_envs, self.place, dtype)
         self.dtype = self.world.dtype
         self.ops = self.world.ops
+        self._action_specs = [self._action_spec(g, index) for g, index in self._group_index.items()]
+        order = [i for index in self._group_index.values() for i in index]
+        self._action_order = (
+            None if order == sorted(order) else self.table(np.argsort(order), np.int64)
+        )
         self._generators = CopyGenerators(self.num_envs)
         zeros = self.place.zeros
         self.steps = zeros((self.num_envs,), np.int64)  # each copy's world steps
@@ -115,6 +124,11 @@ class BatchedMPE(BatchedEnv):
         self._eye = self.table(np.eye(max(self.bodies.dim_c, 1)))
         self._renderer: Any = None
         self.setup(raw)
+        self._advance = self._step_all
+        if compile:
+            if not self.place.is_torch:
+                raise ValueError("compile=True compiles torch code: it needs array='torch'")
+            self._advance = self.ops.torch.compile(self._step_all, dynamic=False)
 
     # -- what a scenario supplies -----------------------------------------------------------
 
@@ -178,6 +192,19 @@ class BatchedMPE(BatchedEnv):
         dtype = dtype or getattr(self, "dtype", np.float64)
         return self.place.from_host(np.ascontiguousarray(values, dtype))
 
+    def assemble(self, parts: list[Array]) -> Array:
+        """An observation ``[E, n, sum of sizes]`` in float32 from ``parts`` (``[E, n, size]``
+        each, in the world's dtype), rounded once as mpe2 rounds its float64 ones."""
+        if self.place.is_torch:
+            return self.ops.astype(self.ops.concat(parts, 2), np.float32)
+        size = sum(p.shape[2] for p in parts)
+        out = np.empty((*parts[0].shape[:2], size), np.float32)
+        start = 0
+        for part in parts:
+            out[..., start : start + part.shape[2]] = part
+            start += part.shape[2]
+        return out
+
     def select(self, where: Array | None, new: Array, old: Array) -> Array:
         """``new`` in the copies ``where`` selects (the first axis), ``old`` elsewhere."""
         if where is None:
@@ -228,6 +255,16 @@ class BatchedMPE(BatchedEnv):
     def step(self, actions: dict[str, Any]) -> BatchedStep:
         """Step every copy's world with ``actions[g]`` (``[E, n_g]`` ints, or
         ``[E, n_g, size]`` floats for continuous actions)."""
+        missing = [g for g in self._groups if g not in actions]
+        if missing:
+            raise KeyError(
+                f"actions has no entry for the groups {missing}; expected {{group: array}} for "
+                f"the groups {list(self._groups)}"
+            )
+        return self._advance({g: self.place.asarray(actions[g]) for g in self._groups})
+
+    def _step_all(self, actions: dict[str, Array]) -> BatchedStep:
+        """:meth:`step` of valid actions of the env's place: what ``compile`` compiles."""
         u, c = self._decode(actions)
         self.world.step(u, c)
         self.post_step()
@@ -258,49 +295,51 @@ class BatchedMPE(BatchedEnv):
     def _decode(self, actions: dict[str, Any]) -> tuple[Array, Array]:
         """Every agent's action force ``[E, num_agents, 2]`` (scaled by its ``accel``) and
         communication ``[E, num_agents, dim_c]``, as mpe2's ``_set_action`` makes them."""
-        ops, bodies, e = self.ops, self.bodies, self.num_envs
-        us, cs = [], []
-        for group, index in self._group_index.items():
-            if group not in actions:
-                raise KeyError(
-                    f"actions has no entry for group {group!r}; expected {{group: array}} for "
-                    f"the groups {list(self._groups)}"
-                )
-            action = self.place.asarray(actions[group])
-            first = index[0]
-            movable, silent = bool(bodies.movable[first]), bool(bodies.silent[first])
-            accel = self.table(bodies.accel[index])[:, None]
-            n = len(index)
+        ops, dim_c, us, cs = self.ops, self.bodies.dim_c, [], []
+        for spec in self._action_specs:
+            action = actions[spec.group]
+            u = comm = None
             if self.continuous_actions:
-                if movable:
+                if spec.movable:
                     # Subtracted in the action's dtype (float32), as mpe2 does.
                     x, y = action[..., 2] - action[..., 1], action[..., 4] - action[..., 3]
-                    u = ops.stack([x, y], 2)
-                    u = ops.astype(u, self.dtype) * accel
+                    u = ops.astype(ops.stack([x, y], 2), self.dtype) * spec.accel
                     comm = action[..., _MOVE_ACTIONS:]
                 else:
-                    u, comm = None, action
+                    comm = action
             else:
-                action = action.long() if self.place.is_torch else action.astype(np.int64)
-                if movable:
-                    move = action % _MOVE_ACTIONS if not silent else action
-                    u = self._moves[move] * accel
+                action = ops.astype(action, np.int64)
+                if spec.movable:
+                    u = self._moves[action % _MOVE_ACTIONS if not spec.silent else action]
+                    u = u * spec.accel
                     comm = action // _MOVE_ACTIONS
                 else:
-                    u, comm = None, action
-                comm = None if silent else self._eye[comm][..., : bodies.dim_c]
-            if u is None:
-                u = self.place.zeros((e, n, 2), self.dtype)
-            if silent or comm is None:
-                comm = self.place.zeros((e, n, bodies.dim_c), self.dtype)
-            us.append(u)
-            cs.append(ops.astype(comm, self.dtype))
-        order = [i for index in self._group_index.values() for i in index]
+                    comm = action
+                comm = None if spec.silent else self._eye[comm][..., :dim_c]
+            if spec.silent:
+                comm = None
+            us.append(spec.no_force if u is None else u)
+            cs.append(spec.no_comm if comm is None else ops.astype(comm, self.dtype))
         u, c = ops.concat(us, 1), ops.concat(cs, 1)
-        if order != sorted(order):
-            inverse = self.table(np.argsort(order), np.int64)
-            u, c = ops.take(u, inverse), ops.take(c, inverse)
+        if self._action_order is not None:
+            u, c = ops.take(u, self._action_order), ops.take(c, self._action_order)
         return u, c
+
+    def _action_spec(self, group: str, index: list[int]) -> _ActionSpec:
+        bodies, e, n = self.bodies, self.num_envs, len(index)
+        movable, silent = bodies.movable[index], bodies.silent[index]
+        if len(set(movable)) > 1 or len(set(silent)) > 1:
+            raise NotImplementedError(
+                f"group {group!r} mixes movable and immovable or silent and speaking agents"
+            )
+        return _ActionSpec(
+            group,
+            bool(movable[0]),
+            bool(silent[0]),
+            self.table(bodies.accel[index])[:, None],
+            self.place.zeros((e, n, 2), self.dtype),
+            self.place.zeros((e, n, bodies.dim_c), self.dtype),
+        )
 
     def _result(self, *outcome: Array) -> BatchedStep:
         """The batch of every copy now, with ``outcome`` (reward, terminated, truncated:
@@ -312,11 +351,16 @@ class BatchedMPE(BatchedEnv):
         for group, index in self._group_index.items():
             step.alive[group] = self._agents(alive, index)
             step.acting[group] = self._agents(alive, index)
-        per_agent = [None] * len(self.possible_agents)
-        for group, index in self._group_index.items():
-            for k, i in enumerate(index):
-                per_agent[i] = obs[group][:, k]
-        step.state = ops.concat(per_agent, 1)
+        e = self.num_envs
+        if self._action_order is None:  # the groups hold the agents in order
+            parts = [obs[g].reshape(e, -1) for g in self._groups]
+            step.state = parts[0] if len(parts) == 1 else ops.concat(parts, 1)
+        else:
+            per_agent = [None] * len(self.possible_agents)
+            for group, index in self._group_index.items():
+                for k, i in enumerate(index):
+                    per_agent[i] = obs[group][:, k]
+            step.state = ops.concat(per_agent, 1)
         if outcome:
             step.reward, step.terminated, step.truncated = (
                 {g: self._agents(value, index) for g, index in self._group_index.items()}
@@ -377,6 +421,19 @@ class BatchedMPE(BatchedEnv):
         if self._renderer is not None:
             self._renderer.close()
             self._renderer = None
+
+
+@dataclass(frozen=True)
+class _ActionSpec:
+    """How a group's actions become forces and communication (read from its first agent:
+    a group's agents have the same spaces, so the same kind)."""
+
+    group: str
+    movable: bool
+    silent: bool
+    accel: Array  # [n_g, 1]
+    no_force: Array  # [E, n_g, 2] zeros, for immovable agents
+    no_comm: Array  # [E, n_g, dim_c] zeros, for silent agents
 
 
 class Draws:

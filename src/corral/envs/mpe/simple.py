@@ -17,7 +17,7 @@ class BatchedSimple(BatchedMPE):
     def observe(self) -> dict[str, Array]:
         pos, vel = self.world.pos, self.world.vel
         # [velocity, landmark - position]
-        return {"agent": self.ops.concat([vel[:, :1], pos[:, 1:] - pos[:, :1]], 2)}
+        return {"agent": self.assemble([vel[:, :1], pos[:, 1:] - pos[:, :1]])}
 
     def reward(self) -> Array:
         delta = self.world.pos[:, :1] - self.world.pos[:, 1:]

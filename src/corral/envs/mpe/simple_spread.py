@@ -21,9 +21,11 @@ class BatchedSimpleSpread(BatchedMPE):
     def setup(self, raw: Any) -> None:
         self.n = n = len(self.possible_agents)
         self.scenario = raw.scenario  # its curriculum stage and options
+        self._agents_collide = bool(self.bodies.collide[0])
         self._others = self.table(
             [[j for j in range(n) if j != i] for i in range(n)], np.int64
         )  # [agent, other agent] in mpe2's order
+        self._others_flat = self._others.reshape(-1)
         self._not_self = self.table(~np.eye(n, dtype=bool), bool)
         self._agent_sizes = self.table(
             self.bodies.size[:n, None] + self.bodies.size[None, :n]
@@ -46,12 +48,11 @@ class BatchedSimpleSpread(BatchedMPE):
     def _relative(self) -> tuple[Array, Array]:
         """``[E, agent, landmark, 2]`` landmark - agent, ``[E, agent, other, 2]`` other -
         agent (others in mpe2's order)."""
-        pos, n = self.world.pos, self.n
-        agents = pos[:, :n]
-        to_landmarks = pos[:, None, n:] - agents[:, :, None]
-        to_agents = agents[:, None, :] - agents[:, :, None]  # [E, i, j]: j - i
-        index = self.ops.broadcast_to(self._others[None, :, :, None], (len(pos), n, n - 1, 2))
-        return to_landmarks, self.ops.gather(to_agents, index, 2)
+        pos, n, e = self.world.pos, self.n, len(self.world.pos)
+        agents = pos[:, :n, None]
+        to_landmarks = pos[:, None, n:] - agents
+        others = self.ops.take(pos, self._others_flat).reshape(e, n, n - 1, 2)
+        return to_landmarks, others - agents
 
     def _nearest(self, relative: Array, count: int) -> tuple[Array, Array]:
         """The ``count`` nearest of ``relative`` ``[E, agent, k, 2]`` per agent, closest
@@ -77,7 +78,7 @@ class BatchedSimpleSpread(BatchedMPE):
     def observe(self) -> dict[str, Array]:
         ops, world, n = self.ops, self.world, self.n
         to_landmarks, to_agents = self._relative()
-        comm = ops.astype(ops.take(world.comm, self._others.reshape(-1)), self.dtype)
+        comm = ops.astype(ops.take(world.comm, self._others_flat), self.dtype)
         comm = comm.reshape(len(world.comm), n, n - 1, -1)
         scenario = self.scenario
         if scenario.num_landmark_neighbors is not None:
@@ -93,7 +94,7 @@ class BatchedSimpleSpread(BatchedMPE):
             to_agents.reshape(e, n, -1),
             comm.reshape(e, n, -1),
         ]
-        return {"agent": ops.concat(parts, 2)}
+        return {"agent": self.assemble(parts)}
 
     def _distances(self) -> Array:
         """``[E, agent, landmark]``: each agent's distance to each landmark."""
@@ -105,7 +106,7 @@ class BatchedSimpleSpread(BatchedMPE):
         stage = self.scenario.CURRICULUM_STAGES[self.scenario.curriculum_stage]
         penalised = (not self.scenario.curriculum) or stage["collision_penalty"]
         pos, n = self.world.pos, self.n
-        if not penalised or not self.bodies.collide[0]:
+        if not penalised or not self._agents_collide:
             return self.ops.zeros_like(pos[:, :n, 0])
         delta = pos[:, None, :n] - pos[:, :n, None]  # [E, agent, other]
         dist = self.ops.sqrt(delta[..., 0] * delta[..., 0] + delta[..., 1] * delta[..., 1])
