@@ -50,7 +50,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_list_prints_every_id_grouped_by_source(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "list")
     assert code == 0
-    lines = out.splitlines()
+    lines = {line.split("  (")[0].split("  [")[0] for line in out.splitlines()}
     for env_id in registered_ids():
         assert f"  {env_id}" in lines
         assert f"{env_id.split('/')[0]} (" in out
@@ -62,6 +62,14 @@ def test_list_a_source(capsys: pytest.CaptureFixture[str], nim: str) -> None:
     code, out, _ = run(capsys, "list", "test")
     assert code == 0
     assert out.splitlines() == ["test (1)", "  test/nim"]
+
+
+def test_list_marks_natively_batched_ids(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, "list")
+    lines = out.splitlines()
+    assert "  mpe2/simple_spread_v3  (natively batched)" in lines
+    assert "  corral/tag  (natively batched)" in lines
+    assert "  corral/rps" in lines  # no native implementation: no mark
 
 
 def test_list_unknown_source_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

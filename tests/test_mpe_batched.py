@@ -16,6 +16,8 @@ from mpe_differential import (
 )
 from test_native_vector import PLACES
 
+import corral
+
 pytest.importorskip("mpe2")
 
 CASES = [
@@ -56,6 +58,28 @@ def test_float32_mean_return_within_1_percent(id, env_kwargs) -> None:
 @pytest.mark.parametrize(("id", "env_kwargs"), CASES[:4:2], ids=IDS[:4:2])
 def test_render_draws_a_copy_as_mpe2_does(id, env_kwargs) -> None:
     check_render(id, env_kwargs)
+
+
+@pytest.mark.parametrize("backend", ["sync", "subproc"])
+def test_a_vector_env_renders_every_native_copy_as_the_dict_envs_do(backend) -> None:
+    kwargs = {"id": "mpe2/simple_spread_v3", "num_envs": 3, "seed": 6}
+    kwargs["env_kwargs"] = {"render_mode": "rgb_array", "N": 2}
+    rng = np.random.default_rng(0)
+    options = {"num_workers": 2} if backend == "subproc" else {}
+    with (
+        corral.make_vec(**kwargs, native=False) as ref,
+        corral.make_vec(**kwargs, backend=backend, native=True, **options) as native,
+    ):
+        batch = ref.reset()
+        native.reset()
+        for _ in range(4):
+            actions = ref.sample_actions(batch, rng)
+            batch = ref.step(actions)
+            native.step(actions)
+        want, got = ref.render(), native.render()
+    assert len(got) == 3
+    for a, b in zip(want, got, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_episodes_end_on_success_where_asked() -> None:

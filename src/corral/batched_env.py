@@ -84,7 +84,9 @@ class BatchedEnv:
     arrays live: ``Place("numpy")`` or ``Place("torch", device)``), implements
     :meth:`observation_space`, :meth:`action_space`, :meth:`reset` and
     :meth:`step`, and may set ``state_space``, ``metadata`` and
-    ``max_episode_steps``. ``groups`` defaults to :func:`corral.group_agents`
+    ``max_episode_steps``. One that can draw its copies lists ``metadata["render_modes"]``
+    and has ``render(copy)`` (a frame of one copy; ``VectorEnv.render()`` calls it for
+    each). ``groups`` defaults to :func:`corral.group_agents`
     over the agents' spaces; a subclass may override it.
     """
 

@@ -182,7 +182,8 @@ def _list(args: argparse.Namespace) -> int:
         members = list(members)
         print(f"{source} ({len(members)})")
         for id in members:
-            print(f"  {id}{_extra_note(spec(id).extra)}")
+            native = "  (natively batched)" if spec(id).batched is not None else ""
+            print(f"  {id}{native}{_extra_note(spec(id).extra)}")
     for prefix in prefixes:
         note = _extra_note(spec(f"{prefix}/<name>").extra)
         print(f"{prefix}/<name>  (namespace: any name that {prefix} knows){note}")

@@ -200,10 +200,16 @@ def call_shard(
     shard: BatchedEnv, offset: int, name: str, args: tuple | None, kwargs: dict[str, Any]
 ) -> list[Any]:
     """:func:`call_envs` on a shard's dict envs; of a natively batched shard, its attribute
-    ``name`` once per copy (it has no per-copy methods)."""
+    ``name`` once per copy (it has no per-copy methods), or, for ``render()`` where the shard
+    has render modes, its ``render(copy)`` of each copy."""
     envs = getattr(shard, "envs", None)
     if envs is not None:
         return call_envs(envs, offset, name, args, kwargs)
+    if name == "render" and args == () and not kwargs and shard.metadata.get("render_modes"):
+        return [
+            guarded(offset + i, "render()", lambda i=i: shard.render(i))
+            for i in range(shard.num_envs)
+        ]
     if args is not None and callable(getattr(shard, name, None)):
         raise TypeError(
             f"{type(shard).__name__} is natively batched: it has no method {name!r} per copy "
