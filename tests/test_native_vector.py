@@ -131,9 +131,11 @@ def test_native_is_the_default_where_an_id_has_one() -> None:
     from corral.vector.dict_envs import DictEnvs
 
     with corral.make_vec("mdp/climbing", 2) as venv:
-        assert not isinstance(venv._backend.shard, DictEnvs)
+        assert not isinstance(venv._backend.shard, DictEnvs) and venv.native
     with corral.make_vec("mdp/climbing", 2, native=False) as venv:
-        assert isinstance(venv._backend.shard, DictEnvs)
+        assert isinstance(venv._backend.shard, DictEnvs) and not venv.native
+    with corral.make_vec("mpe2/simple_spread_v3", 2) as venv:  # mpe2 ids: native MPE
+        assert venv.native
 
 
 @pytest.mark.parametrize(("array", "device"), PLACES)

@@ -116,6 +116,9 @@ class VectorEnv:
             ``start_method``, ``timeout``, ``ray_address``...); an option the
             backend does not take raises ``ValueError``.
 
+    ``native`` says whether the copies are one natively batched env (``True``) or
+    packed dict envs.
+
     Examples:
         >>> import corral
         >>> venv = corral.VectorEnv([lambda: corral.make("corral/rps")] * 2)
@@ -151,6 +154,7 @@ class VectorEnv:
         )
         if source.num_envs == 0:
             raise ValueError("a VectorEnv needs at least one env constructor")
+        self.native = isinstance(source, NativeSource)
         if isinstance(source, NativeSource) and group_map is not None:
             raise ValueError(
                 "a natively batched env has its own groups; group_map needs native=False"
