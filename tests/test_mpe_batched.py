@@ -127,3 +127,11 @@ def test_curriculum_stages_reward_collisions_as_mpe2_does() -> None:
 def test_a_bad_or_unsupported_argument_is_named(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
         batched("mpe2/simple_spread_v3", 2, **kwargs)
+
+
+def test_a_copy_not_reset_yet_cannot_be_drawn() -> None:
+    env = batched("mpe2/simple_v3", 2)
+    with pytest.raises(RuntimeError, match="copy 1 has no episode to draw yet"):
+        env.render(1)
+    env.reset(seed=0)
+    assert env.render(1).shape == (700, 700, 3)

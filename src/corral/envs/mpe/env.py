@@ -410,6 +410,8 @@ class BatchedMPE(BatchedEnv):
 
     def render(self, copy: int = 0) -> np.ndarray:
         """An RGB image ``[700, 700, 3]`` of copy ``copy``, drawn by mpe2."""
+        if not float(to_numpy(self._cam_range[copy])):
+            raise RuntimeError(f"copy {copy} has no episode to draw yet: reset it first")
         if self._renderer is None:
             self._renderer = self.mpe2_env(**self.kwargs, render_mode="rgb_array")
             self._renderer.reset(seed=0)
