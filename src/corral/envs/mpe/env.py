@@ -161,7 +161,9 @@ class BatchedMPE(BatchedEnv):
         return None
 
     def post_step(self) -> None:
-        """What the scenario does after the world step and before the rewards."""
+        """What the scenario does after the world step and before the rewards (only in the
+        copies :attr:`live` selects: ``[E]`` bool, those whose episode was running when
+        the step began; the others must not change)."""
 
     def to_mpe2_extra(self, copy: int, env: Any) -> None:
         """Write the scenario's own state of ``copy`` (goals, colours) into the mpe2 raw
@@ -265,27 +267,36 @@ class BatchedMPE(BatchedEnv):
 
     def _step_all(self, actions: dict[str, Array]) -> BatchedStep:
         """:meth:`step` of valid actions of the env's place: what ``compile`` compiles."""
+        # A copy whose episode ended stands still until it is reset, as a dict env
+        # stepped after its end does: no move, no draw, no reward.
+        world, self.live = self.world, self._alive
+        before = world.pos, world.vel, world.comm
         u, c = self._decode(actions)
-        self.world.step(u, c)
+        world.step(u, c)
         self.post_step()
-        self.steps = self.steps + 1
+        live = self.live
+        world.pos, world.vel, world.comm = (
+            self.select(live, new, old)
+            for new, old in zip((world.pos, world.vel, world.comm), before, strict=True)
+        )
+        self.steps = self.steps + self.ops.astype(live, np.int64)
         reward = self.reward()
         if self.local_ratio is not None:
             shared = self.global_reward()[:, None]
             reward = shared * (1 - self.local_ratio) + reward * self.local_ratio
+        reward = self.ops.where(live[:, None], reward, 0.0)
         out_of_time = self.steps >= self.max_cycles
         ended = self.terminal()
         terminated = None if ended is None else ended & ~out_of_time
-        was_alive = self._alive
-        self._alive = was_alive & ~out_of_time
+        self._alive = live & ~out_of_time
         if terminated is not None:
             self._alive = self._alive & ~terminated
         per_agent = (self.num_envs, len(self.possible_agents))
-        truncated = self._broadcast(was_alive & out_of_time, per_agent)
+        truncated = self._broadcast(live & out_of_time, per_agent)
         terminated = (
             self.ops.zeros_like(truncated)
             if terminated is None
-            else self._broadcast(was_alive & terminated, per_agent)
+            else self._broadcast(live & terminated, per_agent)
         )
         return self._result(reward, terminated, truncated)
 
