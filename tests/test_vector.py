@@ -468,9 +468,9 @@ def test_call_errors_are_env_errors_on_every_backend(backend: str, ray_session) 
 def test_episode_limit_and_source_attributes_reach_every_backend(backend: str, ray_session) -> None:
     pytest.importorskip("mpe2")
     kwargs = {"N": 2, "max_cycles": 7}
-    venv = make_vec(
-        "mpe2/simple_spread_v3", 2, backend, env_kwargs=kwargs, **_options(backend, ray_session)
-    )
+    options = _options(backend, ray_session)
+    # The dict envs (mpe2's own): their attributes and their adapter's.
+    venv = make_vec("mpe2/simple_spread_v3", 2, backend, native=False, env_kwargs=kwargs, **options)
     try:
         assert venv.max_episode_steps == 7
         assert venv.get_attr("max_cycles") == [7, 7]  # an attribute of the raw mpe2 env
@@ -486,6 +486,10 @@ def test_episode_limit_and_source_attributes_reach_every_backend(backend: str, r
         assert batch.done.all() and batch.episode_length.tolist() == [7, 7]
     finally:
         venv.close()
+    # The natively batched MPE: attributes of the batched env, one per copy.
+    with make_vec("mpe2/simple_spread_v3", 2, backend, env_kwargs=kwargs, **options) as venv:
+        assert venv.native and venv.max_episode_steps == 7
+        assert venv.get_attr("max_cycles") == [7, 7]
 
 
 def test_vector_env_without_an_episode_limit_says_none() -> None:
