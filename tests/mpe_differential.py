@@ -11,7 +11,8 @@ Every scenario's test module runs these on its own cases (id, env_kwargs):
   into the batched world with ``from_mpe2``) within 1e-4 of mpe2's step;
 * :func:`check_float32_returns`: float32's mean random-policy episode return within 1%
   of float64's (itself exact to mpe2) over 10,000 episodes;
-* :func:`check_render`: a copy drawn by ``render(copy)`` equals mpe2's own frame.
+* :func:`check_render`: a copy drawn by ``render(copy)`` equals mpe2's own frame;
+* :func:`check_render_at_reset`: every copy drawn right after a reset equals mpe2's frame.
 """
 
 from __future__ import annotations
@@ -174,3 +175,19 @@ def check_render(id: str, env_kwargs: dict[str, Any], steps: int = 7) -> None:
     np.testing.assert_array_equal(env.render(2), raw.render())
     env.close()
     raw.close()
+
+
+def check_render_at_reset(id: str, env_kwargs: dict[str, Any], num_envs: int = 8) -> Any:
+    """Each copy drawn by ``render(copy)`` right after ``reset(seed=s)``, in turn with the
+    one renderer, equals mpe2's frame after ``reset(seed=s + copy)``: what a reset sets
+    beside the positions (goals, the colours they give) reaches the renderer. Returns the
+    batched env (closed)."""
+    env = batched(id, num_envs, render_mode="rgb_array", **env_kwargs)
+    env.reset(seed=20)
+    raw = mpe2_raw(id, {**env_kwargs, "render_mode": "rgb_array"})
+    for copy in range(num_envs):
+        raw.reset(seed=20 + copy)
+        np.testing.assert_array_equal(env.render(copy), raw.render(), err_msg=f"{id} copy {copy}")
+    env.close()
+    raw.close()
+    return env

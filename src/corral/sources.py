@@ -39,6 +39,11 @@ _MPE2 = {
 _MPE2_BATCHED = {
     "simple_v3": "corral.envs.mpe.simple:BatchedSimple",
     "simple_spread_v3": "corral.envs.mpe.simple_spread:BatchedSimpleSpread",
+    "simple_reference_v3": "corral.envs.mpe.simple_reference:BatchedSimpleReference",
+    "simple_speaker_listener_v4": (
+        "corral.envs.mpe.simple_speaker_listener:BatchedSimpleSpeakerListener"
+    ),
+    "simple_push_v3": "corral.envs.mpe.simple_push:BatchedSimplePush",
 }
 # The implementation modules: PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules.
 _SISL = {
