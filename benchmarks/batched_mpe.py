@@ -504,6 +504,7 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"{'':>11}corral best / best peer: {best / peer:.2f}x ({best_name} / {peer_name})"
             )
+    print("load average at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":
