@@ -7,6 +7,11 @@ benchmarks/README.md. These tests only catch a script that no longer runs.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -52,3 +57,57 @@ def test_the_ceiling_runs_two_processes_together(monkeypatch: pytest.MonkeyPatch
     pytest.importorskip("mpe2")
     vector_throughput = script("vector_throughput", monkeypatch)
     assert vector_throughput.bench_ceiling(2, 0.05) > 0
+
+
+def batched_mpe(*args: str) -> tuple[str, dict[tuple[int, str], tuple[float, str, int]]]:
+    """The output of batched_mpe.py at E=1 and 8 for a few hundredths of a second per cell,
+    and its table: (E, implementation) -> (env-steps/s, ratio to mpe2's loop, obs/env)."""
+    command = [sys.executable, str(BENCHMARKS / "batched_mpe.py"), "--envs", "1", "8"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [*command, "--seconds", "0.02", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    row = re.compile(r"^\s*(\d+)  (\S.*?)\s{2,}([\d,]+)\s+(\S+)\s+(\d+)$")
+    table = {}
+    for line in done.stdout.splitlines():
+        if match := row.match(line):
+            e, name, rate, ratio, obs = match.groups()
+            table[int(e), name] = (float(rate.replace(",", "")), ratio, int(obs))
+    return done.stdout, table
+
+
+def test_batched_mpe_times_mpe2_and_corral_side_by_side() -> None:
+    pytest.importorskip("mpe2")
+    out, table = batched_mpe("--peers")
+    dict_path = "corral dict (native=False)"
+    assert {(1, "mpe2 loop"), (1, dict_path), (8, dict_path)} <= set(table)
+    assert (8, "mpe2 loop") not in table  # one env: its rate is the reference
+    assert table[1, "mpe2 loop"][1] == "1.0x"
+    for rate, _, obs in table.values():
+        assert rate > 0
+        assert obs == 3 * 18  # simple_spread N=3: 18 floats per agent
+    native = {name for _, name in table if name.startswith("corral native")}
+    assert ("corral native MPE: not available" in out) != bool(native), out
+    assert "VMAS" not in out and "JaxMARL" not in out  # --peers alone: none
+
+
+@pytest.mark.slow
+def test_batched_mpe_times_the_installed_peers() -> None:
+    pytest.importorskip("mpe2")
+    installed = {m for m in ("vmas", "jaxmarl") if importlib.util.find_spec(m) is not None}
+    if not installed:
+        pytest.skip("neither VMAS nor JaxMARL is installed")
+    out, table = batched_mpe()
+    names = {"vmas": ["VMAS"], "jaxmarl": ["JaxMARL scan", "JaxMARL loop"]}
+    for module, peer_names in names.items():
+        for name in peer_names:
+            assert ((1, name) in table and (8, name) in table) == (module in installed), out
+        if module not in installed:
+            assert f"not installed (pip install {module})" in out
+    assert out.count("corral best / best peer:") == 2
