@@ -1,0 +1,287 @@
+"""Per-copy random streams as arrays: numpy's ``Generator(PCG64)`` for every copy at once.
+
+A natively batched env draws, for each of its ``E`` copies, exactly what a dict
+env seeded ``seed + i`` draws from its ``np_random`` (``Generator(PCG64)``), in
+one array operation over all copies, in numpy or in torch on any device.
+
+Each stream is PCG64's state as int64 arrays: the 128-bit LCG state and
+increment as high and low 64-bit halves, and the upper half of a 64-bit draw
+that ``next_uint32`` keeps for the next 32-bit draw. int64 arithmetic wraps
+in both namespaces (torch's uint64 lacks addition and shifts), so each array
+holds the bits of an unsigned 64-bit word, and the helpers below do the
+unsigned operations (logical shifts, carries, comparisons) on them.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from corral.arrays import Place, import_torch, to_numpy
+
+Array = Any  # a numpy array or a torch tensor
+
+MULTIPLIER = 0x2360ED051FC65DA44385DF649FCCF645  # PCG64's 128-bit LCG multiplier
+_MASK32, _MASK64 = (1 << 32) - 1, (1 << 64) - 1
+_MIN64 = -(1 << 63)
+_MUL_HI, _MUL_LO = MULTIPLIER >> 64, MULTIPLIER & _MASK64
+_NEGLIGIBLE = 2.0**-64  # on a device, the chance of a rejection past the drawn rounds
+
+
+class CopyStreams:
+    """One PCG64 stream per copy, as arrays of a :class:`~corral.arrays.Place` (numpy, or
+    torch on any device): copy ``i`` draws what its own ``numpy.random.Generator`` draws.
+
+    :meth:`seed` seeds copies as ``np.random.default_rng(seed)`` does (the dict env's
+    ``np_random``); :meth:`uniform` and :meth:`integers` draw what
+    ``Generator.uniform(low, high, size)`` and ``Generator.integers(low, high)`` draw,
+    one row per copy, and advance the streams of the copies ``where`` selects (a bool
+    array ``[E]`` of the place, all copies for ``None``) without reading it on the host.
+    :meth:`generator` and :meth:`set_generator` move a copy's stream to and from a numpy
+    ``Generator``. Draws of copies that were never seeded are unspecified.
+
+    ``integers`` rejects a draw with a chance below ``n / 2**32`` (``n`` the number of
+    values; ``n / 2**64`` past ``2**32`` values) and draws again. On the host every
+    rejected copy draws again; on a device, where finding out would wait for it, every
+    copy draws as many times as makes the chance that some copy needs more below
+    ``2**-64``, so that (a few times more work there) no draw differs from numpy's in
+    practice.
+
+    Examples:
+        >>> streams = CopyStreams(3, Place())
+        >>> streams.seed([7, 8, 9])
+        >>> copy_1 = np.random.default_rng(8)  # the generator copy 1 stands for
+        >>> bool((streams.uniform(-1.0, 1.0, 2)[1] == copy_1.uniform(-1.0, 1.0, 2)).all())
+        True
+        >>> int(streams.integers(10)[1]) == int(copy_1.integers(10))
+        True
+    """
+
+    def __init__(self, num_envs: int, place: Place) -> None:
+        self.num_envs, self.place = num_envs, place
+        words = [place.zeros((num_envs,), np.int64) for _ in range(5)]
+        self._hi, self._lo, self._inc_hi, self._inc_lo, self._buffer = words
+        self._buffered = place.zeros((num_envs,), np.bool_)
+        self._seeded = np.zeros(num_envs, np.bool_)  # on the host: which copies have a stream
+        if place.is_torch:
+            torch = import_torch()
+            self._select = torch.where
+            self._on_host = torch.device(place.device).type == "cpu"
+        else:
+            self._select, self._on_host = np.where, True
+
+    def seed(self, seeds: Sequence[int | None], where: np.ndarray | None = None) -> None:
+        """Reseed the copies ``where`` selects (a host bool array ``[E]``, all for ``None``)
+        with their entry of ``seeds`` (one per copy), as ``np.random.default_rng`` does;
+        those whose seed is ``None`` keep their stream, or draw a fresh one from the OS's
+        entropy if they have none yet."""
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"got {len(seeds)} seeds for {self.num_envs} copies")
+        chosen = np.ones(self.num_envs, np.bool_) if where is None else to_numpy(where)
+        if chosen.shape != (self.num_envs,):
+            raise ValueError(f"where has shape {chosen.shape}, expected ({self.num_envs},)")
+        copies = [
+            int(i) for i in np.flatnonzero(chosen) if seeds[i] is not None or not self._seeded[i]
+        ]
+        if not copies:
+            return
+        words = np.array([_words(_pcg64_state(seeds[i], i)) for i in copies], np.uint64)
+        index = self.place.from_host(np.array(copies, np.int64))
+        columns = [self.place.from_host(np.ascontiguousarray(w)) for w in words.view(np.int64).T]
+        for array, column in zip(
+            (self._hi, self._lo, self._inc_hi, self._inc_lo), columns, strict=True
+        ):
+            array[index] = column
+        self._buffered[index] = False
+        self._buffer[index] = 0
+        self._seeded[copies] = True
+
+    def uniform(self, low: float, high: float, size: int, where: Array | None = None) -> Array:
+        """``[E, size]`` float64: row ``i`` is what copy ``i``'s
+        ``Generator.uniform(low, high, size)`` returns (rows of unselected copies are
+        unspecified)."""
+        low, span = float(low), float(high) - float(low)  # numpy computes the span in doubles
+        if not math.isfinite(span):
+            raise OverflowError(f"uniform({low}, {high}): high - low is not a finite float")
+        if math.copysign(1.0, span) < 0:
+            raise ValueError(f"uniform({low}, {high}): high must not be below low")
+        where = None if where is None else self.place.asarray(where, np.bool_)
+        bits = self.place.zeros((self.num_envs, size), np.int64)
+        hi, lo = self._hi, self._lo
+        for k in range(size):
+            hi, lo = _step(hi, lo, self._inc_hi, self._inc_lo)
+            bits[:, k] = _output(hi, lo)
+        self._advance(where, hi, lo)
+        # numpy's next_double: the top 53 bits of a 64-bit draw, in [0, 1).
+        unit = self.place.asarray(_shr(bits, 11), np.float64) * 2.0**-53
+        return low + span * unit
+
+    def integers(self, low: int, high: int | None = None, where: Array | None = None) -> Array:
+        """``[E]`` int64: what each copy's ``Generator.integers(low, high)`` returns, a value
+        in ``[low, high)`` (``[0, low)`` when ``high`` is ``None``; values of unselected
+        copies are unspecified)."""
+        low, high = (0, low) if high is None else (low, high)
+        low, high = operator.index(low), operator.index(high)
+        if high <= low:
+            raise ValueError(f"integers({low}, {high}): low must be below high")
+        if low < _MIN64 or high > -_MIN64:
+            raise ValueError(f"integers({low}, {high}): the bounds must lie in int64")
+        none = self.place.zeros((self.num_envs,), np.bool_)
+        chosen = ~none if where is None else self.place.asarray(where, np.bool_)
+        span = high - low - 1  # numpy's inclusive range
+        if span == 0:
+            value = self.place.zeros((self.num_envs,), np.int64)
+        elif span == _MASK32:
+            value = self._next32(chosen)
+        elif span == _MASK64:
+            value = self._next64(chosen)
+        else:
+            value = self._bounded(span + 1, 32 if span < _MASK32 else 64, chosen)
+        return value + low  # wraps to the value in [low, high)
+
+    def generator(self, i: int) -> np.random.Generator:
+        """A numpy ``Generator`` in copy ``i``'s current state (the copy keeps its own)."""
+        if not self._seeded[i]:
+            raise ValueError(f"copy {i} has no random stream yet: seed it first")
+        hi, lo, inc_hi, inc_lo, buffer = (
+            int(a[i]) & _MASK64
+            for a in (self._hi, self._lo, self._inc_hi, self._inc_lo, self._buffer)
+        )
+        bit_generator = np.random.PCG64(0)
+        bit_generator.state = {
+            "bit_generator": "PCG64",
+            "state": {"state": hi << 64 | lo, "inc": inc_hi << 64 | inc_lo},
+            "has_uint32": int(bool(self._buffered[i])),
+            "uinteger": buffer,
+        }
+        return np.random.Generator(bit_generator)
+
+    def set_generator(self, i: int, generator: np.random.Generator) -> None:
+        """Copy ``i`` takes ``generator``'s state (a ``Generator`` of ``PCG64``)."""
+        if not isinstance(getattr(generator, "bit_generator", None), np.random.PCG64):
+            raise TypeError(f"copy {i}: expected a numpy Generator of PCG64, got {generator!r}")
+        state = generator.bit_generator.state
+        for array, word in zip(
+            (self._hi, self._lo, self._inc_hi, self._inc_lo, self._buffer),
+            (*_words(state["state"]), state["uinteger"]),
+            strict=True,
+        ):
+            array[i] = _signed(word)
+        self._buffered[i] = bool(state["has_uint32"])
+        self._seeded[i] = True
+
+    def _advance(self, where: Array | None, hi: Array, lo: Array) -> None:
+        """The LCG states of the copies ``where`` selects become ``hi``, ``lo``."""
+        if where is not None:
+            hi, lo = self._select(where, hi, self._hi), self._select(where, lo, self._lo)
+        self._hi, self._lo = hi, lo
+
+    def _next64(self, chosen: Array) -> Array:
+        """PCG64's ``next_uint64`` of every copy; the ``chosen`` copies advance."""
+        hi, lo = _step(self._hi, self._lo, self._inc_hi, self._inc_lo)
+        self._advance(chosen, hi, lo)
+        return _output(hi, lo)
+
+    def _next32(self, chosen: Array) -> Array:
+        """PCG64's ``next_uint32``: the upper half of the last 64-bit draw if a copy keeps
+        one, else the lower half of a new draw, keeping its upper half."""
+        buffered, select = self._buffered, self._select
+        drawing = chosen & ~buffered
+        fresh = self._next64(drawing)
+        value = select(buffered, self._buffer, fresh & _MASK32)
+        self._buffer = select(drawing, _shr(fresh, 32), self._buffer)
+        self._buffered = buffered ^ chosen
+        return value
+
+    def _bounded(self, excl: int, bits: int, chosen: Array) -> Array:
+        """Lemire's method, as numpy's: a value in ``[0, excl)`` from the high ``bits`` of a
+        ``bits``-bit draw times ``excl``, drawn again while the low ``bits`` fall below
+        ``2**bits % excl`` (which keeps every value equally likely)."""
+        threshold = (1 << bits) % excl
+
+        def scaled(drawing: Array) -> tuple[Array, Array]:
+            if bits == 32:
+                product = self._next32(drawing) * excl
+                return _shr(product, 32), product & _MASK32
+            draw = self._next64(drawing)
+            return _mulhi(draw, excl), draw * _signed(excl)
+
+        value, low_bits = scaled(chosen)
+        pending, rounds = chosen & _below(low_bits, threshold), 1
+        while self._may_reject(pending, rounds, threshold / 2.0**bits):
+            again, low_bits = scaled(pending)
+            value = self._select(pending, again, value)
+            pending, rounds = pending & _below(low_bits, threshold), rounds + 1
+        return value
+
+    def _may_reject(self, pending: Array, rounds: int, chance: float) -> bool:
+        """Whether another round of draws may be needed: on the host, whether a copy is
+        still pending; on a device, until the chance that one is falls below 2**-64."""
+        if self._on_host:
+            return bool(pending.any())
+        return self.num_envs * chance**rounds >= _NEGLIGIBLE
+
+
+def _pcg64_state(seed: int | None, copy: int) -> dict:
+    """The 128-bit state and increment ``np.random.default_rng(seed)`` starts from."""
+    try:
+        return np.random.PCG64(seed).state["state"]
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"copy {copy}: seed {seed!r} is not a numpy seed: {err}") from err
+
+
+def _words(state: dict) -> tuple[int, int, int, int]:
+    """A PCG64 state and increment as four unsigned 64-bit words, high halves first."""
+    s, inc = state["state"], state["inc"]
+    return s >> 64, s & _MASK64, inc >> 64, inc & _MASK64
+
+
+def _signed(word: int) -> int:
+    """The int64 holding the bits of an unsigned 64-bit ``word``."""
+    return word - (1 << 64) if word >> 63 else word
+
+
+def _shr(x: Array, shift: int) -> Array:
+    """The logical right shift of 64-bit words by ``shift`` (1..63) bits."""
+    return (x >> shift) & ((1 << (64 - shift)) - 1)  # `>>` copies the sign bit
+
+
+def _rotr(x: Array, shift: Array) -> Array:
+    """64-bit words rotated right, each by its ``shift`` (0..63)."""
+    # `x >> shift` fills the top `shift` bits with the sign bit; the xor sets them to the
+    # bottom bits of x (in two left shifts: a shift by 64 is not defined).
+    return (x >> shift) ^ ((((x >> 63) ^ x) << (63 - shift)) << 1)
+
+
+def _below(x: Array, bound: Array | int) -> Array:
+    """Whether the 64-bit words ``x`` are below ``bound`` (words, or an int below 2**64),
+    read as unsigned."""
+    # Flipping the top bit maps unsigned order onto signed order.
+    bound = _signed(bound) if isinstance(bound, int) else bound
+    return (x ^ _MIN64) < (bound ^ _MIN64)
+
+
+def _mulhi(x: Array, factor: int) -> Array:
+    """The high 64 bits of the 128-bit product of 64-bit words ``x`` and ``factor``."""
+    # Schoolbook on 32-bit halves; no partial sum passes 2**64 (Hacker's Delight, mulhu).
+    x0, x1, f0, f1 = x & _MASK32, _shr(x, 32), factor & _MASK32, factor >> 32
+    middle = x1 * f0 + _shr(x0 * f0, 32)
+    low = x0 * f1 + (middle & _MASK32)
+    return x1 * f1 + _shr(middle, 32) + _shr(low, 32)
+
+
+def _step(hi: Array, lo: Array, inc_hi: Array, inc_lo: Array) -> tuple[Array, Array]:
+    """The next LCG state, ``state * MULTIPLIER + inc`` modulo 2**128, as 64-bit halves."""
+    new_lo = lo * _MUL_LO + inc_lo  # both halves of the multiplier are below 2**63
+    carry = _below(new_lo, inc_lo)  # the low halves' sum wrapped
+    new_hi = hi * _MUL_LO + lo * _MUL_HI + _mulhi(lo, _MUL_LO) + inc_hi + carry
+    return new_hi, new_lo
+
+
+def _output(hi: Array, lo: Array) -> Array:
+    """PCG64's XSL-RR output of a state: its halves xored, rotated right by its top 6 bits."""
+    return _rotr(hi ^ lo, _shr(hi, 58))
