@@ -23,10 +23,11 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import Place, to_numpy
-from corral.batched_env import Array, BatchedEnv, BatchedStep, CopyGenerators, Seed, copy_seeds
+from corral.batched_env import Array, BatchedEnv, BatchedStep, Seed, copy_seeds
 from corral.envs.mpe.world import BatchedWorld, Bodies
 from corral.errors import MissingDependencyError
 from corral.groups import group_agents
+from corral.streams import CopyStreams
 
 DTYPES = ("float64", "float32")
 # Discrete movement: 0 no-op, 1 -x, 2 +x, 3 -y, 4 +y.
@@ -115,7 +116,8 @@ class BatchedMPE(BatchedEnv):
         self._action_order = (
             None if order == sorted(order) else self.table(np.argsort(order), np.int64)
         )
-        self._generators = CopyGenerators(self.num_envs)
+        self.streams = CopyStreams(self.num_envs, self.place)  # each copy's np_random
+        self._seeded = False  # every copy has a stream
         zeros = self.place.zeros
         self.steps = zeros((self.num_envs,), np.int64)  # each copy's world steps
         self._alive = zeros((self.num_envs,), np.bool_)
@@ -241,10 +243,12 @@ class BatchedMPE(BatchedEnv):
     ) -> BatchedStep:
         """Start a new episode in the copies ``where`` selects (all for ``None``), drawn as
         mpe2 draws it from each copy's generator."""
-        rows = np.arange(self.num_envs) if where is None else np.flatnonzero(to_numpy(where))
         mask = None if where is None else self.ops.bool(self.place.asarray(where))
-        generators = self._generators.at_reset(copy_seeds(seed, self.num_envs), rows)
-        self.reset_world(Draws(self, generators, rows), mask)
+        if seed is not None or not self._seeded:  # (else no host copy of ``where``)
+            host = None if where is None else to_numpy(where).astype(bool)
+            self.streams.seed(copy_seeds(seed, self.num_envs), host)
+            self._seeded = self._seeded or where is None
+        self.reset_world(Draws(self.streams, mask), mask)
         ops, world = self.ops, self.world
         world.comm = self.select(mask, ops.zeros_like(world.comm), world.comm)
         self.steps = self.select(mask, ops.zeros_like(self.steps), self.steps)
@@ -449,24 +453,20 @@ class _ActionSpec:
     no_comm: Array  # [E, n_g, dim_c] zeros, for silent agents
 
 
+@dataclass(frozen=True)
 class Draws:
-    """A reset's random draws for the selected copies, one generator per copy: each call
-    returns ``[E, ...]`` float64 or int64 arrays of the env's place whose rows of the
-    selected copies hold what those copies' generators draw (other rows are zeros)."""
+    """Random draws of the copies ``where`` selects (all for ``None``), from each copy's
+    stream: each call returns an ``[E, ...]`` float64 or int64 array of the env's place
+    whose rows of the selected copies hold what those copies' mpe2 generators would draw
+    (the other rows are unspecified), and advances only the selected streams."""
 
-    def __init__(self, env: BatchedMPE, generators: list[np.random.Generator], rows: np.ndarray):
-        self.env, self.generators, self.rows = env, generators, rows
+    streams: CopyStreams
+    where: Array | None
 
     def uniform(self, low: float, high: float, size: int) -> Array:
         """``Generator.uniform(low, high, size)`` of every selected copy: ``[E, size]``."""
-        out = np.zeros((self.env.num_envs, size), np.float64)
-        for row, generator in zip(self.rows, self.generators, strict=True):
-            out[row] = generator.uniform(low, high, size)
-        return self.env.place.from_host(out)
+        return self.streams.uniform(low, high, size, self.where)
 
     def integers(self, low: int, high: int | None = None) -> Array:
         """``Generator.integers(low, high)`` of every selected copy: ``[E]``."""
-        out = np.zeros(self.env.num_envs, np.int64)
-        for row, generator in zip(self.rows, self.generators, strict=True):
-            out[row] = generator.integers(low, high)
-        return self.env.place.from_host(out)
+        return self.streams.integers(low, high, self.where)
