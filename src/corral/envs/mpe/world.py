@@ -155,7 +155,8 @@ class BatchedWorld:
             if self._any_limit:
                 speed = ops.sqrt(v[..., 0] * v[..., 0] + v[..., 1] * v[..., 1])
                 over = (speed > self._max_speed[:, 0]) & self._limited
-                scaled = v / speed[..., None] * self._max_speed
+                # (divided by 1 where unused: a standing entity's speed 0 would warn)
+                scaled = v / ops.where(over, speed, 1.0)[..., None] * self._max_speed
                 v = ops.where(over[..., None], scaled, v)
             if len(moving) == b.num_entities:
                 pos, vel = p, v
@@ -198,6 +199,7 @@ class Ops:
         return TorchOps(place) if place.is_torch else Ops()
 
     sqrt = staticmethod(np.sqrt)
+    exp = staticmethod(np.exp)
     where = staticmethod(np.where)
 
     def take(self, array: Array, index: Array) -> Array:
@@ -216,6 +218,14 @@ class Ops:
 
     def zeros_like(self, array: Array) -> Array:
         return np.zeros_like(array)
+
+    def zeros(self, shape: tuple[int, ...], like: Array) -> Array:
+        """Zeros of ``shape`` with ``like``'s dtype (and device)."""
+        return np.zeros(shape, like.dtype)
+
+    def arange(self, stop: int, like: Array) -> Array:
+        """``0, 1, ..., stop - 1`` (int64) on ``like``'s device."""
+        return np.arange(stop, dtype=np.int64)
 
     def softplus(self, x: Array) -> Array:
         """``log(1 + exp(x))`` as mpe2 computes it (``logaddexp(0, x)``)."""
@@ -253,7 +263,7 @@ class TorchOps(Ops):
 
     def __init__(self, place: Place) -> None:
         self.torch = torch = import_torch()
-        self.sqrt, self.where = torch.sqrt, torch.where
+        self.sqrt, self.exp, self.where = torch.sqrt, torch.exp, torch.where
 
     def take(self, array: Array, index: Array) -> Array:
         return array.index_select(1, index)
@@ -269,6 +279,12 @@ class TorchOps(Ops):
 
     def zeros_like(self, array: Array) -> Array:
         return self.torch.zeros_like(array)
+
+    def zeros(self, shape: tuple[int, ...], like: Array) -> Array:
+        return self.torch.zeros(shape, dtype=like.dtype, device=like.device)
+
+    def arange(self, stop: int, like: Array) -> Array:
+        return self.torch.arange(stop, device=like.device)
 
     def softplus(self, x: Array) -> Array:
         return self.torch.logaddexp(self.torch.zeros_like(x), x)
