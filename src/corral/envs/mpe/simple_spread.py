@@ -8,6 +8,7 @@ import numpy as np
 
 from corral.batched_env import Array
 from corral.envs.mpe.env import BatchedMPE, Draws
+from corral.envs.mpe.neighbors import nearest, pick
 
 
 class BatchedSimpleSpread(BatchedMPE):
@@ -54,27 +55,6 @@ class BatchedSimpleSpread(BatchedMPE):
         others = self.ops.take(pos, self._others_flat).reshape(e, n, n - 1, 2)
         return to_landmarks, others - agents
 
-    def _nearest(self, relative: Array, count: int) -> tuple[Array, Array]:
-        """The ``count`` nearest of ``relative`` ``[E, agent, k, 2]`` per agent, closest
-        first, zero-padded to ``count``, and the indices chosen ``[E, agent, count]``."""
-        ops = self.ops
-        dist = ops.sqrt((relative * relative).sum(-1))
-        order = ops.argsort(dist, 2)[..., :count]
-        return self._pick(relative, order, count), order
-
-    def _pick(self, values: Array, order: Array, count: int) -> Array:
-        """``values`` ``[E, agent, k, d]`` at ``order`` ``[E, agent, c]`` along ``k``,
-        zero-padded to ``count``."""
-        ops = self.ops
-        index = ops.broadcast_to(order[..., None], (*order.shape, values.shape[-1]))
-        chosen = ops.gather(values, index, 2)
-        missing = count - chosen.shape[2]
-        if missing > 0:
-            shape = (*chosen.shape[:2], missing, chosen.shape[3])
-            pad = ops.broadcast_to(ops.zeros_like(chosen[:, :, :1]), shape)
-            chosen = ops.concat([chosen, pad], 2)
-        return chosen
-
     def observe(self) -> dict[str, Array]:
         ops, world, n = self.ops, self.world, self.n
         to_landmarks, to_agents = self._relative()
@@ -82,10 +62,10 @@ class BatchedSimpleSpread(BatchedMPE):
         comm = comm.reshape(len(world.comm), n, n - 1, -1)
         scenario = self.scenario
         if scenario.num_landmark_neighbors is not None:
-            to_landmarks, _ = self._nearest(to_landmarks, scenario.num_landmark_neighbors)
+            to_landmarks, _ = nearest(ops, to_landmarks, scenario.num_landmark_neighbors)
         if scenario.num_agent_neighbors is not None:
-            to_agents, order = self._nearest(to_agents, scenario.num_agent_neighbors)
-            comm = self._pick(comm, order, scenario.num_agent_neighbors)
+            to_agents, order = nearest(ops, to_agents, scenario.num_agent_neighbors)
+            comm = pick(ops, comm, order, scenario.num_agent_neighbors)
         e = len(world.pos)
         parts = [
             world.vel[:, :n],
