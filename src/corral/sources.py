@@ -45,6 +45,7 @@ _MPE2_BATCHED = {
     ),
     "simple_push_v3": "corral.envs.mpe.simple_push:BatchedSimplePush",
     "simple_tag_v3": "corral.envs.mpe.simple_tag:BatchedSimpleTag",
+    "simple_adversary_v3": "corral.envs.mpe.simple_adversary:BatchedSimpleAdversary",
 }
 # The implementation modules: PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules.
 _SISL = {
