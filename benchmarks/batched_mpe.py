@@ -202,11 +202,14 @@ def mpe2_loop(scenario: Scenario, num_envs: int, device: str) -> Cell:
     return Cell(run, obs)
 
 
-def corral_vec(scenario: Scenario, num_envs: int, device: str, **options: Any) -> Cell:
-    """``corral.make_vec(id, num_envs, **options)`` stepped with ``copy=False``."""
+def corral_vec(scenario: Scenario, num_envs: int, compile: bool = False, **options: Any) -> Cell:
+    """``corral.make_vec(id, num_envs, **options)`` stepped with ``copy=False``; ``compile``:
+    the native env's step through ``torch.compile``."""
     import corral
 
     kwargs = {"max_cycles": CHUNK, "continuous_actions": False, **scenario.kwargs}
+    if compile:
+        kwargs["compile"] = True
     place_device = options.get("device", "cpu")
     memory = GpuMemory(place_device)
     memory.start()
@@ -360,21 +363,24 @@ def implementations(args: argparse.Namespace, scenario: Scenario) -> list[Impl]:
     impls = [Impl("mpe2 loop", "reference", mpe2_loop, lambda e: e == 1)]
     if scenario.corral_id in corral.batched_ids():
         places = (
-            [("torch", args.device, "float32")]
+            [("torch", args.device, "float32", False), ("torch", args.device, "float32", True)]
             if args.device.startswith("cuda")
             else [
-                ("numpy", "cpu", "float64"),
-                ("numpy", "cpu", "float32"),
-                ("torch", "cpu", "float32"),
+                ("numpy", "cpu", "float64", False),
+                ("numpy", "cpu", "float32", False),
+                ("torch", "cpu", "float32", False),
+                ("torch", "cpu", "float32", True),
             ]
         )
-        for array, device, dtype in places:
+        for array, device, dtype, compiled in places:
+            if compiled and not args.compile:
+                continue
             impls.append(
                 Impl(
-                    f"corral native {array} {dtype}",
+                    f"corral native {array} {dtype}{' compiled' if compiled else ''}",
                     "corral",
-                    lambda s, e, _, a=array, d=device, t=dtype: corral_vec(
-                        s, e, d, native=True, array=a, device=d, dtype=t
+                    lambda s, e, _, a=array, d=device, t=dtype, c=compiled: corral_vec(
+                        s, e, c, native=True, array=a, device=d, dtype=t
                     ),
                 )
             )
@@ -384,7 +390,7 @@ def implementations(args: argparse.Namespace, scenario: Scenario) -> list[Impl]:
         Impl(
             "corral dict (native=False)",
             "corral",
-            lambda s, e, _: corral_vec(s, e, "cpu", native=False),
+            lambda s, e, _: corral_vec(s, e, native=False),
             lambda e: e <= args.dict_max,
         )
     )
@@ -448,6 +454,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per cell")
     parser.add_argument("--threads", type=int, default=2, help="torch and JAX threads")
     parser.add_argument("--dict-max", type=int, default=64, help="largest E of corral dict")
+    parser.add_argument(
+        "--no-compile",
+        dest="compile",
+        action="store_false",
+        help="leave out corral's torch.compile'd rows (each compiles for some seconds)",
+    )
     parser.add_argument(
         "--peers",
         nargs="*",

@@ -84,7 +84,7 @@ def batched_mpe(*args: str) -> tuple[str, dict[tuple[int, str], tuple[float, str
 
 def test_batched_mpe_times_mpe2_and_corral_side_by_side() -> None:
     pytest.importorskip("mpe2")
-    out, table = batched_mpe("--peers")
+    out, table = batched_mpe("--peers", "--no-compile")
     dict_path = "corral dict (native=False)"
     assert {(1, "mpe2 loop"), (1, dict_path), (8, dict_path)} <= set(table)
     assert (8, "mpe2 loop") not in table  # one env: its rate is the reference
@@ -94,6 +94,7 @@ def test_batched_mpe_times_mpe2_and_corral_side_by_side() -> None:
         assert obs == 3 * 18  # simple_spread N=3: 18 floats per agent
     native = {name for _, name in table if name.startswith("corral native")}
     assert ("corral native MPE: not available" in out) != bool(native), out
+    assert "corral native numpy float64" in native and not any("compiled" in n for n in native)
     assert "VMAS" not in out and "JaxMARL" not in out  # --peers alone: none
 
 
@@ -103,7 +104,7 @@ def test_batched_mpe_times_the_installed_peers() -> None:
     installed = {m for m in ("vmas", "jaxmarl") if importlib.util.find_spec(m) is not None}
     if not installed:
         pytest.skip("neither VMAS nor JaxMARL is installed")
-    out, table = batched_mpe()
+    out, table = batched_mpe("--no-compile")
     names = {"vmas": ["VMAS"], "jaxmarl": ["JaxMARL scan", "JaxMARL loop"]}
     for module, peer_names in names.items():
         for name in peer_names:
