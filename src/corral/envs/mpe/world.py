@@ -155,7 +155,8 @@ class BatchedWorld:
             if self._any_limit:
                 speed = ops.sqrt(v[..., 0] * v[..., 0] + v[..., 1] * v[..., 1])
                 over = (speed > self._max_speed[:, 0]) & self._limited
-                scaled = v / speed[..., None] * self._max_speed
+                # (divided by 1 where unused: a standing entity's speed 0 would warn)
+                scaled = v / ops.where(over, speed, 1.0)[..., None] * self._max_speed
                 v = ops.where(over[..., None], scaled, v)
             if len(moving) == b.num_entities:
                 pos, vel = p, v
@@ -198,6 +199,7 @@ class Ops:
         return TorchOps(place) if place.is_torch else Ops()
 
     sqrt = staticmethod(np.sqrt)
+    exp = staticmethod(np.exp)
     where = staticmethod(np.where)
 
     def take(self, array: Array, index: Array) -> Array:
@@ -208,8 +210,9 @@ class Ops:
         out[:, index] = value
         return out
 
-    def concat(self, arrays: list[Array], axis: int) -> Array:
-        return np.concatenate(arrays, axis)
+    def concat(self, arrays: list[Array], axis: int, dtype: Any = None) -> Array:
+        """The arrays joined along ``axis`` (and cast to ``dtype`` if given)."""
+        return np.concatenate(arrays, axis, dtype=dtype)
 
     def stack(self, arrays: list[Array], axis: int) -> Array:
         return np.stack(arrays, axis)
@@ -253,7 +256,7 @@ class TorchOps(Ops):
 
     def __init__(self, place: Place) -> None:
         self.torch = torch = import_torch()
-        self.sqrt, self.where = torch.sqrt, torch.where
+        self.sqrt, self.exp, self.where = torch.sqrt, torch.exp, torch.where
 
     def take(self, array: Array, index: Array) -> Array:
         return array.index_select(1, index)
@@ -261,8 +264,9 @@ class TorchOps(Ops):
     def put(self, array: Array, index: Array, value: Array) -> Array:
         return array.index_copy(1, index, value)
 
-    def concat(self, arrays: list[Array], axis: int) -> Array:
-        return self.torch.cat(arrays, axis)
+    def concat(self, arrays: list[Array], axis: int, dtype: Any = None) -> Array:
+        out = self.torch.cat(arrays, axis)
+        return out if dtype is None else out.to(torch_dtype(dtype))
 
     def stack(self, arrays: list[Array], axis: int) -> Array:
         return self.torch.stack(arrays, axis)
