@@ -44,6 +44,7 @@ _MPE2_BATCHED = {
         "corral.envs.mpe.simple_speaker_listener:BatchedSimpleSpeakerListener"
     ),
     "simple_push_v3": "corral.envs.mpe.simple_push:BatchedSimplePush",
+    "simple_crypto_v3": "corral.envs.mpe.simple_crypto:BatchedSimpleCrypto",
 }
 # The implementation modules: PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules.
 _SISL = {
