@@ -10,6 +10,7 @@ from mpe_differential import (
     check_float32_returns,
     check_float32_step,
     check_render,
+    check_render_at_reset,
     check_torch,
     mpe2_raw,
 )
@@ -52,6 +53,12 @@ def test_float32_mean_return_within_1_percent(env_kwargs) -> None:
 @pytest.mark.parametrize("env_kwargs", CASES[::3], ids=IDS[::3])
 def test_render_draws_a_copy_as_mpe2_does(env_kwargs) -> None:
     check_render(ID, env_kwargs)
+
+
+def test_render_draws_each_copys_goal_colour() -> None:
+    """bob wears the colour of the copy's goal landmark, as mpe2 draws it."""
+    env = check_render_at_reset(ID, {})
+    assert set(np.asarray(env.goal).tolist()) == {0, 1}  # both goals drawn
 
 
 @pytest.mark.parametrize(
