@@ -46,6 +46,8 @@ _MPE2_BATCHED = {
     "simple_push_v3": "corral.envs.mpe.simple_push:BatchedSimplePush",
     "simple_tag_v3": "corral.envs.mpe.simple_tag:BatchedSimpleTag",
     "simple_adversary_v3": "corral.envs.mpe.simple_adversary:BatchedSimpleAdversary",
+    "simple_crypto_v3": "corral.envs.mpe.simple_crypto:BatchedSimpleCrypto",
+    "simple_world_comm_v3": "corral.envs.mpe.simple_world_comm:BatchedSimpleWorldComm",
 }
 # The implementation modules: PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules.
 _SISL = {

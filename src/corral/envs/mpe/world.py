@@ -210,8 +210,9 @@ class Ops:
         out[:, index] = value
         return out
 
-    def concat(self, arrays: list[Array], axis: int) -> Array:
-        return np.concatenate(arrays, axis)
+    def concat(self, arrays: list[Array], axis: int, dtype: Any = None) -> Array:
+        """The arrays joined along ``axis`` (and cast to ``dtype`` if given)."""
+        return np.concatenate(arrays, axis, dtype=dtype)
 
     def stack(self, arrays: list[Array], axis: int) -> Array:
         return np.stack(arrays, axis)
@@ -271,8 +272,9 @@ class TorchOps(Ops):
     def put(self, array: Array, index: Array, value: Array) -> Array:
         return array.index_copy(1, index, value)
 
-    def concat(self, arrays: list[Array], axis: int) -> Array:
-        return self.torch.cat(arrays, axis)
+    def concat(self, arrays: list[Array], axis: int, dtype: Any = None) -> Array:
+        out = self.torch.cat(arrays, axis)
+        return out if dtype is None else out.to(torch_dtype(dtype))
 
     def stack(self, arrays: list[Array], axis: int) -> Array:
         return self.torch.stack(arrays, axis)
