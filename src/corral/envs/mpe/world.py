@@ -201,6 +201,7 @@ class Ops:
     sqrt = staticmethod(np.sqrt)
     exp = staticmethod(np.exp)
     where = staticmethod(np.where)
+    cos, sin, arctan2 = staticmethod(np.cos), staticmethod(np.sin), staticmethod(np.arctan2)
 
     def take(self, array: Array, index: Array) -> Array:
         return np.take(array, index, axis=1)
@@ -265,6 +266,7 @@ class TorchOps(Ops):
     def __init__(self, place: Place) -> None:
         self.torch = torch = import_torch()
         self.sqrt, self.exp, self.where = torch.sqrt, torch.exp, torch.where
+        self.cos, self.sin, self.arctan2 = torch.cos, torch.sin, torch.atan2
 
     def take(self, array: Array, index: Array) -> Array:
         return array.index_select(1, index)
