@@ -48,6 +48,8 @@ _MPE2_BATCHED = {
     "simple_adversary_v3": "corral.envs.mpe.simple_adversary:BatchedSimpleAdversary",
     "simple_crypto_v3": "corral.envs.mpe.simple_crypto:BatchedSimpleCrypto",
     "simple_world_comm_v3": "corral.envs.mpe.simple_world_comm:BatchedSimpleWorldComm",
+    "simple_formation_v1": "corral.envs.mpe.simple_formation:BatchedSimpleFormation",
+    "simple_line_v1": "corral.envs.mpe.simple_line:BatchedSimpleLine",
 }
 # The implementation modules: PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules.
 _SISL = {

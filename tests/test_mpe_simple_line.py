@@ -1,0 +1,83 @@
+"""corral's natively batched ``mpe2/simple_line_v1`` against mpe2 itself
+(tests/mpe_differential.py has the checks every scenario runs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpe_differential import (
+    batched,
+    check_exact,
+    check_float32_returns,
+    check_float32_step,
+    check_render,
+    check_torch,
+    mpe2_raw,
+)
+from test_native_vector import PLACES
+
+pytest.importorskip("mpe2")
+
+ID = "mpe2/simple_line_v1"
+# N above 5 matches agents to targets by shortest paths rather than by permutations.
+CASES = [
+    {},
+    {"N": 2, "continuous_actions": True, "max_cycles": 13},
+    {"N": 6, "terminate_on_success": True, "dynamic_rescaling": False},
+]
+TORCH = [p for p in PLACES if p != ("numpy", "cpu")]
+
+
+@pytest.mark.parametrize("env_kwargs", CASES, ids=str)
+def test_numpy_float64_is_bit_identical_to_mpe2(env_kwargs) -> None:
+    check_exact(ID, env_kwargs)
+
+
+@pytest.mark.parametrize(("array", "device"), TORCH)
+@pytest.mark.parametrize("env_kwargs", CASES, ids=str)
+def test_torch_float64_is_within_1e9_of_numpy(env_kwargs, array, device) -> None:
+    check_torch(ID, env_kwargs, device)
+
+
+@pytest.mark.parametrize("env_kwargs", CASES[::2], ids=str)
+def test_float32_steps_within_1e4_of_mpe2(env_kwargs) -> None:
+    check_float32_step(ID, env_kwargs)
+
+
+def test_float32_mean_return_within_1_percent() -> None:
+    check_float32_returns(ID, CASES[1])
+
+
+@pytest.mark.parametrize("env_kwargs", CASES[::2], ids=str)
+def test_render_draws_a_copy_as_mpe2_does(env_kwargs) -> None:
+    check_render(ID, env_kwargs)
+
+
+def test_episodes_end_on_success_where_asked() -> None:
+    """terminate_on_success: every agent within 0.05 of its target ends the episode
+    (terminated, not truncated), as mpe2's does; elsewhere it goes on."""
+    kwargs = {"terminate_on_success": True}
+    env = batched(ID, 2, **kwargs)
+    env.reset(seed=0)
+    raw = mpe2_raw(ID, kwargs)
+    raw.reset(seed=0)
+    # Copy 0 and mpe2: the agents near their places on the line, in reverse, standing still.
+    targets = raw.scenario._expected_positions
+    for agent, target in zip(raw.world.agents, targets[::-1], strict=True):
+        agent.state.p_pos = target + 0.01
+        agent.state.p_vel = np.zeros(2)
+    env.from_mpe2(raw, 0)
+    stay = np.zeros((2, 4), np.int64)
+    step = env.step({"agent": stay})
+    for _ in raw.agents:
+        raw.step(0)
+    assert all(raw.terminations.values())
+    assert step.terminated["agent"].tolist() == [[True] * 4, [False] * 4]
+    assert not step.truncated["agent"].any()
+    assert step.alive["agent"].tolist() == [[False] * 4, [True] * 4]
+    assert step.reward["agent"][0].tolist() == [raw.rewards[a] for a in raw.agents]
+
+
+def test_a_bad_or_unsupported_argument_is_named() -> None:
+    with pytest.raises(ValueError, match="benchmark_data=True"):
+        batched(ID, 2, benchmark_data=True)
