@@ -139,7 +139,7 @@ class BatchedTargetMatching(BatchedMPE):
         landmarks = pos[:, None, n:] - pos[:, :n, None]  # [E, agent, landmark, 2]
         e = len(pos)
         parts = [self.world.vel[:, :n], pos[:, :n], landmarks.reshape(e, n, -1)]
-        return {"agent": self.ops.concat(parts, 2)}
+        return {"agent": self.assemble(parts)}
 
     def reward(self) -> Array:
         return self.ops.zeros_like(self.world.pos[:, : self.n, 0])

@@ -34,18 +34,21 @@ class BatchedSimpleLine(BatchedTargetMatching):
         agents = draw.uniform(-1, 1, 2 * self.n).reshape(-1, self.n, 2)
         first = draw.uniform(-0.25, 0.25, 2)
         theta = draw.uniform(0, 2 * np.pi, 1)[:, 0]
-        direction, second = self._second(first, theta)
+        direction, second = self._second(first, theta, where)
         self.place_entities(where, ops.concat([agents, first[:, None], second[:, None]], 1))
         targets = first[:, None] + self._steps * direction[:, None]  # [E, agent, 2]
         self._targets = self.select(where, ops.astype(targets, self.dtype), self._targets)
 
-    def _second(self, first: Array, theta: Array) -> tuple[Array, Array]:
-        """The direction and position of the second landmark, as mpe2 turns ``theta``."""
+    def _second(self, first: Array, theta: Array, where: Array | None) -> tuple[Array, Array]:
+        """The direction and position of the second landmark, as mpe2 turns ``theta``, in
+        the copies ``where`` selects."""
         ops, step = self.ops, np.radians(5)
         while True:
             direction = ops.stack([ops.cos(theta), ops.sin(theta)], 1)
             second = first + self.TOTAL_SEP * direction
             outside = ~(abs(second) < 1.0).all(1)
+            if where is not None:
+                outside = outside & where
             if not bool(to_numpy(outside).any()):
                 return direction, second
             theta = ops.where(outside, theta + step, theta)
