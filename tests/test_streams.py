@@ -7,6 +7,7 @@ identical generator states, in numpy and in torch.
 
 from __future__ import annotations
 
+import copy
 import doctest
 import importlib.util
 
@@ -192,6 +193,33 @@ def test_generator_and_set_generator_round_trip(array: str, device: str) -> None
         _draw(streams, "uniform", (0.0, 1.0, 4))[1], generator.uniform(0.0, 1.0, 4)
     )
     assert streams.generator(1).bit_generator.state == generator.bit_generator.state
+
+
+@pytest.mark.parametrize(("array", "device"), PLACES)
+def test_copied_streams_draw_on_their_own(array: str, device: str) -> None:
+    """copy_from: the selected copies take the other streams as they are (a half draw
+    kept included), as deep copies of their generators would; then each side draws on
+    its own, and the copies not selected keep theirs."""
+    place = Place(array, device)
+    source, copies = CopyStreams(4, place), CopyStreams(4, place)
+    source.seed([10, 11, 12, 13])
+    copies.seed([20, 21, 22, 23])
+    originals = [np.random.default_rng(s) for s in (10, 11, 12, 13)]
+    for g in originals:
+        g.integers(9)
+    source.integers(9)
+    copies.copy_from(source, place.from_host(np.array([True, False, True, False])))
+    copied = [originals[0], np.random.default_rng(21), originals[2], np.random.default_rng(23)]
+    copied = [copy.deepcopy(g) for g in copied]
+    for name, args in CALLS[:4]:
+        np.testing.assert_array_equal(_draw(copies, name, args), _expected(copied, name, args))
+    np.testing.assert_array_equal(
+        _draw(source, "uniform", (0.0, 1.0, 2)), _expected(originals, "uniform", (0.0, 1.0, 2))
+    )
+    _assert_same_states(copies, copied)
+    unseeded = CopyStreams(4, place)
+    unseeded.copy_from(source)
+    _assert_same_states(unseeded, originals)
 
 
 @pytest.mark.parametrize(("array", "device"), PLACES)

@@ -42,7 +42,8 @@ class CopyStreams:
     one row per copy, and advance the streams of the copies ``where`` selects (a bool
     array ``[E]`` of the place, all copies for ``None``) without reading it on the host.
     :meth:`generator` and :meth:`set_generator` move a copy's stream to and from a numpy
-    ``Generator``. Draws of copies that were never seeded are unspecified.
+    ``Generator``; :meth:`copy_from` copies other streams. Draws of copies that were never
+    seeded are unspecified.
 
     ``integers`` rejects a draw with a chance below ``n / 2**32`` (``n`` the number of
     values; ``n / 2**64`` past ``2**32`` values) and draws again. On the host every
@@ -173,6 +174,20 @@ class CopyStreams:
             array[i] = _signed(word)
         self._buffered[i] = bool(state["has_uint32"])
         self._seeded[i] = True
+
+    def copy_from(self, other: CopyStreams, where: Array | None = None) -> None:
+        """The copies ``where`` selects (a bool array ``[E]`` of the place, all for ``None``)
+        take ``other``'s streams as they are now, then draw on their own, as a
+        ``copy.deepcopy`` of each copy's ``Generator`` would (``where`` is read on the
+        host only while some copy here has no stream yet)."""
+        chosen = self.place.zeros((self.num_envs,), np.bool_) == 0
+        if where is not None:
+            chosen = self.place.asarray(where, np.bool_)
+        for name in ("_hi", "_lo", "_inc_hi", "_inc_lo", "_buffer", "_buffered"):
+            setattr(self, name, self._select(chosen, getattr(other, name), getattr(self, name)))
+        if not self._seeded.all():
+            host = np.ones(self.num_envs, np.bool_) if where is None else to_numpy(chosen)
+            self._seeded = self._seeded | (other._seeded & host)
 
     def _advance(self, where: Array | None, hi: Array, lo: Array) -> None:
         """The LCG states of the copies ``where`` selects become ``hi``, ``lo``."""
