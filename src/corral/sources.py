@@ -50,6 +50,7 @@ _MPE2_BATCHED = {
     "simple_world_comm_v3": "corral.envs.mpe.simple_world_comm:BatchedSimpleWorldComm",
     "simple_formation_v1": "corral.envs.mpe.simple_formation:BatchedSimpleFormation",
     "simple_line_v1": "corral.envs.mpe.simple_line:BatchedSimpleLine",
+    "collect_treasure_v1": "corral.envs.mpe.collect_treasure:BatchedCollectTreasure",
 }
 # The implementation modules: PettingZoo 1.27 deprecates importing ``<name>_v<N>`` modules.
 _SISL = {
