@@ -148,6 +148,18 @@ def test_device_draws_never_wait_for_the_device(device: str) -> None:
             torch.cuda.set_sync_debug_mode("default")
 
 
+@needs_torch
+def test_ranges_that_divide_the_word_never_look_at_the_copies() -> None:
+    """integers over 2**k values rejects no draw: even the host's way (which reads the
+    copies to find rejected ones) reads nothing (meta tensors raise on any read), so a
+    compiled step drawing them needs no read-back."""
+    streams = CopyStreams(6, Place("torch", "meta"))
+    streams.seed(list(range(6)))
+    streams._on_host = True
+    for n in (1, 2, 4, 2**20, 2**32, 2**40):
+        assert streams.integers(n).shape == (6,)
+
+
 @pytest.mark.parametrize(("array", "device"), PLACES)
 def test_seeding_follows_default_rng_and_keeps_unseeded_streams(array: str, device: str) -> None:
     streams = CopyStreams(4, Place(array, device))

@@ -235,7 +235,10 @@ class CopyStreams:
 
     def _may_reject(self, pending: Array, rounds: int, chance: float) -> bool:
         """Whether another round of draws may be needed: on the host, whether a copy is
-        still pending; on a device, until the chance that one is falls below 2**-64."""
+        still pending; on a device, until the chance that one is falls below 2**-64. A
+        range whose size divides ``2**bits`` rejects nothing: no look at the copies."""
+        if chance == 0:
+            return False
         if self._on_host:
             return bool(pending.any())
         return self.num_envs * chance**rounds >= _NEGLIGIBLE
