@@ -56,3 +56,14 @@ def test_mean_refuses_what_it_cannot_add_in_numpys_order() -> None:
 def test_an_assignment_needs_rows() -> None:
     with pytest.raises(ValueError, match="at least one row"):
         Assignment(0, Place())
+
+
+def test_shortest_paths_compile_to_one_torch_graph() -> None:
+    """On torch the search runs every round rather than ask the device whether copies
+    are done: a compiled step has no graph break and no read-back."""
+    torch = pytest.importorskip("torch")
+    place = Place("torch", "cpu")
+    assignment = Assignment(MAX_PERMUTED + 1, place)
+    cost = torch.rand(4, MAX_PERMUTED + 1, MAX_PERMUTED + 1, dtype=torch.float64)
+    explained = torch._dynamo.explain(assignment.matched)(cost)
+    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]

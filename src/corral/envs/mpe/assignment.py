@@ -77,7 +77,7 @@ class Assignment:
             low = ops.zeros_like(u[:, 0])
             for _ in range(current + 1):  # at most `current` columns are taken
                 searching = sink < 0
-                if not bool(searching.any()):
+                if _settled(searching):
                     break
                 reached = (every[None, :] == row[:, None]) & searching[:, None]
                 seen_rows = seen_rows | reached
@@ -102,7 +102,7 @@ class Assignment:
             # Flip the path's assignments from the sink back to the row `current`.
             column, done = sink, sink < 0
             for _ in range(current + 1):
-                if bool(done.all()):
+                if _settled(~done):
                     break
                 row = path[copies, column]
                 keep = ~done
@@ -112,6 +112,12 @@ class Assignment:
                 column = ops.where(keep, previous, column)
                 done = done | (row == current)
         return col4row
+
+
+def _settled(pending: Array) -> bool:
+    """Whether no copy is ``pending``, asked only of numpy arrays: torch would wait for
+    its device (and break a compiled graph), so it runs every round."""
+    return isinstance(pending, np.ndarray) and not pending.any()
 
 
 class BatchedTargetMatching(BatchedMPE):
