@@ -125,6 +125,7 @@ class BatchedMPE(BatchedEnv):
         self._moves = self.table(_MOVES)
         self._eye = self.table(np.eye(max(self.bodies.dim_c, 1)))
         self._renderer: Any = None
+        self.scenario = raw.scenario  # mpe2's: its options and curriculum stage
         self.setup(raw)
         self._advance = self._step_all
         if compile:
@@ -225,6 +226,20 @@ class BatchedMPE(BatchedEnv):
         new_vel[:, first : first + k] = 0
         world.pos = self.select(where, new_pos, world.pos)
         world.vel = self.select(where, new_vel, world.vel)
+
+    # -- curriculum, as mpe2's envs have it -------------------------------------------------
+
+    @property
+    def curriculum_stage(self) -> int:
+        """The scenario's curriculum stage (0 where it has none), shared by every copy."""
+        return self.scenario.curriculum_stage
+
+    def set_curriculum_stage(self, stage: int) -> None:
+        """Set the curriculum stage of every copy (clamped), as mpe2's env does."""
+        self.scenario.set_curriculum_stage(stage)
+
+    def advance_curriculum(self) -> None:
+        self.scenario.advance_curriculum()
 
     # -- the env -------------------------------------------------------------------------
 

@@ -25,7 +25,6 @@ class BatchedSimpleAdversary(BatchedMPE):
     mpe2_module = "mpe2.simple_adversary.simple_adversary"
 
     def setup(self, raw: Any) -> None:
-        self.scenario = raw.scenario  # its partial-observability options
         self.n = n = len(self.possible_agents)  # the adversary, then N agents
         self.num_landmarks = self.bodies.num_entities - n
         self._others = self.table(

@@ -21,7 +21,6 @@ class BatchedSimpleSpread(BatchedMPE):
 
     def setup(self, raw: Any) -> None:
         self.n = n = len(self.possible_agents)
-        self.scenario = raw.scenario  # its curriculum stage and options
         self._agents_collide = bool(self.bodies.collide[0])
         self._others = self.table(
             [[j for j in range(n) if j != i] for i in range(n)], np.int64
@@ -31,17 +30,6 @@ class BatchedSimpleSpread(BatchedMPE):
         self._agent_sizes = self.table(
             self.bodies.size[:n, None] + self.bodies.size[None, :n]
         )  # is_collision's dist_min: size of the other + size of the agent
-
-    def set_curriculum_stage(self, stage: int) -> None:
-        """Set the curriculum stage of every copy (clamped), as mpe2's env does."""
-        self.scenario.set_curriculum_stage(stage)
-
-    def advance_curriculum(self) -> None:
-        self.scenario.advance_curriculum()
-
-    @property
-    def curriculum_stage(self) -> int:
-        return self.scenario.curriculum_stage
 
     def reset_world(self, draw: Draws, where: Array | None) -> None:
         self.place_entities(where, draw.uniform(-1, 1, 4 * self.n).reshape(-1, 2 * self.n, 2))

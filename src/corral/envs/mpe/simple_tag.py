@@ -28,7 +28,6 @@ class BatchedSimpleTag(BatchedMPE):
     mpe2_module = "mpe2.simple_tag.simple_tag"
 
     def setup(self, raw: Any) -> None:
-        self.scenario = raw.scenario  # its options and curriculum stage
         adversary = np.array([a.adversary for a in raw.world.agents], bool)
         self.n = n = len(adversary)
         self.num_adversaries = a = int(adversary.sum())  # mpe2 puts them first
@@ -41,17 +40,6 @@ class BatchedSimpleTag(BatchedMPE):
         size = self.bodies.size
         self._catch = self.table(size[:a, None] + size[None, a:n])  # [adversary, prey]
         self._prey_speed = (self.bodies.max_speed[a:n], self.bodies.accel[a:n])
-
-    def set_curriculum_stage(self, stage: int) -> None:
-        """Set the curriculum stage (clamped), as mpe2's env does: for the next reset."""
-        self.scenario.set_curriculum_stage(stage)
-
-    def advance_curriculum(self) -> None:
-        self.scenario.advance_curriculum()
-
-    @property
-    def curriculum_stage(self) -> int:
-        return self.scenario.curriculum_stage
 
     def reset_world(self, draw: Draws, where: Array | None) -> None:
         self._check_prey_speed()
