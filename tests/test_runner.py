@@ -294,6 +294,19 @@ def test_best_checkpoint_holds_the_best_evaluation(tmp_path: Path) -> None:
     assert load_run(tmp_path / "run", "latest", allow_imports=[TINY])[2]["env_steps"] == 400
 
 
+def test_the_dtype_setting_reaches_a_native_env_only(tmp_path: Path) -> None:
+    pytest.importorskip("mpe2")
+    from corral.training.runner import build_venv
+
+    run = config(tmp_path, env="mpe2/simple_spread_v3", algo="mappo", dtype="float32").run
+    with build_venv(run) as venv:
+        assert venv.native and venv._backend.shard.dtype == np.float32
+    with build_venv(run, native=False) as venv:  # frames for a GIF: mpe2's own envs
+        assert not venv.native
+    with pytest.raises(ValueError, match="dtype='float32' sets what a natively batched env"):
+        build_venv(config(tmp_path, env="corral/rps", algo="mappo", dtype="float32").run)
+
+
 @pytest.mark.slow
 def test_packaged_mappo_learns_simple_spread_on_the_native_mpe(tmp_path: Path) -> None:
     """The packaged MAPPO settings on mpe2's simple_spread, now natively batched by default,

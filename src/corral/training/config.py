@@ -101,6 +101,9 @@ class RunConfig:
     native: bool | None = None
     """Step the training envs as one natively batched env (see ``corral.make_vec``);
     ``None``: where the env id has one and ``group_map`` is not set."""
+    dtype: Literal["float64", "float32"] | None = None
+    """What a natively batched env computes in (``corral.make_vec``'s ``dtype``: natively
+    batched MPE takes ``float32`` for speed); ``None``: the env's default."""
     check_finite: bool | None = None
     """Stop at a NaN or inf in an observation, reward or state of a training env, naming the
     env, agent and field (see ``VectorEnv``); ``None``: on in debug mode (``CORRAL_DEBUG=1``

@@ -487,11 +487,13 @@ def build_venv(
     """The vector env of ``run`` (``env_kwargs`` are added to the run's); the run's backend
     options apply to its own backend only. ``native``: as ``make_vec``'s, else the run's."""
     backend = backend or run.backend
+    native = run.native if native is None else native
     return make_vec(
         run.env,
         num_envs or run.num_envs,
         backend,
-        native=run.native if native is None else native,
+        native=native,
+        dtype=None if native is False else run.dtype,
         seed=run.seed,
         group_map=run.group_map,
         state=state,
