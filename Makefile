@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
-# The main job: train MAPPO on MPE simple_spread for a few minutes on 2 cores,
+# The main job: train MAPPO on MPE simple_spread for a minute or two on 2 cores,
 # then draw its learning curve and record a GIF of the trained agents.
 RUN_DIR ?= runs/make-run-mappo-simple_spread
 RUN_STEPS ?= 300000
