@@ -2,7 +2,9 @@
 
 Everything is measured in one run on one machine, on mpe2 ``simple_spread_v3``
 (N=3, discrete actions, max_cycles=25) with actions generated beforehand, and
-printed as ratios to the raw loop. When installed, AgileRL's
+printed as ratios to the raw loop. corral steps mpe2's own envs, one per copy
+(``native=False`` where ``make_vec`` takes it): this measures vectorising dict
+envs; corral's natively batched MPE is ``batched_mpe.py``'s. When installed, AgileRL's
 ``AsyncPettingZooVecEnv`` and SuperSuit's ``concat_vec_envs_v1`` run on the
 same env in the same run.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import inspect
 import multiprocessing
 import os
 import platform
@@ -103,6 +106,7 @@ def bench_corral(
         seed=0,
         env_kwargs=ENV_KWARGS,
         copy=False,
+        **dict_envs(corral),
         **options,
     )
     venv.reset()
@@ -192,6 +196,11 @@ def compare_ceiling(num_envs: list[int], seconds: float, rounds: int) -> None:
     )
 
 
+def dict_envs(corral: Any) -> dict[str, bool]:
+    """``native=False`` where ``make_vec`` takes it (trees before issue 11 do not)."""
+    return {"native": False} if "native" in inspect.signature(corral.make_vec).parameters else {}
+
+
 def bench_check_finite(id: str, num_envs: int, seconds: float, check_finite: bool) -> float:
     """Env-steps/s of ``id`` on ``sync`` with random legal actions (masks honoured)."""
     import corral
@@ -203,6 +212,7 @@ def bench_check_finite(id: str, num_envs: int, seconds: float, check_finite: boo
         seed=0,
         env_kwargs=CHECK_FINITE_ENVS[id],
         copy=False,
+        **dict_envs(corral),
         check_finite=check_finite,
     )
     batch = venv.reset()
