@@ -129,7 +129,6 @@ class BatchedWorld:
         self._limited = table(limited, bool)
         self._max_speed = table(np.where(limited, bodies.max_speed[moving], 1.0))[:, None]
         self._any_limit = bool(limited.any())
-        self._accel = table(bodies.accel)[:, None]
         self._silent = table(bodies.silent, bool)[:, None]
         self._dt = table(bodies.dt)
         self._keep = table(1 - bodies.damping)
