@@ -63,8 +63,14 @@ def _run(env_id, num_envs, steps, rollouts, *, as_torch=False, seed=0, **env_kwa
         for _ in range(steps):
             actions = venv.sample_actions(batch, rng)
             value = {g: critic(g, batch.obs[g], agents[g]) for g in venv.groups}
-            assembler.act(batch, actions, value=value)
-            builder.act(convert(batch), _per_group(actions, as_torch), _per_group(value, as_torch))
+            log_prob = {g: rng.normal(size=agents[g].shape) for g in venv.groups}  # an extra
+            assembler.act(batch, actions, value=value, log_prob=log_prob)
+            builder.act(
+                convert(batch),
+                _per_group(actions, as_torch),
+                _per_group(value, as_torch),
+                log_prob=_per_group(log_prob, as_torch),
+            )
             batch = venv.step(actions)
             for g, t in assembler.observe(batch).items():
                 rows[g].append(t)
@@ -81,16 +87,29 @@ def _run(env_id, num_envs, steps, rollouts, *, as_torch=False, seed=0, **env_kwa
                 t, t["value"], critic(g, t["next_obs"], t["agent"]), GAMMA, LAM
             )
             for k in range(len(advantage)):
-                old[g, int(t["env"][k]), int(t["agent"][k])].append((advantage[k], returns[k]))
+                key = g, int(t["env"][k]), int(t["agent"][k])
+                old[key].append(_decision(advantage[k], returns[k], *(t[f][k] for f in FIELDS)))
         for g, rollout in built.items():
             advantage, returns, complete = masked_gae(rollout, GAMMA, LAM)
             advantage, returns, complete = (np.asarray(x) for x in (advantage, returns, complete))
+            fields = [np.asarray(getattr(rollout, f, rollout.extras.get(f))) for f in FIELDS]
             for step, e, i in np.argwhere(complete):
-                new[g, int(e), int(i)].append((advantage[step, e, i], returns[step, e, i]))
+                at = step, e, i
+                new[g, int(e), int(i)].append(
+                    _decision(advantage[at], returns[at], *(x[at] for x in fields))
+                )
                 counts[g] += 1
             counts["carried"] += int(np.asarray(rollout.carried).sum())
     venv.close()
     return old, new, counts
+
+
+FIELDS = ("action", "log_prob", "value", "obs")
+"""What each decision carries besides its advantage and return, compared too."""
+
+
+def _decision(*parts) -> np.ndarray:
+    return np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1) for p in parts])
 
 
 def _assert_same(old, new) -> int:
@@ -121,7 +140,7 @@ CASES = [
 def test_masked_gae_matches_the_assembler_and_gae(
     env_id, num_envs, steps, rollouts, kwargs, as_torch
 ):
-    old, new, counts = _run(env_id, num_envs, steps, rollouts, as_torch=as_torch, **kwargs)
+    old, new, _ = _run(env_id, num_envs, steps, rollouts, as_torch=as_torch, **kwargs)
     assert _assert_same(old, new) > 0
 
 
@@ -166,3 +185,43 @@ def test_builder_rejects_a_value_of_the_wrong_shape() -> None:
     with pytest.raises(ValueError, match=r"group 'player': value has shape \(2,\)"):
         builder.act(batch, actions, {"player": np.zeros(2)})
     venv.close()
+
+
+def test_a_torch_native_env_rolls_out_in_torch() -> None:
+    """Batches of a native torch env build torch rollouts, equal to those of the same numbers."""
+    venv = make_vec("corral/tag", 3, seed=1, array="torch", env_kwargs={"max_cycles": 6})
+    critic, rng = _Critic(venv, 1), np.random.default_rng(1)
+    agents = {g: np.broadcast_to(np.arange(len(a)), (3, len(a))) for g, a in venv.groups.items()}
+    on_torch, on_numpy = RolloutBuilder(venv, 8), RolloutBuilder(venv, 8)
+
+    def as_numpy(batch):
+        per_group = ("obs", "reward", "terminated", "truncated", "acting", "alive", "action_mask")
+        fields = {
+            name: {g: x.numpy() for g, x in getattr(batch, name).items()} for name in per_group
+        }
+        return SimpleNamespace(**fields, done=batch.done.numpy(), state=None)
+
+    def values(obs):
+        return {g: critic(g, obs[g].numpy(), agents[g]) for g in venv.groups}
+
+    batch = venv.reset()
+    for _ in range(8):
+        actions = venv.sample_actions(batch, rng)
+        value = values(batch.obs)
+        on_torch.act(batch, actions, _per_group(value, True))
+        on_numpy.act(as_numpy(batch), {g: a.numpy() for g, a in actions.items()}, value)
+        batch = venv.step(actions)
+        on_torch.observe(batch)
+        on_numpy.observe(as_numpy(batch))
+    next_value = values(batch.obs)
+    got, want = on_torch.finish(_per_group(next_value, True)), on_numpy.finish(next_value)
+    venv.close()
+    for g in venv.groups:
+        assert isinstance(got[g].obs, torch.Tensor) and isinstance(got[g].reward, torch.Tensor)
+        for a, b in zip(
+            masked_gae(got[g], GAMMA, LAM), masked_gae(want[g], GAMMA, LAM), strict=True
+        ):
+            assert isinstance(a, torch.Tensor)
+            np.testing.assert_allclose(a.numpy(), b, rtol=0, atol=1e-12)
+    assert want["prey"].terminated.any()  # prey were caught: dying agents
+    assert want["predator"].truncated.any()  # episodes ended at max_cycles

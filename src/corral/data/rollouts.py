@@ -270,7 +270,7 @@ class RolloutBuilder:
             raise RuntimeError("observe() without act(): record the step's actions first")
         t = self._t
         for g in self.groups:
-            data, reward = self._data[g], batch.reward[g]
+            reward = batch.reward[g]
             xp = _xp(reward)
             terminated = batch.terminated[g]
             done = batch.done[:, None]
@@ -330,9 +330,7 @@ class RolloutBuilder:
 
     def _save_open(self, g: str, arrays: Mapping[str, Any]) -> None:
         """Keep the fields of ``g``'s open decisions for the next rollout's row 0."""
-        mask = self._open[g]
-        if not bool(mask.any()):
-            return
+        mask = self._open[g]  # not tested for any(): that would read a device back
         xp = _xp(mask)
         n_env, n = mask.shape
         env = xp.arange(n_env).reshape(-1, 1)
