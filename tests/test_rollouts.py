@@ -48,7 +48,7 @@ def _per_group(values, as_torch):
 
 def _run(env_id, num_envs, steps, rollouts, *, as_torch=False, seed=0, **env_kwargs):
     """Advantages and returns per (group, env, agent), decision by decision, from both paths."""
-    venv = make_vec(env_id, num_envs, seed=seed, env_kwargs=env_kwargs)
+    venv = make_vec(env_id, num_envs, seed=seed, state=True, env_kwargs=env_kwargs)
     critic, rng = _Critic(venv, seed), np.random.default_rng(seed)
     agents = {
         g: np.broadcast_to(np.arange(len(a)), (num_envs, len(a))) for g, a in venv.groups.items()
@@ -88,15 +88,21 @@ def _run(env_id, num_envs, steps, rollouts, *, as_torch=False, seed=0, **env_kwa
             )
             for k in range(len(advantage)):
                 key = g, int(t["env"][k]), int(t["agent"][k])
-                old[key].append(_decision(advantage[k], returns[k], *(t[f][k] for f in FIELDS)))
+                fields = (t[f][k] for f in (*FIELDS, "state"))
+                old[key].append(_decision(advantage[k], returns[k], *fields))
         for g, rollout in built.items():
             advantage, returns, complete = masked_gae(rollout, GAMMA, LAM)
             advantage, returns, complete = (np.asarray(x) for x in (advantage, returns, complete))
             fields = [np.asarray(getattr(rollout, f, rollout.extras.get(f))) for f in FIELDS]
+            state, carried = np.asarray(rollout.state), np.asarray(rollout.carried)
             for step, e, i in np.argwhere(complete):
                 at = step, e, i
+                if step == 0 and carried[e, i]:  # decided in an earlier rollout
+                    at_state = np.asarray(rollout.carried_state)[e, i]
+                else:
+                    at_state = state[step, e]
                 new[g, int(e), int(i)].append(
-                    _decision(advantage[at], returns[at], *(x[at] for x in fields))
+                    _decision(advantage[at], returns[at], *(x[at] for x in fields), at_state)
                 )
                 counts[g] += 1
             counts["carried"] += int(np.asarray(rollout.carried).sum())
@@ -105,7 +111,7 @@ def _run(env_id, num_envs, steps, rollouts, *, as_torch=False, seed=0, **env_kwa
 
 
 FIELDS = ("action", "log_prob", "value", "obs")
-"""What each decision carries besides its advantage and return, compared too."""
+"""What each decision carries besides its advantage and return (and state), compared too."""
 
 
 def _decision(*parts) -> np.ndarray:
@@ -148,6 +154,29 @@ def test_decisions_cut_by_the_rollout_end_are_carried() -> None:
     """In turn-based rps a rollout of odd length leaves the next mover's decision open."""
     _, _, counts = _run("corral/rps", 2, 3, 3, num_rounds=3)
     assert counts["carried"] > 0
+
+
+def test_reset_forgets_open_decisions() -> None:
+    venv = make_vec("corral/rps", 2, seed=0)
+    builder, rng = RolloutBuilder(venv, 3), np.random.default_rng(0)
+    zeros = {"player": np.zeros((2, 2))}
+
+    def rollout(batch):
+        for _ in range(3):
+            actions = venv.sample_actions(batch, rng)
+            builder.act(batch, actions, zeros)
+            batch = venv.step(actions)
+            builder.observe(batch)
+        return batch, builder.finish(zeros)["player"]
+
+    batch, _ = rollout(venv.reset())
+    batch, second = rollout(batch)
+    assert second.carried.any()  # three moves of turn-based rps leave one open
+    builder.act(batch, venv.sample_actions(batch, rng), zeros)
+    builder.reset()  # also drops the partly recorded step
+    _, after_reset = rollout(venv.reset())
+    assert not after_reset.carried.any()
+    venv.close()
 
 
 def test_rewards_between_decisions_and_bootstraps_by_hand() -> None:

@@ -83,7 +83,9 @@ class Rollout:
     previous rollout (its ``obs``, ``action``, ``value`` and extras are that
     decision's). ``state`` ``[T, E, ...]`` and ``action_mask`` are ``None``
     where the batches had none; ``extras`` are the per-decision arrays passed
-    to :meth:`RolloutBuilder.act` (a policy's ``log_prob``, say).
+    to :meth:`RolloutBuilder.act` (a policy's ``log_prob``, say). ``state`` is
+    per env, so a carried decision's state is ``carried_state`` ``[E, n, ...]``
+    (``None`` without states), not ``state[0]``.
     """
 
     obs: Any
@@ -101,6 +103,7 @@ class Rollout:
     state: Any = None
     action_mask: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
+    carried_state: Any = None
 
     @property
     def steps(self) -> int:
@@ -163,6 +166,10 @@ class RolloutBuilder:
         self.steps = int(steps)
         self.num_envs = int(venv.num_envs)
         self.groups = {g: tuple(agents) for g, agents in venv.groups.items()}
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget open decisions and any partly recorded rollout (call after ``venv.reset()``)."""
         self._t = 0
         self._acted = False
         self._data: dict[str, dict[str, Any]] = {}
@@ -175,6 +182,7 @@ class RolloutBuilder:
         self._next_acting: dict[str, Any] = {}
         self._carry: dict[str, dict[str, Any]] = {}  # decisions carried into the next rollout
         self._carried: dict[str, Any] = {}  # the current rollout's row-0 carried decisions
+        self._carried_state: dict[str, Any] = {}
 
     def _store(self, g: str, name: str, x: Any, store: dict[str, Any] | None = None) -> None:
         store = self._data[g] if store is None else store
@@ -250,6 +258,7 @@ class RolloutBuilder:
     def _restore(self, g: str, carry: dict[str, Any]) -> None:
         """Write the decisions carried from the last rollout into row 0."""
         xp, where = _xp(carry["mask"]), carry["mask"]
+        self._carried_state[g] = carry["state"]
         data = self._data[g] | self._extras[g]
         for name, saved in carry["fields"].items():
             row = data[name][0]
@@ -321,10 +330,11 @@ class RolloutBuilder:
                 state=None if self._state is None else self._state[:t],
                 action_mask=cut.get("action_mask"),
                 extras={name: x[:t] for name, x in extras.items()},
+                carried_state=self._carried_state.get(g),
             )
             self._save_open(g, data | extras)
         self._data, self._extras, self._state = {}, {}, None
-        self._carried = {}
+        self._carried, self._carried_state = {}, {}
         self._t = 0
         return out
 
@@ -339,7 +349,8 @@ class RolloutBuilder:
             env, agent = env.to(mask.device), agent.to(mask.device)
         keep = [name for name in arrays if name not in _STEP_OUTPUTS and name != "acting"]
         fields = {name: arrays[name][self._row[g], env, agent] for name in keep}
-        self._carry[g] = {"mask": mask, "fields": fields}
+        state = None if self._state is None else self._state[self._row[g], env]
+        self._carry[g] = {"mask": mask, "fields": fields, "state": state}
 
 
 _STEP_OUTPUTS = ("reward", "terminated", "truncated", "final_value")
