@@ -1,0 +1,357 @@
+"""Time-major rollouts and GAE as a masked reverse scan.
+
+A :class:`Rollout` holds one group's experience of ``T`` vector steps as
+arrays ``[T, E, n, ...]`` (NumPy or torch, on the batches' device), written
+by a :class:`RolloutBuilder` without a loop over envs or agents. Row ``t`` is
+the step taken from the batch acted on at ``t``: ``obs[t]``, ``acting[t]``,
+``action[t]``, ``value[t]`` are that batch's, ``reward[t]``,
+``terminated[t]``, ``truncated[t]`` those of the batch the step returned.
+
+Decisions are the per-agent transitions of :mod:`corral.data.transitions`:
+agent ``i`` of env ``e`` decided at ``t`` where ``acting[t, e, i]``; that
+decision earns ``reward[t..u]``, where ``u >= t`` is the first step at which
+the agent's episode ends (``terminated``/``truncated``) or after which it
+acts again (``acting[u + 1]``, or ``next_acting`` for ``u = T - 1``). A
+decision still open after the last step (a turn-based or asynchronous agent
+waiting for its turn) is *incomplete* here: the builder carries it into the
+next rollout's row 0 (``carried``), with the reward it has earned so far
+added to ``reward[0]``, where it completes exactly as the assembler's row
+would. Rewards earned before an agent's first decision of an episode, or
+after it died, belong to no decision.
+
+Usage::
+
+    builder = RolloutBuilder(venv, steps=T)
+    batch = venv.reset(seed=0)
+    for t in range(T):
+        actions, value = policy(batch)          # value: {group: [E, n]}
+        builder.act(batch, actions, value, log_prob=...)
+        batch = venv.step(actions)
+        builder.observe(batch, final_value=...)  # optional: bootstraps truncations
+    rollouts = builder.finish(next_value)        # {group: Rollout}, value of batch's obs
+    advantage, returns, complete = masked_gae(rollouts[g], gamma, lam)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _xp(x: Any) -> Any:
+    """The array module of ``x``: ``torch`` for tensors, else ``numpy``."""
+    if _is_torch(x):
+        import torch
+
+        return torch
+    return np
+
+
+def _zeros(like: Any, shape: tuple[int, ...], dtype: Any = None) -> Any:
+    """Zeros of ``shape`` in ``like``'s namespace and device (and dtype, unless given)."""
+    if _is_torch(like):
+        import torch
+
+        return torch.zeros(shape, dtype=dtype or like.dtype, device=like.device)
+    return np.zeros(shape, dtype=dtype or np.asarray(like).dtype)
+
+
+def _bool(like: Any) -> Any:
+    return _xp(like).bool if _is_torch(like) else np.bool_
+
+
+@dataclass
+class Rollout:
+    """One group's ``T`` vector steps, time-major: ``[T, E, n, ...]`` unless said otherwise.
+
+    ``reward[t]`` is what each agent earned in step ``t`` (``Batch.reward``);
+    where ``carried``, ``reward[0]`` also holds what the carried decision
+    earned before this rollout. ``truncated[t]``: the agent's episode was cut
+    short in step ``t`` (the agent was truncated, or its env ended without
+    terminating it), as ``Transitions["truncated"]``. ``final_value[t]``: the
+    value of the agent's next observation where ``truncated[t]`` (0 where not
+    bootstrapped). ``next_value``/``next_acting`` ``[E, n]``: the value of
+    each agent's observation after the last step and whether it acts there.
+    ``carried`` ``[E, n]``: row 0 holds a decision carried over from the
+    previous rollout (its ``obs``, ``action``, ``value`` and extras are that
+    decision's). ``state`` ``[T, E, ...]`` and ``action_mask`` are ``None``
+    where the batches had none; ``extras`` are the per-decision arrays passed
+    to :meth:`RolloutBuilder.act` (a policy's ``log_prob``, say). ``state`` is
+    per env, so a carried decision's state is ``carried_state`` ``[E, n, ...]``
+    (``None`` without states), not ``state[0]``.
+    """
+
+    obs: Any
+    action: Any
+    acting: Any
+    alive: Any
+    reward: Any
+    terminated: Any
+    truncated: Any
+    value: Any
+    final_value: Any
+    next_value: Any
+    next_acting: Any
+    carried: Any
+    state: Any = None
+    action_mask: Any = None
+    extras: dict[str, Any] = field(default_factory=dict)
+    carried_state: Any = None
+
+    @property
+    def steps(self) -> int:
+        return int(self.acting.shape[0])
+
+
+def masked_gae(rollout: Rollout, gamma: float, lam: float) -> tuple[Any, Any, Any]:
+    """Advantages, returns and the ``complete`` mask of every decision, ``[T, E, n]`` each.
+
+    The same numbers as :func:`corral.data.buffers.gae` over the assembler's
+    rows: each agent's own decisions form its sequence, discounted by
+    ``gamma`` per decision; terminated decisions bootstrap nothing, truncated
+    ones from ``final_value``, the last of the rollout from ``next_value``.
+    ``complete`` marks the decisions to learn from: those an agent made
+    (``acting``) and that did not stay open past the last step (these are
+    carried into the next rollout; their advantage here bootstraps from
+    ``next_value`` and feeds no earlier decision). Elsewhere advantages are 0.
+    """
+    xp = _xp(rollout.reward)
+    acting, reward, value = rollout.acting, rollout.reward, rollout.value
+    ended = rollout.terminated | rollout.truncated
+    boot_at_end = xp.where(rollout.terminated, xp.zeros_like(value), rollout.final_value)
+    # closes[s]: the decision running at s closes because the agent acts again at s + 1.
+    closes = xp.zeros_like(acting)
+    closes[:-1] = acting[1:] & ~ended[:-1]
+    advantage = xp.zeros_like(value)
+    complete = xp.zeros_like(acting)
+    zero = xp.zeros_like(value[0])
+    acc = zero  # reward earned from step s to the end of the running decision
+    boot = rollout.next_value  # the value its end bootstraps from
+    carry = zero  # the advantage of the agent's next decision
+    open_ = ~rollout.next_acting  # the running decision stays open past the last step
+    for s in range(rollout.steps - 1, -1, -1):
+        if s + 1 < rollout.steps:
+            after = closes[s]
+            boot = xp.where(after, value[s + 1], boot)
+            carry = xp.where(after, xp.where(complete[s + 1], advantage[s + 1], zero), carry)
+            acc = xp.where(after, zero, acc)
+            open_ = open_ & ~after
+        boot = xp.where(ended[s], boot_at_end[s], boot)
+        carry = xp.where(ended[s], zero, carry)
+        acc = xp.where(ended[s], zero, acc) + reward[s]
+        open_ = open_ & ~ended[s]
+        delta = acc + gamma * boot - value[s]
+        advantage[s] = xp.where(acting[s], delta + gamma * lam * carry, zero)
+        complete[s] = acting[s] & ~open_
+    return advantage, advantage + value, complete
+
+
+class RolloutBuilder:
+    """Writes batches into one :class:`Rollout` per group, ``steps`` vector steps each.
+
+    Arrays live where the batches' do (NumPy or torch, their device); each
+    rollout gets fresh arrays, so a returned :class:`Rollout` stays valid.
+    """
+
+    def __init__(self, venv: Any, steps: int) -> None:
+        if steps < 1:
+            raise ValueError(f"a rollout needs at least one step, got steps={steps}")
+        self.steps = int(steps)
+        self.num_envs = int(venv.num_envs)
+        self.groups = {g: tuple(agents) for g, agents in venv.groups.items()}
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget open decisions and any partly recorded rollout (call after ``venv.reset()``)."""
+        self._t = 0
+        self._acted = False
+        self._data: dict[str, dict[str, Any]] = {}
+        self._extras: dict[str, dict[str, Any]] = {}
+        self._state: Any = None
+        # Per group [E, n]: the agent's decision is open, at which row, and what it earned so far.
+        self._open: dict[str, Any] = {}
+        self._row: dict[str, Any] = {}
+        self._earned: dict[str, Any] = {}
+        self._next_acting: dict[str, Any] = {}
+        self._carry: dict[str, dict[str, Any]] = {}  # decisions carried into the next rollout
+        self._carried: dict[str, Any] = {}  # the current rollout's row-0 carried decisions
+        self._carried_state: dict[str, Any] = {}
+
+    def _store(self, g: str, name: str, x: Any, store: dict[str, Any] | None = None) -> None:
+        store = self._data[g] if store is None else store
+        lead = (self.num_envs, len(self.groups[g]))
+        if hasattr(x, "shape") and tuple(x.shape[:2]) != lead:
+            raise ValueError(
+                f"group {g!r}: {name} has shape {tuple(x.shape)}, expected [E, n, ...] with "
+                f"E={self.num_envs} envs and n={lead[1]} agents {self.groups[g]}"
+            )
+        if name not in store:
+            if not hasattr(x, "shape"):
+                raise TypeError(
+                    f"group {g!r}: {name} must be an array [E, n, ...], got {type(x).__name__}"
+                )
+            store[name] = _zeros(x, (self.steps, *x.shape))
+        target = store[name]
+        if tuple(x.shape) != tuple(target.shape[1:]):
+            raise ValueError(
+                f"group {g!r}: {name} has shape {tuple(x.shape)}, expected "
+                f"{tuple(target.shape[1:])} (num_envs={self.num_envs}, agents={self.groups[g]})"
+            )
+        target[self._t] = x
+
+    def act(
+        self,
+        batch: Any,
+        actions: Mapping[str, Any],
+        value: Mapping[str, Any],
+        **extras: Mapping[str, Any],
+    ) -> None:
+        """Record step ``t``'s decisions: ``batch`` acted on, every agent's action and value.
+
+        ``actions``, ``value`` and each of ``extras`` are per-group arrays
+        ``[E, n, ...]`` in the batch's namespace (only acting agents' entries count).
+        """
+        if self._acted:
+            raise RuntimeError("act() twice without observe(): call observe(batch) after a step")
+        if self._t >= self.steps:
+            raise RuntimeError(f"the rollout is full ({self.steps} steps): call finish()")
+        if batch.state is not None:
+            if self._state is None:
+                self._state = _zeros(batch.state, (self.steps, *batch.state.shape))
+            self._state[self._t] = batch.state
+        for g in self.groups:
+            self._data.setdefault(g, {})
+            self._extras.setdefault(g, {})
+            fields = {
+                "obs": batch.obs[g],
+                "acting": batch.acting[g],
+                "alive": batch.alive[g],
+                "action": actions[g],
+                "value": value[g],
+            }
+            if g in batch.action_mask:
+                fields["action_mask"] = batch.action_mask[g]
+            for name, x in fields.items():
+                self._store(g, name, x)
+            for name, per_group in extras.items():
+                self._store(g, name, per_group[g], self._extras[g])
+            acting = batch.acting[g]
+            if g not in self._open:
+                self._open[g] = _zeros(acting, tuple(acting.shape), _bool(acting))
+                self._row[g] = _zeros(acting, tuple(acting.shape), _xp(acting).int64)
+                self._earned[g] = _zeros(value[g], tuple(acting.shape))
+            if self._t == 0 and g in self._carry:
+                self._restore(g, self._carry.pop(g))
+            xp = _xp(acting)
+            self._open[g] = self._open[g] | acting
+            self._row[g] = xp.where(acting, self._t, self._row[g])
+            self._earned[g] = xp.where(acting, xp.zeros_like(self._earned[g]), self._earned[g])
+        self._acted = True
+
+    def _restore(self, g: str, carry: dict[str, Any]) -> None:
+        """Write the decisions carried from the last rollout into row 0."""
+        xp, where = _xp(carry["mask"]), carry["mask"]
+        self._carried_state[g] = carry["state"]
+        data = self._data[g] | self._extras[g]
+        for name, saved in carry["fields"].items():
+            row = data[name][0]
+            mask = where.reshape(*where.shape, *([1] * (row.ndim - where.ndim)))
+            data[name][0] = xp.where(mask, saved, row)
+        self._data[g]["acting"][0] = self._data[g]["acting"][0] | where
+        self._carried[g] = where
+        self._row[g] = xp.where(where, 0, self._row[g])
+
+    def observe(self, batch: Any, final_value: Mapping[str, Any] | None = None) -> None:
+        """Record what step ``t`` returned; ``final_value`` bootstraps truncated decisions.
+
+        ``final_value[g]`` ``[E, n]``: the value of each agent's next observation
+        (``final_obs`` where the env is done) where its episode was cut short;
+        omitted, truncated decisions bootstrap nothing.
+        """
+        if not self._acted:
+            raise RuntimeError("observe() without act(): record the step's actions first")
+        t = self._t
+        for g in self.groups:
+            reward = batch.reward[g]
+            xp = _xp(reward)
+            terminated = batch.terminated[g]
+            done = batch.done[:, None]
+            truncated = batch.truncated[g] | (done & ~terminated)
+            if t == 0 and g in self._carried:
+                # The carried decisions' earlier rewards, added first as the assembler does.
+                reward = xp.where(self._carried[g], self._earned[g] + reward, reward)
+            self._store(g, "reward", reward)
+            self._store(g, "terminated", terminated)
+            self._store(g, "truncated", truncated)
+            fv = xp.zeros_like(reward) if final_value is None else final_value[g]
+            self._store(g, "final_value", fv)
+            open_ = self._open[g]
+            self._earned[g] = xp.where(open_, self._earned[g] + batch.reward[g], self._earned[g])
+            self._open[g] = open_ & ~(terminated | truncated | batch.acting[g])
+            self._next_acting[g] = batch.acting[g]
+        self._t += 1
+        self._acted = False
+
+    def finish(self, next_value: Mapping[str, Any]) -> dict[str, Rollout]:
+        """The rollouts of the steps recorded so far; ``next_value``: values after the last one.
+
+        Decisions still open are carried into the next rollout's row 0.
+        """
+        if self._acted:
+            raise RuntimeError("finish() between act() and observe()")
+        if self._t == 0:
+            raise RuntimeError("finish() before any step was recorded")
+        t = self._t
+        out: dict[str, Rollout] = {}
+        for g in self.groups:
+            data, extras = self._data[g], self._extras[g]
+            cut = {name: x[:t] for name, x in data.items()}
+            acting = cut["acting"]
+            out[g] = Rollout(
+                obs=cut["obs"],
+                action=cut["action"],
+                acting=acting,
+                alive=cut["alive"],
+                reward=cut["reward"],
+                terminated=cut["terminated"],
+                truncated=cut["truncated"],
+                value=cut["value"],
+                final_value=cut["final_value"],
+                next_value=next_value[g],
+                next_acting=self._next_acting[g],
+                carried=self._carried.get(g, _zeros(acting, tuple(acting.shape[1:]))),
+                state=None if self._state is None else self._state[:t],
+                action_mask=cut.get("action_mask"),
+                extras={name: x[:t] for name, x in extras.items()},
+                carried_state=self._carried_state.get(g),
+            )
+            self._save_open(g, data | extras)
+        self._data, self._extras, self._state = {}, {}, None
+        self._carried, self._carried_state = {}, {}
+        self._t = 0
+        return out
+
+    def _save_open(self, g: str, arrays: Mapping[str, Any]) -> None:
+        """Keep the fields of ``g``'s open decisions for the next rollout's row 0."""
+        mask = self._open[g]  # not tested for any(): that would read a device back
+        xp = _xp(mask)
+        n_env, n = mask.shape
+        env = xp.arange(n_env).reshape(-1, 1)
+        agent = xp.arange(n).reshape(1, -1)
+        if xp is not np:
+            env, agent = env.to(mask.device), agent.to(mask.device)
+        keep = [name for name in arrays if name not in _STEP_OUTPUTS and name != "acting"]
+        fields = {name: arrays[name][self._row[g], env, agent] for name in keep}
+        state = None if self._state is None else self._state[self._row[g], env]
+        self._carry[g] = {"mask": mask, "fields": fields, "state": state}
+
+
+_STEP_OUTPUTS = ("reward", "terminated", "truncated", "final_value")
+"""Fields written by :meth:`RolloutBuilder.observe`: a carried decision does not take them."""
