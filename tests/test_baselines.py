@@ -1,4 +1,5 @@
-"""Reference baselines (random, the simple_spread heuristic) and their score."""
+"""Reference baselines (random, the simple_spread heuristic), their score, and the reference
+lines of ``corral plot``."""
 
 from __future__ import annotations
 
@@ -166,3 +167,92 @@ def test_the_benchmark_script_prints_both_baselines(monkeypatch: pytest.MonkeyPa
     lines = importlib.import_module("spread_baselines").measure(2, 4, 0)
     assert [line.split()[0] for line in lines] == ["discrete", "continuous"]
     assert all("random -" in line and "heuristic -" in line and "+-" in line for line in lines)
+
+
+# -- reference lines in plots ---------------------------------------------------------------
+
+
+def spread_run(capsys: pytest.CaptureFixture[str], run_dir: Path, *settings: str) -> Path:
+    """A tiny run on simple_spread (a tabular learner, through ``corral train``)."""
+    pytest.importorskip("yaml")
+    from test_train_cli import train
+
+    code, _, err = train(capsys, run_dir, "--set", *settings, env=SPREAD)
+    assert code == 0, err
+    return run_dir
+
+
+def drawn(figure: Any) -> dict[str, dict[str, float]]:
+    """Each panel's horizontal lines: title -> {label: value}."""
+    return {
+        ax.get_title(): {
+            line.get_label(): float(line.get_ydata()[0])
+            for line in ax.get_lines()
+            if len(set(line.get_ydata())) == 1 and len(line.get_xdata()) == 2
+        }
+        for ax in figure.axes
+    }
+
+
+def test_plots_draw_reference_lines_and_the_envs_baselines(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    from corral.training.plot import draw_runs
+
+    run = spread_run(capsys, tmp_path / "r", "env_kwargs.N=2", "env_kwargs.max_cycles=10")
+    figure = draw_runs([run], references={"MAPPO (XuanCe)": -11.5})
+    assert drawn(figure) == {SPREAD: {"MAPPO (XuanCe) (-11.50)": -11.5}}
+    assert figure.axes[0].get_legend() is not None
+
+    figure = draw_runs([run], references={"target": -13}, baselines=True)
+    scores = reference_scores(SPREAD, {"N": 2, "max_cycles": 10})
+    lines = drawn(figure)[SPREAD]
+    expected = {f"{name} ({s.mean:.2f})": s.mean for name, s in scores.items()}
+    assert lines == {**expected, "target (-13.00)": -13.0}
+    legend = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    assert set(lines) <= set(legend)
+
+
+def test_plot_command_draws_references_and_refuses_what_it_cannot(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    from test_train_cli import run, train
+
+    spread = spread_run(capsys, tmp_path / "s", "env_kwargs.N=2", "env_kwargs.max_cycles=10")
+    png = tmp_path / "c.png"
+    code, out, err = run(
+        capsys, "plot", str(spread), "-o", str(png), "--reference", "a=-3", "--baselines"
+    )
+    assert code == 0, err
+    assert png.read_bytes()[:4] == b"\x89PNG" and f"wrote {png}" in out
+
+    assert train(capsys, tmp_path / "m")[0] == 0  # mdp/climbing: no baselines
+    code, _, err = run(capsys, "plot", str(tmp_path / "m"), "-o", str(png), "--baselines")
+    assert code == 2 and "Traceback" not in err
+    assert "no reference baselines for 'mdp/climbing'" in err and SPREAD in err
+
+    for bad in ("-3", "a=", "a=low", "a=nan"):
+        with pytest.raises(SystemExit) as exited:  # argparse's usage error
+            run(capsys, "plot", str(spread), "-o", str(png), "--reference", bad)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and "expected NAME=VALUE with a finite number" in err, bad
+
+    argv = ["plot", str(spread), "-o", str(png), "--baselines", "--metric", "eval_return/agent_0"]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "baselines are measured on eval_return" in err
+
+
+def test_baselines_need_one_env_setting_per_env(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    from corral.training import ConfigError
+    from corral.training.plot import draw_runs
+
+    two = spread_run(capsys, tmp_path / "two", "env_kwargs.N=2", "env_kwargs.max_cycles=10")
+    three = spread_run(capsys, tmp_path / "three", "env_kwargs.N=3", "env_kwargs.max_cycles=10")
+    assert draw_runs([two, three])  # curves alone: fine
+    with pytest.raises(ConfigError, match="different env_kwargs"):
+        draw_runs([two, three], baselines=True)
