@@ -7,7 +7,8 @@
     corral train ALGO --env ID [--num-envs N] [--total-steps N] [--set key=value ...]
     corral train --resume RUN [--total-steps N] [--allow-import MODULE:ATTR ...]
     corral eval RUN [--episodes N] [--opponent random|RUN] [--gif out.gif] [--allow-import ...]
-    corral plot RUN [RUN ...] [--metric COLUMN] -o curves.png
+    corral plot RUN [RUN ...] [--metric COLUMN] [--reference NAME=VALUE ...] [--baselines]
+                -o curves.png
 
 ``ID`` is a registered id (``mpe2/simple_spread_v3``) or an entry point
 ``module:attr`` (``examples.custom_env:Nim``, importable from the current
@@ -29,6 +30,7 @@ import functools
 import importlib.metadata
 import importlib.util
 import logging
+import math
 import os
 import re
 import sys
@@ -392,7 +394,36 @@ def _add_training_commands(commands: Any) -> None:
         metavar="COLUMN",
         help="the metrics.csv column to plot, e.g. eval_return/predator or eval_vs_opponent",
     )
+    plot.add_argument(
+        "--reference",
+        dest="references",
+        action="append",
+        type=_reference,
+        default=[],
+        metavar="NAME=VALUE",
+        help="draw a labelled horizontal line at VALUE (repeat for several)",
+    )
+    plot.add_argument(
+        "--baselines",
+        action="store_true",
+        help="also draw the reference baselines of each run's env (random and a scripted "
+        "heuristic, on mpe2/simple_spread_v3), measured on eval_return",
+    )
     plot.set_defaults(run=_plot)
+
+
+def _reference(text: str) -> tuple[str, float]:
+    """``NAME=VALUE`` of ``--reference`` as ``(name, value)``."""
+    name, _, value = text.partition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        number = None
+    if not name or number is None or not math.isfinite(number):
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VALUE with a finite number VALUE, got {text!r}"
+        )
+    return name, number
 
 
 def _add_allow_import(parser: argparse.ArgumentParser) -> None:
@@ -524,7 +555,14 @@ def _plot(args: argparse.Namespace) -> int:
     from corral.training.plot import plot_runs
 
     with _training_errors():
-        path = plot_runs(args.run_dirs, args.output, band=args.band, metric=args.metric)
+        path = plot_runs(
+            args.run_dirs,
+            args.output,
+            band=args.band,
+            metric=args.metric,
+            references=dict(args.references),
+            baselines=args.baselines,
+        )
     print(f"wrote {path}")
     return 0
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from corral.errors import MissingDependencyError
 from corral.training.config import ConfigError, read_yaml_file
 from corral.training.metrics import read_metrics
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass
@@ -69,14 +73,34 @@ def plot_runs(
     *,
     band: str = "minmax",
     metric: str = "eval_return",
+    references: Mapping[str, float] | None = None,
+    baselines: bool = False,
 ) -> Path:
     """Plot the learning curves of ``run_dirs`` to the image ``out`` (one panel per env).
 
     ``metric`` is the column drawn (see :func:`curves`). Runs of the same
     algorithm and env (seeds) are drawn as their mean with a shaded
     ``band``: ``"minmax"`` (the range over runs) or ``"std"`` (one standard
-    deviation).
+    deviation). ``references`` (name -> value) are drawn as labelled
+    horizontal lines in every panel; ``baselines`` adds each env's reference
+    baselines (:mod:`corral.training.baselines`), measured on ``eval_return``.
     """
+    figure = draw_runs(
+        run_dirs, band=band, metric=metric, references=references, baselines=baselines
+    )
+    figure.savefig(out, dpi=100)
+    return Path(out)
+
+
+def draw_runs(
+    run_dirs: Sequence[str | Path],
+    *,
+    band: str = "minmax",
+    metric: str = "eval_return",
+    references: Mapping[str, float] | None = None,
+    baselines: bool = False,
+) -> Figure:
+    """The matplotlib figure that :func:`plot_runs` saves."""
     if band not in ("minmax", "std"):
         raise ConfigError(f"band must be 'minmax' or 'std', got {band!r}")
     try:
@@ -87,6 +111,8 @@ def plot_runs(
         ) from err
     found = curves(run_dirs, metric)
     envs = list(dict.fromkeys(c.env for c in found))
+    lines = _baseline_lines(run_dirs, metric) if baselines else {}
+    lines = {env: {**lines.get(env, {}), **(references or {})} for env in envs}
     figure = Figure(figsize=(6 * len(envs), 4), layout="constrained")
     axes = figure.subplots(1, len(envs), squeeze=False)[0]
     for ax, env in zip(axes, envs, strict=True):
@@ -100,13 +126,42 @@ def plot_runs(
             (line,) = ax.plot(curve.steps, mean, label=curve.label)
             if len(curve.returns) > 1:
                 ax.fill_between(curve.steps, low, high, color=line.get_color(), alpha=0.25)
+        for name, value in lines[env].items():
+            ax.axhline(value, linestyle="--", linewidth=1, label=f"{name} ({value:.2f})")
         ax.set_title(env)
         ax.set_xlabel("env steps")
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
         ax.legend()
-    figure.savefig(out, dpi=100)
-    return Path(out)
+    return figure
+
+
+def _baseline_lines(run_dirs: Sequence[str | Path], metric: str) -> dict[str, dict[str, float]]:
+    """Each env's reference baselines among ``run_dirs``: env -> {label: mean return}."""
+    from corral.training.baselines import reference_scores
+
+    if metric != "eval_return":
+        raise ConfigError(
+            f"the reference baselines are measured on eval_return (the mean over all agents), "
+            f"not {metric!r}: draw them on eval_return"
+        )
+    env_kwargs: dict[str, dict] = {}
+    for run_dir in run_dirs:
+        run = _run_config(run_dir)["run"]
+        kwargs = dict(run.get("env_kwargs") or {})
+        if env_kwargs.setdefault(str(run["env"]), kwargs) != kwargs:
+            raise ConfigError(
+                f"the runs on {run['env']} have different env_kwargs ({env_kwargs[run['env']]} "
+                f"and {kwargs} in {run_dir}), so they have no common baselines"
+            )
+    lines = {}
+    for env, kwargs in env_kwargs.items():
+        try:
+            scores = reference_scores(env, kwargs)
+        except ValueError as err:
+            raise ConfigError(f"no baselines to draw: {err}") from err
+        lines[env] = {name: score.mean for name, score in scores.items()}
+    return lines
 
 
 def _run_config(run_dir: str | Path) -> dict:
