@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from test_native_vector import assert_batches_equal
 
 import corral
@@ -191,3 +192,60 @@ def check_render_at_reset(id: str, env_kwargs: dict[str, Any], num_envs: int = 8
     env.close()
     raw.close()
     return env
+
+
+def differential_tests(
+    id: str,
+    cases: list[dict[str, Any]],
+    *,
+    torch_cases: list[dict[str, Any]] | None = None,
+    float32_cases: list[dict[str, Any]] | None = None,
+    returns_cases: list[dict[str, Any]] | None = None,
+    render_cases: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The checks above for scenario ``id`` as parametrized test functions, by name, for a
+    test module to take in (``globals().update(differential_tests(ID, CASES))``).
+
+    Every case is checked for exactness; torch on ``torch_cases`` (default: all), one
+    float32 step on ``float32_cases`` (every other case), the float32 mean return on
+    ``returns_cases`` (the first case: 10,000 episodes each) and rendering on
+    ``render_cases`` (the first case)."""
+    from test_native_vector import PLACES
+
+    torch_places = [p for p in PLACES if p != ("numpy", "cpu")]
+
+    def over(chosen: list[dict[str, Any]] | None, default: list[dict[str, Any]]) -> Any:
+        chosen = default if chosen is None else chosen
+        return pytest.mark.parametrize("env_kwargs", chosen, ids=[str(c) for c in chosen])
+
+    @over(cases, cases)
+    def test_numpy_float64_is_bit_identical_to_mpe2(env_kwargs: dict[str, Any]) -> None:
+        check_exact(id, env_kwargs)
+
+    @pytest.mark.parametrize(("array", "device"), torch_places)
+    @over(torch_cases, cases)
+    def test_torch_float64_is_within_1e9_of_numpy(
+        env_kwargs: dict[str, Any], array: str, device: str
+    ) -> None:
+        check_torch(id, env_kwargs, device)
+
+    @over(float32_cases, cases[::2])
+    def test_float32_steps_within_1e4_of_mpe2(env_kwargs: dict[str, Any]) -> None:
+        check_float32_step(id, env_kwargs)
+
+    @over(returns_cases, cases[:1])
+    def test_float32_mean_return_within_1_percent(env_kwargs: dict[str, Any]) -> None:
+        check_float32_returns(id, env_kwargs)
+
+    @over(render_cases, cases[:1])
+    def test_render_draws_a_copy_as_mpe2_does(env_kwargs: dict[str, Any]) -> None:
+        check_render(id, env_kwargs)
+
+    tests = (
+        test_numpy_float64_is_bit_identical_to_mpe2,
+        test_torch_float64_is_within_1e9_of_numpy,
+        test_float32_steps_within_1e4_of_mpe2,
+        test_float32_mean_return_within_1_percent,
+        test_render_draws_a_copy_as_mpe2_does,
+    )
+    return {test.__name__: test for test in tests}

@@ -7,15 +7,10 @@ import numpy as np
 import pytest
 from mpe_differential import (
     batched,
-    check_exact,
-    check_float32_returns,
-    check_float32_step,
-    check_render,
     check_render_at_reset,
-    check_torch,
+    differential_tests,
     mpe2_raw,
 )
-from test_native_vector import PLACES
 
 pytest.importorskip("mpe2")
 
@@ -29,40 +24,18 @@ CASES = [
     {"N": 2, "num_agent_neighbors": 4, "num_landmark_neighbors": 3, "dynamic_rescaling": False},
     {"continuous_actions": True, "N": 4, "num_landmark_neighbors": 2},
 ]
-IDS = [str(kw) for kw in CASES]
-TORCH = [p for p in PLACES if p != ("numpy", "cpu")]
-
-
-def _some(*index: int) -> dict:
-    """The cases ``index`` as parametrize's arguments."""
-    return {"argvalues": [CASES[i] for i in index], "ids": [IDS[i] for i in index]}
-
-
-@pytest.mark.parametrize("env_kwargs", CASES, ids=IDS)
-def test_numpy_float64_is_bit_identical_to_mpe2(env_kwargs) -> None:
-    check_exact(ID, env_kwargs)
-
-
-@pytest.mark.parametrize(("array", "device"), TORCH)
-@pytest.mark.parametrize("env_kwargs", CASES, ids=IDS)
-def test_torch_float64_is_within_1e9_of_numpy(env_kwargs, array, device) -> None:
-    check_torch(ID, env_kwargs, device)
+globals().update(
+    differential_tests(
+        ID,
+        CASES,
+        float32_cases=[CASES[i] for i in (0, 3, 5)],
+        returns_cases=[CASES[2]],
+        render_cases=CASES[:2],
+    )
+)
 
 
 # (not max_cycles=13: mpe2's episode ends during the warm-up)
-@pytest.mark.parametrize("env_kwargs", **_some(0, 3, 5))
-def test_float32_steps_within_1e4_of_mpe2(env_kwargs) -> None:
-    check_float32_step(ID, env_kwargs)
-
-
-def test_float32_mean_return_within_1_percent() -> None:
-    check_float32_returns(ID, CASES[2])  # (10,000 episodes: one case)
-
-
-@pytest.mark.parametrize("env_kwargs", **_some(0, 1))
-def test_render_draws_a_copy_as_mpe2_does(env_kwargs) -> None:
-    """(The goal landmark is drawn green: the copy's goal reaches mpe2's renderer.)"""
-    check_render(ID, env_kwargs)
 
 
 def test_render_draws_each_copys_goal_green() -> None:

@@ -7,15 +7,10 @@ import numpy as np
 import pytest
 from mpe_differential import (
     batched,
-    check_exact,
-    check_float32_returns,
-    check_float32_step,
-    check_render,
     check_render_at_reset,
-    check_torch,
+    differential_tests,
     mpe2_raw,
 )
-from test_native_vector import PLACES
 
 pytest.importorskip("mpe2")
 
@@ -33,39 +28,14 @@ CASES = [
     # No prey: every prey is caught (vacuously), so in mpe2 every step ends the episode.
     {"num_good": 0, "terminate_on_success": True},
 ]
-IDS = [str(kw) for kw in CASES]
-TORCH = [p for p in PLACES if p != ("numpy", "cpu")]
-
-
-@pytest.mark.parametrize("env_kwargs", CASES, ids=IDS)
-def test_numpy_float64_is_bit_identical_to_mpe2(env_kwargs) -> None:
-    check_exact(ID, env_kwargs)
-
-
-@pytest.mark.parametrize(("array", "device"), TORCH)
-@pytest.mark.parametrize("env_kwargs", CASES, ids=IDS)
-def test_torch_float64_is_within_1e9_of_numpy(env_kwargs, array, device) -> None:
-    check_torch(ID, env_kwargs, device)
-
-
-def _some(*index: int) -> dict:
-    """The cases ``index`` as parametrize's arguments."""
-    return {"argvalues": [CASES[i] for i in index], "ids": [IDS[i] for i in index]}
+globals().update(
+    differential_tests(
+        ID, CASES, float32_cases=[CASES[i] for i in (1, 3, 6)], render_cases=[CASES[0], CASES[2]]
+    )
+)
 
 
 # (not terminate_on_success nor max_cycles=15: mpe2's episode ends during the warm-up)
-@pytest.mark.parametrize("env_kwargs", **_some(1, 3, 6))
-def test_float32_steps_within_1e4_of_mpe2(env_kwargs) -> None:
-    check_float32_step(ID, env_kwargs)
-
-
-def test_float32_mean_return_within_1_percent() -> None:
-    check_float32_returns(ID, CASES[0])  # (10,000 episodes: one case, the default)
-
-
-@pytest.mark.parametrize("env_kwargs", **_some(0, 2))
-def test_render_draws_a_copy_as_mpe2_does(env_kwargs) -> None:
-    check_render(ID, env_kwargs)
 
 
 def test_render_draws_every_copy_at_reset_as_mpe2_does() -> None:
