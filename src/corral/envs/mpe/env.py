@@ -111,6 +111,10 @@ class BatchedMPE(BatchedEnv):
         self.world = BatchedWorld(self.bodies, self.num_envs, self.place, dtype)
         self.dtype = self.world.dtype
         self.ops = self.world.ops
+        na = self.bodies.num_agents
+        # Every agent's other agents in mpe2's order (by index), laid end to end:
+        # [na * (na - 1)], for a take along the entity or agent axis.
+        self.others = self.table([j for i in range(na) for j in range(na) if j != i], np.int64)
         self._action_specs = [self._action_spec(g, index) for g, index in self._group_index.items()]
         order = [i for index in self._group_index.values() for i in index]
         self._action_order = (
@@ -196,6 +200,15 @@ class BatchedMPE(BatchedEnv):
         """A constant array of the env's place, in the world's dtype unless ``dtype``."""
         dtype = dtype or getattr(self, "dtype", np.float64)
         return self.place.from_host(np.ascontiguousarray(values, dtype))
+
+    def relative_positions(self) -> tuple[Array, Array]:
+        """Where each agent sees the landmarks and the other agents, as mpe2's observations
+        compute it: ``[E, agent, landmark, 2]`` (landmark - agent) and ``[E, agent, other,
+        2]`` (other - agent, the others in :attr:`others`' order)."""
+        pos, n = self.world.pos, self.bodies.num_agents
+        agents = pos[:, :n, None]
+        others = self.ops.take(pos, self.others).reshape(len(pos), n, n - 1, 2)
+        return pos[:, None, n:] - agents, others - agents
 
     def assemble(self, parts: list[Array]) -> Array:
         """An observation ``[E, n, sum of sizes]`` in float32 from ``parts`` (``[E, n, size]``

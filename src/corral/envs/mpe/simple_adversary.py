@@ -27,9 +27,6 @@ class BatchedSimpleAdversary(BatchedMPE):
     def setup(self, raw: Any) -> None:
         self.n = n = len(self.possible_agents)  # the adversary, then N agents
         self.num_landmarks = self.bodies.num_entities - n
-        self._others = self.table(
-            [j for i in range(n) for j in range(n) if j != i], np.int64
-        )  # each agent's others, in mpe2's order
         self.goal = self.place.zeros((self.num_envs,), np.int64)
 
     def reset_world(self, draw: Draws, where: Array | None) -> None:
@@ -45,10 +42,8 @@ class BatchedSimpleAdversary(BatchedMPE):
         return ops.gather(pos, index, 1)
 
     def observe(self) -> dict[str, Array]:
-        ops, pos, n = self.ops, self.world.pos, self.n
-        e, agents = len(pos), pos[:, :n]
-        to_landmarks = pos[:, None, n:] - agents[:, :, None]  # [E, agent, landmark, 2]
-        to_agents = ops.take(agents, self._others).reshape(e, n, n - 1, 2) - agents[:, :, None]
+        ops, agents = self.ops, self.world.pos[:, : self.n]
+        to_landmarks, to_agents = self.relative_positions()
         scenario = self.scenario
         if scenario.num_landmark_neighbors is not None:
             to_landmarks, _ = nearest(ops, to_landmarks, scenario.num_landmark_neighbors)

@@ -22,10 +22,6 @@ class BatchedSimpleSpread(BatchedMPE):
     def setup(self, raw: Any) -> None:
         self.n = n = len(self.possible_agents)
         self._agents_collide = bool(self.bodies.collide[0])
-        self._others = self.table(
-            [[j for j in range(n) if j != i] for i in range(n)], np.int64
-        )  # [agent, other agent] in mpe2's order
-        self._others_flat = self._others.reshape(-1)
         self._not_self = self.table(~np.eye(n, dtype=bool), bool)
         self._agent_sizes = self.table(
             self.bodies.size[:n, None] + self.bodies.size[None, :n]
@@ -34,19 +30,10 @@ class BatchedSimpleSpread(BatchedMPE):
     def reset_world(self, draw: Draws, where: Array | None) -> None:
         self.place_entities(where, draw.uniform(-1, 1, 4 * self.n).reshape(-1, 2 * self.n, 2))
 
-    def _relative(self) -> tuple[Array, Array]:
-        """``[E, agent, landmark, 2]`` landmark - agent, ``[E, agent, other, 2]`` other -
-        agent (others in mpe2's order)."""
-        pos, n, e = self.world.pos, self.n, len(self.world.pos)
-        agents = pos[:, :n, None]
-        to_landmarks = pos[:, None, n:] - agents
-        others = self.ops.take(pos, self._others_flat).reshape(e, n, n - 1, 2)
-        return to_landmarks, others - agents
-
     def observe(self) -> dict[str, Array]:
         ops, world, n = self.ops, self.world, self.n
-        to_landmarks, to_agents = self._relative()
-        comm = ops.astype(ops.take(world.comm, self._others_flat), self.dtype)
+        to_landmarks, to_agents = self.relative_positions()
+        comm = ops.astype(ops.take(world.comm, self.others), self.dtype)
         comm = comm.reshape(len(world.comm), n, n - 1, -1)
         scenario = self.scenario
         if scenario.num_landmark_neighbors is not None:

@@ -32,7 +32,6 @@ class BatchedSimpleTag(BatchedMPE):
         self.n = n = len(adversary)
         self.num_adversaries = a = int(adversary.sum())  # mpe2 puts them first
         others = [[j for j in range(n) if j != i] for i in range(n)]  # mpe2's order
-        self._others = self.table(np.ravel(others), np.int64)
         self._good_other = self.table(~adversary[np.array(others, np.int64)], bool)[..., None]
         self._good_others = self.table(
             [j for i in range(a, n) for j in range(a, n) if j != i], np.int64
@@ -69,8 +68,7 @@ class BatchedSimpleTag(BatchedMPE):
         ops, world, n, a = self.ops, self.world, self.n, self.num_adversaries
         pos, vel = world.pos, world.vel
         e, agents = len(pos), pos[:, :n]
-        to_landmarks = pos[:, None, n:] - agents[:, :, None]  # [E, agent, landmark, 2]
-        to_agents = ops.take(agents, self._others).reshape(e, n, n - 1, 2) - agents[:, :, None]
+        to_landmarks, to_agents = self.relative_positions()
         scenario = self.scenario
         if scenario.num_landmark_neighbors is not None:
             to_landmarks, _ = nearest(ops, to_landmarks, scenario.num_landmark_neighbors)
@@ -78,7 +76,7 @@ class BatchedSimpleTag(BatchedMPE):
             count = scenario.num_agent_neighbors
             to_agents, order = nearest(ops, to_agents, count)
             # The velocities of the prey among the nearest, zeros for adversaries.
-            seen = ops.take(vel, self._others).reshape(e, n, n - 1, 2)
+            seen = ops.take(vel, self.others).reshape(e, n, n - 1, 2)
             seen = pick(ops, ops.where(self._good_other, seen, 0.0), order, count)
             parts = [vel[:, :n], agents, flat(to_landmarks), flat(to_agents), flat(seen)]
             return self._by_group([p[:, :a] for p in parts], [p[:, a:] for p in parts])
