@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from corral.data.rollouts import Rollout
 from corral.data.transitions import Transitions
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range, check_ranges
@@ -83,6 +84,10 @@ class Algorithm:
     needs_lockstep: ClassVar[bool] = False
     """Whether every learned agent must act at every step until the episode ends (simultaneous
     moves, no agent leaving early); see :func:`check_env_support`."""
+    learns_from: ClassVar[str] = "transitions"
+    """What the runner feeds it: ``"transitions"`` (per-agent rows, :meth:`observe` and
+    :meth:`update`) or ``"rollouts"`` (time-major arrays of ``config.rollout_steps``
+    vector steps, :meth:`learn`; see :mod:`corral.training.rollout_collector`)."""
 
     def __init__(
         self,
@@ -116,6 +121,19 @@ class Algorithm:
     def update(self) -> dict[str, float]:
         """Learn from what was stored; returns scalar metrics (losses, ...)."""
         raise NotImplementedError
+
+    def bootstrap_values(self, batch: Any) -> dict[str, Any]:
+        """A rollout learner's value ``[E, n]`` of every agent's observation in ``batch``."""
+        raise NotImplementedError(f"{type(self).__name__} does not learn from rollouts")
+
+    def final_values(self, batch: Any) -> dict[str, Any] | None:
+        """A rollout learner's value ``[E, n]`` of every agent's next observation after a
+        step, which truncated decisions bootstrap from; ``None``: they bootstrap nothing."""
+        return None
+
+    def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
+        """A rollout learner's update from one :class:`Rollout` per group; returns metrics."""
+        raise NotImplementedError(f"{type(self).__name__} does not learn from rollouts")
 
     def first_update(self) -> FirstUpdate | None:
         """A lower bound on the env steps before :meth:`ready` can next be true (``None``:

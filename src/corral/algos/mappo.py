@@ -71,6 +71,7 @@ from corral.algos.networks import (
 )
 from corral.algos.selfplay import SelfPlay
 from corral.data.buffers import RolloutBuffer, gae
+from corral.data.rollouts import Rollout, masked_gae
 from corral.data.transitions import Transitions
 from corral.ranges import Range
 from corral.vector.sampling import sample_array
@@ -264,6 +265,7 @@ class MAPPO(Algorithm):
     centralised: ClassVar[bool] = True
     """Whether the critic sees the global state (when the env has one)."""
     uses_state: ClassVar[bool] = True
+    learns_from: ClassVar[str] = "rollouts"
 
     def __init__(
         self,
@@ -422,6 +424,76 @@ class MAPPO(Algorithm):
         left = max(1, steps - self.steps_since_update)
         return FirstUpdate(left * self.num_envs, f"rollout_steps={steps} of {self.num_envs} envs")
 
+    # -- learning from rollouts ----------------------------------------------------------
+
+    @torch.no_grad()
+    def bootstrap_values(self, batch: Any) -> dict[str, np.ndarray]:
+        """The value ``[E, n]`` of every agent's observation in ``batch`` (the batch after a
+        rollout's last step), at the decision index :meth:`act` would give it there."""
+        values = {}
+        for g, nets in self.nets.items():
+            decision = np.where(batch.done[:, None], 0, self.decision_count[g])
+            x = self._critic_input(g, batch.obs[g], batch.state, decision, None)
+            values[g] = nets.value(x).cpu().numpy()
+        return values
+
+    @torch.no_grad()
+    def final_values(self, batch: Any) -> dict[str, np.ndarray] | None:
+        """With ``bootstrap_truncated``, the value ``[E, n]`` of every agent's next observation
+        after a step (``final_obs`` in the envs that ended), which truncated decisions
+        bootstrap from; ``None`` (bootstrap nothing) without it."""
+        if not self.config.bootstrap_truncated:
+            return None
+        values = {}
+        done = batch.done
+        for g, nets in self.nets.items():
+            obs = _where_done(done, batch.final_obs[g], batch.obs[g])
+            state = None
+            if batch.state is not None:
+                state = _where_done(done, batch.final_state, batch.state)
+            x = self._critic_input(g, obs, state, self.decision_count[g], None)
+            values[g] = nets.value(x).cpu().numpy()
+        return values
+
+    def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
+        """PPO epochs over each group's complete decisions in ``rollouts`` (with self-play,
+        the learner's); metrics are named ``group/metric``, as :meth:`update`'s."""
+        metrics: dict[str, float] = {}
+        for g, rollout in rollouts.items():
+            rows = self._rollout_rows(g, rollout)
+            if rows is not None:
+                for name, value in self._ppo(g, **rows).items():
+                    metrics[f"{g}/{name}"] = value
+        return self._updated(metrics)
+
+    def _rollout_rows(self, g: str, rollout: Rollout) -> dict[str, Any] | None:
+        """The PPO inputs of ``g``'s decisions to learn from in ``rollout``; ``None``: none."""
+        cfg = self.config
+        advantage, returns, complete = masked_gae(rollout, cfg.gamma, cfg.gae_lambda)
+        extras = rollout.extras
+        keep = complete & extras["learner"] if "learner" in extras else complete
+        step, env, agent = np.nonzero(keep)
+        if len(step) == 0:
+            return None
+        state = None
+        if self.use_state:
+            state = rollout.state[step, env]
+            carried = (step == 0) & rollout.carried[env, agent]
+            if carried.any():  # a decision carried over keeps the state it was made in
+                state[carried] = rollout.carried_state[env[carried], agent[carried]]
+        obs = rollout.obs[keep]
+        mask = None if rollout.action_mask is None else rollout.action_mask[keep]
+        return {
+            "actor_in": self._actor_input(g, obs, agent),
+            "critic_in": self._critic_input(g, obs, state, extras["decision"][keep], agent),
+            "mask": mask,
+            "sample": extras["sample"][keep],
+            "old_log_prob": extras["log_prob"][keep],
+            "advantage": advantage[keep],
+            "returns": returns[keep],
+            "old_value": rollout.value[keep],
+        }
+
     # -- learning --------------------------------------------------------------------
 
     def update(self) -> dict[str, float]:
@@ -432,6 +504,10 @@ class MAPPO(Algorithm):
                 for name, value in self._update_group(g, buffer.data()).items():
                     metrics[f"{g}/{name}"] = value
             buffer.clear()
+        return self._updated(metrics)
+
+    def _updated(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Count an update (and add a self-play snapshot when due); returns ``metrics``."""
         self.steps_since_update = 0
         self.updates += 1
         if self.selfplay is not None:
@@ -456,20 +532,45 @@ class MAPPO(Algorithm):
         return gae(t, t["value"], next_value, cfg.gamma, cfg.gae_lambda)
 
     def _update_group(self, g: str, t: Transitions) -> dict[str, float]:
-        cfg, nets = self.config, self.nets[g]
         agent = t["agent"]
         critic_in = self._critic_input(g, t["obs"], t.get("state"), t["decision"], agent)
         advantage, returns = self.advantages(g, t)
+        return self._ppo(
+            g,
+            actor_in=self._actor_input(g, t["obs"], agent),
+            critic_in=critic_in,
+            mask=t.get("action_mask"),
+            sample=t["sample"],
+            old_log_prob=t["log_prob"],
+            advantage=advantage,
+            returns=returns,
+            old_value=t["value"],
+        )
+
+    def _ppo(
+        self,
+        g: str,
+        *,
+        actor_in: torch.Tensor,
+        critic_in: torch.Tensor,
+        mask: Any,
+        sample: Any,
+        old_log_prob: Any,
+        advantage: Any,
+        returns: Any,
+        old_value: Any,
+    ) -> dict[str, float]:
+        """PPO epochs over one group's decisions (rows), given their advantages and returns."""
+        cfg, nets = self.config, self.nets[g]
         tensor = functools.partial(torch.as_tensor, device=self.device, dtype=torch.float32)
-        advantage, returns, old_value = tensor(advantage), tensor(returns), tensor(t["value"])
+        advantage, returns, old_value = tensor(advantage), tensor(returns), tensor(old_value)
         nets.value_norm.update(returns, nets.critic[-1])
         target, old_value = nets.value_norm.normalize(returns), nets.value_norm.normalize(old_value)
         if cfg.normalize_advantages and len(advantage) > 1:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        actor_in = self._actor_input(g, t["obs"], agent)
-        mask = self._mask(t.get("action_mask"))
-        sample = torch.as_tensor(t["sample"], device=self.device)
-        old_log_prob = tensor(t["log_prob"])
+        mask = self._mask(mask)
+        sample = torch.as_tensor(sample, device=self.device)
+        old_log_prob = tensor(old_log_prob)
 
         size = -(-len(advantage) // cfg.minibatches)
         history = []
@@ -562,3 +663,8 @@ class IPPO(MAPPO):
     name: ClassVar[str] = "ippo"
     centralised: ClassVar[bool] = False
     uses_state: ClassVar[bool] = False
+
+
+def _where_done(done: np.ndarray, final: np.ndarray, now: np.ndarray) -> np.ndarray:
+    """``final`` in the envs that are ``done`` ``[E]``, else ``now`` (arrays ``[E, ...]``)."""
+    return np.where(done.reshape(-1, *([1] * (np.ndim(now) - 1))), final, now)

@@ -168,6 +168,11 @@ class RolloutBuilder:
         self.groups = {g: tuple(agents) for g, agents in venv.groups.items()}
         self.reset()
 
+    @property
+    def full(self) -> bool:
+        """Whether ``steps`` steps are recorded: :meth:`finish` is due."""
+        return self._t >= self.steps
+
     def reset(self) -> None:
         """Forget open decisions and any partly recorded rollout (call after ``venv.reset()``)."""
         self._t = 0

@@ -52,6 +52,7 @@ from corral.training.config import (
 )
 from corral.training.metrics import MetricsLog, Row
 from corral.training.progress import progress as make_progress
+from corral.training.rollout_collector import RolloutCollector
 from corral.training.scoring import (
     RETURN,
     ConstantWatch,
@@ -153,7 +154,8 @@ class Runner:
                 self.best_eval, self.best_steps = saved.get("best_eval"), saved.get("best_steps")
             # A resumed run's envs start new episodes, from seeds that follow the step.
             seed = run.seed + self.env_steps
-            self.collector = Collector(self.venv, self.algo, self.fixed, seed=seed)
+            collect = RolloutCollector if self.algo.learns_from == "rollouts" else Collector
+            self.collector = collect(self.venv, self.algo, self.fixed, seed=seed)
             if restore is not None:
                 self.algo.load_state_dict(restore["algo_state"])
                 if "replay" in restore:

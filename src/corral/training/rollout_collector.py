@@ -1,0 +1,78 @@
+"""Drive a vector env with an on-policy learner's actions, one time-major rollout at a time.
+
+The :class:`RolloutCollector` is the :class:`~corral.algos.collector.Collector`
+of learners that learn from whole rollouts (``learns_from = "rollouts"``, as
+MAPPO and IPPO do): it records every vector step into a
+:class:`~corral.data.rollouts.RolloutBuilder` and hands the learner one
+:class:`~corral.data.rollouts.Rollout` per group every ``rollout_steps``
+vector steps, with no per-agent rows assembled in Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import SimpleNamespace
+from typing import Any
+
+from corral.algos.base import Algorithm, Policy
+from corral.algos.collector import Collector, Progress
+from corral.data.rollouts import RolloutBuilder
+
+
+class RolloutCollector(Collector):
+    """Steps ``venv`` with ``algo`` (and fixed policies for other groups), learning from
+    rollouts of ``algo.config.rollout_steps`` vector steps.
+
+    The learner's :meth:`act` gives, with its actions, the extras ``value``
+    (of every agent's observation) and any per-decision arrays it learns from;
+    :meth:`bootstrap_values` the values of the batch after a rollout's last
+    step; :meth:`learn` learns from the rollouts. A decision still open when
+    a rollout ends (a turn-based agent waiting for its turn) is learned from
+    in the next one, as the transition assembler would complete it.
+    """
+
+    def __init__(
+        self,
+        venv: Any,
+        algo: Algorithm,
+        fixed: Mapping[str, Policy] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(venv, algo, fixed, seed)
+        learned = SimpleNamespace(num_envs=venv.num_envs, groups=algo.groups)
+        self.builder = RolloutBuilder(learned, algo.config.rollout_steps)
+
+    def run(
+        self,
+        env_steps: int,
+        *,
+        learn: bool = True,
+        on_step: Callable[[int], None] | None = None,
+    ) -> Progress:
+        """Collect at least ``env_steps`` env steps, learning at the end of every rollout.
+
+        ``on_step`` is called after every vector step with the env steps it took.
+        """
+        progress = Progress()
+        if not learn:
+            self.builder.reset()  # a rollout never spans acting without learning
+        while progress.env_steps < env_steps:
+            actions, extras = self.actions(self.batch, explore=learn)
+            if learn:
+                value = extras.pop("value")
+                self.builder.act(
+                    self.batch, {g: actions[g] for g in self.algo.groups}, value, **extras
+                )
+            restarts = int(self.batch.worker_restarts.sum())
+            self.batch = self.venv.step(actions)
+            progress.env_steps += self.venv.num_envs
+            progress.env_restarts += int(self.batch.worker_restarts.sum()) - restarts
+            if learn:
+                self.builder.observe(self.batch, self.algo.final_values(self.batch))
+                if self.builder.full:
+                    rollouts = self.builder.finish(self.algo.bootstrap_values(self.batch))
+                    progress.updates.append(self.algo.learn(rollouts))
+            self._record_episodes(progress)
+            if on_step is not None:
+                on_step(self.venv.num_envs)
+        return progress
