@@ -381,6 +381,12 @@ def _add_training_commands(commands: Any) -> None:
         "directory or checkpoint (default: the run's eval_opponent, in zero-sum games only)",
     )
     evaluate.add_argument("--gif", metavar="PATH", help="also record one episode as a GIF")
+    evaluate.add_argument(
+        "--baselines",
+        action="store_true",
+        help="also score the env's reference baselines (random and a scripted heuristic, where "
+        "corral has them) on the same measure and episodes",
+    )
     _add_allow_import(evaluate)
     evaluate.set_defaults(run=_eval)
 
@@ -533,6 +539,8 @@ def _eval(args: argparse.Namespace) -> int:
         return ", ".join(f"{name} {value:+.4g}" for name, value in found.items())
 
     print(f"  mean return per group and agent: {parts(RETURN + '/')}")
+    if args.baselines:
+        _print_baselines(config, args.episodes, args.seed)
     if VERSUS in columns:
         against = args.opponent or config.run.eval_opponent
         games = len(result.episodes[VERSUS])
@@ -549,6 +557,21 @@ def _eval(args: argparse.Namespace) -> int:
         else:
             print(f"wrote {args.gif} ({frames} frames)")
     return 0
+
+
+def _print_baselines(config: Any, episodes: int, seed: int | None) -> None:
+    """The reference baselines of a run's env, scored as its evaluation is."""
+    from corral.training.baselines import reference_scores
+
+    run = config.run
+    try:
+        scores = reference_scores(
+            run.env, run.env_kwargs, episodes=max(episodes, 2), seed=seed or 0
+        )
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    found = ", ".join(f"{name} {score}" for name, score in scores.items())
+    print(f"  reference baselines over {max(episodes, 2)} episodes: {found}")
 
 
 def _plot(args: argparse.Namespace) -> int:
