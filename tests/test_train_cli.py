@@ -331,3 +331,27 @@ def test_plot_draws_the_column_asked_for(capsys: pytest.CaptureFixture[str], tmp
     assert png.read_bytes()[:4] == b"\x89PNG"
     code, _, err = run(capsys, *argv, "eval_return/nobody")
     assert code == 2 and "no column 'eval_return/nobody'" in err
+
+
+def test_eval_scores_the_reference_baselines_on_the_same_measure(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("mpe2")
+    from corral.training.baselines import evaluate_baseline
+
+    kwargs = ("--set", "env_kwargs.N=2", "num_envs=4", "rollout_steps=5")
+    assert train(capsys, tmp_path / "r", *kwargs, algo="mappo", env="mpe2/simple_spread_v3")[0] == 0
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "4", "--baselines")
+    assert code == 0, err
+    heuristic = evaluate_baseline("heuristic", episodes=4, env_kwargs={"N": 2, "max_cycles": 25})
+    assert "reference baselines over 4 episodes: random " in out
+    assert f"heuristic {heuristic}" in out
+
+
+def test_eval_baselines_of_an_env_without_any_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert train(capsys, tmp_path / "r")[0] == 0
+    code, _, err = run(capsys, "eval", str(tmp_path / "r"), "--baselines", *ALLOW)
+    assert code == 2
+    assert "no reference baselines for 'mdp/climbing'" in err
