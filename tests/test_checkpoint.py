@@ -35,7 +35,7 @@ from corral.algos.collector import Collector  # noqa: E402
 from corral.algos.dqn import DQN  # noqa: E402
 from corral.algos.maddpg import MADDPG  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
-from corral.errors import CheckpointError  # noqa: E402
+from corral.errors import CheckpointError, MissingDependencyError  # noqa: E402
 from corral.training import ConfigError, Runner, load_config, load_run  # noqa: E402
 from corral.training import checkpoint as ckpt  # noqa: E402
 from corral.training.metrics import read_metrics  # noqa: E402
@@ -291,6 +291,42 @@ def test_a_forged_checkpoint_runs_no_code(tmp_path: Path) -> None:
         assert not marker.exists(), i
 
 
+def test_tensors_that_torch_refuses_are_one_error_line_naming_the_object(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "ran"
+    rewrite(tmp_path / "x.pt", {**genuine(tmp_path / "x.pt"), "tensors.pt": evil_tensors(marker)})
+    with pytest.raises(CheckpointError) as error:
+        ckpt.load(tmp_path / "x.pt")
+    message = str(error.value)
+    assert message == (
+        f"{tmp_path / 'x.pt'}: its tensors.pt holds the Python object posix.mkdir besides "
+        "tensors, which corral does not load (loading it could run code): corral did not write it"
+    )
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("version", "safe"),
+    [("2.5.1", False), ("2.1.0+cpu", False), ("2.6.0", True), ("2.10.0+cu128", True)],
+)
+def test_a_torch_whose_weights_only_loader_can_run_code_loads_no_tensors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, safe: bool
+) -> None:
+    ckpt.save(tmp_path / "x.pt", {"w": torch.ones(3)})
+    monkeypatch.setattr(torch, "__version__", version)
+    if safe:
+        assert torch.equal(ckpt.load(tmp_path / "x.pt")["w"], torch.ones(3))
+        return
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load was called"))
+    with pytest.raises(
+        MissingDependencyError, match=f"torch {re.escape(version)} cannot load them safely"
+    ):
+        ckpt.load(tmp_path / "x.pt")
+    ckpt.save(tmp_path / "y.pt", {"a": np.arange(3), "n": 1})  # no tensors: nothing to refuse
+    assert ckpt.load(tmp_path / "y.pt")["n"] == 1
+
+
 def test_a_genuine_checkpoint_with_an_extra_tensor_loads_as_data(tmp_path: Path) -> None:
     parts = genuine(tmp_path / "x.pt")
     extra = io.BytesIO()
@@ -320,22 +356,30 @@ def dqn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
+@pytest.mark.parametrize("kind", ["old", "forged"])
 @pytest.mark.parametrize("command", ["eval", "resume"])
-def test_the_cli_refuses_an_old_crafted_checkpoint_without_running_it(
-    dqn_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+def test_the_cli_refuses_a_crafted_checkpoint_without_running_it(
+    dqn_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, kind: str
 ) -> None:
     run_dir = shutil.copytree(dqn_run, tmp_path / "run")
     marker = tmp_path / "ran"
     target = run_dir / (BEST if command == "eval" else LATEST)
-    old_checkpoint(target, {"algo_state": Payload(marker), "env_steps": 1})
+    if kind == "old":
+        old_checkpoint(target, {"algo_state": Payload(marker), "env_steps": 1})
+        said = f"{target} cannot be loaded: it was written by an older corral"
+    else:  # the genuine checkpoint with a payload among its tensors, sealed again
+        tensors = torch.load(io.BytesIO(members(target)["tensors.pt"]), weights_only=True)
+        forged_tensors = io.BytesIO()
+        torch.save({**tensors, "extra": Payload(marker)}, forged_tensors)
+        rewrite(target, {**members(target), "tensors.pt": forged_tensors.getvalue()})
+        said = f"{target}: its tensors.pt holds the Python object posix.mkdir besides tensors"
     argv = ["eval", str(run_dir)]
     if command == "resume":
         argv = ["train", "--resume", str(run_dir), "--no-progress"]
     code = cli.main(argv)
-    err = capsys.readouterr().err
+    lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2
-    assert f"corral: error: {target} cannot be loaded: it was written by an older corral" in err
-    assert "Traceback" not in err
+    assert len(lines) == 1 and lines[0].startswith(f"corral: error: {said}"), lines
     assert not marker.exists()
 
 
