@@ -424,6 +424,31 @@ def test_a_checkpoint_with_16_bytes_overwritten_anywhere_is_refused(tmp_path: Pa
         assert "checksum" in str(error.value) or "truncated" in str(error.value), start
 
 
+@pytest.mark.parametrize("damage", ["16 bytes overwritten", "cut in half"])
+@pytest.mark.parametrize("command", ["eval", "resume"])
+def test_the_cli_refuses_a_damaged_checkpoint_in_one_line(
+    dqn_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, damage: str
+) -> None:
+    run_dir = shutil.copytree(dqn_run, tmp_path / "run")
+    target = run_dir / (BEST if command == "eval" else LATEST)
+    data = bytearray(target.read_bytes())
+    middle = len(data) // 2
+    if damage == "cut in half":
+        del data[middle:]
+        said = f"{target} cannot be loaded: it is truncated or damaged"
+    else:
+        data[middle : middle + 16] = bytes(b ^ 0x5A for b in data[middle : middle + 16])
+        said = f"{target} is damaged: its sha256 checksum does not match its contents"
+    target.write_bytes(bytes(data))
+    argv = ["eval", str(run_dir)]
+    if command == "resume":
+        argv = ["train", "--resume", str(run_dir), "--no-progress"]
+    code = cli.main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(lines) == 1 and lines[0].startswith(f"corral: error: {said}"), lines
+
+
 def test_a_truncated_checkpoint_is_refused(tmp_path: Path) -> None:
     path = tmp_path / LATEST
     ckpt.save(path, {"w": torch.ones(3), "a": np.arange(4)})
