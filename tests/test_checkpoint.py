@@ -575,3 +575,113 @@ def test_a_run_killed_after_a_wall_clock_checkpoint_resumes(tmp_path: Path) -> N
 def test_checkpoint_every_s_may_not_be_negative(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="checkpoint_every_s must be at least 0, got -1"):
         run_config(tmp_path, checkpoint_every_s=-1)
+
+
+# -- another run's checkpoint, and reference opponents -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rps_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Finished DQN and MAPPO runs on corral/rps (their evaluations play a reference opponent)."""
+    runs = {}
+    for algo in ("dqn", "mappo"):
+        run_dir = tmp_path_factory.mktemp("runs") / algo
+        settings = {"num_envs": 2, "total_steps": 40, "eval_every": 20, "eval_episodes": 2}
+        settings |= {"log_every": 20, "device": "cpu", "tensorboard": False}
+        if algo == "dqn":
+            settings |= {"learning_starts": 20, "batch_size": 8}
+        config = load_config(algo, "corral/rps", {**settings, "run_dir": str(run_dir)})
+        with Runner(config, progress=False) as runner:
+            runner.benchmark()
+        runs[algo] = run_dir
+    return runs
+
+
+def cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line that ``corral ARGV`` prints, exiting 2."""
+    code = cli.main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("foreign", ["another algorithm", "another env", "an entry missing"])
+@pytest.mark.parametrize("command", ["eval", "resume"])
+def test_the_cli_refuses_another_run_s_checkpoint_in_one_line(
+    rps_runs: dict[str, Path],
+    dqn_run: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    foreign: str,
+) -> None:
+    run_dir = shutil.copytree(rps_runs["dqn"], tmp_path / "run")
+    target = run_dir / (BEST if command == "eval" else LATEST)
+    ours = "its run (dqn on corral/rps, as its config.yaml says)"
+    if foreign == "another algorithm":
+        shutil.copy(rps_runs["mappo"] / target.name, target)
+        said = f"{target} is not a checkpoint of {ours}: it was written by a run of 'mappo'"
+    elif foreign == "another env":
+        shutil.copy(dqn_run / target.name, target)
+        said = f"{target} does not fit {ours}: another env, spaces or settings? Error(s) in"
+    else:
+        saved = ckpt.load(target)
+        del saved["algo_state"]
+        ckpt.save(target, saved)
+        said = f"{target} does not fit {ours}: another env, spaces or settings? it lacks the "
+        said += "entry 'algo_state'"
+    argv = ["eval", str(run_dir)]
+    if command == "resume":
+        argv = ["train", "--resume", str(run_dir), "--no-progress", "--total-steps", "60"]
+    assert cli_error(argv, capsys).startswith(f"corral: error: {said}")
+
+
+def damage(path: Path) -> None:
+    """Overwrite 16 bytes in the middle of ``path``, and give it a new modification time."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 16] = bytes(b ^ 0x5A for b in data[middle : middle + 16])
+    stamp = path.stat().st_mtime_ns
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(stamp + 10**9, stamp + 10**9))
+
+
+@pytest.mark.parametrize("kind", ["damaged", "foreign"])
+def test_corral_eval_refuses_a_damaged_or_foreign_opponent_in_one_line(
+    rps_runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    opponent = shutil.copytree(rps_runs["dqn"], tmp_path / "opponent")
+    if kind == "damaged":
+        damage(opponent / BEST)
+        said = f"{opponent / BEST} is damaged: its sha256 checksum does not match"
+    else:
+        shutil.copy(rps_runs["mappo"] / BEST, opponent / BEST)
+        said = f"{opponent / BEST} is not a checkpoint of its run (dqn on corral/rps"
+    line = cli_error(["eval", str(rps_runs["dqn"]), "--opponent", str(opponent)], capsys)
+    assert line.startswith(f"corral: error: {said}")
+
+
+def test_corral_train_refuses_an_eval_opponent_damaged_while_it_trains_in_one_line(
+    rps_runs: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opponent = shutil.copytree(rps_runs["dqn"], tmp_path / "opponent")
+    benchmark = Runner.benchmark
+
+    def damaged_first(self: Runner) -> Any:  # the opponent was read when the run started
+        damage(opponent / BEST)
+        return benchmark(self)
+
+    monkeypatch.setattr(Runner, "benchmark", damaged_first)
+    settings = ["num_envs=2", "eval_every=20", "eval_episodes=2", "log_every=20", "device=cpu"]
+    settings += ["tensorboard=false", "learning_starts=20", "batch_size=8"]
+    argv = ["train", "dqn", "--env", "corral/rps", "--total-steps", "40", "--no-progress"]
+    argv += ["--run-dir", str(tmp_path / "run"), "--set", *settings]
+    code = cli.main([*argv, f"eval_opponent={opponent}"])
+    err = capsys.readouterr().err  # the run's log lines, then the error
+    said = f"corral: error: {opponent / BEST} is damaged: its sha256 checksum"
+    assert code == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith(said), err
+    assert sum(said in line for line in err.splitlines()) == 1, err

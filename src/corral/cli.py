@@ -44,6 +44,7 @@ from corral.batched_env import BatchedEnv
 from corral.checker import STEP_CAP, CheckReport, RandomPolicy, check_env
 from corral.errors import (
     CheckIncompleteWarning,
+    CheckpointError,
     ConfigError,
     EnvError,
     MissingDependencyError,
@@ -470,6 +471,8 @@ def _train(args: argparse.Namespace) -> int:
                 runner = Runner(config, progress=progress, allow_imports=allowed)
         with _console_logging(), runner:
             results = runner.benchmark()
+    except CheckpointError as err:  # an eval_opponent's checkpoint, changed while training
+        raise UsageError(str(err)) from err
     except UnsupportedEnvError as err:  # found while training, on an env that did not declare it
         raise UsageError(str(err)) from err
     except (EnvError, WorkerTimeoutError) as err:  # an env's fault, with on_env_error=raise
@@ -520,7 +523,7 @@ def _eval(args: argparse.Namespace) -> int:
             opponent=args.opponent,
             allow_imports=args.allow_imports,
         )
-    except ConfigError as err:  # an --opponent that cannot be used
+    except (ConfigError, CheckpointError) as err:  # an --opponent that cannot be used
         raise UsageError(str(err)) from err
     print(
         f"{args.run_dir} ({args.checkpoint} checkpoint, {saved['env_steps']} env steps): "

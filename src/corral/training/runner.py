@@ -37,6 +37,7 @@ import numpy as np
 
 from corral.algos.base import Algorithm, Policy, resolve_device
 from corral.algos.collector import Collector, Progress, evaluate
+from corral.errors import CheckpointError
 from corral.registry import resolve
 from corral.training import checkpoint
 from corral.training.config import (
@@ -103,7 +104,8 @@ class Runner:
     """Trains one algorithm on one env according to a :class:`TrainConfig`.
 
     ``progress``: show a tqdm bar (when tqdm is installed) rather than log lines.
-    ``restore``: a checkpoint of this run to continue from; :meth:`resume`
+    ``restore``: this run's ``checkpoint.pt`` to continue from (a
+    :class:`~corral.errors.CheckpointError` if it does not fit the run); :meth:`resume`
     continues a run from its directory. ``allow_imports``: the ``module:attr``
     values that the config of an ``eval_opponent`` run may import (see
     :func:`read_run_config`).
@@ -155,11 +157,12 @@ class Runner:
             seed = run.seed + self.env_steps
             self.collector = Collector(self.venv, self.algo, self.fixed, seed=seed)
             if restore is not None:
-                self.algo.load_state_dict(restore["algo_state"])
-                if "replay" in restore:
-                    self.algo.load_replay_state_dict(restore["replay"])
-                self.collector.rng.bit_generator.state = restore["collector_rng"]
-                checkpoint.set_rng_state(restore["rng"])
+                with _fitting(self.run_dir / LATEST, restore, config):
+                    self.algo.load_state_dict(restore["algo_state"])
+                    if "replay" in restore:
+                        self.algo.load_replay_state_dict(restore["replay"])
+                    self.collector.rng.bit_generator.state = restore["collector_rng"]
+                    checkpoint.set_rng_state(restore["rng"])
             self.metrics = MetricsLog(
                 self.run_dir, saved.get("metrics", []), tensorboard=run.tensorboard
             )
@@ -716,8 +719,36 @@ def load_run(
     finally:
         venv.close()
     saved = checkpoint.load(path)
-    algo.load_state_dict(saved["algo_state"])
+    with _fitting(path, saved, config):
+        algo.load_state_dict(saved["algo_state"])
     return config, algo, saved
+
+
+UNFIT = (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError)
+"""What restoring a checkpoint of another algorithm, env or spaces raises (missing entries,
+networks of other sizes, generator states of another kind)."""
+
+
+@contextlib.contextmanager
+def _fitting(path: Path, saved: Mapping[str, Any], config: TrainConfig) -> Iterator[None]:
+    """Restore ``saved`` (read from ``path``) into a run of ``config`` in the block: a checkpoint
+    of another algorithm, or whose state does not fit, is one :class:`CheckpointError`."""
+    run = f"its run ({config.algo} on {config.run.env}, as its config.yaml says)"
+    if saved.get("algo") != config.algo:
+        raise CheckpointError(
+            f"{path} is not a checkpoint of {run}: it was written by a run of "
+            f"{saved.get('algo')!r}; it is another run's checkpoint"
+        )
+    try:
+        yield
+    except UNFIT as err:
+        if isinstance(err, KeyError):
+            reason = f"it lacks the entry {err.args[0]!r}" if err.args else "an entry is missing"
+        else:
+            reason = " ".join(str(err).split()) or type(err).__name__
+        raise CheckpointError(
+            f"{path} does not fit {run}: another env, spaces or settings? {reason}"
+        ) from err
 
 
 # -- helpers ---------------------------------------------------------------------------------
