@@ -685,3 +685,22 @@ def test_corral_train_refuses_an_eval_opponent_damaged_while_it_trains_in_one_li
     assert code == 2 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1].startswith(said), err
     assert sum(said in line for line in err.splitlines()) == 1, err
+
+
+def test_the_torch_extras_need_a_torch_that_loads_checkpoints_safely() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    extras = {f"extra {k}": v for k, v in project["optional-dependencies"].items()}
+    pins = {}
+    for where, requirements in {"dependencies": project["dependencies"], **extras}.items():
+        for requirement in map(Requirement, requirements):
+            if requirement.name == "torch":
+                pins[where] = requirement.specifier
+    assert pins, "no extra installs torch"
+    safe = Version(".".join(map(str, ckpt.SAFE_TORCH)))
+    below = Version(f"{safe.major}.{safe.minor - 1}.99")
+    for where, specifier in pins.items():
+        assert specifier.contains(safe) and not specifier.contains(below), (where, specifier)
