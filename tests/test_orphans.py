@@ -26,6 +26,7 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 SUBPROC_DRIVER = """
 import ctypes
+import glob
 import json
 import os
 import sys
@@ -37,6 +38,7 @@ import corral
 
 
 def hang(state):
+    open(f"hung-{os.getpid()}", "w").close()  # in the driver's directory
     if state == "gil":  # in C code that keeps the GIL, so no thread of the worker runs
         ctypes.PyDLL(None).sleep(1000)
     time.sleep(1000)
@@ -91,7 +93,10 @@ if __name__ == "__main__":
     if bystander == "yes" and (other := os.fork()) == 0:
         time.sleep(1000)  # another child of the driver, holding copies of its pipes
         os._exit(0)
-    time.sleep(0.5)  # the workers are inside env.step, or idle
+    deadline = time.monotonic() + 60
+    while state != "idle" and len(glob.glob("hung-*")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # the workers are inside env.step (or hang there), or idle
     print(json.dumps({"workers": venv._backend.worker_pids, "other": other}), flush=True)
     time.sleep(1000)
 """
