@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,38 @@ def test_raise_stops_the_run_with_one_clear_message(
     assert "training stopped: env " in err and "the simulator lost its connection" in err
     assert "on_env_error=restart" in err and f"--resume {run}" in err
     assert corral.training.checkpoint.load(run / LATEST)["env_steps"] == 80
+
+
+def test_a_worker_timeout_stops_the_run_with_one_clear_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # defined here, workers unpickle it by value: they need not import this module (and torch)
+    def hanging_climbing(hang_at: int) -> Any:
+        """The climbing game, whose ``hang_at``-th step (counted in each worker) never returns."""
+        env = corral.make("mdp/climbing")
+        step, steps = env.step, itertools.count(1)
+
+        def hanging_step(actions: dict) -> Any:
+            if next(steps) == hang_at:
+                time.sleep(600)  # the worker is killed at the timeout
+            return step(actions)
+
+        env.step = hanging_step
+        return env
+
+    corral.register("test/hanging_climbing", hanging_climbing, hang_at=30)
+    settings = {**SETTINGS, "backend": "subproc", "num_workers": 2, "timeout": 1}
+    start = time.monotonic()
+    code = cli.main(
+        ["train", "dqn", "--env", "test/hanging_climbing", "--run-dir", str(tmp_path / "r"),
+         "--no-progress", "--set", *(f"{k}={v}" for k, v in settings.items())]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and time.monotonic() - start < 60
+    assert "Traceback" not in err
+    [error] = [line for line in err.splitlines() if line.startswith("corral: error:")]
+    assert error.startswith("corral: error: training stopped: worker")
+    assert "did not answer step() within 1.0 s" in error
 
 
 def test_the_error_names_the_env_and_carries_the_batch(tmp_path: Path) -> None:
