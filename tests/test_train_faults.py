@@ -147,3 +147,37 @@ def test_resume_refuses_an_algorithm_argument(
 ) -> None:
     assert cli.main(["train", "mappo", "--resume", str(tmp_path)]) == 2
     assert "leave out 'mappo'" in capsys.readouterr().err
+
+
+def test_an_env_hanging_in_an_evaluation_stops_the_run_at_the_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # defined here, workers unpickle it by value: they need not import this module (and torch)
+    def climbing_hanging_in_evaluations() -> Any:
+        """The climbing game, whose steps hang in episodes seeded as evaluations are."""
+        env = corral.make("mdp/climbing")
+        reset, step, seeds = env.reset, env.step, [0]
+
+        def seeded_reset(seed: int | None = None, options: dict | None = None) -> Any:
+            seeds[0] = seeds[0] if seed is None else seed
+            return reset(seed=seed, options=options)
+
+        def hanging_step(actions: dict) -> Any:
+            if seeds[0] >= 1_000_000:  # the runner's evaluation seeds
+                time.sleep(20)  # the worker is killed at the timeout
+            return step(actions)
+
+        env.reset, env.step = seeded_reset, hanging_step
+        return env
+
+    corral.register("test/climbing_hanging_in_evaluations", climbing_hanging_in_evaluations)
+    settings = {**SETTINGS, "backend": "subproc", "num_workers": 1, "timeout": 1, "eval_every": 100}
+    start = time.monotonic()
+    code = cli.main(
+        ["train", "dqn", "--env", "test/climbing_hanging_in_evaluations", "--run-dir",
+         str(tmp_path / "r"), "--no-progress", "--set", *(f"{k}={v}" for k, v in settings.items())]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert time.monotonic() - start < 15 and code == 1, err
+    [error] = [line for line in err.splitlines() if line.startswith("corral: error:")]
+    assert "did not answer step() within 1.0 s" in error

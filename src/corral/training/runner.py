@@ -64,6 +64,7 @@ from corral.training.scoring import (
 )
 from corral.training.threads import set_torch_threads, torch_threads
 from corral.vector import VectorEnv, make_vec
+from corral.vector.backend import DEFAULT_TIMEOUT
 from corral.vector.sampling import sample_array
 
 log = logging.getLogger("corral.training")
@@ -77,8 +78,11 @@ RESUMABLE = frozenset(
     | {"checkpoint_every_s"}
 )
 """Run settings that may change when a run is resumed (the schedule, not what is learned)."""
-EVAL_BACKEND = "sync"
-"""Evaluations play in the runner's process: they never wait for the training envs' workers."""
+EVAL_WORKERS = {"num_workers": 1}
+"""Evaluations of a run whose envs run in workers play in one ``subproc`` worker of their
+own, with the run's ``timeout``: an env that hangs cannot block the run, and evaluations
+never wait for the training envs' workers (or for Ray's CPUs). A ``sync`` run's evaluations
+play in the runner's process, as its training does."""
 
 
 @dataclass
@@ -485,12 +489,16 @@ def build_venv(
     backend: str | None = None,
     state: bool = False,
     native: bool | None = None,
+    options: Mapping[str, Any] | None = None,
     **env_kwargs: Any,
 ) -> VectorEnv:
-    """The vector env of ``run`` (``env_kwargs`` are added to the run's); the run's backend
-    options apply to its own backend only. ``native``: as ``make_vec``'s, else the run's."""
+    """The vector env of ``run`` (``env_kwargs`` are added to the run's). ``options``: the
+    backend's options, by default the run's for its own backend (none for another).
+    ``native``: as ``make_vec``'s, else the run's."""
     backend = backend or run.backend
     native = run.native if native is None else native
+    if options is None:
+        options = run.backend_options() if backend == run.backend else {}
     return make_vec(
         run.env,
         num_envs or run.num_envs,
@@ -503,13 +511,18 @@ def build_venv(
         on_env_error=run.on_env_error,
         check_finite=run.check_finite,
         env_kwargs={**run.env_kwargs, **env_kwargs},
-        **(run.backend_options() if backend == run.backend else {}),
+        **options,
     )
 
 
 def build_eval_venv(config: TrainConfig) -> VectorEnv:
-    """The vector env that evaluations of ``config`` play in (see :data:`EVAL_BACKEND`)."""
-    return build_venv(config.run, backend=EVAL_BACKEND, state=uses_state(config))
+    """The vector env that evaluations of ``config`` play in (see :data:`EVAL_WORKERS`)."""
+    run = config.run
+    if run.backend == "sync":
+        return build_venv(run, state=uses_state(config))
+    timeout = run.backend_options().get("timeout", DEFAULT_TIMEOUT)
+    options = {**EVAL_WORKERS, "timeout": timeout}
+    return build_venv(run, backend="subproc", options=options, state=uses_state(config))
 
 
 def uses_state(config: TrainConfig) -> bool:
