@@ -19,7 +19,7 @@ from gymnasium import spaces
 
 import corral
 from corral.errors import EnvError, InvalidActionError
-from corral.values import debug_mode, finite_problem
+from corral.values import debug_mode, finite_problem, store_exactly
 from corral.vector import VectorEnv
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
@@ -241,8 +241,9 @@ def test_nan_raises_with_check_finite_and_passes_without(venvs, backend) -> None
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_float32_overflow_in_obs_raises_with_check_finite(venvs, backend) -> None:
-    message = _error(venvs(backend, check_finite=True), "obs_overflow")
+@pytest.mark.parametrize("check_finite", [False, True])
+def test_float32_overflow_in_obs_raises(venvs, backend, check_finite) -> None:
+    message = _error(venvs(backend, check_finite=check_finite), "obs_overflow")
     assert "observation of agent 'agent_1': expected values that float32 holds" in message
     assert "got 1e+300 at index (1,), which overflows float32" in message
 
@@ -370,6 +371,33 @@ class MaskedEnv(corral.MultiAgentEnv):
         return {"p": 0}, {"p": {"action_mask": np.ones(1, np.int8)}}
 
 
+class ByteObsEnv(ValueEnv):
+    """``uint8`` observations; with ``bad`` set, step 2's are int64 holding 300."""
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return spaces.Box(0, 255, (3,), np.uint8)
+
+    def _obs(self) -> np.ndarray:
+        value = 300 if self.t == 2 and self.bad else self.t
+        return np.array([value, 0, 0])  # int64
+
+
+@pytest.mark.parametrize("check_finite", [False, True])
+def test_an_integer_that_its_dtype_cannot_hold_is_not_wrapped_around(check_finite) -> None:
+    venv = VectorEnv([ByteObsEnv] * 2, check_finite=check_finite)
+    venv.set_attr("bad", [None, "300"])
+    venv.reset(seed=0)
+    zeros = {"agent": np.zeros((2, 2, 2), np.float32)}
+    assert venv.step(zeros).obs["agent"][:, :, 0].tolist() == [[1, 1], [1, 1]]
+    with pytest.raises(EnvError) as info:
+        venv.step(zeros)  # 300 as uint8 would be 44
+    assert str(info.value).startswith(
+        "env 1: final_obs of agent 'agent_0': expected values that uint8 holds (in [0, 255]), "
+        "got 300 at index (0,), which overflows uint8"
+    )
+    venv.close()
+
+
 def test_action_mask_of_the_wrong_shape_is_not_broadcast() -> None:
     with pytest.raises(EnvError) as info:
         VectorEnv([MaskedEnv]).reset(seed=0)
@@ -389,6 +417,27 @@ def test_finite_problem_names_nan_inf_and_overflow() -> None:
     assert "got 1e+300, which overflows float32" in finite_problem(1e300, np.float32)
     assert finite_problem(1e300, np.float64) is None
     assert "overflows int8" in finite_problem([3, 300], np.int8)
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype"),
+    [
+        (np.array([1.0, 1e300]), np.float32),  # inf
+        (np.array([1, 300]), np.uint8),  # 44
+        (np.array([1, -1]), np.uint32),  # 4294967295
+        (np.array([1.0, np.nan]), np.int64),
+        (np.array([1.0, 1e20]), np.int32),
+    ],
+)
+def test_store_exactly_refuses_to_change_a_number(values, dtype) -> None:
+    target = np.zeros(2, dtype)
+    with pytest.raises(OverflowError):
+        store_exactly(target, slice(None), values)
+    store_exactly(target, slice(None), values[:1])  # what the dtype holds is stored
+    assert target.tolist() == [1, 1]
+    wide = np.zeros(2)
+    store_exactly(wide, slice(None), np.array([np.inf, 2], np.float32))  # widening: as numpy
+    assert wide.tolist() == [np.inf, 2]
 
 
 @pytest.mark.parametrize(
