@@ -246,6 +246,22 @@ def test_timeout_reaches_the_training_envs_backend() -> None:
         venv.close()
 
 
+@pytest.mark.parametrize(
+    ("setting", "debug", "on"),
+    [(None, "0", False), (None, "1", True), ("true", "0", True), ("false", "1", False)],
+)
+def test_check_finite_reaches_the_training_envs_and_follows_debug_mode_unset(
+    monkeypatch: pytest.MonkeyPatch, setting: str | None, debug: str, on: bool
+) -> None:
+    monkeypatch.setenv("CORRAL_DEBUG", debug)
+    settings = ["num_envs=1"] + ([] if setting is None else [f"check_finite={setting}"])
+    venv = build_venv(load_config(TINY, "corral/rps", settings).run)
+    try:
+        assert venv.check_finite is on
+    finally:
+        venv.close()
+
+
 def test_timeout_is_no_option_of_the_sync_backend() -> None:
     with pytest.raises(ConfigError, match="timeout is an option of the subproc and ray backends"):
         load_config(TINY, "corral/rps", {"backend": "sync", "timeout": 5})
