@@ -477,6 +477,8 @@ NATIVE_FAULTS: dict[str, Callable[[corral.BatchedStep, int], None]] = {
     "no_obs_of_the_group": lambda out, copy: out.obs.clear(),
     "obs_overflow": lambda out, copy: _widened(out, copy, "obs", np.float64, 1e300),
     "state_wraps": lambda out, copy: _widened(out, copy, "state", np.int64, 300),
+    "obs_nan": lambda out, copy: out.obs["agent"].__setitem__((copy, 1, 2), np.nan),
+    "reward_nan": lambda out, copy: out.reward["agent"].__setitem__((copy, 0), np.nan),
 }
 
 
@@ -494,17 +496,23 @@ class NativeValuesSource(NativeSource):
         return NativeValues(self.num_envs, self.offset, self.bad)
 
 
-def _native_error(backend: str, bad: str) -> EnvError:
-    """The EnvError of ``NativeValues`` with the fault ``bad`` (four copies, two a worker)."""
+def _native_play(backend: str, bad: str, check_finite: bool = False) -> corral.vector.Batch:
+    """Two steps of ``NativeValues`` with the fault ``bad`` (four copies, two a worker)."""
     if backend == "ray":
         _start_ray()
     source = NativeValuesSource(NativeValues, NUM_ENVS, bad=bad)
-    with VectorEnv(source, backend, state=True, check_finite=False, **OPTIONS[backend]) as venv:
+    options = OPTIONS[backend]
+    with VectorEnv(source, backend, state=True, check_finite=check_finite, **options) as venv:
         venv.reset(seed=0)
         actions = {"agent": np.zeros((NUM_ENVS, 2), np.int64)}
         venv.step(actions)
-        with pytest.raises(EnvError) as info:
-            venv.step(actions)
+        return venv.step(actions)
+
+
+def _native_error(backend: str, bad: str, check_finite: bool = False) -> EnvError:
+    """The EnvError of ``NativeValues`` with the fault ``bad``."""
+    with pytest.raises(EnvError) as info:
+        _native_play(backend, bad, check_finite)
     return info.value
 
 
@@ -535,6 +543,20 @@ def test_a_native_env_s_value_that_its_dtype_cannot_hold_names_the_copy_and_agen
         f"env {BAD_ENV}: obs['agent'] of agent 'agent_1': expected values that float32 holds "
         "(in [-3.40282e+38, 3.40282e+38]), got 1e+300 at index (0,), which overflows float32"
     )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_native_env_s_nan_raises_with_check_finite_and_passes_without(backend) -> None:
+    err = _native_error(backend, "obs_nan", check_finite=True)
+    assert err.env_index == BAD_ENV
+    assert str(err).startswith(
+        f"env {BAD_ENV}: observation of agent 'agent_1': expected finite values"
+    )
+    err = _native_error(backend, "reward_nan", check_finite=True)
+    assert str(err).startswith(f"env {BAD_ENV}: reward of agent 'agent_0': expected finite")
+    batch = _native_play(backend, "obs_nan", check_finite=False)
+    assert np.isnan(batch.obs["agent"][BAD_ENV, 1, 2])
+    assert np.isnan(batch.obs["agent"]).sum() == 1
 
 
 @pytest.mark.parametrize(
