@@ -35,7 +35,7 @@ from corral.algos.collector import Collector  # noqa: E402
 from corral.algos.dqn import DQN  # noqa: E402
 from corral.algos.maddpg import MADDPG  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
-from corral.errors import CheckpointError  # noqa: E402
+from corral.errors import CheckpointError, MissingDependencyError  # noqa: E402
 from corral.training import ConfigError, Runner, load_config, load_run  # noqa: E402
 from corral.training import checkpoint as ckpt  # noqa: E402
 from corral.training.metrics import read_metrics  # noqa: E402
@@ -291,6 +291,42 @@ def test_a_forged_checkpoint_runs_no_code(tmp_path: Path) -> None:
         assert not marker.exists(), i
 
 
+def test_tensors_that_torch_refuses_are_one_error_line_naming_the_object(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "ran"
+    rewrite(tmp_path / "x.pt", {**genuine(tmp_path / "x.pt"), "tensors.pt": evil_tensors(marker)})
+    with pytest.raises(CheckpointError) as error:
+        ckpt.load(tmp_path / "x.pt")
+    message = str(error.value)
+    assert message == (
+        f"{tmp_path / 'x.pt'}: its tensors.pt holds the Python object posix.mkdir besides "
+        "tensors, which corral does not load (loading it could run code): corral did not write it"
+    )
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("version", "safe"),
+    [("2.5.1", False), ("2.1.0+cpu", False), ("2.6.0", True), ("2.10.0+cu128", True)],
+)
+def test_a_torch_whose_weights_only_loader_can_run_code_loads_no_tensors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, safe: bool
+) -> None:
+    ckpt.save(tmp_path / "x.pt", {"w": torch.ones(3)})
+    monkeypatch.setattr(torch, "__version__", version)
+    if safe:
+        assert torch.equal(ckpt.load(tmp_path / "x.pt")["w"], torch.ones(3))
+        return
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load was called"))
+    with pytest.raises(
+        MissingDependencyError, match=f"torch {re.escape(version)} cannot load them safely"
+    ):
+        ckpt.load(tmp_path / "x.pt")
+    ckpt.save(tmp_path / "y.pt", {"a": np.arange(3), "n": 1})  # no tensors: nothing to refuse
+    assert ckpt.load(tmp_path / "y.pt")["n"] == 1
+
+
 def test_a_genuine_checkpoint_with_an_extra_tensor_loads_as_data(tmp_path: Path) -> None:
     parts = genuine(tmp_path / "x.pt")
     extra = io.BytesIO()
@@ -320,22 +356,30 @@ def dqn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
+@pytest.mark.parametrize("kind", ["old", "forged"])
 @pytest.mark.parametrize("command", ["eval", "resume"])
-def test_the_cli_refuses_an_old_crafted_checkpoint_without_running_it(
-    dqn_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+def test_the_cli_refuses_a_crafted_checkpoint_without_running_it(
+    dqn_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, kind: str
 ) -> None:
     run_dir = shutil.copytree(dqn_run, tmp_path / "run")
     marker = tmp_path / "ran"
     target = run_dir / (BEST if command == "eval" else LATEST)
-    old_checkpoint(target, {"algo_state": Payload(marker), "env_steps": 1})
+    if kind == "old":
+        old_checkpoint(target, {"algo_state": Payload(marker), "env_steps": 1})
+        said = f"{target} cannot be loaded: it was written by an older corral"
+    else:  # the genuine checkpoint with a payload among its tensors, sealed again
+        tensors = torch.load(io.BytesIO(members(target)["tensors.pt"]), weights_only=True)
+        forged_tensors = io.BytesIO()
+        torch.save({**tensors, "extra": Payload(marker)}, forged_tensors)
+        rewrite(target, {**members(target), "tensors.pt": forged_tensors.getvalue()})
+        said = f"{target}: its tensors.pt holds the Python object posix.mkdir besides tensors"
     argv = ["eval", str(run_dir)]
     if command == "resume":
         argv = ["train", "--resume", str(run_dir), "--no-progress"]
     code = cli.main(argv)
-    err = capsys.readouterr().err
+    lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2
-    assert f"corral: error: {target} cannot be loaded: it was written by an older corral" in err
-    assert "Traceback" not in err
+    assert len(lines) == 1 and lines[0].startswith(f"corral: error: {said}"), lines
     assert not marker.exists()
 
 
@@ -378,6 +422,31 @@ def test_a_checkpoint_with_16_bytes_overwritten_anywhere_is_refused(tmp_path: Pa
         with pytest.raises(CheckpointError, match=f"{re.escape(str(path))} .*damaged") as error:
             ckpt.load(path)
         assert "checksum" in str(error.value) or "truncated" in str(error.value), start
+
+
+@pytest.mark.parametrize("damage", ["16 bytes overwritten", "cut in half"])
+@pytest.mark.parametrize("command", ["eval", "resume"])
+def test_the_cli_refuses_a_damaged_checkpoint_in_one_line(
+    dqn_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, damage: str
+) -> None:
+    run_dir = shutil.copytree(dqn_run, tmp_path / "run")
+    target = run_dir / (BEST if command == "eval" else LATEST)
+    data = bytearray(target.read_bytes())
+    middle = len(data) // 2
+    if damage == "cut in half":
+        del data[middle:]
+        said = f"{target} cannot be loaded: it is truncated or damaged"
+    else:
+        data[middle : middle + 16] = bytes(b ^ 0x5A for b in data[middle : middle + 16])
+        said = f"{target} is damaged: its sha256 checksum does not match its contents"
+    target.write_bytes(bytes(data))
+    argv = ["eval", str(run_dir)]
+    if command == "resume":
+        argv = ["train", "--resume", str(run_dir), "--no-progress"]
+    code = cli.main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(lines) == 1 and lines[0].startswith(f"corral: error: {said}"), lines
 
 
 def test_a_truncated_checkpoint_is_refused(tmp_path: Path) -> None:
@@ -506,3 +575,132 @@ def test_a_run_killed_after_a_wall_clock_checkpoint_resumes(tmp_path: Path) -> N
 def test_checkpoint_every_s_may_not_be_negative(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="checkpoint_every_s must be at least 0, got -1"):
         run_config(tmp_path, checkpoint_every_s=-1)
+
+
+# -- another run's checkpoint, and reference opponents -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rps_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Finished DQN and MAPPO runs on corral/rps (their evaluations play a reference opponent)."""
+    runs = {}
+    for algo in ("dqn", "mappo"):
+        run_dir = tmp_path_factory.mktemp("runs") / algo
+        settings = {"num_envs": 2, "total_steps": 40, "eval_every": 20, "eval_episodes": 2}
+        settings |= {"log_every": 20, "device": "cpu", "tensorboard": False}
+        if algo == "dqn":
+            settings |= {"learning_starts": 20, "batch_size": 8}
+        config = load_config(algo, "corral/rps", {**settings, "run_dir": str(run_dir)})
+        with Runner(config, progress=False) as runner:
+            runner.benchmark()
+        runs[algo] = run_dir
+    return runs
+
+
+def cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line that ``corral ARGV`` prints, exiting 2."""
+    code = cli.main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("foreign", ["another algorithm", "another env", "an entry missing"])
+@pytest.mark.parametrize("command", ["eval", "resume"])
+def test_the_cli_refuses_another_run_s_checkpoint_in_one_line(
+    rps_runs: dict[str, Path],
+    dqn_run: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    foreign: str,
+) -> None:
+    run_dir = shutil.copytree(rps_runs["dqn"], tmp_path / "run")
+    target = run_dir / (BEST if command == "eval" else LATEST)
+    ours = "its run (dqn on corral/rps, as its config.yaml says)"
+    if foreign == "another algorithm":
+        shutil.copy(rps_runs["mappo"] / target.name, target)
+        said = f"{target} is not a checkpoint of {ours}: it was written by a run of 'mappo'"
+    elif foreign == "another env":
+        shutil.copy(dqn_run / target.name, target)
+        said = f"{target} does not fit {ours}: another env, spaces or settings? Error(s) in"
+    else:
+        saved = ckpt.load(target)
+        del saved["algo_state"]
+        ckpt.save(target, saved)
+        said = f"{target} does not fit {ours}: another env, spaces or settings? it lacks the "
+        said += "entry 'algo_state'"
+    argv = ["eval", str(run_dir)]
+    if command == "resume":
+        argv = ["train", "--resume", str(run_dir), "--no-progress", "--total-steps", "60"]
+    assert cli_error(argv, capsys).startswith(f"corral: error: {said}")
+
+
+def damage(path: Path) -> None:
+    """Overwrite 16 bytes in the middle of ``path``, and give it a new modification time."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 16] = bytes(b ^ 0x5A for b in data[middle : middle + 16])
+    stamp = path.stat().st_mtime_ns
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(stamp + 10**9, stamp + 10**9))
+
+
+@pytest.mark.parametrize("kind", ["damaged", "foreign"])
+def test_corral_eval_refuses_a_damaged_or_foreign_opponent_in_one_line(
+    rps_runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    opponent = shutil.copytree(rps_runs["dqn"], tmp_path / "opponent")
+    if kind == "damaged":
+        damage(opponent / BEST)
+        said = f"{opponent / BEST} is damaged: its sha256 checksum does not match"
+    else:
+        shutil.copy(rps_runs["mappo"] / BEST, opponent / BEST)
+        said = f"{opponent / BEST} is not a checkpoint of its run (dqn on corral/rps"
+    line = cli_error(["eval", str(rps_runs["dqn"]), "--opponent", str(opponent)], capsys)
+    assert line.startswith(f"corral: error: {said}")
+
+
+def test_corral_train_refuses_an_eval_opponent_damaged_while_it_trains_in_one_line(
+    rps_runs: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opponent = shutil.copytree(rps_runs["dqn"], tmp_path / "opponent")
+    benchmark = Runner.benchmark
+
+    def damaged_first(self: Runner) -> Any:  # the opponent was read when the run started
+        damage(opponent / BEST)
+        return benchmark(self)
+
+    monkeypatch.setattr(Runner, "benchmark", damaged_first)
+    settings = ["num_envs=2", "eval_every=20", "eval_episodes=2", "log_every=20", "device=cpu"]
+    settings += ["tensorboard=false", "learning_starts=20", "batch_size=8"]
+    argv = ["train", "dqn", "--env", "corral/rps", "--total-steps", "40", "--no-progress"]
+    argv += ["--run-dir", str(tmp_path / "run"), "--set", *settings]
+    code = cli.main([*argv, f"eval_opponent={opponent}"])
+    err = capsys.readouterr().err  # the run's log lines, then the error
+    said = f"corral: error: {opponent / BEST} is damaged: its sha256 checksum"
+    assert code == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith(said), err
+    assert sum(said in line for line in err.splitlines()) == 1, err
+
+
+def test_the_torch_extras_need_a_torch_that_loads_checkpoints_safely() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    extras = {f"extra {k}": v for k, v in project["optional-dependencies"].items()}
+    pins = {}
+    for where, requirements in {"dependencies": project["dependencies"], **extras}.items():
+        for requirement in map(Requirement, requirements):
+            if requirement.name == "torch":
+                pins[where] = requirement.specifier
+    assert pins, "no extra installs torch"
+    safe = Version(".".join(map(str, ckpt.SAFE_TORCH)))
+    below = Version(f"{safe.major}.{safe.minor - 1}.99")
+    for where, specifier in pins.items():
+        assert specifier.contains(safe) and not specifier.contains(below), (where, specifier)

@@ -163,6 +163,32 @@ def test_bad_kwargs_exit_2(capsys: pytest.CaptureFixture[str], nim: str) -> None
     assert "expected KEY=VALUE" in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["check", "ID", "--steps", "-5"], "argument --steps: must be at least 1, got -5"),
+        (["check", "ID", "--episodes", "0"], "argument --episodes: must be at least 1, got 0"),
+        (["check", "ID", "--step-cap", "0"], "argument --step-cap: must be at least 1, got 0"),
+        (["check", "ID", "--num-envs", "0"], "argument --num-envs: must be at least 1, got 0"),
+        (["check", "ID", "--seed", "-1"], "argument --seed: must be at least 0, got -1"),
+        (["check", "ID", "--seed", "x"], "argument --seed: expected an integer, got 'x'"),
+        (["play", "ID", "--episodes", "-1"], "argument --episodes: must be at least 1, got -1"),
+        (["play", "ID", "--max-steps", "0"], "argument --max-steps: must be at least 1, got 0"),
+        (["play", "ID", "--seed", "-3"], "argument --seed: must be at least 0, got -3"),
+        (["eval", "RUN", "--episodes", "0"], "argument --episodes: must be at least 1, got 0"),
+        (["eval", "RUN", "--seed", "-1"], "argument --seed: must be at least 0, got -1"),
+    ],
+)
+def test_a_number_out_of_its_range_exits_2_naming_the_argument(
+    capsys: pytest.CaptureFixture[str], nim: str, argv: list[str], expected: str
+) -> None:
+    argv = [nim if a == "ID" else a for a in argv]
+    with pytest.raises(SystemExit) as exit:
+        cli.main(argv)
+    assert exit.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
 def test_module_attr_id_from_the_current_directory(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -80,14 +80,14 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("command", [["eval"], ["train", "--resume"]])
-@pytest.mark.parametrize("setting", ["algo", "opponent"])
+@pytest.mark.parametrize("setting", ["algo", "opponent", "env"])
 def test_corral_refuses_a_run_config_that_would_import_a_module(
     tmp_path: Path, modules: Path, command: list[str], setting: str
 ) -> None:
     name, marker = marker_module(modules)
-    value = f"{name}:TabularQ" if setting == "algo" else f"{name}:rock"
-    imports = {"algo": value} if setting == "algo" else {"opponent": value}
-    run = crafted_run(tmp_path / "run", **imports)
+    names = {"algo": f"{name}:TabularQ", "opponent": f"{name}:rock", "env": f"gym/{name}:X-v0"}
+    value = names[setting]
+    run = crafted_run(tmp_path / "run", **{setting: value})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(modules), str(SRC)])}
     argv = [sys.executable, "-m", "corral", *command, str(run)]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path)

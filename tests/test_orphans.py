@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.vector import ray_reaper
+from corral.vector import reaper
+from corral.vector.subproc import REAP_AFTER_S
 
 pytestmark = pytest.mark.skipif(
     not os.path.isdir("/proc"), reason="reads the process table from /proc"
@@ -24,6 +25,8 @@ pytestmark = pytest.mark.skipif(
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 SUBPROC_DRIVER = """
+import ctypes
+import glob
 import json
 import os
 import sys
@@ -34,12 +37,20 @@ import numpy as np
 import corral
 
 
+def hang(state):
+    open(f"hung-{os.getpid()}", "w").close()  # in the driver's directory
+    if state == "gil":  # in C code that keeps the GIL, so no thread of the worker runs
+        ctypes.PyDLL(None).sleep(1000)
+    time.sleep(1000)
+
+
 class HangingRPS:
     \"\"\"Rock-paper-scissors whose step never returns; close() leaves a file in ``marks``.\"\"\"
 
-    def __init__(self, marks):
+    def __init__(self, marks, state):
         self.env = corral.make("corral/rps")
         self.marks = marks
+        self.state = state
 
     def __getattr__(self, name):
         return getattr(self.env, name)
@@ -48,26 +59,44 @@ class HangingRPS:
         return self.env.reset(seed=seed, options=options)
 
     def step(self, actions):
-        time.sleep(1000)
+        hang(self.state)
 
     def close(self):
         open(os.path.join(self.marks, f"closed-{os.getpid()}"), "w").close()
 
 
+def hanging_climbing(num_envs, array="numpy", device="cpu", state="hung"):
+    \"\"\"The natively batched climbing game, whose step never returns.\"\"\"
+    env = corral.spec("mdp/climbing").make_batched(num_envs, array, device)
+    env.step = lambda actions: hang(state)
+    return env
+
+
 if __name__ == "__main__":
-    method, state, bystander = sys.argv[1:]
+    method, state, bystander, source = sys.argv[1:]
     marks = os.getcwd()
-    venv = corral.VectorEnv(
-        [lambda: HangingRPS(marks)] * 2, backend="subproc", num_workers=2, start_method=method
-    )
+    if source == "native":
+        corral.register("test/hanging_climbing", batched=hanging_climbing)
+        venv = corral.make_vec(
+            "test/hanging_climbing", 2, "subproc", num_workers=2, start_method=method,
+            env_kwargs={"state": state},
+        )
+    else:
+        venv = corral.VectorEnv(
+            [lambda: HangingRPS(marks, state)] * 2, backend="subproc", num_workers=2,
+            start_method=method,
+        )
     venv.reset(seed=0)
-    if state == "hung":
+    if state != "idle":
         venv.step_async({"player": np.zeros((2, 2), np.int64)})
     other = None
     if bystander == "yes" and (other := os.fork()) == 0:
         time.sleep(1000)  # another child of the driver, holding copies of its pipes
         os._exit(0)
-    time.sleep(0.5)  # the workers are inside env.step, or idle
+    deadline = time.monotonic() + 60
+    while state != "idle" and len(glob.glob("hung-*")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # the workers are inside env.step (or hang there), or idle
     print(json.dumps({"workers": venv._backend.worker_pids, "other": other}), flush=True)
     time.sleep(1000)
 """
@@ -160,16 +189,23 @@ HELPERS = {
 
 
 def assert_workers_die_with_the_driver(
-    tmp_path: Path, method: str, sig: str = "SIGKILL", state: str = "hung", bystander: str = "no"
+    tmp_path: Path,
+    method: str,
+    sig: str = "SIGKILL",
+    state: str = "hung",
+    bystander: str = "no",
+    source: str = "dict",
 ) -> set[int]:
-    """Kill a driver whose subproc workers are ``"hung"`` in ``env.step`` (or ``"idle"``);
-    every process it started ends. Returns the workers' pids.
+    """Kill a driver whose subproc workers are ``"hung"`` in ``env.step`` (``"gil"``: hung
+    in C code holding the GIL), or ``"idle"``; every process it started ends. Returns the
+    workers' pids.
 
     ``bystander="yes"``: the driver also forks a child of its own that lives on.
+    ``source``: the copies are ``"dict"`` envs, or one ``"native"`` batched env per worker.
     """
     if method not in mp.get_all_start_methods():
         pytest.skip(f"{method} is not available here")
-    driver, line = start_driver(tmp_path, SUBPROC_DRIVER, method, state, bystander)
+    driver, line = start_driver(tmp_path, SUBPROC_DRIVER, method, state, bystander, source)
     processes = descendants(driver.pid)
     said = json.loads(line)
     processes.discard(said["other"])  # the bystander outlives the driver by design
@@ -178,7 +214,8 @@ def assert_workers_die_with_the_driver(
         assert len(workers) == 2 and workers <= processes
         for helper in HELPERS[method]:
             assert any(helper in command_line(p) for p in processes), helper
-        kill_and_expect_all_gone(driver, processes, signal.Signals[sig], seconds=5)
+        seconds = 5 + (REAP_AFTER_S if state == "gil" else 0)
+        kill_and_expect_all_gone(driver, processes, signal.Signals[sig], seconds=seconds)
     finally:
         end_driver(driver, processes | ({said["other"]} - {None}))
     return workers
@@ -209,18 +246,26 @@ def closed_envs(tmp_path: Path) -> set[int]:
 
 
 @pytest.mark.parametrize(
-    ("method", "sig"),
+    ("method", "sig", "source"),
     [
-        ("forkserver", "SIGKILL"),
-        ("forkserver", "SIGTERM"),
-        ("spawn", "SIGKILL"),
-        ("fork", "SIGKILL"),
+        ("forkserver", "SIGKILL", "dict"),
+        ("forkserver", "SIGTERM", "dict"),
+        ("forkserver", "SIGKILL", "native"),
+        ("spawn", "SIGKILL", "dict"),
+        ("fork", "SIGKILL", "dict"),
     ],
 )
 def test_subproc_workers_exit_when_the_driver_dies_during_a_hung_step(
-    tmp_path: Path, method: str, sig: str
+    tmp_path: Path, method: str, sig: str, source: str
 ) -> None:
-    assert_workers_die_with_the_driver(tmp_path, method, sig)
+    assert_workers_die_with_the_driver(tmp_path, method, sig, source=source)
+
+
+@pytest.mark.parametrize(("method", "source"), [("forkserver", "dict"), ("spawn", "native")])
+def test_subproc_workers_hung_holding_the_gil_are_reaped_when_the_driver_dies(
+    tmp_path: Path, method: str, source: str
+) -> None:
+    assert_workers_die_with_the_driver(tmp_path, method, state="gil", source=source)
 
 
 def test_idle_subproc_workers_close_their_envs_when_the_driver_dies(tmp_path: Path) -> None:
@@ -306,13 +351,48 @@ def test_a_ray_of_our_own_listens_on_loopback_only_and_dies_with_the_driver(
         end_driver(driver, processes)
 
 
+REAPER_DRIVER = """
+import subprocess
+import sys
+import time
+
+from corral.vector import reaper
+
+if __name__ == "__main__":
+    given, told = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"]) for _ in "ab"
+    ]
+    process = reaper.start([given.pid], grace=float(sys.argv[1]))
+    reaper.hold(process, told.pid)
+    print(given.pid, told.pid, process.pid, flush=True)
+    time.sleep(1000)
+"""
+
+
+def test_a_reaper_kills_what_it_holds_grace_seconds_after_its_driver_dies(
+    tmp_path: Path,
+) -> None:
+    grace = 1.5
+    driver, line = start_driver(tmp_path, REAPER_DRIVER, str(grace))
+    given, told, reaping = map(int, line.split())
+    try:
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+        killed = time.monotonic()
+        assert wait_until_gone({given, told, reaping}, seconds=grace + 5) == set()
+        assert time.monotonic() - killed > grace - 0.2  # it gave them time to end first
+    finally:
+        end_driver(driver, {given, told, reaping})
+
+
 def test_a_dismissed_reaper_exits_and_kills_nothing() -> None:
     standin = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        reaper = ray_reaper.start(standin.pid, [standin.pid])  # as for a raylet and head
+        process = reaper.start([standin.pid], children_of=standin.pid)  # as for a raylet
         time.sleep(0.5)  # it has looked for the stand-in's children
-        ray_reaper.dismiss(reaper)
-        assert reaper.returncode == 0
+        reaper.dismiss(process)
+        assert process.poll() is not None
+        time.sleep(0.5)
         assert standin.poll() is None
     finally:
         standin.kill()

@@ -409,12 +409,20 @@ def test_tensorboard_events_are_written_when_installed(tmp_path: Path) -> None:
     assert list((tmp_path / "run" / "tb").glob("events.out.tfevents.*"))
 
 
-def test_training_envs_get_the_backend_settings_and_evaluation_plays_in_process(
+def test_training_envs_get_the_backend_settings_and_evaluation_one_worker_of_its_own(
     tmp_path: Path,
 ) -> None:
-    cfg = config(tmp_path, backend="subproc", num_workers=1, total_steps=40)
+    cfg = config(tmp_path, backend="subproc", num_workers=2, total_steps=40, timeout=7)
     with Runner(cfg, progress=False) as runner:
-        assert len(runner.venv._backend.worker_pids) == 1  # the default is one per core
+        assert len(runner.venv._backend.worker_pids) == 2
+        runner.benchmark()
+        evaluation = runner.eval_venv._backend
+        assert runner.eval_venv.backend_name == "subproc" and len(evaluation.worker_pids) == 1
+        assert evaluation.timeout == 7
+
+
+def test_a_sync_run_evaluates_in_process(tmp_path: Path) -> None:
+    with Runner(config(tmp_path, total_steps=40), progress=False) as runner:
         runner.benchmark()
         assert runner.eval_venv.backend_name == "sync"
 

@@ -40,12 +40,14 @@ RUN_BAD = [  # setting, a bad value as typed after --set, the range the error st
     ("envs_per_worker", "-2", AT_LEAST_1),
     ("timeout", "-1", AT_LEAST_0),
     ("start_timeout", "-5", AT_LEAST_0),
+    ("timeout", "inf", "a finite number " + AT_LEAST_0),
     ("num_cpus_per_worker", "0", POSITIVE),
 ]
 SHARED_BAD = [  # AlgoConfig's settings, in every algorithm
     ("gamma", "5", UNIT),
     ("gamma", "-0.1", UNIT),
-    ("gamma", "nan", UNIT),
+    ("gamma", "nan", "a finite number " + UNIT),
+    ("lr", "inf", "a finite number " + POSITIVE),
     ("lr", "0", POSITIVE),
     ("lr", "-0.001", POSITIVE),
     ("seed", "-3", AT_LEAST_0),
@@ -208,6 +210,7 @@ def test_ranges_read_as_they_are_stated() -> None:
         "greater than 0",
     ]
     assert 0.5 in Range(ge=0, le=1) and 0 not in Range(gt=0) and float("nan") not in Range(ge=0)
+    assert float("inf") not in Range(gt=0) and 10**400 in Range(ge=1)
 
     @dataclasses.dataclass
     class Sizes:
@@ -242,6 +245,22 @@ def test_timeout_reaches_the_training_envs_backend() -> None:
     venv = build_venv(cfg.run)
     try:
         assert venv._backend.timeout == 2.5
+    finally:
+        venv.close()
+
+
+@pytest.mark.parametrize(
+    ("setting", "debug", "on"),
+    [(None, "0", False), (None, "1", True), ("true", "0", True), ("false", "1", False)],
+)
+def test_check_finite_reaches_the_training_envs_and_follows_debug_mode_unset(
+    monkeypatch: pytest.MonkeyPatch, setting: str | None, debug: str, on: bool
+) -> None:
+    monkeypatch.setenv("CORRAL_DEBUG", debug)
+    settings = ["num_envs=1"] + ([] if setting is None else [f"check_finite={setting}"])
+    venv = build_venv(load_config(TINY, "corral/rps", settings).run)
+    try:
+        assert venv.check_finite is on
     finally:
         venv.close()
 

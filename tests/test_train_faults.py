@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,38 @@ def test_raise_stops_the_run_with_one_clear_message(
     assert corral.training.checkpoint.load(run / LATEST)["env_steps"] == 80
 
 
+def test_a_worker_timeout_stops_the_run_with_one_clear_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # defined here, workers unpickle it by value: they need not import this module (and torch)
+    def hanging_climbing(hang_at: int) -> Any:
+        """The climbing game, whose ``hang_at``-th step (counted in each worker) never returns."""
+        env = corral.make("mdp/climbing")
+        step, steps = env.step, itertools.count(1)
+
+        def hanging_step(actions: dict) -> Any:
+            if next(steps) == hang_at:
+                time.sleep(600)  # the worker is killed at the timeout
+            return step(actions)
+
+        env.step = hanging_step
+        return env
+
+    corral.register("test/hanging_climbing", hanging_climbing, hang_at=30)
+    settings = {**SETTINGS, "backend": "subproc", "num_workers": 2, "timeout": 1}
+    start = time.monotonic()
+    code = cli.main(
+        ["train", "dqn", "--env", "test/hanging_climbing", "--run-dir", str(tmp_path / "r"),
+         "--no-progress", "--set", *(f"{k}={v}" for k, v in settings.items())]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and time.monotonic() - start < 60
+    assert "Traceback" not in err
+    [error] = [line for line in err.splitlines() if line.startswith("corral: error:")]
+    assert error.startswith("corral: error: training stopped: worker")
+    assert "did not answer step() within 1.0 s" in error
+
+
 def test_the_error_names_the_env_and_carries_the_batch(tmp_path: Path) -> None:
     config = load_config("dqn", "test/flaky_climbing", {**SETTINGS, "run_dir": str(tmp_path)})
     with Runner(config, progress=False) as runner, pytest.raises(EnvError) as err:
@@ -113,3 +147,37 @@ def test_resume_refuses_an_algorithm_argument(
 ) -> None:
     assert cli.main(["train", "mappo", "--resume", str(tmp_path)]) == 2
     assert "leave out 'mappo'" in capsys.readouterr().err
+
+
+def test_an_env_hanging_in_an_evaluation_stops_the_run_at_the_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # defined here, workers unpickle it by value: they need not import this module (and torch)
+    def climbing_hanging_in_evaluations() -> Any:
+        """The climbing game, whose steps hang in episodes seeded as evaluations are."""
+        env = corral.make("mdp/climbing")
+        reset, step, seeds = env.reset, env.step, [0]
+
+        def seeded_reset(seed: int | None = None, options: dict | None = None) -> Any:
+            seeds[0] = seeds[0] if seed is None else seed
+            return reset(seed=seed, options=options)
+
+        def hanging_step(actions: dict) -> Any:
+            if seeds[0] >= 1_000_000:  # the runner's evaluation seeds
+                time.sleep(20)  # the worker is killed at the timeout
+            return step(actions)
+
+        env.reset, env.step = seeded_reset, hanging_step
+        return env
+
+    corral.register("test/climbing_hanging_in_evaluations", climbing_hanging_in_evaluations)
+    settings = {**SETTINGS, "backend": "subproc", "num_workers": 1, "timeout": 1, "eval_every": 100}
+    start = time.monotonic()
+    code = cli.main(
+        ["train", "dqn", "--env", "test/climbing_hanging_in_evaluations", "--run-dir",
+         str(tmp_path / "r"), "--no-progress", "--set", *(f"{k}={v}" for k, v in settings.items())]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert time.monotonic() - start < 15 and code == 1, err
+    [error] = [line for line in err.splitlines() if line.startswith("corral: error:")]
+    assert "did not answer step() within 1.0 s" in error

@@ -18,7 +18,7 @@ from corral.errors import (
     VectorStateError,
     WorkerRestartWarning,
 )
-from corral.vector import VectorEnv, make_vec, ray_reaper
+from corral.vector import VectorEnv, make_vec, reaper
 from corral.vector.ray_backend import _RaySession
 
 ray = pytest.importorskip("ray")
@@ -217,8 +217,10 @@ class _FakeRay:
 def test_ray_started_by_the_backend_is_shut_down_by_its_last_user(monkeypatch) -> None:
     monkeypatch.setattr(_RaySession, "users", 0)
     reapers = []
-    monkeypatch.setattr(ray_reaper, "start", lambda *args: reapers.append(args) or args)
-    monkeypatch.setattr(ray_reaper, "dismiss", lambda reaper: reapers.remove(reaper))
+    monkeypatch.setattr(
+        reaper, "start", lambda held, children_of: reapers.append((held, children_of)) or held
+    )
+    monkeypatch.setattr(reaper, "dismiss", lambda held: reapers.remove((held, 7)))
     fake = _FakeRay(initialized=False)
     assert _RaySession.acquire(fake, "ray://head:10001", 2)
     assert fake.inits == [{"address": "ray://head:10001"}]
@@ -237,7 +239,7 @@ def test_ray_started_by_the_backend_is_shut_down_by_its_last_user(monkeypatch) -
     }
     assert fake.cluster_flags[-1] is False  # so Ray keeps the loopback address
     assert fake._private.ray_constants.ENABLE_RAY_CLUSTER is True  # and it is restored
-    assert reapers == [(7, [7, 5])]
+    assert reapers == [([7, 7, 5], 7)]  # the raylet first, and its children
     _RaySession.release(fake)
     assert not fake.initialized
     assert reapers == [] and _RaySession.reaper is None

@@ -3,6 +3,7 @@
 ``ValueEnv`` returns one chosen bad value at step 2 of its episodes (or at reset).
 It runs as env 3 of four: with ``subproc`` and ``ray`` that is the second env of
 the second worker, so a worker's first env (2) must not be blamed for it.
+``NativeValues``, a natively batched env, does the same to copy 3 of its arrays.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import cloudpickle
 import numpy as np
@@ -19,8 +21,9 @@ from gymnasium import spaces
 
 import corral
 from corral.errors import EnvError, InvalidActionError
-from corral.values import debug_mode, finite_problem
+from corral.values import debug_mode, finite_problem, store_exactly
 from corral.vector import VectorEnv
+from corral.vector.sources import NativeSource
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
@@ -241,8 +244,9 @@ def test_nan_raises_with_check_finite_and_passes_without(venvs, backend) -> None
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_float32_overflow_in_obs_raises_with_check_finite(venvs, backend) -> None:
-    message = _error(venvs(backend, check_finite=True), "obs_overflow")
+@pytest.mark.parametrize("check_finite", [False, True])
+def test_float32_overflow_in_obs_raises(venvs, backend, check_finite) -> None:
+    message = _error(venvs(backend, check_finite=check_finite), "obs_overflow")
     assert "observation of agent 'agent_1': expected values that float32 holds" in message
     assert "got 1e+300 at index (1,), which overflows float32" in message
 
@@ -370,12 +374,221 @@ class MaskedEnv(corral.MultiAgentEnv):
         return {"p": 0}, {"p": {"action_mask": np.ones(1, np.int8)}}
 
 
+class ByteObsEnv(ValueEnv):
+    """``uint8`` observations; with ``bad`` set, step 2's are int64 holding 300."""
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return spaces.Box(0, 255, (3,), np.uint8)
+
+    def _obs(self) -> np.ndarray:
+        value = 300 if self.t == 2 and self.bad else self.t
+        return np.array([value, 0, 0])  # int64
+
+
+@pytest.mark.parametrize("check_finite", [False, True])
+def test_an_integer_that_its_dtype_cannot_hold_is_not_wrapped_around(check_finite) -> None:
+    venv = VectorEnv([ByteObsEnv] * 2, check_finite=check_finite)
+    venv.set_attr("bad", [None, "300"])
+    venv.reset(seed=0)
+    zeros = {"agent": np.zeros((2, 2, 2), np.float32)}
+    assert venv.step(zeros).obs["agent"][:, :, 0].tolist() == [[1, 1], [1, 1]]
+    with pytest.raises(EnvError) as info:
+        venv.step(zeros)  # 300 as uint8 would be 44
+    assert str(info.value).startswith(
+        "env 1: final_obs of agent 'agent_0': expected values that uint8 holds (in [0, 255]), "
+        "got 300 at index (0,), which overflows uint8"
+    )
+    venv.close()
+
+
 def test_action_mask_of_the_wrong_shape_is_not_broadcast() -> None:
     with pytest.raises(EnvError) as info:
         VectorEnv([MaskedEnv]).reset(seed=0)
     assert "action_mask of agent 'p': expected shape (4,), got array of shape (1,)" in str(
         info.value
     )
+
+
+# -- a natively batched env ------------------------------------------------------------------
+
+
+class NativeValues(corral.BatchedEnv):
+    """``num_envs`` copies of two agents (group ``agent``) with unbounded float32 Box
+    observations, discrete actions and a ``uint8`` state; every agent ends at step 3.
+
+    At step 2, ``NATIVE_FAULTS[bad]`` breaks what the env returns for copy ``BAD_ENV``
+    (the arrays of the copies ``offset`` on: the env may be a worker's shard).
+    """
+
+    possible_agents = ["agent_0", "agent_1"]
+    state_space = spaces.Box(0, 255, (2,), np.uint8)
+
+    def __init__(self, num_envs: int, offset: int = 0, bad: str | None = None) -> None:
+        self.num_envs, self.offset, self.bad = num_envs, offset, bad
+        self.t = np.zeros(num_envs, np.int64)
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return UNBOUNDED
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return spaces.Discrete(2)
+
+    def reset(self, seed=None, where=None, options=None) -> corral.BatchedStep:
+        self.t[slice(None) if where is None else where] = 0
+        return self._result(None)
+
+    def step(self, actions) -> corral.BatchedStep:
+        self.t += 1
+        ended = np.repeat(self.t[:, None] >= 3, 2, axis=1)
+        step = {"reward": {"agent": np.ones((self.num_envs, 2))}}
+        step.update(terminated={"agent": ended}, truncated={"agent": np.zeros_like(ended)})
+        out = self._result(step)
+        copy = BAD_ENV - self.offset
+        if 0 <= copy < self.num_envs and self.t[copy] == 2 and self.bad is not None:
+            NATIVE_FAULTS[self.bad](out, copy)
+        return out
+
+    def _result(self, step: dict | None) -> corral.BatchedStep:
+        alive = np.repeat(self.t[:, None] < 3, 2, axis=1)
+        obs = np.repeat(self.t.astype(np.float32)[:, None, None], 2, axis=1).repeat(3, axis=2)
+        state = np.zeros((self.num_envs, 2), np.uint8)
+        state[:, 0] = self.t
+        return corral.BatchedStep(
+            obs={"agent": obs}, alive={"agent": alive}, acting={"agent": alive.copy()},
+            state=state, **(step or {}),
+        )  # fmt: skip
+
+
+def _widened(out: corral.BatchedStep, copy: int, name: str, dtype: type, value: float) -> None:
+    """Field ``name`` of ``out`` as ``dtype``, holding ``value`` in copy ``copy``."""
+    array = getattr(out, name)
+    wide = (array["agent"] if name == "obs" else array).astype(dtype)
+    wide[copy, 1] = value
+    setattr(out, name, {"agent": wide} if name == "obs" else wide)
+
+
+NATIVE_FAULTS: dict[str, Callable[[corral.BatchedStep, int], None]] = {
+    "obs_scalar": lambda out, copy: out.obs.update(agent=np.float32(0.5)),
+    "obs_of_one_agent": lambda out, copy: out.obs.update(agent=out.obs["agent"][:, :1]),
+    "reward_of_one_agent": lambda out, copy: out.reward.update(agent=out.reward["agent"][:, :1]),
+    "reward_text": lambda out, copy: out.reward.update(
+        agent=np.full(out.reward["agent"].shape, "x")
+    ),
+    "no_obs_of_the_group": lambda out, copy: out.obs.clear(),
+    "obs_overflow": lambda out, copy: _widened(out, copy, "obs", np.float64, 1e300),
+    "state_wraps": lambda out, copy: _widened(out, copy, "state", np.int64, 300),
+    "obs_nan": lambda out, copy: out.obs["agent"].__setitem__((copy, 1, 2), np.nan),
+    "reward_nan": lambda out, copy: out.reward["agent"].__setitem__((copy, 0), np.nan),
+}
+
+
+@dataclass(frozen=True)
+class NativeValuesSource(NativeSource):
+    """A source of :class:`NativeValues` whose shards know their first copy."""
+
+    bad: str | None = None
+    offset: int = 0
+
+    def part(self, envs: range) -> NativeValuesSource:
+        return NativeValuesSource(self.make, len(envs), self.state, self.bad, envs.start)
+
+    def build(self, offset: int = 0) -> NativeValues:
+        return NativeValues(self.num_envs, self.offset, self.bad)
+
+
+def _native_play(backend: str, bad: str, check_finite: bool = False) -> corral.vector.Batch:
+    """Two steps of ``NativeValues`` with the fault ``bad`` (four copies, two a worker)."""
+    if backend == "ray":
+        _start_ray()
+    source = NativeValuesSource(NativeValues, NUM_ENVS, bad=bad)
+    options = OPTIONS[backend]
+    with VectorEnv(source, backend, state=True, check_finite=check_finite, **options) as venv:
+        venv.reset(seed=0)
+        actions = {"agent": np.zeros((NUM_ENVS, 2), np.int64)}
+        venv.step(actions)
+        return venv.step(actions)
+
+
+def _native_error(backend: str, bad: str, check_finite: bool = False) -> EnvError:
+    """The EnvError of ``NativeValues`` with the fault ``bad``."""
+    with pytest.raises(EnvError) as info:
+        _native_play(backend, bad, check_finite)
+    return info.value
+
+
+WHOLE_ARRAY = "([copies, agents of the group, ...] for its {n} copies; nothing is broadcast), got "
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_native_env_s_array_of_the_wrong_shape_is_not_broadcast(backend) -> None:
+    """A whole array is wrong: the env (a worker's shard of copies 2-3) is named by its
+    first copy, the field and group by name."""
+    first, n = (0, NUM_ENVS) if backend == "sync" else (2, 2)
+    err = _native_error(backend, "obs_scalar")
+    assert err.env_index == first
+    assert str(err) == (
+        f"env {first}: obs['agent']: expected an array of shape ({n}, 2, 3) "
+        + WHOLE_ARRAY.format(n=n)
+        + "an array of shape () and dtype float32"
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_native_env_s_value_that_its_dtype_cannot_hold_names_the_copy_and_agent(
+    backend,
+) -> None:
+    err = _native_error(backend, "obs_overflow")
+    assert err.env_index == BAD_ENV
+    assert str(err) == (
+        f"env {BAD_ENV}: obs['agent'] of agent 'agent_1': expected values that float32 holds "
+        "(in [-3.40282e+38, 3.40282e+38]), got 1e+300 at index (0,), which overflows float32"
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_native_env_s_nan_raises_with_check_finite_and_passes_without(backend) -> None:
+    err = _native_error(backend, "obs_nan", check_finite=True)
+    assert err.env_index == BAD_ENV
+    assert str(err).startswith(
+        f"env {BAD_ENV}: observation of agent 'agent_1': expected finite values"
+    )
+    err = _native_error(backend, "reward_nan", check_finite=True)
+    assert str(err).startswith(f"env {BAD_ENV}: reward of agent 'agent_0': expected finite")
+    batch = _native_play(backend, "obs_nan", check_finite=False)
+    assert np.isnan(batch.obs["agent"][BAD_ENV, 1, 2])
+    assert np.isnan(batch.obs["agent"]).sum() == 1
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        (
+            "obs_of_one_agent",
+            "obs['agent']: expected an array of shape (4, 2, 3) "
+            + WHOLE_ARRAY.format(n=4)
+            + "an array of shape (4, 1, 3) and dtype float32",
+        ),
+        (
+            "reward_of_one_agent",
+            "reward['agent']: expected an array of shape (4, 2) "
+            + WHOLE_ARRAY.format(n=4)
+            + "an array of shape (4, 1) and dtype float64",
+        ),
+        (
+            "reward_text",
+            "reward['agent']: expected an array of numbers, got an array of shape (4, 2) and "
+            "dtype <U1",
+        ),
+        ("no_obs_of_the_group", "obs: expected a dict with an array for group 'agent', got dict"),
+        (
+            "state_wraps",
+            f"env {BAD_ENV}: state: expected values that uint8 holds (in [0, 255]), got 300 at "
+            "index (1,), which overflows uint8",
+        ),
+    ],
+)
+def test_every_array_of_a_native_env_is_checked(bad, expected) -> None:
+    assert expected in str(_native_error("sync", bad))
 
 
 # -- the pieces ------------------------------------------------------------------------------
@@ -389,6 +602,27 @@ def test_finite_problem_names_nan_inf_and_overflow() -> None:
     assert "got 1e+300, which overflows float32" in finite_problem(1e300, np.float32)
     assert finite_problem(1e300, np.float64) is None
     assert "overflows int8" in finite_problem([3, 300], np.int8)
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype"),
+    [
+        (np.array([1.0, 1e300]), np.float32),  # inf
+        (np.array([1, 300]), np.uint8),  # 44
+        (np.array([1, -1]), np.uint32),  # 4294967295
+        (np.array([1.0, np.nan]), np.int64),
+        (np.array([1.0, 1e20]), np.int32),
+    ],
+)
+def test_store_exactly_refuses_to_change_a_number(values, dtype) -> None:
+    target = np.zeros(2, dtype)
+    with pytest.raises(OverflowError):
+        store_exactly(target, slice(None), values)
+    store_exactly(target, slice(None), values[:1])  # what the dtype holds is stored
+    assert target.tolist() == [1, 1]
+    wide = np.zeros(2)
+    store_exactly(wide, slice(None), np.array([np.inf, 2], np.float32))  # widening: as numpy
+    assert wide.tolist() == [np.inf, 2]
 
 
 @pytest.mark.parametrize(

@@ -44,6 +44,7 @@ from corral.batched_env import BatchedEnv
 from corral.checker import STEP_CAP, CheckReport, RandomPolicy, check_env
 from corral.errors import (
     CheckIncompleteWarning,
+    CheckpointError,
     ConfigError,
     EnvError,
     MissingDependencyError,
@@ -53,6 +54,7 @@ from corral.errors import (
     WorkerStartError,
     WorkerTimeoutError,
 )
+from corral.ranges import Range
 from corral.registry import batched_ids, make, namespaces, registered_ids, resolve, spec
 from corral.settings import parse_settings
 
@@ -94,16 +96,21 @@ def _parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check", help="check an env against the env contract")
     _add_env_arguments(check)
-    check.add_argument("--steps", type=int, default=300, help="steps to play in all")
-    check.add_argument("--episodes", type=int, default=2, help="episodes to play at most")
+    check.add_argument("--steps", type=_int(AT_LEAST_1), default=300, help="steps to play in all")
+    check.add_argument(
+        "--episodes", type=_int(AT_LEAST_1), default=2, help="episodes to play at most"
+    )
     check.add_argument(
         "--step-cap",
-        type=int,
+        type=_int(AT_LEAST_1),
         default=STEP_CAP,
         help="most steps the first episode may take to end (it plays on past --steps)",
     )
     check.add_argument(
-        "--num-envs", type=int, default=NUM_ENVS, help="copies of a natively batched env"
+        "--num-envs",
+        type=_int(AT_LEAST_1),
+        default=NUM_ENVS,
+        help="copies of a natively batched env",
     )
     check.add_argument(
         "--native-only",
@@ -114,9 +121,12 @@ def _parser() -> argparse.ArgumentParser:
 
     play = commands.add_parser("play", help="play episodes with random legal actions")
     _add_env_arguments(play)
-    play.add_argument("--episodes", type=int, default=3, help="episodes to play")
+    play.add_argument("--episodes", type=_int(AT_LEAST_1), default=3, help="episodes to play")
     play.add_argument(
-        "--max-steps", type=int, default=10_000, help="stop an episode after this many steps"
+        "--max-steps",
+        type=_int(AT_LEAST_1),
+        default=10_000,
+        help="stop an episode after this many steps",
     )
     play.set_defaults(run=_play)
     _add_training_commands(commands)
@@ -125,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_env_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", help="a registered env id, or module:attr")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first reset")
+    parser.add_argument("--seed", type=_int(AT_LEAST_0), default=0, help="seed of the first reset")
     parser.add_argument(
         "--set",
         "--kwargs",
@@ -370,9 +380,13 @@ def _add_training_commands(commands: Any) -> None:
 
     evaluate = commands.add_parser("eval", help="evaluate a run's best (or latest) checkpoint")
     evaluate.add_argument("run_dir", metavar="RUN", help="a run directory")
-    evaluate.add_argument("--episodes", type=int, default=20, help="greedy episodes to play")
+    evaluate.add_argument(
+        "--episodes", type=_int(AT_LEAST_1), default=20, help="greedy episodes to play"
+    )
     evaluate.add_argument("--checkpoint", choices=("best", "latest"), default="best")
-    evaluate.add_argument("--seed", type=int, help="seed of the episodes (default: the run's)")
+    evaluate.add_argument(
+        "--seed", type=_int(AT_LEAST_0), help="seed of the episodes (default: the run's)"
+    )
     evaluate.add_argument("--device", help="cpu, cuda or auto (default: the run's)")
     evaluate.add_argument(
         "--opponent",
@@ -416,6 +430,24 @@ def _add_training_commands(commands: Any) -> None:
         "heuristic, on mpe2/simple_spread_v3), measured on eval_return",
     )
     plot.set_defaults(run=_plot)
+
+
+AT_LEAST_0, AT_LEAST_1 = Range(ge=0), Range(ge=1)
+
+
+def _int(limits: Range) -> Any:
+    """An argparse type: an int within ``limits``; argparse names the argument it refuses."""
+
+    def read(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value not in limits:
+            raise argparse.ArgumentTypeError(f"must be {limits}, got {value}")
+        return value
+
+    return read
 
 
 def _reference(text: str) -> tuple[str, float]:
@@ -476,6 +508,8 @@ def _train(args: argparse.Namespace) -> int:
                 runner = Runner(config, progress=progress, allow_imports=allowed)
         with _console_logging(), runner:
             results = runner.benchmark()
+    except CheckpointError as err:  # an eval_opponent's checkpoint, changed while training
+        raise UsageError(str(err)) from err
     except UnsupportedEnvError as err:  # found while training, on an env that did not declare it
         raise UsageError(str(err)) from err
     except (EnvError, WorkerTimeoutError) as err:  # an env's fault, with on_env_error=raise
@@ -526,7 +560,7 @@ def _eval(args: argparse.Namespace) -> int:
             opponent=args.opponent,
             allow_imports=args.allow_imports,
         )
-    except ConfigError as err:  # an --opponent that cannot be used
+    except (ConfigError, CheckpointError) as err:  # an --opponent that cannot be used
         raise UsageError(str(err)) from err
     print(
         f"{args.run_dir} ({args.checkpoint} checkpoint, {saved['env_steps']} env steps): "

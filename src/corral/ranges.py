@@ -10,13 +10,15 @@ A config dataclass declares a setting's range in its annotation, and calls
     Config(gamma=5)  # ConfigError: gamma must be in [0, 1], got 5
 
 ``None`` and non-numeric values (``"auto"``) are not checked (their types are
-the config's business); a tuple or list is checked entry by entry.
+the config's business); a tuple or list is checked entry by entry. NaN and inf
+are in no range (``lr=inf`` would train to NaN).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +37,9 @@ class Range:
     lt: float | None = None
 
     def __contains__(self, value: float) -> bool:
-        # each comparison is False for NaN, so NaN is in no range
+        # NaN and inf are in no range: no setting means "no limit" by infinity
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
         return (
             (self.ge is None or value >= self.ge)
             and (self.gt is None or value > self.gt)
@@ -61,9 +65,11 @@ def check_ranges(config: Any) -> None:
     for name, limits in declared_ranges(type(config)).items():
         value = getattr(config, name)
         many = isinstance(value, (tuple, list))
-        if not all(_fits(item, limits) for item in (value if many else [value])):
+        items = value if many else [value]
+        if not all(_fits(item, limits) for item in items):
             what = f"every entry of {name}" if many else name
-            raise ConfigError(f"{what} must be {limits}, got {_show(value)}")
+            finite = "" if all(map(_finite, items)) else "a finite number "
+            raise ConfigError(f"{what} must be {finite}{limits}, got {_show(value)}")
 
 
 @functools.cache
@@ -82,6 +88,10 @@ def _fits(value: Any, limits: Range) -> bool:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return True
     return value in limits
+
+
+def _finite(value: Any) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
 
 
 def _show(value: Any) -> str:

@@ -3,7 +3,8 @@
 The vector env (:mod:`corral.vector`) and the conformance checker
 (:mod:`corral.checker`) both name a bad value in their messages and judge
 numbers the same way: NaN and inf are not finite, and a finite value that
-its dtype cannot hold (``1e300`` as ``float32``) overflows.
+its dtype cannot hold (``1e300`` as ``float32``, ``300`` as ``uint8``) overflows;
+:func:`store_exactly` stores an array only where no number overflows.
 """
 
 from __future__ import annotations
@@ -68,6 +69,28 @@ def finite_problem(value: Any, dtype: np.dtype) -> str | None:
         f"values that {dtype} holds (in [{info.min:.6g}, {info.max:.6g}]), got "
         f"{numbers[over][0]:.6g}{_at(over)}, which overflows {dtype}"
     )
+
+
+def store_exactly(target: np.ndarray, index: Any, values: np.ndarray) -> None:
+    """``target[index] = values``, or an ``OverflowError`` where that would change a
+    number beyond rounding (numpy does so silently): a float beyond the range of a
+    narrower float dtype (stored as inf), an integer outside an integer dtype's range
+    (wrapped around: 300 as ``uint8`` is 44), a NaN, inf or out-of-range float stored as
+    an integer. Casts that hold every value (``float32`` into ``float64``) cost nothing more.
+    """
+    source, dtype = values.dtype, target.dtype
+    if source == dtype or np.can_cast(source, dtype, "safe"):
+        target[index] = values
+        return
+    if dtype.kind in "iu" and source.kind in "iu" and values.size:
+        info = np.iinfo(dtype)
+        if values.min() < info.min or values.max() > info.max:
+            raise OverflowError(f"values beyond the range of {dtype}")
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            target[index] = values
+    except FloatingPointError as err:
+        raise OverflowError(f"{err} to {dtype}") from None
 
 
 def _at(bad: np.ndarray) -> str:

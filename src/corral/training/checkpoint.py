@@ -10,7 +10,8 @@ uncompressed, of:
     replaced by a reference;
 ``tensors.pt``
     the PyTorch tensors, a flat dict written by ``torch.save`` and read back with
-    ``torch.load(weights_only=True)`` onto the CPU (only where there are tensors);
+    ``torch.load(weights_only=True)`` onto the CPU (only where there are tensors;
+    torch 2.6 or later, as older versions of that loader can run code);
 ``arrays/N.npy``
     each NumPy array, read back with ``allow_pickle=False``;
 
@@ -29,6 +30,7 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import random
 import re
 import struct
@@ -47,6 +49,9 @@ from corral.errors import CheckpointError, MissingDependencyError
 FORMAT = "corral-checkpoint"
 FORMAT_VERSION = 1
 """The version of the checkpoint format this corral writes and reads."""
+
+SAFE_TORCH = (2, 6)
+"""The first torch whose ``torch.load(weights_only=True)`` runs no code from a crafted file."""
 
 META = "meta.json"
 TENSORS = "tensors.pt"
@@ -408,16 +413,41 @@ class _Decoder:
             raise MissingDependencyError(
                 f"{self.path} holds PyTorch tensors: pip install 'corral[torch]'"
             ) from err
+        if not _loads_safely(torch.__version__):
+            safe = ".".join(map(str, SAFE_TORCH))
+            raise MissingDependencyError(
+                f"{self.path} holds PyTorch tensors, and torch {torch.__version__} cannot load "
+                f"them safely: before {safe}, torch.load(weights_only=True) can run code hidden "
+                f"in a file (CVE-2025-32434): pip install 'torch>={safe}'"
+            )
         buffer = io.BytesIO(self.archive.read(TENSORS))
         try:
             tensors = torch.load(buffer, map_location="cpu", weights_only=True)
-        except Exception as err:  # whatever torch raises for a file it refuses or cannot read
-            raise CheckpointError(f"{self.path}: its {TENSORS} cannot be read: {err}") from err
+        except pickle.UnpicklingError as err:  # what torch's restricted unpickler refuses
+            raise CheckpointError(
+                f"{self.path}: its {TENSORS} holds {_refused(err)} besides tensors, which "
+                "corral does not load (loading it could run code): corral did not write it"
+            ) from err
+        except Exception as err:  # whatever else torch raises for a file it cannot read
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise CheckpointError(f"{self.path}: its {TENSORS} cannot be read: {reason}") from err
         if not isinstance(tensors, dict) or not all(
             isinstance(t, torch.Tensor) for t in tensors.values()
         ):
             raise CheckpointError(f"{self.path}: its {TENSORS} is not a dict of tensors")
         return tensors
+
+
+def _loads_safely(version: str) -> bool:
+    """Whether torch ``version`` loads ``weights_only=True`` without running code."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    return found is not None and tuple(map(int, found.groups())) >= SAFE_TORCH
+
+
+def _refused(err: pickle.UnpicklingError) -> str:
+    """What torch's restricted unpickler refused, in a few words (its message is a page)."""
+    found = re.search(r"GLOBAL (\S+)", str(err))
+    return f"the Python object {found.group(1)}" if found else "Python objects"
 
 
 # -- the global random generators ----------------------------------------------------------

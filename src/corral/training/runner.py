@@ -37,6 +37,7 @@ import numpy as np
 
 from corral.algos.base import Algorithm, Policy, resolve_device
 from corral.algos.collector import Collector, Progress, evaluate
+from corral.errors import CheckpointError
 from corral.registry import resolve
 from corral.training import checkpoint
 from corral.training.config import (
@@ -64,6 +65,7 @@ from corral.training.scoring import (
 )
 from corral.training.threads import set_torch_threads, torch_threads
 from corral.vector import VectorEnv, make_vec
+from corral.vector.backend import DEFAULT_TIMEOUT
 from corral.vector.sampling import sample_array
 
 log = logging.getLogger("corral.training")
@@ -77,8 +79,11 @@ RESUMABLE = frozenset(
     | {"checkpoint_every_s"}
 )
 """Run settings that may change when a run is resumed (the schedule, not what is learned)."""
-EVAL_BACKEND = "sync"
-"""Evaluations play in the runner's process: they never wait for the training envs' workers."""
+EVAL_WORKERS = {"num_workers": 1}
+"""Evaluations of a run whose envs run in workers play in one ``subproc`` worker of their
+own, with the run's ``timeout``: an env that hangs cannot block the run, and evaluations
+never wait for the training envs' workers (or for Ray's CPUs). A ``sync`` run's evaluations
+play in the runner's process, as its training does."""
 
 
 @dataclass
@@ -104,7 +109,8 @@ class Runner:
     """Trains one algorithm on one env according to a :class:`TrainConfig`.
 
     ``progress``: show a tqdm bar (when tqdm is installed) rather than log lines.
-    ``restore``: a checkpoint of this run to continue from; :meth:`resume`
+    ``restore``: this run's ``checkpoint.pt`` to continue from (a
+    :class:`~corral.errors.CheckpointError` if it does not fit the run); :meth:`resume`
     continues a run from its directory. ``allow_imports``: the ``module:attr``
     values that the config of an ``eval_opponent`` run may import (see
     :func:`read_run_config`).
@@ -157,11 +163,12 @@ class Runner:
             collect = RolloutCollector if self.algo.learns_from == "rollouts" else Collector
             self.collector = collect(self.venv, self.algo, self.fixed, seed=seed)
             if restore is not None:
-                self.algo.load_state_dict(restore["algo_state"])
-                if "replay" in restore:
-                    self.algo.load_replay_state_dict(restore["replay"])
-                self.collector.rng.bit_generator.state = restore["collector_rng"]
-                checkpoint.set_rng_state(restore["rng"])
+                with _fitting(self.run_dir / LATEST, restore, config):
+                    self.algo.load_state_dict(restore["algo_state"])
+                    if "replay" in restore:
+                        self.algo.load_replay_state_dict(restore["replay"])
+                    self.collector.rng.bit_generator.state = restore["collector_rng"]
+                    checkpoint.set_rng_state(restore["rng"])
             self.metrics = MetricsLog(
                 self.run_dir, saved.get("metrics", []), tensorboard=run.tensorboard
             )
@@ -484,12 +491,16 @@ def build_venv(
     backend: str | None = None,
     state: bool = False,
     native: bool | None = None,
+    options: Mapping[str, Any] | None = None,
     **env_kwargs: Any,
 ) -> VectorEnv:
-    """The vector env of ``run`` (``env_kwargs`` are added to the run's); the run's backend
-    options apply to its own backend only. ``native``: as ``make_vec``'s, else the run's."""
+    """The vector env of ``run`` (``env_kwargs`` are added to the run's). ``options``: the
+    backend's options, by default the run's for its own backend (none for another).
+    ``native``: as ``make_vec``'s, else the run's."""
     backend = backend or run.backend
     native = run.native if native is None else native
+    if options is None:
+        options = run.backend_options() if backend == run.backend else {}
     return make_vec(
         run.env,
         num_envs or run.num_envs,
@@ -502,13 +513,18 @@ def build_venv(
         on_env_error=run.on_env_error,
         check_finite=run.check_finite,
         env_kwargs={**run.env_kwargs, **env_kwargs},
-        **(run.backend_options() if backend == run.backend else {}),
+        **options,
     )
 
 
 def build_eval_venv(config: TrainConfig) -> VectorEnv:
-    """The vector env that evaluations of ``config`` play in (see :data:`EVAL_BACKEND`)."""
-    return build_venv(config.run, backend=EVAL_BACKEND, state=uses_state(config))
+    """The vector env that evaluations of ``config`` play in (see :data:`EVAL_WORKERS`)."""
+    run = config.run
+    if run.backend == "sync":
+        return build_venv(run, state=uses_state(config))
+    timeout = run.backend_options().get("timeout", DEFAULT_TIMEOUT)
+    options = {**EVAL_WORKERS, "timeout": timeout}
+    return build_venv(run, backend="subproc", options=options, state=uses_state(config))
 
 
 def uses_state(config: TrainConfig) -> bool:
@@ -718,8 +734,36 @@ def load_run(
     finally:
         venv.close()
     saved = checkpoint.load(path)
-    algo.load_state_dict(saved["algo_state"])
+    with _fitting(path, saved, config):
+        algo.load_state_dict(saved["algo_state"])
     return config, algo, saved
+
+
+UNFIT = (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError)
+"""What restoring a checkpoint of another algorithm, env or spaces raises (missing entries,
+networks of other sizes, generator states of another kind)."""
+
+
+@contextlib.contextmanager
+def _fitting(path: Path, saved: Mapping[str, Any], config: TrainConfig) -> Iterator[None]:
+    """Restore ``saved`` (read from ``path``) into a run of ``config`` in the block: a checkpoint
+    of another algorithm, or whose state does not fit, is one :class:`CheckpointError`."""
+    run = f"its run ({config.algo} on {config.run.env}, as its config.yaml says)"
+    if saved.get("algo") != config.algo:
+        raise CheckpointError(
+            f"{path} is not a checkpoint of {run}: it was written by a run of "
+            f"{saved.get('algo')!r}; it is another run's checkpoint"
+        )
+    try:
+        yield
+    except UNFIT as err:
+        if isinstance(err, KeyError):
+            reason = f"it lacks the entry {err.args[0]!r}" if err.args else "an entry is missing"
+        else:
+            reason = " ".join(str(err).split()) or type(err).__name__
+        raise CheckpointError(
+            f"{path} does not fit {run}: another env, spaces or settings? {reason}"
+        ) from err
 
 
 # -- helpers ---------------------------------------------------------------------------------

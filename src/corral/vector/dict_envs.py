@@ -4,9 +4,9 @@ This is the only place that turns env dicts into arrays, and the only per-env
 loop of the vector layer: the episode bookkeeping on top of it is array
 operations (:mod:`corral.vector.episodes`). Values are gathered per group and
 written with one array operation each; a value that does not fit (an unknown
-agent, the wrong shape or type, with ``check_finite`` a NaN, inf or
-overflowing number) is found by a slower second pass that names the env, the
-agent and the field in an :class:`~corral.errors.EnvError`.
+agent, the wrong shape or type, a number its array's dtype cannot hold, with
+``check_finite`` a NaN or inf) is found by a slower second pass that names the
+env, the agent and the field in an :class:`~corral.errors.EnvError`.
 
 A fault of one env (an exception while it steps or resets, or a bad value)
 leaves the other envs' call complete: the faulty env's live agents are
@@ -29,7 +29,7 @@ from corral.batched_env import BatchedEnv, BatchedStep, Seed, copy_seeds, select
 from corral.env import MultiAgentEnv
 from corral.errors import EnvError
 from corral.groups import GroupMap
-from corral.values import describe
+from corral.values import describe, store_exactly
 from corral.vector.backend import env_error, guarded
 from corral.vector.layout import (
     ArraySpec,
@@ -51,8 +51,8 @@ class DictEnvs(BatchedEnv):
     """The envs built by ``env_fns`` (global indices from ``offset``), packed into arrays.
 
     ``group_map`` forms the groups (:func:`corral.group_agents`); ``state``: fill the
-    ``state`` arrays from each env's ``state()``; ``check_finite``: NaN, inf or an
-    overflowing value is a fault of the env that returned it.
+    ``state`` arrays from each env's ``state()``; ``check_finite``: NaN or inf is a fault
+    of the env that returned it (as a value its array's dtype cannot hold always is).
     """
 
     # The packing judges every value (naming the env and the agent), and leaves the masks
@@ -751,7 +751,7 @@ class _Packer:
                     cast = stacked.astype(target.dtype)
                 if not np.isfinite(cast).all():
                     return False
-            target[index] = stacked
+            store_exactly(target, index, stacked)
         except (TypeError, ValueError, OverflowError, RuntimeWarning):
             return False
         return True

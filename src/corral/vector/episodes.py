@@ -21,6 +21,7 @@ from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
 from corral.vector.backend import first_fault
 from corral.vector.layout import Layout, array_tree, assemble, leaves
+from corral.vector.validation import ReturnedArrays
 
 Arrays = Mapping[str, Any]
 
@@ -70,6 +71,7 @@ class Episodes:
         keeps_rules = getattr(env, "keeps_rules", False)
         self._check_finite = layout.check_finite and not keeps_rules
         self._keeps_masks = keeps_rules
+        self._returned = None if keeps_rules else ReturnedArrays(layout, arrays, offset)
 
     # -- commands -------------------------------------------------------------------
 
@@ -89,12 +91,12 @@ class Episodes:
         a = self.arrays
         before = self._live  # the copies with an episode running
         out = self.env.step(self._actions)
+        self._write_observed(out, None)  # checks every array of out first
         for g, reward, terminated, truncated, running in self._step_arrays:
             _put(reward, out.reward[g], None)
             _put(terminated, out.terminated[g], None)
             _put(truncated, out.truncated[g], None)
             running += reward
-        self._write_observed(out, None)
         a["running_length"] += before if out.failed is None else before & ~out.failed
         live = self._any_alive()
         done = before & ~live
@@ -143,6 +145,8 @@ class Episodes:
     def _write_observed(self, out: BatchedStep, rows: Any) -> None:
         """Copy what ``out`` observed into the arrays (only ``rows``, a bool mask, if given)."""
         a = self.arrays
+        if self._returned is not None:
+            self._returned.check(out)
         if self._check_finite:
             self._check_values(out, rows)
         for g, group in self.layout.groups.items():

@@ -24,7 +24,7 @@ from gymnasium import spaces
 
 from corral.arrays import Place
 from corral.groups import GroupMap, group_agents
-from corral.values import describe, finite_problem
+from corral.values import describe, finite_problem, store_exactly
 
 
 @dataclass(frozen=True)
@@ -134,9 +134,10 @@ def writer(
     """A function ``write(index, value)`` storing one value at ``index`` of the arrays.
 
     A value whose shape is not the space's (nothing is broadcast), or that the
-    array's dtype cannot hold, raises :class:`WriteError`; with ``check_finite``, so
-    does NaN or inf in a float array, or a value that overflows it (``1e300`` in
-    ``float32``). A value that raised may be partly written.
+    array's dtype cannot hold (``1e300`` in ``float32``, ``300`` in ``uint8``: see
+    :func:`~corral.values.store_exactly`), raises :class:`WriteError`; with
+    ``check_finite``, so does NaN or inf in a float array. A value that raised may be
+    partly written.
     """
     if isinstance(tree, ArraySpec):
         return _leaf_writer(arrays[path], tree, check_finite)
@@ -185,7 +186,9 @@ def _leaf_writer(array: np.ndarray, spec: ArraySpec, check_finite: bool) -> Call
         if got != shape:
             raise WriteError(f"shape {shape}, got {describe(value)}")
         try:
-            array[index] = value
+            store_exactly(
+                array, index, value if isinstance(value, np.ndarray) else np.asarray(value)
+            )
         except (TypeError, ValueError, OverflowError, RuntimeWarning):
             # RuntimeWarning: numpy's "overflow encountered in cast", where warnings are errors
             raise WriteError(_store_problem(value, dtype)) from None

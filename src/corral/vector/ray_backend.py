@@ -21,7 +21,7 @@ from typing import Any
 
 from corral.batched_env import BatchedEnv
 from corral.errors import EnvError, MissingDependencyError, WorkerStartError
-from corral.vector import ray_reaper
+from corral.vector import reaper
 from corral.vector.backend import (
     DEFAULT_TIMEOUT,
     Arrays,
@@ -135,7 +135,7 @@ class _RaySession:
     """Starts Ray when no one has; shuts it down when the last backend using it closes.
 
     A Ray of its own listens on loopback only, and a reaper process
-    (:mod:`corral.vector.ray_reaper`) ends it at once if the driver dies.
+    (:mod:`corral.vector.reaper`) ends it at once if the driver dies.
     """
 
     users = 0  # open backends on a Ray that this module started
@@ -162,7 +162,7 @@ class _RaySession:
         if ray.is_initialized():
             ray.shutdown()
         if cls.reaper is not None:  # Ray's processes are gone: nothing left to reap
-            ray_reaper.dismiss(cls.reaper)
+            reaper.dismiss(cls.reaper)
             cls.reaper = None
 
     @classmethod
@@ -179,7 +179,8 @@ class _RaySession:
             node = ray._private.worker._global_node
             raylet, *_ = node.all_processes[ray._private.ray_constants.PROCESS_TYPE_RAYLET]
             head = [info.process.pid for infos in node.all_processes.values() for info in infos]
-            cls.reaper = ray_reaper.start(raylet.process.pid, head)
+            pid = raylet.process.pid
+            cls.reaper = reaper.start([pid, *head], children_of=pid)
         except BaseException:
             ray.shutdown()
             raise

@@ -13,6 +13,11 @@ step of its other envs (its runner restarts the failed one) before it replies
 the error. A worker that dies is noticed through its process sentinel, one
 that outlives the timeout is killed; what the parent makes of that (and when
 the worker is replaced) is :mod:`corral.vector.shards`'s to say.
+
+Workers end soon after the process that started them, whatever ends it: an
+idle one sees its pipe close and closes its envs, a thread in each ends a busy
+one a moment later, and a reaper process (:mod:`corral.vector.reaper`) kills
+those still there (hung in C code that holds the GIL, where no thread runs).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -37,6 +43,7 @@ import cloudpickle
 from corral.arrays import on_host
 from corral.batched_env import BatchedEnv
 from corral.errors import EnvError, VectorStateError, WorkerStartError
+from corral.vector import reaper
 from corral.vector.backend import (
     DEFAULT_TIMEOUT,
     Arrays,
@@ -64,6 +71,9 @@ from corral.vector.shared_memory import BlockLayout, create_block, map_arrays
 from corral.vector.sources import Source
 
 CLOSE_GRACE_S = 1.0  # how long close() lets a worker finish before killing it
+REAP_AFTER_S = 2 * CLOSE_GRACE_S
+"""Seconds after the parent's death when its reaper kills the workers still there (those
+that cannot end by themselves meanwhile: see :func:`_exit_with_parent`)."""
 
 
 def default_start_method() -> str:
@@ -128,8 +138,8 @@ def _exit_with_parent() -> None:
     pipe multiprocessing keeps open from the parent) and ends the worker
     :data:`CLOSE_GRACE_S` later if it is still there (busy in an env, or its
     pipe held open by another child of the parent). An env hung in C code that
-    holds the GIL keeps the thread from running: only the parent's timeout
-    ends that one.
+    holds the GIL keeps the thread from running: the parent's reaper kills that
+    worker :data:`REAP_AFTER_S` after the parent's death.
     """
     parent = mp.parent_process()  # the driver, also where a fork server forked this worker
     if parent is None:
@@ -153,12 +163,12 @@ def _exit_after_parent(handle: int) -> None:
     os._exit(1)
 
 
-def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Connection]) -> None:
+def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Any]) -> None:
     """A worker's main function: build the envs, then answer commands until told to close."""
     _exit_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    for parent_end in inherited:  # forked copies would hide the parent's exit from workers
-        parent_end.close()
+    for parent_end in inherited:  # forked copies would hide the parent's exit (from workers,
+        parent_end.close()  # and from the reaper where it has no pidfd to watch the parent)
     try:
         shard = cloudpickle.loads(payload).build(offset)
     except Exception as err:
@@ -213,8 +223,8 @@ class _Worker(Shard):
         self.process, self.conn, self.dead = None, None, True
 
 
-def _shutdown(workers: list[_Worker], fds: list[int]) -> None:
-    """Close every worker and the shared block (also run by the finalizer)."""
+def _shutdown(workers: list[_Worker], fds: list[int], reaper_process: subprocess.Popen) -> None:
+    """Close every worker, the shared block and the reaper (also run by the finalizer)."""
     for worker in workers:
         if not worker.dead:
             with contextlib.suppress(OSError):  # one already gone is reaped by stop()
@@ -225,6 +235,7 @@ def _shutdown(workers: list[_Worker], fds: list[int]) -> None:
     for fd in fds:
         os.close(fd)
     fds.clear()
+    reaper.dismiss(reaper_process)
 
 
 class SubprocBackend(Backend):
@@ -267,7 +278,8 @@ class SubprocBackend(Backend):
         self.shards = [_Worker(k, envs) for k, envs in enumerate(ranges)]
         self._payloads = [cloudpickle.dumps(source.part(r)) for r in ranges]
         self._fds: list[int] = []
-        self._finalizer = weakref.finalize(self, _shutdown, self.shards, self._fds)
+        self._reaper = reaper.start(grace=REAP_AFTER_S)  # told of each worker as it starts
+        self._finalizer = weakref.finalize(self, _shutdown, self.shards, self._fds, self._reaper)
         self._awaiting: tuple[str, list[_Worker], list | None] | None = None
         try:
             self._info = self._start(self.shards)[0]
@@ -396,6 +408,7 @@ class SubprocBackend(Backend):
             inherited = []
             if self._ctx.get_start_method() == "fork":
                 inherited = [conn, *(w.conn for w in self.shards if w.conn is not None)]
+                inherited.append(self._reaper.stdin)
             process = self._ctx.Process(
                 target=_serve,
                 args=(child, self._payloads[worker.index], worker.envs.start, inherited),
@@ -406,6 +419,7 @@ class SubprocBackend(Backend):
                 process.start()
             finally:
                 child.close()
+            reaper.hold(self._reaper, process.pid)
             worker.process, worker.conn, worker.dead = process, conn, False
         try:
             answers = self._gather(workers, None)

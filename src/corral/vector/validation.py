@@ -1,21 +1,30 @@
-"""Checks of batched actions, before anything reaches an env.
+"""Checks of batched actions, before anything reaches an env, and of the arrays a natively
+batched env returns, before anything of them is stored.
 
 ``action_array_problem(space, array, acting)`` looks at a whole group's
 actions ``[E, n, *shape]`` at once and returns the first problem among the
 acting entries as ``(env, agent_index, text)``, or ``None``. It is registered
 per space type, like the single-action checks in :mod:`corral.spaces`;
 ``clip_to_space`` (for ``clip_actions=True``) likewise.
+
+:class:`ReturnedArrays` checks what a natively batched env returns (packed dict
+envs judge each value themselves, naming the agent).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import singledispatch
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import import_torch, to_numpy
+from corral.batched_env import BatchedStep
+from corral.errors import EnvError
+from corral.values import describe, finite_problem
+from corral.vector.layout import ArraySpec, Layout, Tree, array_tree
 
 Problem = tuple[int, int, str] | None
 
@@ -212,3 +221,157 @@ def _tensor_suspect(space: spaces.Space, array: Any, acting: Any, mask: Any | No
         live = acting.reshape(*acting.shape, *([1] * len(space.shape)))
         return bool((live & bad).any()) or array.dtype.itemsize > np.dtype(space.dtype).itemsize
     return True
+
+
+class ReturnedArrays:
+    """Checks each array a natively batched env returns against the batch rows it fills.
+
+    Always (a few comparisons per array and call): every array has the shape of its rows
+    (``[copies, agents of the group, ...]``: nothing is broadcast, so a scalar or one
+    agent's row cannot fill a whole group), and an array of another dtype than its rows
+    holds numbers that their dtype holds (``1e300`` would be stored in ``float32`` as
+    inf, ``300`` in ``uint8`` as 44). ``arrays`` are the rows this env fills (a worker's
+    shard of the batch), ``offset`` the index of its first copy; a problem raises an
+    :class:`~corral.errors.EnvError` naming the copy (the env's first copy where the
+    whole array is wrong), the field and, where one is at fault, the agent.
+    """
+
+    def __init__(self, layout: Layout, arrays: Mapping[str, Any], offset: int = 0) -> None:
+        self.offset = offset
+        self.num_envs = len(next(iter(arrays.values())))
+        # Per array: the BatchedStep attribute, its group (None: state), the keys down to
+        # it (Dict and Tuple spaces), its label, its rows, and the agents of its group.
+        self._plan: list[tuple[str, str | None, tuple, str, Any, tuple[str, ...]]] = []
+        for g, group in layout.groups.items():
+            self._add("obs", g, group.obs_tree, f"obs/{g}", arrays, group.agents)
+            for name in ("alive", "acting", "reward", "terminated", "truncated"):
+                self._add(name, g, _LEAF, f"{name}/{g}", arrays, group.agents)
+            if group.num_actions is not None:
+                self._add("action_mask", g, _LEAF, f"action_mask/{g}", arrays, group.agents)
+        if layout.state_space is not None:
+            self._add("state", None, array_tree(layout.state_space), "state", arrays, ())
+
+    def _add(
+        self,
+        name: str,
+        group: str | None,
+        tree: Tree,
+        path: str,
+        arrays: Mapping[str, Any],
+        agents: tuple[str, ...],
+        keys: tuple = (),
+    ) -> None:
+        if isinstance(tree, ArraySpec):
+            rows = arrays[path]
+            label = name if group is None else f"{name}[{group!r}]"
+            label += "".join(f"[{k!r}]" for k in keys)
+            self._plan.append((name, group, keys, label, rows, agents))
+            return
+        for key in tree if isinstance(tree, dict) else range(len(tree)):
+            self._add(name, group, tree[key], f"{path}/{key}", arrays, agents, (*keys, key))
+
+    def check(self, out: BatchedStep) -> None:
+        """Raise an :class:`~corral.errors.EnvError` for the first array of ``out`` that
+        does not fit its rows (``reward``, ``terminated``, ``truncated``: if returned)."""
+        for name, group, keys, label, rows, agents in self._plan:
+            values = getattr(out, name)
+            if values is None:
+                continue
+            try:
+                value = values if group is None else values[group]
+                for key in keys:
+                    value = value[key]
+            except (KeyError, IndexError, TypeError):
+                if name == "action_mask" and isinstance(values, Mapping):
+                    continue  # a group left out has every action legal
+                self._fail(0, self._missing(values, group, keys, label))
+            shape = getattr(value, "shape", None)
+            if shape == rows.shape:
+                if value.dtype != rows.dtype:
+                    self._check_dtype(value, rows, label, agents)
+                continue
+            self._fail(
+                0,
+                f"{label}: expected an array of shape {tuple(rows.shape)} ([copies, agents of "
+                f"the group, ...] for its {self.num_envs} copies; nothing is broadcast), "
+                f"got {_array_text(value)}",
+            )
+
+    def _missing(self, values: Any, group: str | None, keys: tuple, label: str) -> str:
+        """What is missing on the way to the array ``label`` in ``values``."""
+        name = label.partition("[")[0]
+        if group is not None:
+            if not isinstance(values, Mapping) or group not in values:
+                return f"{name}: expected a dict with an array for group {group!r}, got " + (
+                    describe(values)
+                )
+            values = values[group]
+        for key in keys:
+            try:
+                values = values[key]
+            except (KeyError, IndexError, TypeError):
+                return f"{label}: expected the value at [{key!r}], got {describe(values)}"
+        return f"{label}: expected an array, got {describe(values)}"
+
+    def _check_dtype(self, value: Any, rows: Any, label: str, agents: tuple[str, ...]) -> None:
+        """An array of another dtype than its rows: numbers, none of which the rows' dtype
+        would change beyond rounding (``1e300`` as ``float32`` is inf, ``300`` as ``uint8``
+        is 44)."""
+        if isinstance(value, np.ndarray) and value.dtype.kind not in "biuf":
+            self._fail(0, f"{label}: expected an array of numbers, got {_array_text(value)}")
+        limits = None if _holds(rows, value) else _limits(rows)
+        if limits is None:
+            return
+        over = (value < limits[0]) | (value > limits[1])
+        if _is_float(value) and not _is_float(rows):
+            over |= value != value  # NaN has no integer
+        if not bool(over.any()):
+            return
+        hit = tuple(int(k) for k in np.argwhere(to_numpy(over))[0])
+        who = f" of agent {agents[hit[1]]!r}" if agents else ""
+        row = to_numpy(value[hit[0], hit[1]] if agents else value[hit[0]])
+        dtype = to_numpy(rows[:0]).dtype
+        self._fail(hit[0], f"{label}{who}: expected {finite_problem(row, dtype)}")
+
+    def _fail(self, copy: int, text: str) -> NoReturn:
+        raise EnvError(self.offset + copy, text)
+
+
+_LEAF = ArraySpec((), np.dtype(bool))  # the per-agent fields: one leaf each (rows say more)
+
+
+def _array_text(value: Any) -> str:
+    if getattr(value, "shape", None) is None:
+        return describe(value)
+    return f"an array of shape {tuple(value.shape)} and dtype {value.dtype}"
+
+
+def _is_float(array: Any) -> bool:
+    if isinstance(array, np.ndarray):
+        return array.dtype.kind == "f"
+    return bool(array.is_floating_point())
+
+
+def _holds(rows: Any, value: Any) -> bool:
+    """Whether the dtype of ``rows`` holds every value of ``value``'s dtype (or ``value``
+    is of another namespace than the env's place: storing it says what is wrong)."""
+    if isinstance(rows, np.ndarray) != isinstance(value, np.ndarray):
+        return True
+    if isinstance(rows, np.ndarray):
+        return np.can_cast(value.dtype, rows.dtype, "safe")
+    return import_torch().promote_types(value.dtype, rows.dtype) == rows.dtype
+
+
+def _limits(rows: Any) -> tuple[float, float] | None:
+    """The least and greatest number the dtype of ``rows`` holds (``None`` for bool)."""
+    if isinstance(rows, np.ndarray):
+        kind = rows.dtype.kind
+        if kind not in "iuf":
+            return None
+        info: Any = np.finfo(rows.dtype) if kind == "f" else np.iinfo(rows.dtype)
+        return info.min, info.max
+    torch = import_torch()
+    if rows.dtype == torch.bool:
+        return None
+    info = torch.finfo(rows.dtype) if rows.is_floating_point() else torch.iinfo(rows.dtype)
+    return info.min, info.max

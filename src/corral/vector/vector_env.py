@@ -105,8 +105,8 @@ class VectorEnv:
             that cannot be restarted raises either way.
         check_finite: raise :class:`~corral.errors.EnvError` (naming the env, agent
             and field) for NaN or inf in an observation, ``final_obs``, reward or
-            state, or a value that overflows its array's dtype (``1e300`` as
-            ``float32``). ``None`` (the default): on in debug mode
+            state. (A value that its array's dtype cannot hold, ``1e300`` as
+            ``float32``, always raises.) ``None`` (the default): on in debug mode
             (:func:`corral.values.debug_mode`: ``CORRAL_DEBUG=1`` or
             ``python -X dev``), off otherwise, as it costs time in every step.
         array: ``"numpy"`` or ``"torch"``: what the batch's fields are.
