@@ -394,3 +394,22 @@ def test_self_play_state_dict_round_trip_restores_the_pool() -> None:
         torch.testing.assert_close(mine["player"].net(obs), theirs["player"].net(obs))
     assert clone.rng.bit_generator.state == algo.rng.bit_generator.state
     assert clone.selfplay.seat_counts.tolist() == algo.selfplay.seat_counts.tolist()
+
+
+def test_the_categorical_policy_matches_torch_s_distribution_with_masks() -> None:
+    from torch.distributions import Categorical
+
+    from corral.algos.mappo import _Categorical
+    from corral.algos.networks import masked_logits
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 3, 5, generator=gen) * 3
+    mask = torch.rand(64, 3, 5, generator=gen) > 0.4
+    mask[..., 2] = True  # every row has a legal action
+    masked = masked_logits(logits, mask)
+    ours, theirs = _Categorical(masked), Categorical(logits=masked)
+    actions = torch.multinomial(theirs.probs.reshape(-1, 5), 1, generator=gen).reshape(64, 3)
+    assert torch.allclose(ours.probs, theirs.probs, atol=1e-7)
+    assert torch.allclose(ours.log_prob(actions), theirs.log_prob(actions), atol=1e-6)
+    assert torch.allclose(ours.entropy(), theirs.entropy(), atol=1e-6)
+    assert (ours.probs[~mask] == 0).all()

@@ -58,7 +58,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
-from torch.distributions import Categorical, Distribution, Independent, Normal
+from torch.distributions import Distribution, Independent, Normal
 
 from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
 from corral.algos.networks import (
@@ -129,6 +129,25 @@ class Config(AlgoConfig):
     """Self-play: probability that an episode's opponent is a uniformly random legal player."""
 
 
+class _Categorical:
+    """A categorical distribution over the last axis of ``logits``: what PPO reads of one
+    (normalised ``logits``, ``probs``, ``log_prob``, ``entropy``), in a few tensor operations."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = torch.log_softmax(logits, dim=-1)
+
+    @property
+    def probs(self) -> torch.Tensor:
+        return self.logits.exp()
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        return self.logits.gather(-1, value.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> torch.Tensor:
+        # masked actions have probability 0 and a finite log-probability: they add 0
+        return -(self.logits.exp() * self.logits).sum(-1)
+
+
 class _CategoricalHead(nn.Module):
     """A categorical policy over a ``Discrete`` space, restricted to legal actions."""
 
@@ -137,15 +156,15 @@ class _CategoricalHead(nn.Module):
         self.start = int(space.start)
         self.net = mlp(in_dim, int(space.n), config.hidden, out_gain=0.01)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> Distribution:
-        return Categorical(logits=masked_logits(self.net(x), mask), validate_args=False)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> _Categorical:
+        return _Categorical(masked_logits(self.net(x), mask))
 
-    def sample(self, dist: Distribution, generator: torch.Generator) -> torch.Tensor:
+    def sample(self, dist: _Categorical, generator: torch.Generator) -> torch.Tensor:
         """A draw by the Gumbel-max trick, from ``generator``'s stream."""
         u = torch.rand(dist.logits.shape, generator=generator).clamp_(min=1e-20)
         return (dist.logits - torch.log(-torch.log(u)).to(dist.logits.device)).argmax(-1)
 
-    def greedy(self, dist: Distribution) -> torch.Tensor:
+    def greedy(self, dist: _Categorical) -> torch.Tensor:
         return dist.logits.argmax(-1)
 
     def to_env(self, sample: np.ndarray) -> np.ndarray:
@@ -289,7 +308,9 @@ class MAPPO(Algorithm):
                 critic_in = flat_dim(seen) + (cfg.time_scale is not None) + ids
                 nets = GroupNets(actor_in, critic_in, self.action_space[g], cfg)
                 self.nets[g] = nets.to(self.device)
-                self.optimizers[g] = torch.optim.Adam(nets.parameters(), lr=cfg.lr, eps=1e-5)
+                self.optimizers[g] = torch.optim.Adam(
+                    nets.parameters(), lr=cfg.lr, eps=1e-5, fused=True
+                )
         self.buffers = {g: RolloutBuffer() for g in self.groups}
         self.decision_count = {
             g: np.zeros((self.num_envs, len(agents)), dtype=np.int64)
