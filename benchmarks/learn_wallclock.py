@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from corral.training.metrics import read_metrics
+
 ENV = "mpe2/simple_spread_v3"
 ENV_SETTINGS = ["env_kwargs.N=3", "env_kwargs.max_cycles=25", "env_kwargs.local_ratio=0.5"]
 EVAL_LINE = re.compile(r"steps ([\d,]+)/[\d,]+ .*\| eval (-?[\d.]+)")
@@ -78,7 +80,9 @@ def train(args: argparse.Namespace, seed: int) -> list[tuple[int, float, float]]
                     proc.terminate()
     if proc.returncode not in (0, -15):
         sys.exit(f"seed {seed} failed ({proc.returncode}): see {args.out / f's{seed}.log'}")
-    return evaluations
+    # the log line rounds the return: take it from metrics.csv, the time from the line
+    exact = {r["env_steps"]: r["eval_return"] for r in read_metrics(run_dir) if "eval_return" in r}
+    return [(steps, seconds, exact.get(steps, value)) for steps, seconds, value in evaluations]
 
 
 def main() -> None:

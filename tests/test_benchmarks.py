@@ -112,3 +112,28 @@ def test_batched_mpe_times_the_installed_peers() -> None:
         if module not in installed:
             assert f"not installed (pip install {module})" in out
     assert out.count("corral best / best peer:") == 2
+
+
+def test_the_wall_clock_benchmark_times_each_evaluation_from_process_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytest.importorskip("mpe2")
+    pytest.importorskip("torch")
+    learn_wallclock = script("learn_wallclock", monkeypatch)
+    args = learn_wallclock.argparse.Namespace(
+        out=tmp_path,
+        total_steps=1600,
+        seconds=600,
+        eval_every=800,
+        eval_episodes=2,
+        set=["num_envs=4", "rollout_steps=5", "env_kwargs.N=2"],
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BENCHMARKS.parent / "src"), *sys.path]))
+    evaluations = learn_wallclock.train(args, seed=0)
+    assert [steps for steps, _, _ in evaluations] == [0, 800, 1600]
+    seconds = [t for _, t, _ in evaluations]
+    assert 0 < seconds[0] < seconds[1] < seconds[2]
+    from corral.training.metrics import read_metrics
+
+    exact = [r["eval_return"] for r in read_metrics(tmp_path / "s0") if "eval_return" in r]
+    assert [value for _, _, value in evaluations] == exact
