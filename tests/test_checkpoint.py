@@ -623,7 +623,7 @@ def test_the_cli_refuses_another_run_s_checkpoint_in_one_line(
         said = f"{target} is not a checkpoint of {ours}: it was written by a run of 'mappo'"
     elif foreign == "another env":
         shutil.copy(dqn_run / target.name, target)
-        said = f"{target} does not fit {ours}: another env, spaces or settings? Error(s) in"
+        said = f"{target} is not a checkpoint of {ours}: it was written by a run on 'mdp/climbing'"
     else:
         saved = ckpt.load(target)
         del saved["algo_state"]
@@ -704,3 +704,20 @@ def test_the_torch_extras_need_a_torch_that_loads_checkpoints_safely() -> None:
     below = Version(f"{safe.major}.{safe.minor - 1}.99")
     for where, specifier in pins.items():
         assert specifier.contains(safe) and not specifier.contains(below), (where, specifier)
+
+
+def test_a_checkpoint_of_another_env_with_the_same_spaces_is_refused(
+    dqn_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # mdp/penalty's networks have mdp/climbing's shapes: only the env named in it tells them apart
+    settings = {"num_envs": 2, "total_steps": 40, "eval_every": 20, "eval_episodes": 2}
+    settings |= {"learning_starts": 20, "batch_size": 8, "device": "cpu", "tensorboard": False}
+    other = tmp_path / "penalty"
+    config = load_config("dqn", "mdp/penalty", {**settings, "run_dir": str(other)})
+    with Runner(config, progress=False) as runner:
+        runner.benchmark()
+    run_dir = shutil.copytree(dqn_run, tmp_path / "run")
+    shutil.copy(other / BEST, run_dir / BEST)
+    said = f"{run_dir / BEST} is not a checkpoint of its run (dqn on mdp/climbing, as its "
+    said += "config.yaml says): it was written by a run on 'mdp/penalty'"
+    assert cli_error(["eval", str(run_dir)], capsys).startswith(f"corral: error: {said}")

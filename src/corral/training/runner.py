@@ -366,6 +366,7 @@ class Runner:
         adds the algorithm's replay memory (when it keeps one)."""
         state = {
             "algo": self.config.algo,
+            "env": self.config.run.env,
             "algo_state": self.algo.state_dict(),
             "env_steps": self.env_steps,
             "elapsed": self.elapsed,
@@ -753,6 +754,11 @@ def _fitting(path: Path, saved: Mapping[str, Any], config: TrainConfig) -> Itera
         raise CheckpointError(
             f"{path} is not a checkpoint of {run}: it was written by a run of "
             f"{saved.get('algo')!r}; it is another run's checkpoint"
+        )
+    if saved.get("env", config.run.env) != config.run.env:  # older checkpoints name none
+        raise CheckpointError(
+            f"{path} is not a checkpoint of {run}: it was written by a run on "
+            f"{saved['env']!r}; it is another run's checkpoint"
         )
     try:
         yield
