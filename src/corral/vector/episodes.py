@@ -99,25 +99,14 @@ class Episodes:
         try:
             out = self.env.step(self._actions)
             bad, faults = self._bad_copies(out) if self._check_finite else (None, [])
+            self._write_step(out, bad)
         except Exception as err:
             self._fail("step()", err, stepped=False)
+        for _, reward, _, _, running in self._step_arrays:
+            running += reward
         failed = out.failed  # copies whose step did not happen
         if bad is not None:
             failed = bad if failed is None else failed | bad
-        for g, reward, terminated, truncated, running in self._step_arrays:
-            _put(reward, out.reward[g], None)
-            _put(terminated, out.terminated[g], None)
-            _put(truncated, out.truncated[g], None)
-            if bad is not None:  # cut where it stood before the step
-                reward[bad] = 0
-                terminated[bad] = False
-                truncated[bad] = a[f"alive/{g}"][bad]
-            running += reward
-        self._write_observed(out, None if bad is None else ~bad, checked=True)
-        if bad is not None:
-            for g in self.groups:
-                a[f"alive/{g}"][bad] = False
-                a[f"acting/{g}"][bad] = False
             a["worker_restarts"] += bad
         a["running_length"] += before if failed is None else before & ~failed
         live = self._any_alive()
@@ -137,6 +126,24 @@ class Episodes:
             live = self._any_alive()
         self._live = live
         _raise_first(faults)
+
+    def _write_step(self, out: BatchedStep, bad: Any) -> None:
+        """Copy the step ``out`` into the arrays; the copies ``bad`` (a bool mask, or
+        ``None``) returned bad values: their step did not happen, their episode is cut."""
+        a = self.arrays
+        for g, reward, terminated, truncated, _ in self._step_arrays:
+            _put(reward, out.reward[g], None)
+            _put(terminated, out.terminated[g], None)
+            _put(truncated, out.truncated[g], None)
+            if bad is not None:  # cut where it stood before the step
+                reward[bad] = 0
+                terminated[bad] = False
+                truncated[bad] = a[f"alive/{g}"][bad]
+        self._write_observed(out, None if bad is None else ~bad, checked=True)
+        if bad is not None:
+            for g in self.groups:
+                a[f"alive/{g}"][bad] = False
+                a[f"acting/{g}"][bad] = False
 
     def restart_all(self, seeds: Sequence[int | None]) -> None:
         """Take over from a dead worker with a fresh env: the episodes it was running end
