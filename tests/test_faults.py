@@ -588,6 +588,56 @@ def test_an_env_that_cannot_restart_raises_even_with_restart(backend: str, tmp_p
         assert [c for i, c in enumerate(venv.get_attr("calls")) if i != 3] == [3, 3, 3, 3]
 
 
+class Unresettable(NativeWalk):
+    """A :class:`NativeWalk` whose step raises at its second call, and whose resets raise
+    while ``resets_fail``."""
+
+    resets_fail = False
+
+    def __init__(self, num_envs: int) -> None:
+        super().__init__(num_envs)
+        self.calls = 0
+
+    def reset(self, seed=None, where=None, options=None) -> BatchedStep:
+        if self.resets_fail:
+            raise OSError("injected reset fault")
+        return super().reset(seed, where, options)
+
+    def step(self, actions) -> BatchedStep:
+        self.calls += 1
+        if self.calls == 2:
+            self.resets_fail = True
+            raise ValueError("injected fault in a natively batched step")
+        return super().step(actions)
+
+
+@pytest.mark.parametrize("on_env_error", ["raise", "restart"])
+def test_a_native_env_that_cannot_restart_raises_and_is_tried_again(on_env_error: str) -> None:
+    with VectorEnv(
+        NativeSource(Unresettable, NUM_ENVS), seed=SEED, on_env_error=on_env_error
+    ) as venv:
+        venv.reset()
+        venv.step(actions_at(0))
+        with pytest.raises(
+            EnvError, match="reset\\(\\) raised too: reset\\(\\) raised OSError"
+        ) as info:
+            venv.step(actions_at(1))
+        assert not info.value.restarted
+        batch = info.value.batch
+        assert batch.done.all() and batch.truncated["a"].all()
+        assert batch.episode_length.tolist() == [1] * NUM_ENVS  # the cut episodes' stats
+        assert not batch.alive["a"].any() and not batch.acting["a"].any()
+        with pytest.raises(EnvError, match="env 0: restarting the env failed again"):
+            venv.step(actions_at(2))  # tried again at every step
+        venv._backend.shard.resets_fail = False
+        batch = venv.step(actions_at(3))  # the retry works: every copy begins an episode
+        assert batch.alive["a"].all() and not batch.done.any()
+        assert batch.obs["a"][:, :, 1].tolist() == [[0, 0]] * NUM_ENVS
+        assert batch.worker_restarts.tolist() == [2] * NUM_ENVS
+        batch = venv.step(actions_at(4))
+        assert batch.obs["a"][:, :, 1].tolist() == [[1, 1]] * NUM_ENVS
+
+
 # -- timeouts -------------------------------------------------------------------------------------
 
 

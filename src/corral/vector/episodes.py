@@ -86,6 +86,7 @@ class Episodes:
         self._zero_running(None)
         self._count_restarts(out)
         self._live = self._any_alive()
+        self._broken = False
         _raise_first(out.faults)
 
     def step(self) -> None:
