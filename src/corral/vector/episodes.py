@@ -21,6 +21,7 @@ from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
 from corral.vector.backend import env_error, first_fault
 from corral.vector.layout import Layout, array_tree, assemble, leaves
+from corral.vector.shards import envs_text
 
 Arrays = Mapping[str, Any]
 
@@ -182,7 +183,7 @@ class Episodes:
         if not stepped:  # nothing of the step was written: none of it is reported
             clear_step_fields(self.arrays, self.groups)
         envs = range(self.offset, self.offset + len(self.arrays["done"]))
-        message = f"{raised.message}; every copy of the env ({_envs_text(envs)}) restarts"
+        message = f"{raised.message}; every copy of the env ({envs_text(envs)}) restarts"
         self._cut_all()
         again = self._restart()
         if again is None:
@@ -220,10 +221,8 @@ class Episodes:
         clear_step_fields(self.arrays, self.groups)
         again = self._restart()
         if again is not None:
-            raise EnvError(
-                self.offset, f"restarting the env failed again: {again.message}",
-                again.remote_traceback,
-            )  # fmt: skip
+            message = f"restarting the env failed again: {again.message}"
+            raise EnvError(self.offset, message, again.remote_traceback)
         self.arrays["worker_restarts"] += 1
 
     # -- bookkeeping ------------------------------------------------------------------
@@ -384,11 +383,6 @@ def _bad_cells(value: Any, rows: Any) -> dict[int, int]:
     for index in np.argwhere(np.asarray(bad.cpu() if hasattr(bad, "cpu") else bad)):
         cells.setdefault(int(index[0]), int(index[1]) if len(index) > 1 else 0)
     return cells
-
-
-def _envs_text(envs: range) -> str:
-    """``"env 3"`` or ``"envs 2-4"``."""
-    return f"env {envs[0]}" if len(envs) == 1 else f"envs {envs[0]}-{envs[-1]}"
 
 
 def _raise_first(faults: list[EnvError]) -> None:
