@@ -1,9 +1,11 @@
-"""Fault injection on every backend: envs that raise, hang or die at seeded random steps.
+"""Fault injection on every backend: envs that raise, hang, die or return bad values at
+seeded random steps, as dict envs and as a natively batched env.
 
 A faulty env's fault costs only its own episode (cut, truncated, stats kept) and,
-where it kills or stalls a worker, the episodes of that worker's other envs.
-Every other env's transitions must equal those of an undisturbed reference run:
-the same seeds and actions, chosen as a function of (env index, step).
+where it kills or stalls a worker, the episodes of that worker's other envs (for a
+natively batched env that raises, which cannot say which copy failed: those of its
+shard). Every other env's transitions must equal those of an undisturbed reference
+run: the same seeds and actions, chosen as a function of (env index, step).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,8 +26,11 @@ import pytest
 from gymnasium import spaces
 
 import corral
+from corral.batched_env import BatchedStep, CopyGenerators, copy_seeds, selected
 from corral.errors import EnvError, WorkerRestartWarning, WorkerTimeoutError
 from corral.vector import VectorEnv
+from corral.vector.shards import split_envs
+from corral.vector.sources import NativeSource
 
 # Workers started by forkserver or Ray cannot import this module: send its classes by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -95,7 +101,9 @@ class Faulty(Walk):
     Each instance built for env ``index`` is its next generation (counted in a file
     under ``plan_dir``, which outlives worker processes): generation ``g`` draws its
     fault step from ``(SEED, index, g)`` and its kind as ``kinds[g % len(kinds)]``:
-    ``"raise"``, ``"hang"`` (sleep past the timeout) or ``"die"`` (end the process).
+    ``"raise"``, ``"hang"`` (sleep past the timeout), ``"die"`` (end the process),
+    ``"bad"`` (a wrong-shaped observation) or ``"nan"`` (a NaN reward; a fault with
+    ``check_finite``).
     With ``at``, only the first generation fails, at step ``at``. The resets of the
     generations in ``reset_fails`` raise.
     """
@@ -136,6 +144,8 @@ class Faulty(Walk):
                 time.sleep(HANG_S)
             elif self.kind == "die":
                 os._exit(3)
+            elif self.kind in ("bad", "nan"):
+                return spoiled(self.kind, *super().step(actions))
         return super().step(actions)
 
     def fail_on_purpose(self) -> None:
@@ -145,9 +155,133 @@ class Faulty(Walk):
         raise OSError("injected reset fault")
 
 
+def spoiled(kind: str, obs, rewards, terminations, truncations, infos) -> tuple:
+    """A step's dicts with one bad value of agent ``a_1``: a wrong-shaped observation
+    (``final_obs`` where its episode ended) for ``"bad"``, a NaN reward for ``"nan"``."""
+    if kind == "nan":
+        rewards["a_1"] = float("nan")
+    elif "a_1" in obs:
+        obs["a_1"] = np.zeros(5, np.float32)
+    else:
+        infos["a_1"] = {"final_obs": np.zeros(5, np.float32)}
+    return obs, rewards, terminations, truncations, infos
+
+
 def faulty_fns(plan_dir: Path, faults: dict[int, dict[str, Any]]) -> list:
     """Constructors of ``NUM_ENVS`` Faulty envs; ``faults`` maps an env index to its options."""
     return [partial(Faulty, i, plan_dir, **faults.get(i, {})) for i in range(NUM_ENVS)]
+
+
+class NativeWalk(corral.BatchedEnv):
+    """``num_envs`` copies of :class:`Walk` as one natively batched env: copy ``i`` draws
+    what a Walk env seeded alike draws, so its rows equal those of the dict envs."""
+
+    max_episode_steps = Walk.max_episode_steps
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+        self.possible_agents = list(AGENTS)
+        self.generators = CopyGenerators(num_envs)
+        self.rngs: list[Any] = [None] * num_envs
+        self.t = np.zeros(num_envs, np.int64)
+        self.length = np.zeros(num_envs, np.int64)
+        self.pos = np.zeros((num_envs, 2))
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return spaces.Box(-1e3, 1e3, (3,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return spaces.Discrete(3)
+
+    def reset(self, seed=None, where=None, options=None) -> BatchedStep:
+        rows = selected(where, self.num_envs)
+        generators = self.generators.at_reset(copy_seeds(seed, self.num_envs), rows)
+        for i, rng in zip(rows, generators, strict=True):
+            self.rngs[i], self.t[i] = rng, 0
+            self.length[i] = rng.integers(3, 13)
+            self.pos[i] = rng.normal(size=2)
+        return self._result(np.ones((self.num_envs, 2), bool))
+
+    def step(self, actions) -> BatchedStep:
+        action = np.asarray(actions["a"])
+        self.t += 1
+        for i, rng in enumerate(self.rngs):
+            self.pos[i] = self.pos[i] + (action[i] - 1.0) + 0.1 * rng.normal(size=2)
+        terminated = self.t >= self.length
+        truncated = ~terminated & (self.t >= self.max_episode_steps)
+        ended = np.repeat((terminated | truncated)[:, None], 2, 1)
+        return self._result(
+            ~ended,
+            reward={"a": 1.0 + 0.5 * action + 0.01 * self.t[:, None]},
+            terminated={"a": np.repeat(terminated[:, None], 2, 1)},
+            truncated={"a": np.repeat(truncated[:, None], 2, 1)},
+        )
+
+    def _result(self, alive: np.ndarray, **step: Any) -> BatchedStep:
+        obs = np.stack(
+            [self.pos, np.repeat(self.t[:, None], 2, 1), np.repeat(self.length[:, None], 2, 1)],
+            -1,
+        ).astype(np.float32)
+        return BatchedStep({"a": obs}, {"a": alive}, {"a": alive.copy()}, **step)
+
+
+class FaultyNativeWalk(NativeWalk):
+    """A :class:`NativeWalk` of copies ``offset`` on whose copies in ``faults`` (global
+    index -> kinds) fail as :class:`Faulty` envs do, again and again: generation ``g``
+    of copy ``i`` (its faults so far, counted in a file under ``plan_dir``) fails after
+    the step drawn from ``(SEED, i, g)``, with ``kinds[g % len(kinds)]``: ``"raise"``
+    (the whole env raises), ``"hang"``, ``"die"`` or ``"nan"`` (a NaN observation)."""
+
+    def __init__(self, num_envs: int, offset: int, plan_dir: Path, faults: dict) -> None:
+        super().__init__(num_envs)
+        self.plan_dir = plan_dir
+        self.kinds = {i - offset: k for i, k in faults.items() if i - offset in range(num_envs)}
+        self.offset = offset
+        self.plans = {c: self._plan(c) for c in self.kinds}
+
+    def _plan(self, copy: int) -> list:
+        """``[steps until the fault, its kind]`` of the copy's next generation."""
+        generation = self._faults_file(copy).stat().st_size
+        rng = np.random.default_rng([SEED, self.offset + copy, generation])
+        kinds = self.kinds[copy]
+        return [int(rng.integers(4, 13)), kinds[generation % len(kinds)]]
+
+    def _faults_file(self, copy: int) -> Path:
+        path = self.plan_dir / f"env{self.offset + copy}"
+        path.touch()
+        return path
+
+    def step(self, actions) -> BatchedStep:
+        now = []
+        for copy, plan in self.plans.items():
+            plan[0] -= 1
+            if plan[0] == 0:
+                now.append((copy, plan[1]))
+                with open(self._faults_file(copy), "ab") as file:
+                    file.write(b"+")
+                self.plans[copy] = self._plan(copy)
+        kinds = {kind for _, kind in now}
+        if "raise" in kinds:
+            raise ValueError("injected fault in a natively batched step")
+        if "hang" in kinds:
+            time.sleep(HANG_S)
+        if "die" in kinds:
+            os._exit(3)
+        out = super().step(actions)
+        for copy, _ in now:
+            out.obs["a"][copy, 1, 0] = np.nan
+        return out
+
+
+@dataclass(frozen=True)
+class ShardedNative(NativeSource):
+    """A native source whose shards know their first copy."""
+
+    def part(self, envs: range) -> ShardedNative:
+        return ShardedNative(self.make, len(envs), self.state)
+
+    def build(self, offset: int = 0) -> Any:
+        return self.make(self.num_envs, offset)
 
 
 def actions_at(t: int, num_envs: int = NUM_ENVS) -> dict[str, np.ndarray]:
@@ -242,31 +376,50 @@ def check_episodes(batches: list, e: int) -> tuple[int, int]:
 
 # -- the suite ------------------------------------------------------------------------------------
 
-# backend, envs per worker, kinds of env 1's faults; env 4 raises now and then on every backend
+# backend, source, envs per worker, kinds of the faults of env 1 and of env 4
 SUITE = [
-    pytest.param("sync", 1, ("raise",), id="sync"),
-    pytest.param("subproc", 1, ("raise", "die", "hang"), id="subproc-1"),
-    pytest.param("subproc", 2, ("die", "raise", "hang"), id="subproc-2"),
-    pytest.param("ray", 2, ("die", "hang", "raise"), id="ray-2", marks=needs_ray),
+    pytest.param("sync", "dict", 1, ("raise", "bad", "nan"), ("raise",), id="sync"),
+    pytest.param("subproc", "dict", 1, ("raise", "die", "hang"), ("bad",), id="subproc-1"),
+    pytest.param("subproc", "dict", 3, ("raise", "nan", "bad"), ("die", "hang"), id="subproc-3"),
+    pytest.param(
+        "ray", "dict", 3, ("raise", "bad"), ("hang", "die", "raise"), id="ray-3", marks=needs_ray
+    ),
+    pytest.param("sync", "native", NUM_ENVS, ("nan",), ("nan",), id="sync-native"),
+    pytest.param("subproc", "native", 3, ("nan",), ("raise", "die", "hang"), id="subproc-native"),
+    pytest.param(
+        "ray", "native", 2, ("hang", "nan", "die"), ("raise",), id="ray-native", marks=needs_ray
+    ),
 ]
+# The faults that cost every env of the worker (and of a native shard that raises, the shard).
+SHARD_FAULTS = {"dict": {"die", "hang"}, "native": {"die", "hang", "raise"}}
 
 
-@pytest.mark.parametrize(("backend", "per_worker", "kinds"), SUITE)
+@pytest.mark.parametrize(("backend", "source", "per_worker", "kinds_1", "kinds_4"), SUITE)
 def test_healthy_envs_match_an_undisturbed_run(
-    backend: str, per_worker: int, kinds: tuple, tmp_path: Path, ray_session
+    backend: str,
+    source: str,
+    per_worker: int,
+    kinds_1: tuple,
+    kinds_4: tuple,
+    tmp_path: Path,
+    ray_session,
 ) -> None:
     steps = 30 if backend == "ray" else 40
-    faults = {1: {"kinds": kinds}, 4: {"kinds": ("raise",)}}
-    fails_worker = "die" in kinds or "hang" in kinds
-    shares_with_1 = {i for i in range(NUM_ENVS) if i // per_worker == 1 // per_worker}
-    unhealthy = {1, 4} | (shares_with_1 if fails_worker else set())
+    faults = {1: kinds_1, 4: kinds_4}
+    unhealthy = set(faults)
+    for shard in split_envs(NUM_ENVS, envs_per_worker=per_worker):
+        if any(SHARD_FAULTS[source] & set(faults.get(i, ())) for i in shard):
+            unhealthy |= set(shard)
     healthy = [i for i in range(NUM_ENVS) if i not in unhealthy]
     options = backend_options(backend, ray_session, per_worker)
     if backend != "sync":
         options["timeout"] = 3.0 if backend == "ray" else 2.0
-    venv = VectorEnv(
-        faulty_fns(tmp_path, faults), backend, seed=SEED, on_env_error="restart", **options
-    )
+    if source == "dict":
+        envs: Any = faulty_fns(tmp_path, {i: {"kinds": k} for i, k in faults.items()})
+    else:
+        make = partial(FaultyNativeWalk, plan_dir=tmp_path, faults=faults)
+        envs = ShardedNative(make, NUM_ENVS)
+    venv = VectorEnv(envs, backend, seed=SEED, on_env_error="restart", check_finite=True, **options)
     with venv:
         got = faulty_run(venv, steps)
     want = reference_run(steps)
@@ -277,9 +430,22 @@ def test_healthy_envs_match_an_undisturbed_run(
     episodes = [check_episodes(got, e) for e in range(NUM_ENVS)]
     assert episodes[1][0] >= 2 and episodes[4][0] >= 2, episodes  # cut episodes of each
     assert all(episodes[e][0] == 0 and episodes[e][1] >= 2 for e in healthy), episodes
-    generations = len((tmp_path / "env1").read_bytes())
-    assert got[-1].worker_restarts[1] == generations - 1  # one restart per fault of env 1
-    assert generations - 1 >= len(kinds)  # every kind of fault happened
+    for e, kinds in faults.items():
+        count = len((tmp_path / f"env{e}").read_bytes())
+        if source == "dict":  # the file counts the env's generations: its faults and one
+            count -= 1
+        assert got[-1].worker_restarts[e] == count  # one restart per fault of the env
+        assert count >= len(kinds)  # every kind of fault happened
+
+
+def test_a_native_walk_is_the_walk_of_dict_envs() -> None:
+    """What the suite's native runs are compared with: the dict envs' reference run."""
+    want = reference_run(30)
+    with VectorEnv(NativeSource(NativeWalk, NUM_ENVS), "sync", seed=SEED) as venv:
+        got = [venv.reset(), *(venv.step(actions_at(t)) for t in range(30))]
+    for t, (g, w) in enumerate(zip(got, want, strict=True)):
+        for e in range(NUM_ENVS):
+            assert_rows_equal(g, w, e, f"env {e}, step {t}")
 
 
 # -- one step, one fault --------------------------------------------------------------------------
@@ -420,6 +586,56 @@ def test_an_env_that_cannot_restart_raises_even_with_restart(backend: str, tmp_p
         with pytest.raises(EnvError, match="env 3: restarting the env failed again"):
             venv.step(actions_at(2))  # tried again at every step
         assert [c for i, c in enumerate(venv.get_attr("calls")) if i != 3] == [3, 3, 3, 3]
+
+
+class Unresettable(NativeWalk):
+    """A :class:`NativeWalk` whose step raises at its second call, and whose resets raise
+    while ``resets_fail``."""
+
+    resets_fail = False
+
+    def __init__(self, num_envs: int) -> None:
+        super().__init__(num_envs)
+        self.calls = 0
+
+    def reset(self, seed=None, where=None, options=None) -> BatchedStep:
+        if self.resets_fail:
+            raise OSError("injected reset fault")
+        return super().reset(seed, where, options)
+
+    def step(self, actions) -> BatchedStep:
+        self.calls += 1
+        if self.calls == 2:
+            self.resets_fail = True
+            raise ValueError("injected fault in a natively batched step")
+        return super().step(actions)
+
+
+@pytest.mark.parametrize("on_env_error", ["raise", "restart"])
+def test_a_native_env_that_cannot_restart_raises_and_is_tried_again(on_env_error: str) -> None:
+    with VectorEnv(
+        NativeSource(Unresettable, NUM_ENVS), seed=SEED, on_env_error=on_env_error
+    ) as venv:
+        venv.reset()
+        venv.step(actions_at(0))
+        with pytest.raises(
+            EnvError, match="reset\\(\\) raised too: reset\\(\\) raised OSError"
+        ) as info:
+            venv.step(actions_at(1))
+        assert not info.value.restarted
+        batch = info.value.batch
+        assert batch.done.all() and batch.truncated["a"].all()
+        assert batch.episode_length.tolist() == [1] * NUM_ENVS  # the cut episodes' stats
+        assert not batch.alive["a"].any() and not batch.acting["a"].any()
+        with pytest.raises(EnvError, match="env 0: restarting the env failed again"):
+            venv.step(actions_at(2))  # tried again at every step
+        venv._backend.shard.resets_fail = False
+        batch = venv.step(actions_at(3))  # the retry works: every copy begins an episode
+        assert batch.alive["a"].all() and not batch.done.any()
+        assert batch.obs["a"][:, :, 1].tolist() == [[0, 0]] * NUM_ENVS
+        assert batch.worker_restarts.tolist() == [2] * NUM_ENVS
+        batch = venv.step(actions_at(4))
+        assert batch.obs["a"][:, :, 1].tolist() == [[1, 1]] * NUM_ENVS
 
 
 # -- timeouts -------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import corral
 import corral.training.checkpoint
 from corral import cli
 from corral.errors import EnvError
+from corral.registry import spec
 from corral.training import ConfigError, Runner, load_config
 from corral.training.metrics import read_metrics
 from corral.training.runner import LATEST
@@ -41,6 +42,37 @@ class Flaky:
         return env
 
 
+class FlakyNative(corral.BatchedEnv):
+    """The natively batched climbing game, whose ``every``-th step (counted with the dict
+    envs' ones) raises: it cannot say which copy failed, so every copy restarts."""
+
+    def __init__(self, num_envs: int, array: str = "numpy", device: str = "cpu") -> None:
+        self.env = spec("mdp/climbing").make_batched(num_envs, array, device)
+        self.num_envs, self.place = num_envs, self.env.place
+        self.possible_agents = self.env.possible_agents
+        self.max_episode_steps = self.env.max_episode_steps
+        self.metadata = self.env.metadata
+
+    @property
+    def groups(self) -> dict:
+        return self.env.groups
+
+    def observation_space(self, agent: str) -> Any:
+        return self.env.observation_space(agent)
+
+    def action_space(self, agent: str) -> Any:
+        return self.env.action_space(agent)
+
+    def reset(self, seed: Any = None, where: Any = None, options: Any = None) -> Any:
+        return self.env.reset(seed=seed, where=where, options=options)
+
+    def step(self, actions: dict) -> Any:
+        FAULTS["steps"] += 1
+        if FAULTS["every"] and FAULTS["steps"] % FAULTS["every"] == 0:
+            raise RuntimeError("the simulator lost its connection")
+        return self.env.step(actions)
+
+
 SETTINGS = {
     "num_envs": 2, "total_steps": 200, "eval_every": 0, "checkpoint_every": 40,
     "log_every": 40, "device": "cpu", "tensorboard": False, "eval_episodes": 2,
@@ -50,6 +82,7 @@ SETTINGS = {
 @pytest.fixture(autouse=True)
 def faults_every_37_steps(isolated_registry: None) -> Any:
     corral.register("test/flaky_climbing", Flaky)
+    corral.register("test/flaky_native_climbing", Flaky, batched=FlakyNative)
     FAULTS.update(steps=0, every=37)
     yield
     FAULTS.update(steps=0, every=0)
@@ -68,6 +101,22 @@ def test_restart_trains_on_and_counts_the_restarts(tmp_path: Path) -> None:
     rows = read_metrics(tmp_path / "r")
     restarts = sum(r.get("env_restarts", 0) for r in rows)
     assert restarts == FAULTS["steps"] // 37 >= 5
+    assert any("the simulator lost its connection" in str(w.message) for w in caught)
+
+
+def test_restart_trains_on_when_a_natively_batched_env_raises(tmp_path: Path) -> None:
+    config = load_config(
+        "dqn", "test/flaky_native_climbing",
+        {**SETTINGS, "on_env_error": "restart", "run_dir": str(tmp_path / "r")},
+    )  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with Runner(config, progress=False) as runner:
+            assert runner.venv.native
+            results = runner.benchmark()
+    assert results.env_steps == 200
+    restarts = sum(r.get("env_restarts", 0) for r in read_metrics(tmp_path / "r"))
+    assert restarts == SETTINGS["num_envs"] * (FAULTS["steps"] // 37) >= 2  # every copy
     assert any("the simulator lost its connection" in str(w.message) for w in caught)
 
 

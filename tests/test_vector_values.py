@@ -530,7 +530,9 @@ def test_a_native_env_s_array_of_the_wrong_shape_is_not_broadcast(backend) -> No
         f"env {first}: obs['agent']: expected an array of shape ({n}, 2, 3) "
         + WHOLE_ARRAY.format(n=n)
         + "an array of shape () and dtype float32"
+        + f"; every copy of the env (envs {first}-{first + n - 1}) restarts"
     )
+    assert err.restarted
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -539,10 +541,13 @@ def test_a_native_env_s_value_that_its_dtype_cannot_hold_names_the_copy_and_agen
 ) -> None:
     err = _native_error(backend, "obs_overflow")
     assert err.env_index == BAD_ENV
+    first = 0 if backend == "sync" else 2  # the env (shard) holding the copy restarts
     assert str(err) == (
         f"env {BAD_ENV}: obs['agent'] of agent 'agent_1': expected values that float32 holds "
         "(in [-3.40282e+38, 3.40282e+38]), got 1e+300 at index (0,), which overflows float32"
+        f"; every copy of the env (envs {first}-3) restarts"
     )
+    assert err.restarted
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -13,14 +13,15 @@ their device); a step reads the host only for whether any copy ended.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
-from corral.vector.backend import first_fault
+from corral.vector.backend import env_error, first_fault
 from corral.vector.layout import Layout, array_tree, assemble, leaves
+from corral.vector.shards import envs_text
 from corral.vector.validation import ReturnedArrays
 
 Arrays = Mapping[str, Any]
@@ -36,7 +37,11 @@ class Episodes:
 
     A fault of a copy that the env restarts itself (packed dict envs: an env that raised
     or returned a bad value) leaves the other copies' step complete; the first fault, by
-    env index, is raised once the batch is complete, listing all of them.
+    env index, is raised once the batch is complete, listing all of them. An env that
+    raises in its step (a natively batched env, which cannot say which copy failed) is
+    handled as a dead worker is (:meth:`restart_all`): every copy's episode ends where it
+    stands, truncated with its stats, and every copy restarts. With ``check_finite``, a
+    copy of a natively batched env that returns NaN or inf is cut and restarted alone.
     """
 
     def __init__(
@@ -72,6 +77,7 @@ class Episodes:
         self._check_finite = layout.check_finite and not keeps_rules
         self._keeps_masks = keeps_rules
         self._returned = None if keeps_rules else ReturnedArrays(layout, arrays, offset)
+        self._broken = False  # its last restart failed: tried again at each step
 
     # -- commands -------------------------------------------------------------------
 
@@ -83,35 +89,67 @@ class Episodes:
         self._zero_running(None)
         self._count_restarts(out)
         self._live = self._any_alive()
+        self._broken = False
         _raise_first(out.faults)
 
     def step(self) -> None:
         """Step every copy with the actions in the action arrays; restart the copies that
         ended, in the same step."""
+        if self._broken:  # its last restart failed: try again instead
+            self._restart_broken()
+            return
         a = self.arrays
         before = self._live  # the copies with an episode running
-        out = self.env.step(self._actions)
-        self._write_observed(out, None)  # checks every array of out first
-        for g, reward, terminated, truncated, running in self._step_arrays:
-            _put(reward, out.reward[g], None)
-            _put(terminated, out.terminated[g], None)
-            _put(truncated, out.truncated[g], None)
+        try:
+            out = self.env.step(self._actions)
+            if self._returned is not None:  # every array of out, before any is used
+                self._returned.check(out)
+            bad, faults = self._bad_copies(out) if self._check_finite else (None, [])
+            self._write_step(out, bad)
+        except Exception as err:
+            self._fail("step()", err, stepped=False)
+        for _, reward, _, _, running in self._step_arrays:
             running += reward
-        a["running_length"] += before if out.failed is None else before & ~out.failed
+        failed = out.failed  # copies whose step did not happen
+        if bad is not None:
+            failed = bad if failed is None else failed | bad
+            a["worker_restarts"] += bad
+        a["running_length"] += before if failed is None else before & ~failed
         live = self._any_alive()
         done = before & ~live
         a["done"][...] = done
         self._count_restarts(out)
-        faults = out.faults
+        faults = [*out.faults, *faults]
         if bool(done.any()):
             self._end_episodes(done)
-            restarted = self.env.reset(where=done)
-            self._write_observed(restarted, done)
+            try:
+                restarted = self.env.reset(where=done)
+                self._write_observed(restarted, done)
+            except Exception as err:
+                self._fail("reset()", err, stepped=True, also=faults)
             self._count_restarts(restarted)
             faults = [*faults, *restarted.faults]
             live = self._any_alive()
         self._live = live
         _raise_first(faults)
+
+    def _write_step(self, out: BatchedStep, bad: Any) -> None:
+        """Copy the step ``out`` into the arrays; the copies ``bad`` (a bool mask, or
+        ``None``) returned bad values: their step did not happen, their episode is cut."""
+        a = self.arrays
+        for g, reward, terminated, truncated, _ in self._step_arrays:
+            _put(reward, out.reward[g], None)
+            _put(terminated, out.terminated[g], None)
+            _put(truncated, out.truncated[g], None)
+            if bad is not None:  # cut where it stood before the step
+                reward[bad] = 0
+                terminated[bad] = False
+                truncated[bad] = a[f"alive/{g}"][bad]
+        self._write_observed(out, None if bad is None else ~bad, checked=True)
+        if bad is not None:
+            for g in self.groups:
+                a[f"alive/{g}"][bad] = False
+                a[f"acting/{g}"][bad] = False
 
     def restart_all(self, seeds: Sequence[int | None]) -> None:
         """Take over from a dead worker with a fresh env: the episodes it was running end
@@ -121,6 +159,16 @@ class Episodes:
         it (:func:`clear_step_fields`): an episode that ended in that step is reported as
         it ended, the others are cut where they stand.
         """
+        self._cut_all()
+        out = self.env.reset(seed=list(seeds))
+        self._write_observed(out, None)
+        self._zero_running(None)
+        self._live = self._any_alive()
+        _raise_first(out.faults)
+
+    def _cut_all(self) -> None:
+        """End every copy's episode where it stands (one that ended in this step's fields
+        as it ended), truncated, and count a restart of each copy."""
         a = self.arrays
         cut = ~a["done"]
         for g in self.groups:
@@ -128,11 +176,58 @@ class Episodes:
         self._end_episodes(cut)
         a["done"][...] = True
         a["worker_restarts"] += 1
-        out = self.env.reset(seed=list(seeds))
-        self._write_observed(out, None)
+
+    def _fail(
+        self, what: str, err: Exception, stepped: bool, also: Sequence[EnvError] = ()
+    ) -> NoReturn:
+        """The env raised ``err`` (being handled) in ``what`` of a step (``stepped``: after
+        the env stepped): end every copy's episode where it stands and restart them all, as
+        :meth:`restart_all` does; then raise the fault (with the faults ``also`` found)."""
+        raised = env_error(self.offset, what, err)
+        if not stepped:  # nothing of the step was written: none of it is reported
+            clear_step_fields(self.arrays, self.groups)
+        envs = range(self.offset, self.offset + len(self.arrays["done"]))
+        message = f"{raised.message}; every copy of the env ({envs_text(envs)}) restarts"
+        self._cut_all()
+        again = self._restart()
+        if again is None:
+            fault = EnvError(raised.env_index, message, raised.remote_traceback, restarted=True)
+        else:
+            fault = EnvError(
+                raised.env_index,
+                f"{message}, but its reset() raised too: {again.message}",
+                f"{raised.remote_traceback}\n{again.remote_traceback}",
+            )
+        raise first_fault([fault, *also])
+
+    def _restart(self) -> EnvError | None:
+        """Reset every copy after a fault; what the reset raised, if it did (every copy then
+        has no episode, and the next step tries again)."""
+        try:
+            out = self.env.reset()
+            self._write_observed(out, None)
+            _raise_first(out.faults)
+        except Exception as err:
+            again = env_error(self.offset, "reset()", err)
+            for g in self.groups:
+                self.arrays[f"alive/{g}"][...] = False
+                self.arrays[f"acting/{g}"][...] = False
+            self._live = self._any_alive()
+            self._broken = True
+            return again
         self._zero_running(None)
         self._live = self._any_alive()
-        _raise_first(out.faults)
+        self._broken = False
+        return None
+
+    def _restart_broken(self) -> None:
+        """Try again to restart an env whose restart failed; raise if it fails again."""
+        clear_step_fields(self.arrays, self.groups)
+        again = self._restart()
+        if again is not None:
+            message = f"restarting the env failed again: {again.message}"
+            raise EnvError(self.offset, message, again.remote_traceback)
+        self.arrays["worker_restarts"] += 1
 
     # -- bookkeeping ------------------------------------------------------------------
 
@@ -142,12 +237,13 @@ class Episodes:
             alive = alive | more.any(1)
         return alive
 
-    def _write_observed(self, out: BatchedStep, rows: Any) -> None:
-        """Copy what ``out`` observed into the arrays (only ``rows``, a bool mask, if given)."""
+    def _write_observed(self, out: BatchedStep, rows: Any, checked: bool = False) -> None:
+        """Copy what ``out`` observed into the arrays (only ``rows``, a bool mask, if given);
+        ``checked``: its arrays and values were checked already."""
         a = self.arrays
-        if self._returned is not None:
+        if not checked and self._returned is not None:
             self._returned.check(out)
-        if self._check_finite:
+        if self._check_finite and not checked:
             self._check_values(out, rows)
         for g, group in self.layout.groups.items():
             for path, value in _leaf_values(group.obs_tree, f"obs/{g}", out.obs[g]):
@@ -191,26 +287,46 @@ class Episodes:
             self.arrays["worker_restarts"] += out.restarted
 
     def _check_values(self, out: BatchedStep, rows: Any) -> None:
-        """An :class:`EnvError` for the first NaN or inf an env returned (``check_finite``)."""
+        """An :class:`EnvError` for the first copy (among ``rows``) that returned NaN or inf
+        (``check_finite``)."""
+        faults = self._value_faults(out, rows)
+        if faults:
+            raise faults[min(faults)]
+
+    def _bad_copies(self, out: BatchedStep) -> tuple[Any, list[EnvError]]:
+        """The copies whose step returned NaN or inf (``check_finite``) as a bool mask
+        (``None`` for none), and the fault of each; they are cut and restarted."""
+        faults = self._value_faults(out, None)
+        if not faults:
+            return None, []
+        bad = self._live & False  # a new mask of the arrays' kind
+        bad[sorted(faults)] = True
+        for fault in faults.values():
+            fault.restarted = True
+        return bad, [faults[i] for i in sorted(faults)]
+
+    def _value_faults(self, out: BatchedStep, rows: Any) -> dict[int, EnvError]:
+        """The first NaN or inf of each copy among ``rows`` (all for ``None``), by copy."""
+        faults: dict[int, EnvError] = {}
         for g, group in self.layout.groups.items():
             checks = [("observation", v) for _, v in _leaf_values(group.obs_tree, "", out.obs[g])]
             if out.reward is not None:
                 checks.append(("reward", out.reward[g]))
             for what, value in checks:
-                hit = _first_bad(value, rows)
-                if hit is not None:
-                    i, j = hit
-                    raise EnvError(
-                        self.offset + i,
-                        f"{what} of agent {group.agents[j]!r}: expected finite values, "
-                        "got NaN or inf",
-                    )
+                for i, j in _bad_cells(value, rows).items():
+                    if i not in faults:
+                        faults[i] = EnvError(
+                            self.offset + i,
+                            f"{what} of agent {group.agents[j]!r}: expected finite values, "
+                            "got NaN or inf",
+                        )
         if self._state:
             tree = array_tree(self.layout.state_space)
             for _, value in _leaf_values(tree, "", out.state):
-                hit = _first_bad(value, rows)
-                if hit is not None:
-                    raise EnvError(self.offset + hit[0], "state: expected finite values")
+                for i in _bad_cells(value, rows):
+                    if i not in faults:
+                        faults[i] = EnvError(self.offset + i, "state: expected finite values")
+        return faults
 
 
 # What a step writes per group, in the order Episodes.step reads them.
@@ -254,22 +370,25 @@ def _fill(dst: Any, value: Any, rows: Any) -> None:
         dst[rows] = value
 
 
-def _first_bad(value: Any, rows: Any) -> tuple[int, int] | None:
-    """The first ``(copy, agent)`` (or ``(copy, 0)``) holding NaN or inf, among ``rows``."""
+def _bad_cells(value: Any, rows: Any) -> dict[int, int]:
+    """Each copy (among ``rows``) holding NaN or inf -> its first agent holding one (0 for
+    a value without agents)."""
     if isinstance(value, np.ndarray):
         if value.dtype.kind != "f":
-            return None
+            return {}
         bad = ~np.isfinite(value)
     else:
         if not value.is_floating_point():
-            return None
+            return {}
         bad = ~value.isfinite()
     if rows is not None:
         bad = bad & rows.reshape(-1, *([1] * (bad.ndim - 1)))
     if not bool(bad.any()):
-        return None
-    index = np.argwhere(np.asarray(bad.cpu() if hasattr(bad, "cpu") else bad))[0]
-    return int(index[0]), int(index[1]) if len(index) > 1 else 0
+        return {}
+    cells: dict[int, int] = {}
+    for index in np.argwhere(np.asarray(bad.cpu() if hasattr(bad, "cpu") else bad)):
+        cells.setdefault(int(index[0]), int(index[1]) if len(index) > 1 else 0)
+    return cells
 
 
 def _raise_first(faults: list[EnvError]) -> None:

@@ -88,10 +88,10 @@ class Shard:
     :class:`WorkerRestartWarning` when its envs restart; ``None``: nothing to tell."""
 
     def __str__(self) -> str:
-        return f"worker {self.index} ({_envs_text(self.envs)})"
+        return f"worker {self.index} ({envs_text(self.envs)})"
 
 
-def _envs_text(envs: range) -> str:
+def envs_text(envs: range) -> str:
     """``"env 3"`` or ``"envs 2-4"``."""
     return f"env {envs[0]}" if len(envs) == 1 else f"envs {envs[0]}-{envs[-1]}"
 
