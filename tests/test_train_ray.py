@@ -78,6 +78,9 @@ def test_a_run_whose_envs_hold_every_cpu_evaluates_and_completes(tmp_path: Path)
         actors = runner.venv._backend.shards
         assert len(actors) == CPUS  # the training envs' workers take every CPU of the Ray
         results = runner.benchmark()
+        evaluation = runner.eval_venv._backend  # one actor of its own that reserves no CPU
+        assert runner.eval_venv.backend_name == "ray" and len(evaluation.shards) == 1
+        assert evaluation.num_cpus_per_worker == 0
     assert results.env_steps == 64
     evals = [r["env_steps"] for r in read_metrics(tmp_path / "run") if "eval_return" in r]
     assert evals == [0, 32, 64]

@@ -65,7 +65,6 @@ from corral.training.scoring import (
 )
 from corral.training.threads import set_torch_threads, torch_threads
 from corral.vector import VectorEnv, make_vec
-from corral.vector.backend import DEFAULT_TIMEOUT
 from corral.vector.sampling import sample_array
 
 log = logging.getLogger("corral.training")
@@ -80,10 +79,10 @@ RESUMABLE = frozenset(
 )
 """Run settings that may change when a run is resumed (the schedule, not what is learned)."""
 EVAL_WORKERS = {"num_workers": 1}
-"""Evaluations of a run whose envs run in workers play in one ``subproc`` worker of their
-own, with the run's ``timeout``: an env that hangs cannot block the run, and evaluations
-never wait for the training envs' workers (or for Ray's CPUs). A ``sync`` run's evaluations
-play in the runner's process, as its training does."""
+"""Evaluations of a run whose envs run in workers play in one worker of their own, on the
+run's backend with its ``timeout``, so an env that hangs cannot block the run; on Ray it
+reserves no CPU, so evaluations never wait for CPUs the training envs hold. A ``sync``
+run's evaluations play in the runner's process, as its training does."""
 
 
 @dataclass
@@ -523,9 +522,11 @@ def build_eval_venv(config: TrainConfig) -> VectorEnv:
     run = config.run
     if run.backend == "sync":
         return build_venv(run, state=uses_state(config))
-    timeout = run.backend_options().get("timeout", DEFAULT_TIMEOUT)
-    options = {**EVAL_WORKERS, "timeout": timeout}
-    return build_venv(run, backend="subproc", options=options, state=uses_state(config))
+    options = {k: v for k, v in run.backend_options().items() if k != "envs_per_worker"}
+    options |= EVAL_WORKERS
+    if run.backend == "ray":
+        options["num_cpus_per_worker"] = 0
+    return build_venv(run, options=options, state=uses_state(config))
 
 
 def uses_state(config: TrainConfig) -> bool:
