@@ -18,8 +18,15 @@ def flat_dim(space: spaces.Space) -> int:
     return int(spaces.flatdim(space))
 
 
-def as_input(obs: np.ndarray, space: spaces.Space, device: str) -> torch.Tensor:
-    """A float tensor ``[..., flat_dim]`` of observations laid out ``[..., *obs_shape]``."""
+def as_input(obs: Any, space: spaces.Space, device: str | torch.device) -> torch.Tensor:
+    """A float tensor ``[..., flat_dim]`` on ``device`` of observations laid out
+    ``[..., *obs_shape]`` (a NumPy array, or a tensor: no host copy)."""
+    if isinstance(obs, torch.Tensor):
+        if isinstance(space, spaces.Discrete):
+            index = (obs.to(device) - space.start).long()
+            return nn.functional.one_hot(index, int(space.n)).float()
+        lead = obs.shape[: obs.ndim - len(space.shape)]
+        return obs.to(device=device, dtype=torch.float32).reshape(*lead, -1)
     if isinstance(space, spaces.Discrete):
         index = torch.as_tensor(np.asarray(obs) - space.start, device=device, dtype=torch.long)
         return nn.functional.one_hot(index, int(space.n)).float()
