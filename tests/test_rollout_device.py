@@ -204,3 +204,56 @@ def test_self_play_refuses_torch_batches():
     with pytest.raises(ValueError, match="self_play plays numpy batches only"):
         algo.act(venv.reset(seed=0))
     venv.close()
+
+
+def run_settings(tmp_path, name, **settings):
+    base = {
+        "num_envs": 4,
+        "total_steps": 240,
+        "eval_every": 0,
+        "eval_episodes": 4,
+        "log_every": 120,
+        "dtype": "float64",
+        "tensorboard": False,
+        "run_dir": str(tmp_path / name),
+    }
+    return {**base, **settings}
+
+
+def test_the_runner_trains_on_torch_batches_as_on_numpy(tmp_path):
+    from corral.training import Runner, load_config
+
+    results = {}
+    for array in ("numpy", "torch"):
+        config = load_config(
+            "mappo",
+            "mpe2/simple_spread_v3",
+            run_settings(tmp_path, array, array=array, rollout_steps=10),
+        )
+        with Runner(config, progress=False) as runner:
+            batch = runner.collector.batch
+            assert isinstance(batch.done, torch.Tensor) == (array == "torch")
+            results[array] = runner.benchmark()
+            assert runner.eval_venv is None or not runner.eval_venv.place.is_torch
+    columns = ("env_steps", "train_return", "train_episodes", "eval_return")
+    rows = {a: [{c: r.get(c) for c in columns} for r in res.metrics] for a, res in results.items()}
+    assert any(row["train_return"] is not None for row in rows["torch"])
+    assert rows["torch"] == rows["numpy"]
+
+
+@pytest.mark.parametrize(
+    ("algo", "settings", "message"),
+    [
+        ("mappo", {"self_play": True}, "self_play plays on numpy batches only"),
+        ("dqn", {}, "array='torch' needs an algorithm that learns from rollouts"),
+    ],
+)
+def test_the_runner_refuses_torch_batches_where_they_cannot_train(
+    tmp_path, algo, settings, message
+):
+    from corral.training import ConfigError, Runner, load_config
+
+    env = "pettingzoo/classic/tictactoe_v3" if settings else "mpe2/simple_spread_v3"
+    with pytest.raises(ConfigError, match=message):
+        config = load_config(algo, env, run_settings(tmp_path, algo, array="torch", **settings))
+        Runner(config, progress=False)
