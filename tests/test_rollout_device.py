@@ -114,6 +114,32 @@ def test_a_rollout_and_update_read_the_host_a_constant_number_of_times(algo_cls,
     assert sum(reads[40].values()) <= 10 * 2, reads[40]
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_on_cuda_a_rollout_and_update_synchronise_a_constant_number_of_times():
+    import warnings
+
+    syncs = {}
+    for steps in (13, 40):
+        venv, _, collector = torch_collector(MAPPO, "cuda", rollout_steps=steps)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                collector.run(2 * steps * venv.num_envs)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        venv.close()
+        # a synchronising call warns from the Python line that made it
+        learner = [
+            f"{w.filename}:{w.lineno}"
+            for w in caught
+            if "synchroniz" in str(w.message)
+            and not any(part in w.filename for part in ("corral/vector/", "corral/envs/"))
+        ]
+        syncs[steps] = Counter(learner)
+    assert syncs[13] == syncs[40], (syncs[13], syncs[40])
+
+
 def test_the_counter_sees_reads_made_per_step():
     # the check above would fail on a learner that reads a value back in every step
     venv, algo, collector = torch_collector(MAPPO, "cpu")

@@ -68,6 +68,7 @@ from corral.algos.networks import (
     loaded_copy,
     masked_logits,
     mlp,
+    to_device,
 )
 from corral.algos.selfplay import SelfPlay
 from corral.data.buffers import RolloutBuffer, gae
@@ -162,7 +163,7 @@ class _CategoricalHead(nn.Module):
     def sample(self, dist: _Categorical, generator: torch.Generator) -> torch.Tensor:
         """A draw by the Gumbel-max trick, from ``generator``'s stream."""
         u = torch.rand(dist.logits.shape, generator=generator).clamp_(min=1e-20)
-        return (dist.logits - torch.log(-torch.log(u)).to(dist.logits.device)).argmax(-1)
+        return (dist.logits - to_device(torch.log(-torch.log(u)), dist.logits.device)).argmax(-1)
 
     def greedy(self, dist: _Categorical) -> torch.Tensor:
         return dist.logits.argmax(-1)
@@ -200,7 +201,7 @@ class _GaussianHead(nn.Module):
         return Independent(Normal(mean, std, validate_args=False), 1, validate_args=False)
 
     def sample(self, dist: Distribution, generator: torch.Generator) -> torch.Tensor:
-        noise = torch.randn(dist.mean.shape, generator=generator).to(dist.mean.device)
+        noise = to_device(torch.randn(dist.mean.shape, generator=generator), dist.mean.device)
         return dist.mean + dist.stddev * noise
 
     def greedy(self, dist: Distribution) -> torch.Tensor:
@@ -641,7 +642,7 @@ class MAPPO(Algorithm):
         history = []
         for _ in range(cfg.epochs):
             for index in torch.randperm(len(advantage), generator=self.generator).split(size):
-                index = index.to(self.device)
+                index = to_device(index, self.device)
                 dist = nets.actor(actor_in[index], None if mask is None else mask[index])
                 log_ratio = dist.log_prob(sample[index]) - old_log_prob[index]
                 ratio = log_ratio.exp()

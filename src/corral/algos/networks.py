@@ -35,6 +35,15 @@ def as_input(obs: Any, space: spaces.Space, device: str | torch.device) -> torch
     return torch.as_tensor(array, device=device)
 
 
+def to_device(x: torch.Tensor, device: str | torch.device) -> torch.Tensor:
+    """``x`` (a CPU tensor) on ``device``. To a GPU through pinned memory, without waiting
+    for the GPU's queued work: drawing from a CPU generator then costs no synchronisation."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return x.to(device)
+    return x.pin_memory().to(device, non_blocking=True)
+
+
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 """Hidden-layer activations by the name a config gives."""
 
