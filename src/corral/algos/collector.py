@@ -90,19 +90,25 @@ class Collector:
                 on_step(self.venv.num_envs)
         return progress
 
-    def _record_episodes(self, progress: Progress) -> None:
-        finished = np.flatnonzero(self.batch.done)
+    def _record_episodes(self, progress: Progress, batch: Any = None) -> None:
+        """Add the episodes that ended at ``batch`` (default: the current one) to ``progress``.
+
+        ``batch`` needs only NumPy ``done`` ``[S]``, ``episode_return`` and
+        ``episode_length``, so several steps' batches flattened to ``S = steps * E`` rows
+        record their episodes in step order."""
+        batch = self.batch if batch is None else batch
+        finished = np.flatnonzero(batch.done)
         if len(finished) == 0:
             return
         returns = np.concatenate(
-            [self.batch.episode_return[g][finished] for g in self.algo.groups], axis=1
+            [batch.episode_return[g][finished] for g in self.algo.groups], axis=1
         )
         progress.episode_returns.extend(returns.mean(axis=1).tolist())
         for g, agents in self.venv.groups.items():
-            group_returns = self.batch.episode_return[g][finished]
+            group_returns = batch.episode_return[g][finished]
             for j, agent in enumerate(agents):
                 progress.agent_returns.setdefault(agent, []).extend(group_returns[:, j].tolist())
-        progress.episode_lengths.extend(self.batch.episode_length[finished].tolist())
+        progress.episode_lengths.extend(batch.episode_length[finished].tolist())
 
 
 def evaluate(

@@ -68,6 +68,7 @@ from corral.algos.networks import (
     loaded_copy,
     masked_logits,
     mlp,
+    to_device,
 )
 from corral.algos.selfplay import SelfPlay
 from corral.data.buffers import RolloutBuffer, gae
@@ -162,12 +163,12 @@ class _CategoricalHead(nn.Module):
     def sample(self, dist: _Categorical, generator: torch.Generator) -> torch.Tensor:
         """A draw by the Gumbel-max trick, from ``generator``'s stream."""
         u = torch.rand(dist.logits.shape, generator=generator).clamp_(min=1e-20)
-        return (dist.logits - torch.log(-torch.log(u)).to(dist.logits.device)).argmax(-1)
+        return (dist.logits - to_device(torch.log(-torch.log(u)), dist.logits.device)).argmax(-1)
 
     def greedy(self, dist: _Categorical) -> torch.Tensor:
         return dist.logits.argmax(-1)
 
-    def to_env(self, sample: np.ndarray) -> np.ndarray:
+    def to_env(self, sample: Any) -> Any:
         return sample + self.start
 
 
@@ -182,6 +183,15 @@ class _GaussianHead(nn.Module):
         centre = np.where(bounded, (low + high) / 2, 0.0)
         scale = np.where(bounded, (high - low) / 2, 1.0)
         self.centre, self.scale = centre.astype(np.float32), scale.astype(np.float32)
+        # the same constants for tensors, following the module to its device (not saved)
+        for name, value in {
+            "centre_t": self.centre,
+            "scale_t": self.scale,
+            "low_t": low.astype(np.float32),
+            "high_t": high.astype(np.float32),
+        }.items():
+            self.register_buffer(name, torch.as_tensor(value), persistent=False)
+        self.dtype = torch.from_numpy(np.empty(0, dtype=space.dtype)).dtype
         self.net = mlp(in_dim, len(low), config.hidden, out_gain=0.01)
         self.log_std = nn.Parameter(torch.full((len(low),), float(config.log_std_init)))
 
@@ -191,13 +201,18 @@ class _GaussianHead(nn.Module):
         return Independent(Normal(mean, std, validate_args=False), 1, validate_args=False)
 
     def sample(self, dist: Distribution, generator: torch.Generator) -> torch.Tensor:
-        noise = torch.randn(dist.mean.shape, generator=generator).to(dist.mean.device)
+        noise = to_device(torch.randn(dist.mean.shape, generator=generator), dist.mean.device)
         return dist.mean + dist.stddev * noise
 
     def greedy(self, dist: Distribution) -> torch.Tensor:
         return dist.mean
 
-    def to_env(self, sample: np.ndarray) -> np.ndarray:
+    def to_env(self, sample: Any) -> Any:
+        if isinstance(sample, torch.Tensor):
+            low, high = self.low_t.to(sample.device), self.high_t.to(sample.device)
+            scaled = self.centre_t.to(sample.device) + self.scale_t.to(sample.device) * sample
+            action = torch.clamp(scaled, low, high)
+            return action.reshape(*sample.shape[:-1], *self.space.shape).to(self.dtype)
         action = np.clip(
             self.centre + self.scale * sample,
             self.space.low.reshape(-1),
@@ -360,19 +375,36 @@ class MAPPO(Algorithm):
             x = torch.cat([x, (time * self.config.time_scale).unsqueeze(-1)], dim=-1)
         return self._with_id(g, x, agent)
 
-    def _decisions(self, g: str, batch: Any) -> np.ndarray:
+    def _count(self, g: str, like: Any) -> Any:
+        """Group ``g``'s decision counts ``[E, n]`` where ``like`` lives (NumPy, or a tensor's
+        device), moved there the first time a batch of that place asks."""
+        count = self.decision_count[g]
+        if isinstance(like, torch.Tensor):
+            if not isinstance(count, torch.Tensor) or count.device != like.device:
+                count = torch.as_tensor(count, dtype=torch.int64, device=like.device)
+        elif isinstance(count, torch.Tensor):
+            count = count.cpu().numpy()
+        self.decision_count[g] = count
+        return count
+
+    def _decisions(self, g: str, batch: Any) -> Any:
         """Each agent's decision index in its episode at ``batch``, then counts its decisions.
 
         Counted over the batches it explores on: a vector env reset elsewhere leaves the
         counts off until each env's episode ends.
         """
-        count = self.decision_count[g]
-        count[batch.done] = 0  # these envs were reset: their agents start a new episode
-        now = count.copy()
+        count = self._count(g, batch.done)
+        if isinstance(count, torch.Tensor):
+            # these envs were reset: their agents start a new episode
+            count.masked_fill_(batch.done[:, None], 0)
+            now = count.clone()
+        else:
+            count[batch.done] = 0
+            now = count.copy()
         count += batch.acting[g]
         return now
 
-    def _mask(self, mask: np.ndarray | None) -> torch.Tensor | None:
+    def _mask(self, mask: Any) -> torch.Tensor | None:
         return None if mask is None else torch.as_tensor(mask, device=self.device, dtype=torch.bool)
 
     # -- acting --------------------------------------------------------------------
@@ -392,6 +424,12 @@ class MAPPO(Algorithm):
                 f"{type(self).__name__}'s critic needs Batch.state, but the batch has none: "
                 "build the vector env with state=True"
             )
+        if self.selfplay is not None and isinstance(batch.done, torch.Tensor):
+            raise ValueError(
+                f"{type(self).__name__} with self_play plays numpy batches only, got torch "
+                "tensors: build the vector env with array='numpy'"
+            )
+        out = _placer(batch.done)
         actions: Actions = {}
         extras: Extras = {"sample": {}, "log_prob": {}}
         for g, nets in self.nets.items():
@@ -399,13 +437,13 @@ class MAPPO(Algorithm):
             mask = self._mask(batch.action_mask.get(g))
             dist = nets.actor(self._actor_input(g, obs, None), mask)
             sample = nets.actor.sample(dist, self.generator) if explore else nets.actor.greedy(dist)
-            extras["sample"][g] = sample.cpu().numpy()
-            extras["log_prob"][g] = dist.log_prob(sample).cpu().numpy()
+            extras["sample"][g] = out(sample)
+            extras["log_prob"][g] = out(dist.log_prob(sample))
             actions[g] = nets.actor.to_env(extras["sample"][g])
             if explore:
                 decision = self._decisions(g, batch)
                 value = nets.value(self._critic_input(g, obs, batch.state, decision, None))
-                extras.setdefault("value", {})[g] = value.cpu().numpy()
+                extras.setdefault("value", {})[g] = out(value)
                 extras.setdefault("decision", {})[g] = decision
         if explore:
             self.steps_since_update += 1
@@ -448,18 +486,21 @@ class MAPPO(Algorithm):
     # -- learning from rollouts ----------------------------------------------------------
 
     @torch.no_grad()
-    def bootstrap_values(self, batch: Any) -> dict[str, np.ndarray]:
+    def bootstrap_values(self, batch: Any) -> dict[str, Any]:
         """The value ``[E, n]`` of every agent's observation in ``batch`` (the batch after a
-        rollout's last step), at the decision index :meth:`act` would give it there."""
+        rollout's last step), at the decision index :meth:`act` would give it there; arrays
+        of the batch's place."""
         values = {}
+        out = _placer(batch.done)
         for g, nets in self.nets.items():
-            decision = np.where(batch.done[:, None], 0, self.decision_count[g])
+            count = self._count(g, batch.done)
+            decision = _where_done(batch.done, count * 0, count)
             x = self._critic_input(g, batch.obs[g], batch.state, decision, None)
-            values[g] = nets.value(x).cpu().numpy()
+            values[g] = out(nets.value(x))
         return values
 
     @torch.no_grad()
-    def final_values(self, batch: Any) -> dict[str, np.ndarray] | None:
+    def final_values(self, batch: Any) -> dict[str, Any] | None:
         """With ``bootstrap_truncated``, the value ``[E, n]`` of every agent's next observation
         after a step (``final_obs`` in the envs that ended), which truncated decisions
         bootstrap from; ``None`` (bootstrap nothing) without it."""
@@ -467,13 +508,14 @@ class MAPPO(Algorithm):
             return None
         values = {}
         done = batch.done
+        out = _placer(done)
         for g, nets in self.nets.items():
             obs = _where_done(done, batch.final_obs[g], batch.obs[g])
             state = None
             if batch.state is not None:
                 state = _where_done(done, batch.final_state, batch.state)
-            x = self._critic_input(g, obs, state, self.decision_count[g], None)
-            values[g] = nets.value(x).cpu().numpy()
+            x = self._critic_input(g, obs, state, self._count(g, done), None)
+            values[g] = out(nets.value(x))
         return values
 
     def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
@@ -493,26 +535,29 @@ class MAPPO(Algorithm):
         advantage, returns, complete = masked_gae(rollout, cfg.gamma, cfg.gae_lambda)
         extras = rollout.extras
         keep = complete & extras["learner"] if "learner" in extras else complete
-        step, env, agent = np.nonzero(keep)
+        # one read of the device for the whole rollout: the decisions' indices, then gathers
+        at = keep.nonzero(as_tuple=True) if isinstance(keep, torch.Tensor) else np.nonzero(keep)
+        step, env, agent = at
         if len(step) == 0:
             return None
         state = None
         if self.use_state:
             state = rollout.state[step, env]
-            carried = (step == 0) & rollout.carried[env, agent]
-            if carried.any():  # a decision carried over keeps the state it was made in
-                state[carried] = rollout.carried_state[env[carried], agent[carried]]
-        obs = rollout.obs[keep]
-        mask = None if rollout.action_mask is None else rollout.action_mask[keep]
+            if rollout.carried_state is not None:
+                # a decision carried over keeps the state it was made in
+                carried = (step == 0) & rollout.carried[env, agent]
+                state = _where_done(carried, rollout.carried_state[env, agent], state)
+        obs = rollout.obs[at]
+        mask = None if rollout.action_mask is None else rollout.action_mask[at]
         return {
             "actor_in": self._actor_input(g, obs, agent),
-            "critic_in": self._critic_input(g, obs, state, extras["decision"][keep], agent),
+            "critic_in": self._critic_input(g, obs, state, extras["decision"][at], agent),
             "mask": mask,
-            "sample": extras["sample"][keep],
-            "old_log_prob": extras["log_prob"][keep],
-            "advantage": advantage[keep],
-            "returns": returns[keep],
-            "old_value": rollout.value[keep],
+            "sample": extras["sample"][at],
+            "old_log_prob": extras["log_prob"][at],
+            "advantage": advantage[at],
+            "returns": returns[at],
+            "old_value": rollout.value[at],
         }
 
     # -- learning --------------------------------------------------------------------
@@ -597,7 +642,7 @@ class MAPPO(Algorithm):
         history = []
         for _ in range(cfg.epochs):
             for index in torch.randperm(len(advantage), generator=self.generator).split(size):
-                index = index.to(self.device)
+                index = to_device(index, self.device)
                 dist = nets.actor(actor_in[index], None if mask is None else mask[index])
                 log_ratio = dist.log_prob(sample[index]) - old_log_prob[index]
                 ratio = log_ratio.exp()
@@ -643,7 +688,9 @@ class MAPPO(Algorithm):
             "generator": self.generator.get_state(),
             "steps_since_update": self.steps_since_update,
             "updates": self.updates,
-            "decision_count": {g: torch.tensor(c) for g, c in self.decision_count.items()},
+            "decision_count": {
+                g: torch.as_tensor(c).cpu().clone() for g, c in self.decision_count.items()
+            },
             "buffers": {
                 g: {name: torch.as_tensor(v) for name, v in buffer.data().items()}
                 for g, buffer in self.buffers.items()
@@ -666,7 +713,11 @@ class MAPPO(Algorithm):
                 self.buffers[g].add({k: v.numpy().copy() for k, v in state["buffers"][g].items()})
         self.generator.set_state(state["generator"])
         for g, count in self.decision_count.items():
-            count[:] = state["decision_count"][g].numpy()
+            saved = state["decision_count"][g]
+            if isinstance(count, torch.Tensor):
+                count.copy_(saved)
+            else:
+                count[:] = saved.numpy()
         self.steps_since_update = int(state["steps_since_update"])
         self.updates = int(state["updates"])
         if self.selfplay is not None:
@@ -686,6 +737,16 @@ class IPPO(MAPPO):
     uses_state: ClassVar[bool] = False
 
 
-def _where_done(done: np.ndarray, final: np.ndarray, now: np.ndarray) -> np.ndarray:
-    """``final`` in the envs that are ``done`` ``[E]``, else ``now`` (arrays ``[E, ...]``)."""
+def _where_done(done: Any, final: Any, now: Any) -> Any:
+    """``final`` in the envs that are ``done`` ``[E]``, else ``now`` (arrays ``[E, ...]``,
+    NumPy or tensors)."""
+    if isinstance(done, torch.Tensor):
+        return torch.where(done.reshape(-1, *([1] * (now.ndim - 1))), final, now)
     return np.where(done.reshape(-1, *([1] * (np.ndim(now) - 1))), final, now)
+
+
+def _placer(like: Any) -> Any:
+    """What moves a tensor to where ``like`` lives: a tensor's device, else a NumPy array."""
+    if isinstance(like, torch.Tensor):
+        return functools.partial(torch.Tensor.to, device=like.device)
+    return lambda x: x.cpu().numpy()

@@ -18,14 +18,30 @@ def flat_dim(space: spaces.Space) -> int:
     return int(spaces.flatdim(space))
 
 
-def as_input(obs: np.ndarray, space: spaces.Space, device: str) -> torch.Tensor:
-    """A float tensor ``[..., flat_dim]`` of observations laid out ``[..., *obs_shape]``."""
+def as_input(obs: Any, space: spaces.Space, device: str | torch.device) -> torch.Tensor:
+    """A float tensor ``[..., flat_dim]`` on ``device`` of observations laid out
+    ``[..., *obs_shape]`` (a NumPy array, or a tensor: no host copy)."""
+    if isinstance(obs, torch.Tensor):
+        if isinstance(space, spaces.Discrete):
+            index = (obs.to(device) - space.start).long()
+            return nn.functional.one_hot(index, int(space.n)).float()
+        lead = obs.shape[: obs.ndim - len(space.shape)]
+        return obs.to(device=device, dtype=torch.float32).reshape(*lead, -1)
     if isinstance(space, spaces.Discrete):
         index = torch.as_tensor(np.asarray(obs) - space.start, device=device, dtype=torch.long)
         return nn.functional.one_hot(index, int(space.n)).float()
     lead = np.shape(obs)[: np.ndim(obs) - len(space.shape)]
     array = np.asarray(obs, dtype=np.float32).reshape(*lead, -1)
     return torch.as_tensor(array, device=device)
+
+
+def to_device(x: torch.Tensor, device: str | torch.device) -> torch.Tensor:
+    """``x`` (a CPU tensor) on ``device``. To a GPU through pinned memory, without waiting
+    for the GPU's queued work: drawing from a CPU generator then costs no synchronisation."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return x.to(device)
+    return x.pin_memory().to(device, non_blocking=True)
 
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}

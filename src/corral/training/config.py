@@ -104,6 +104,11 @@ class RunConfig:
     dtype: Literal["float64", "float32"] | None = None
     """What a natively batched env computes in (``corral.make_vec``'s ``dtype``: natively
     batched MPE takes ``float32`` for speed); ``None``: the env's default."""
+    array: Literal["numpy", "torch"] = "numpy"
+    """Where the training envs' batches live (``corral.make_vec``'s ``array``): NumPy on the
+    host, or torch tensors on the run's ``device``, where a natively batched env then
+    computes and MAPPO/IPPO collect and learn with no host copy per step (not with
+    ``self_play``, nor for algorithms that keep replay buffers). Evaluations play on NumPy."""
     check_finite: bool | None = None
     """Stop at a NaN or inf in an observation, reward or state of a training env, naming the
     env, agent and field (see ``VectorEnv``); ``None``: on in debug mode (``CORRAL_DEBUG=1``
@@ -156,6 +161,10 @@ class RunConfig:
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):
             raise ConfigError(f"device must be one of {DEVICES} or cuda:N, got {self.device!r}")
         check_ranges(self)
+        if self.array == "torch" and self.self_play:
+            raise ConfigError(
+                "self_play plays on numpy batches only: leave array at 'numpy' (got 'torch')"
+            )
         if self.eval_opponent != "random" and os.path.exists(self.eval_opponent):
             # written to config.yaml as an absolute path, so a resumed run finds it from anywhere
             self.eval_opponent = os.path.abspath(self.eval_opponent)

@@ -6,6 +6,12 @@ MAPPO and IPPO do): it records every vector step into a
 :class:`~corral.data.rollouts.RolloutBuilder` and hands the learner one
 :class:`~corral.data.rollouts.Rollout` per group every ``rollout_steps``
 vector steps, with no per-agent rows assembled in Python.
+
+On a vector env of torch tensors (``make_vec(..., array="torch")``) nothing
+is read back to the host per step: the learner acts and learns on the
+batches' device, and the episodes that ended are kept there and read back
+once per rollout and at the end of :meth:`RolloutCollector.run` (the
+:class:`~corral.algos.collector.Progress` holds the same numbers as on NumPy).
 """
 
 from __future__ import annotations
@@ -17,6 +23,10 @@ from typing import Any
 from corral.algos.base import Algorithm, Policy
 from corral.algos.collector import Collector, Progress
 from corral.data.rollouts import RolloutBuilder
+
+
+def _is_tensor(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
 
 
 class RolloutCollector(Collector):
@@ -41,6 +51,9 @@ class RolloutCollector(Collector):
         super().__init__(venv, algo, fixed, seed)
         learned = SimpleNamespace(num_envs=venv.num_envs, groups=algo.groups)
         self.builder = RolloutBuilder(learned, algo.config.rollout_steps)
+        self._ended: list[tuple[Any, dict[str, Any], Any]] = []
+        """Torch batches: each step's ``done``, ``episode_return``, ``episode_length``, on
+        the device until :meth:`_read_episodes`."""
 
     def run(
         self,
@@ -56,6 +69,8 @@ class RolloutCollector(Collector):
         progress = Progress()
         if not learn:
             self.builder.reset()  # a rollout never spans acting without learning
+        # worker_restarts only grows: the restarts of the run are its growth over the run
+        restarts = self.batch.worker_restarts.sum()
         while progress.env_steps < env_steps:
             actions, extras = self.actions(self.batch, explore=learn)
             if learn:
@@ -63,16 +78,47 @@ class RolloutCollector(Collector):
                 self.builder.act(
                     self.batch, {g: actions[g] for g in self.algo.groups}, value, **extras
                 )
-            restarts = int(self.batch.worker_restarts.sum())
             self.batch = self.venv.step(actions)
             progress.env_steps += self.venv.num_envs
-            progress.env_restarts += int(self.batch.worker_restarts.sum()) - restarts
+            self._record_episodes(progress)
             if learn:
                 self.builder.observe(self.batch, self.algo.final_values(self.batch))
                 if self.builder.full:
                     rollouts = self.builder.finish(self.algo.bootstrap_values(self.batch))
+                    self._read_episodes(progress)
                     progress.updates.append(self.algo.learn(rollouts))
-            self._record_episodes(progress)
             if on_step is not None:
                 on_step(self.venv.num_envs)
+        self._read_episodes(progress)
+        progress.env_restarts += int(self.batch.worker_restarts.sum() - restarts)
         return progress
+
+    def _record_episodes(self, progress: Progress, batch: Any = None) -> None:
+        """As the collector's, but a torch batch's episodes stay on the device until
+        :meth:`_read_episodes`."""
+        batch = self.batch if batch is None else batch
+        if not _is_tensor(batch.done):
+            super()._record_episodes(progress, batch)
+            return
+        returns = {g: batch.episode_return[g] for g in self.venv.groups}
+        if getattr(self.venv, "copy", True) is False:  # views the next step overwrites
+            returns = {g: r.clone() for g, r in returns.items()}
+            self._ended.append((batch.done.clone(), returns, batch.episode_length.clone()))
+        else:
+            self._ended.append((batch.done, returns, batch.episode_length))
+
+    def _read_episodes(self, progress: Progress) -> None:
+        """Read the kept steps' episodes back to the host at once, into ``progress``."""
+        if not self._ended:
+            return
+        import torch
+
+        steps, self._ended = self._ended, []
+        flat = SimpleNamespace(
+            done=torch.cat([done for done, _, _ in steps]).cpu().numpy(),
+            episode_return={
+                g: torch.cat([r[g] for _, r, _ in steps]).cpu().numpy() for g in self.venv.groups
+            },
+            episode_length=torch.cat([length for _, _, length in steps]).cpu().numpy(),
+        )
+        super()._record_episodes(progress, flat)

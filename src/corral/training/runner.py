@@ -491,13 +491,15 @@ def build_venv(
     backend: str | None = None,
     state: bool = False,
     native: bool | None = None,
+    array: str | None = None,
     options: Mapping[str, Any] | None = None,
     **env_kwargs: Any,
 ) -> VectorEnv:
     """The vector env of ``run`` (``env_kwargs`` are added to the run's). ``options``: the
     backend's options, by default the run's for its own backend (none for another).
-    ``native``: as ``make_vec``'s, else the run's."""
+    ``native`` and ``array``: as ``make_vec``'s, else the run's (torch on the run's device)."""
     backend = backend or run.backend
+    array = array or run.array
     native = run.native if native is None else native
     if options is None:
         options = run.backend_options() if backend == run.backend else {}
@@ -506,6 +508,8 @@ def build_venv(
         num_envs or run.num_envs,
         backend,
         native=native,
+        array=array,
+        device=_device(run.device) if array == "torch" else "cpu",
         dtype=None if native is False else run.dtype,
         seed=run.seed,
         group_map=run.group_map,
@@ -521,12 +525,12 @@ def build_eval_venv(config: TrainConfig) -> VectorEnv:
     """The vector env that evaluations of ``config`` play in (see :data:`EVAL_WORKERS`)."""
     run = config.run
     if run.backend == "sync":
-        return build_venv(run, state=uses_state(config))
+        return build_venv(run, array="numpy", state=uses_state(config))
     options = {k: v for k, v in run.backend_options().items() if k != "envs_per_worker"}
     options |= EVAL_WORKERS
     if run.backend == "ray":
         options["num_cpus_per_worker"] = 0
-    return build_venv(run, options=options, state=uses_state(config))
+    return build_venv(run, array="numpy", options=options, state=uses_state(config))
 
 
 def uses_state(config: TrainConfig) -> bool:
@@ -540,6 +544,11 @@ def build_algorithm(config: TrainConfig, venv: VectorEnv) -> Algorithm:
     run = config.run
     if run.self_play and not getattr(config.algo_config, "self_play", False):
         raise ConfigError(f"algorithm {config.algo!r} does not support self_play")
+    if run.array == "torch" and getattr(algo_cls, "learns_from", None) != "rollouts":
+        raise ConfigError(
+            f"array='torch' needs an algorithm that learns from rollouts (mappo, ippo); "
+            f"{config.algo!r} plays numpy batches: leave array at 'numpy'"
+        )
     learn = list(run.learn_groups) or list(venv.groups)
     unknown = sorted(set(learn) - set(venv.groups))
     if unknown:
@@ -730,7 +739,7 @@ def load_run(
     path = next((run_dir / n for n in names[which] if (run_dir / n).is_file()), None)
     if path is None:
         raise ConfigError(f"{run_dir} has no checkpoint yet")
-    venv = build_venv(config.run, backend="sync", state=uses_state(config))
+    venv = build_venv(config.run, backend="sync", array="numpy", state=uses_state(config))
     try:
         algo = build_algorithm(config, venv)
     finally:

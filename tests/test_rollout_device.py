@@ -1,0 +1,285 @@
+"""MAPPO/IPPO collecting and learning on torch batches: no host read per step.
+
+With a natively batched env on torch (``make_vec(..., array="torch")``) the
+learner acts, builds rollouts and learns on the batches' device; the only
+reads back to the host are per rollout (the PPO metrics, the episodes that
+ended, the decisions' indices), never per step. On the CPU a read is a call
+that turns a tensor into host values (``.item()``, ``.numpy()``, ``bool()``...);
+the test counts those made from the learning side (the vector layer's own
+per-step read of ``done.any()`` is its business, see ``vector/episodes.py``).
+CUDA variants run where a GPU is present.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections import Counter
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import corral  # noqa: E402
+from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
+from corral.training.rollout_collector import RolloutCollector  # noqa: E402
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+    ),
+]
+
+READS = (
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__index__",
+    "__array__",
+    "item",
+    "tolist",
+    "numpy",
+    "cpu",
+)
+"""Tensor methods that read a tensor's values back to the host (or, ``cpu``, move it there)."""
+
+NOT_COUNTED = ("corral.vector.", "corral.envs.")
+"""Callers whose reads are not the learner's: the vector layer and the envs."""
+
+
+@contextlib.contextmanager
+def counting_reads():
+    """Count host reads of tensors by the calling corral module outside :data:`NOT_COUNTED`
+    (the innermost ``corral`` frame on the stack)."""
+    counts: Counter[str] = Counter()
+    saved = {name: torch.Tensor.__dict__.get(name) for name in READS}
+
+    def wrap(name):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            frame = sys._getframe(1)
+            while frame is not None:
+                module = frame.f_globals.get("__name__", "")
+                if module.startswith("corral."):
+                    if not module.startswith(NOT_COUNTED):
+                        counts[f"{module}:{frame.f_code.co_name}:{name}"] += 1
+                    break
+                frame = frame.f_back
+            return original(self, *args, **kwargs)
+
+        return read
+
+    for name in READS:
+        setattr(torch.Tensor, name, wrap(name))
+    try:
+        yield counts
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, value)
+
+
+def torch_collector(algo_cls, device, num_envs=4, rollout_steps=10, **settings):
+    venv = corral.make_vec(
+        "mpe2/simple_spread_v3",
+        num_envs,
+        array="torch",
+        device=device,
+        seed=0,
+        state=algo_cls.uses_state,
+    )
+    config = algo_cls.Config(rollout_steps=rollout_steps, epochs=2, seed=0, **settings)
+    algo = algo_cls(venv, config, device=device)
+    return venv, algo, RolloutCollector(venv, algo, seed=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("algo_cls", [MAPPO, IPPO], ids=["mappo", "ippo"])
+def test_a_rollout_and_update_read_the_host_a_constant_number_of_times(algo_cls, device):
+    reads = {}
+    for steps in (13, 40):  # episodes of 25 steps end in both runs
+        venv, algo, collector = torch_collector(algo_cls, device, rollout_steps=steps)
+        with counting_reads() as counts:
+            progress = collector.run(2 * steps * venv.num_envs)
+        venv.close()
+        assert algo.updates == 2 and progress.episode_returns
+        reads[steps] = counts
+    # the same reads whatever the steps per rollout: none of them is per step
+    assert reads[13] == reads[40], (reads[13], reads[40])
+    assert sum(reads[40].values()) <= 10 * 2, reads[40]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_on_cuda_a_rollout_and_update_synchronise_a_constant_number_of_times():
+    import warnings
+
+    syncs = {}
+    for steps in (13, 40):
+        venv, _, collector = torch_collector(MAPPO, "cuda", rollout_steps=steps)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                collector.run(2 * steps * venv.num_envs)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        venv.close()
+        # a synchronising call warns from the Python line that made it
+        learner = [
+            f"{w.filename}:{w.lineno}"
+            for w in caught
+            if "synchroniz" in str(w.message)
+            and not any(part in w.filename for part in ("corral/vector/", "corral/envs/"))
+        ]
+        syncs[steps] = Counter(learner)
+    assert syncs[13] == syncs[40], (syncs[13], syncs[40])
+
+
+def test_the_counter_sees_reads_made_per_step():
+    # the check above would fail on a learner that reads a value back in every step
+    venv, algo, collector = torch_collector(MAPPO, "cpu")
+    act = algo.act
+
+    def reading_act(batch, **kwargs):
+        batch.done.any().item()
+        return act(batch, **kwargs)
+
+    algo.act = reading_act
+    with counting_reads() as counts:
+        collector.run(10 * venv.num_envs)
+    venv.close()
+    assert sum(counts.values()) >= 10
+
+
+def trained(array, device, algo_cls, updates=3, env_kwargs=None, **settings):
+    """Networks after ``updates`` rollouts of 10 steps of 4 native simple_spread envs, and
+    what each ``run`` of 7 vector steps reported."""
+    venv = corral.make_vec(
+        "mpe2/simple_spread_v3",
+        4,
+        array=array,
+        device=device,
+        dtype="float64",
+        seed=0,
+        state=algo_cls.uses_state,
+        env_kwargs=env_kwargs,
+    )
+    config = algo_cls.Config(rollout_steps=10, epochs=2, seed=0, **settings)
+    algo = algo_cls(venv, config, device=device)
+    collector = RolloutCollector(venv, algo, seed=0)
+    reported = []
+    while algo.updates < updates:
+        progress = collector.run(7 * venv.num_envs)
+        reported.append((progress.env_steps, progress.episode_returns, progress.episode_lengths))
+        reported.append(sorted(progress.agent_returns.items()))
+    venv.close()
+    nets = {
+        f"{g}/{name}": value.detach().cpu().double().clone()
+        for g, nets in algo.nets.items()
+        for name, value in nets.state_dict().items()
+    }
+    return nets, reported
+
+
+CASES = [
+    (MAPPO, {}, {}),
+    (IPPO, {}, {}),
+    (MAPPO, {"bootstrap_truncated": True}, {}),
+    (MAPPO, {}, {"continuous_actions": True}),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("algo_cls", "settings", "env_kwargs"),
+    CASES,
+    ids=["mappo", "ippo", "bootstrap", "continuous"],
+)
+def test_torch_batches_train_the_networks_numpy_batches_train(
+    algo_cls, settings, env_kwargs, device
+):
+    on_numpy, numpy_reports = trained("numpy", "cpu", algo_cls, env_kwargs=env_kwargs, **settings)
+    on_torch, torch_reports = trained("torch", device, algo_cls, env_kwargs=env_kwargs, **settings)
+    initial, _ = trained("numpy", "cpu", algo_cls, 0, env_kwargs=env_kwargs, **settings)
+    assert on_numpy.keys() == on_torch.keys()
+    assert max(float((on_numpy[k] - initial[k]).abs().max()) for k in on_numpy) > 1e-3
+    tolerance = 1e-6 if device == "cpu" else 1e-3
+    assert max(float((on_numpy[k] - on_torch[k]).abs().max()) for k in on_numpy) < tolerance
+    if device == "cpu":  # the same episodes, reported in the same order
+        assert torch_reports == numpy_reports
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_batches_get_actions_and_extras_on_their_device(device):
+    venv, algo, _ = torch_collector(MAPPO, device)
+    batch = venv.reset(seed=0)
+    actions, extras = algo.act(batch)
+    for value in [*actions.values(), *(v for per in extras.values() for v in per.values())]:
+        assert isinstance(value, torch.Tensor) and value.device.type == device
+    venv.close()
+
+
+def test_self_play_refuses_torch_batches():
+    venv = corral.make_vec("pettingzoo/classic/tictactoe_v3", 2, array="torch", seed=0)
+    algo = MAPPO(venv, MAPPO.Config(self_play=True, seed=0))
+    with pytest.raises(ValueError, match="self_play plays numpy batches only"):
+        algo.act(venv.reset(seed=0))
+    venv.close()
+
+
+def run_settings(tmp_path, name, **settings):
+    base = {
+        "num_envs": 4,
+        "total_steps": 240,
+        "eval_every": 0,
+        "eval_episodes": 4,
+        "log_every": 120,
+        "dtype": "float64",
+        "tensorboard": False,
+        "run_dir": str(tmp_path / name),
+    }
+    return {**base, **settings}
+
+
+def test_the_runner_trains_on_torch_batches_as_on_numpy(tmp_path):
+    from corral.training import Runner, load_config
+
+    results = {}
+    for array in ("numpy", "torch"):
+        config = load_config(
+            "mappo",
+            "mpe2/simple_spread_v3",
+            run_settings(tmp_path, array, array=array, rollout_steps=10),
+        )
+        with Runner(config, progress=False) as runner:
+            batch = runner.collector.batch
+            assert isinstance(batch.done, torch.Tensor) == (array == "torch")
+            results[array] = runner.benchmark()
+            assert runner.eval_venv is None or not runner.eval_venv.place.is_torch
+    columns = ("env_steps", "train_return", "train_episodes", "eval_return")
+    rows = {a: [{c: r.get(c) for c in columns} for r in res.metrics] for a, res in results.items()}
+    assert any(row["train_return"] is not None for row in rows["torch"])
+    assert rows["torch"] == rows["numpy"]
+
+
+@pytest.mark.parametrize(
+    ("algo", "settings", "message"),
+    [
+        ("mappo", {"self_play": True}, "self_play plays on numpy batches only"),
+        ("dqn", {}, "array='torch' needs an algorithm that learns from rollouts"),
+    ],
+)
+def test_the_runner_refuses_torch_batches_where_they_cannot_train(
+    tmp_path, algo, settings, message
+):
+    from corral.training import ConfigError, Runner, load_config
+
+    env = "pettingzoo/classic/tictactoe_v3" if settings else "mpe2/simple_spread_v3"
+    with pytest.raises(ConfigError, match=message):
+        config = load_config(algo, env, run_settings(tmp_path, algo, array="torch", **settings))
+        Runner(config, progress=False)
