@@ -29,7 +29,7 @@ install: $(STAMP)
 # minute on 2 cores, then draw its learning curve with the random and scripted baselines,
 # score it next to them and record a GIF of the trained agents.
 RUN_DIR ?= runs/make-run-mappo-simple_spread
-RUN_STEPS ?= 600000
+RUN_STEPS ?= 800000
 run: install
 	rm -rf $(RUN_DIR)
 	$(BIN)/corral train mappo --env mpe2/simple_spread_v3 --total-steps $(RUN_STEPS) \
