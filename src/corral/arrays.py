@@ -109,11 +109,16 @@ def to_numpy(array: Any) -> np.ndarray:
     return np.asarray(array)
 
 
+def is_tensor(array: Any) -> bool:
+    """Whether ``array`` is a torch tensor (checked without importing torch)."""
+    return type(array).__module__.startswith("torch")
+
+
 def place_of(array: Any) -> Place:
     """The place an array lives in."""
     if isinstance(array, np.ndarray):
         return Place()
     device = getattr(array, "device", None)
-    if device is not None and type(array).__module__.startswith("torch"):
+    if device is not None and is_tensor(array):
         return Place("torch", str(device))
     return Place()

@@ -71,6 +71,7 @@ from corral.algos.networks import (
     to_device,
 )
 from corral.algos.selfplay import SelfPlay
+from corral.arrays import to_numpy
 from corral.data.buffers import RolloutBuffer, gae
 from corral.data.rollouts import Rollout, masked_gae
 from corral.data.transitions import Transitions
@@ -749,4 +750,4 @@ def _placer(like: Any) -> Any:
     """What moves a tensor to where ``like`` lives: a tensor's device, else a NumPy array."""
     if isinstance(like, torch.Tensor):
         return functools.partial(torch.Tensor.to, device=like.device)
-    return lambda x: x.cpu().numpy()
+    return to_numpy

@@ -40,14 +40,12 @@ from typing import Any
 
 import numpy as np
 
-
-def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch")
+from corral.arrays import is_tensor
 
 
 def _xp(x: Any) -> Any:
     """The array module of ``x``: ``torch`` for tensors, else ``numpy``."""
-    if _is_torch(x):
+    if is_tensor(x):
         import torch
 
         return torch
@@ -56,7 +54,7 @@ def _xp(x: Any) -> Any:
 
 def _zeros(like: Any, shape: tuple[int, ...], dtype: Any = None) -> Any:
     """Zeros of ``shape`` in ``like``'s namespace and device (and dtype, unless given)."""
-    if _is_torch(like):
+    if is_tensor(like):
         import torch
 
         return torch.zeros(shape, dtype=dtype or like.dtype, device=like.device)
@@ -64,7 +62,7 @@ def _zeros(like: Any, shape: tuple[int, ...], dtype: Any = None) -> Any:
 
 
 def _bool(like: Any) -> Any:
-    return _xp(like).bool if _is_torch(like) else np.bool_
+    return _xp(like).bool if is_tensor(like) else np.bool_
 
 
 @dataclass

@@ -22,11 +22,8 @@ from typing import Any
 
 from corral.algos.base import Algorithm, Policy
 from corral.algos.collector import Collector, Progress
+from corral.arrays import is_tensor, to_numpy
 from corral.data.rollouts import RolloutBuilder
-
-
-def _is_tensor(x: Any) -> bool:
-    return type(x).__module__.startswith("torch")
 
 
 class RolloutCollector(Collector):
@@ -97,7 +94,7 @@ class RolloutCollector(Collector):
         """As the collector's, but a torch batch's episodes stay on the device until
         :meth:`_read_episodes`."""
         batch = self.batch if batch is None else batch
-        if not _is_tensor(batch.done):
+        if not is_tensor(batch.done):
             super()._record_episodes(progress, batch)
             return
         returns = {g: batch.episode_return[g] for g in self.venv.groups}
@@ -115,10 +112,10 @@ class RolloutCollector(Collector):
 
         steps, self._ended = self._ended, []
         flat = SimpleNamespace(
-            done=torch.cat([done for done, _, _ in steps]).cpu().numpy(),
+            done=to_numpy(torch.cat([done for done, _, _ in steps])),
             episode_return={
-                g: torch.cat([r[g] for _, r, _ in steps]).cpu().numpy() for g in self.venv.groups
+                g: to_numpy(torch.cat([r[g] for _, r, _ in steps])) for g in self.venv.groups
             },
-            episode_length=torch.cat([length for _, _, length in steps]).cpu().numpy(),
+            episode_length=to_numpy(torch.cat([length for _, _, length in steps])),
         )
         super()._record_episodes(progress, flat)
