@@ -17,6 +17,7 @@ constructor when the vector layer resets it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -45,6 +46,8 @@ from corral.vector.layout import (
 )
 
 EnvFn = Callable[[], Any]
+STEP, RESET = 0, 1
+"""The calls :attr:`DictEnvs.inside` tells apart."""
 
 
 class DictEnvs(BatchedEnv):
@@ -104,6 +107,10 @@ class DictEnvs(BatchedEnv):
         self._num_alive = [0] * self.num_envs
         self._to_rebuild: set[int] = set()  # failed: rebuilt at their next reset
         self._broken: set[int] = set()  # could not be restarted: tried again each step
+        self.inside: Any = (ctypes.c_int64 * 2)(-1, -1)
+        """``[env, call]``: the global index of the env being stepped (``call`` :data:`STEP`)
+        or reset (:data:`RESET`), ``env`` -1 between calls. A backend whose worker may hang
+        puts shared memory here, to tell which env it hung in."""
 
     @property
     def groups(self) -> dict[str, tuple[str, ...]]:
@@ -148,7 +155,10 @@ class DictEnvs(BatchedEnv):
         packer.begin(rows)
         restarted: set[int] = set()
         faults = []
+        inside = self.inside
+        inside[1] = RESET
         for i in rows.tolist():
+            inside[0] = self.offset + i
             self._broken.discard(i)
             rebuild = i in self._to_rebuild
             try:
@@ -160,6 +170,7 @@ class DictEnvs(BatchedEnv):
             except Exception as err:
                 faults.append(self._restart(i, "reset()", err, seeds[i], options, restarted))
         for i, fault in sorted(packer.flush().items()):  # a bad value: restart the env now
+            inside[0] = self.offset + i
             packer.begin(np.array([i]))
             faults.append(self._restart(i, "reset()", fault, seeds[i], options, restarted))
             again = packer.flush().get(i)
@@ -170,6 +181,7 @@ class DictEnvs(BatchedEnv):
                     f"{fault.message}; restarting the env failed: {again.message}",
                     again.remote_traceback,
                 )
+        inside[0] = -1
         return self._output(restarted, faults, step=False)
 
     def step(self, actions: Mapping[str, Any]) -> BatchedStep:
@@ -181,7 +193,10 @@ class DictEnvs(BatchedEnv):
         restarted: set[int] = set()
         failed = []
         faults = []
+        inside = self.inside
+        inside[1] = STEP
         for i in range(self.num_envs):
+            inside[0] = self.offset + i
             try:
                 if i in self._broken:  # its last restart failed: try again
                     fault = self._restart(i, "step()", None, None, None, restarted)
@@ -192,6 +207,7 @@ class DictEnvs(BatchedEnv):
             except Exception as err:
                 failed.append(i)
                 faults.append(self._cut(i, "step()", err))
+        inside[0] = -1
         faults += [self._bad_value(i, fault) for i, fault in sorted(packer.flush().items())]
         out = self._output(restarted, faults, step=True)
         out.failed = self._mask(failed)

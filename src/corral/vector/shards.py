@@ -86,6 +86,9 @@ class Shard:
     lost: str | None = None
     """Why the worker was lost (it died, or missed a timeout), to tell in the
     :class:`WorkerRestartWarning` when its envs restart; ``None``: nothing to tell."""
+    stuck_in: str | None = None
+    """Where a worker that missed the timeout was stuck (``"env 2's step()"``), where its
+    backend can tell; ``None`` elsewhere."""
 
     def __str__(self) -> str:
         return f"worker {self.index} ({envs_text(self.envs)})"
@@ -196,9 +199,10 @@ def timeout_error(
         if restarted
         else "restart at the next reset or step"
     )
+    stuck = ", ".join(f"worker {s.index} in {s.stuck_in}" for s in shards if s.stuck_in)
     return WorkerTimeoutError(
-        f"{_workers(shards)} did not answer {what} within {timeout} s; stopped, "
-        f"{_their(shards)} envs {when}",
+        f"{_workers(shards)} did not answer {what} within {timeout} s"
+        f"{f' (stuck: {stuck})' if stuck else ''}; stopped, {_their(shards)} envs {when}",
         [i for shard in shards for i in shard.envs],
         restarted=restarted,
     )

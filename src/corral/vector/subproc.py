@@ -53,6 +53,7 @@ from corral.vector.backend import (
     env_error,
     set_shard_attrs,
 )
+from corral.vector.dict_envs import STEP, DictEnvs
 from corral.vector.episodes import Episodes, clear_step_fields
 from corral.vector.layout import Layout
 from corral.vector.shards import (
@@ -163,8 +164,14 @@ def _exit_after_parent(handle: int) -> None:
     os._exit(1)
 
 
-def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Any]) -> None:
-    """A worker's main function: build the envs, then answer commands until told to close."""
+def _serve(
+    conn: Connection, payload: bytes, offset: int, inherited: list[Any], inside: Any
+) -> None:
+    """A worker's main function: build the envs, then answer commands until told to close.
+
+    ``inside``: shared memory where dict envs tell which env they are in
+    (:attr:`~corral.vector.dict_envs.DictEnvs.inside`), read by the parent when the
+    worker misses a timeout."""
     _exit_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     for parent_end in inherited:  # forked copies would hide the parent's exit (from workers,
@@ -174,6 +181,8 @@ def _serve(conn: Connection, payload: bytes, offset: int, inherited: list[Any]) 
     except Exception as err:
         conn.send(("error", env_error(offset, "building the env", err)))
         return
+    if isinstance(shard, DictEnvs):
+        shard.inside = inside
     conn.send(("ok", EnvInfo.of(shard)))  # the parent lays out the batch from worker 0's
     server = _Server(conn, shard, offset)
     while True:
@@ -208,6 +217,14 @@ class _Worker(Shard):
     dead: bool = True
     exitcode: int | None = None
     """The exit code of the last process stopped (negative: the signal that ended it)."""
+    inside: Any = None
+    """The process's :attr:`DictEnvs.inside <corral.vector.dict_envs.DictEnvs.inside>`."""
+
+    def where_stuck(self) -> str | None:
+        """The env call the process is in (``"env 2's step()"``), if its envs tell."""
+        if self.inside is None or self.inside[0] < 0:
+            return None
+        return f"env {self.inside[0]}'s {'step' if self.inside[1] == STEP else 'reset'}()"
 
     def stop(self, grace: float = 0.0) -> None:
         """End the process (killing it after ``grace`` seconds) and release the pipe."""
@@ -409,9 +426,16 @@ class SubprocBackend(Backend):
             if self._ctx.get_start_method() == "fork":
                 inherited = [conn, *(w.conn for w in self.shards if w.conn is not None)]
                 inherited.append(self._reaper.stdin)
+            worker.inside = self._ctx.RawArray("q", [-1, -1])
             process = self._ctx.Process(
                 target=_serve,
-                args=(child, self._payloads[worker.index], worker.envs.start, inherited),
+                args=(
+                    child,
+                    self._payloads[worker.index],
+                    worker.envs.start,
+                    inherited,
+                    worker.inside,
+                ),
                 name=f"corral-subproc-{worker.index}",
                 daemon=self.daemon,
             )
@@ -471,6 +495,7 @@ class SubprocBackend(Backend):
             self.close()
             raise
         for worker in answers.late:
+            worker.stuck_in = worker.where_stuck()
             worker.stop()
         return answers
 
