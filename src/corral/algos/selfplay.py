@@ -2,7 +2,7 @@
 
 Design. Self-play needs nothing from the collector: the algorithm acts for
 every seat of the game and decides, per env and episode, which seat it
-learns in. (A fixed :data:`~corral.algos.base.Policy` for the opponent would
+learns in. (A :data:`~corral.algos.base.FixedPolicy` for the opponent would
 not do: the collector gives a fixed policy a whole group for the whole run,
 while the learner's seat changes per env and episode and may share a group
 with the opponent's.) With the default group map both seats of ``tictactoe_v3`` form one

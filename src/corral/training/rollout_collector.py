@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-from corral.algos.base import Algorithm, Policy
+from corral.algos.base import Algorithm, FixedPolicy
 from corral.algos.collector import Collector, Progress
 from corral.arrays import is_tensor, to_numpy
 from corral.data.rollouts import RolloutBuilder
@@ -42,7 +42,7 @@ class RolloutCollector(Collector):
         self,
         venv: Any,
         algo: Algorithm,
-        fixed: Mapping[str, Policy] | None = None,
+        fixed: Mapping[str, FixedPolicy] | None = None,
         seed: int | None = None,
     ) -> None:
         super().__init__(venv, algo, fixed, seed)
@@ -79,9 +79,13 @@ class RolloutCollector(Collector):
             progress.env_steps += self.venv.num_envs
             self._record_episodes(progress)
             if learn:
-                self.builder.observe(self.batch, self.algo.final_values(self.batch))
+                final = self.algo.final_values(self.batch, self.decisions.made)
+                self.builder.observe(self.batch, final)
                 if self.builder.full:
-                    rollouts = self.builder.finish(self.algo.bootstrap_values(self.batch))
+                    next_value = self.algo.bootstrap_values(
+                        self.batch, self.decisions.index(self.batch)
+                    )
+                    rollouts = self.builder.finish(next_value)
                     self._read_episodes(progress)
                     progress.updates.append(self.algo.learn(rollouts))
             if on_step is not None:
