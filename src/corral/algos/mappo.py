@@ -40,6 +40,13 @@ env and episode against a pool of frozen copies of its actors, as DQN does
 ``snapshot_interval`` updates, the opponents sample from their policies, and
 only the learner's transitions are learned from.
 
+The algorithm is split (see :mod:`corral.algos.policy`): a
+:class:`MAPPOPolicy` holds the actors and critics and acts without side
+effects, a :class:`MAPPOLearner` holds the optimisers and learns from
+rollouts, and :class:`MAPPO`, what the runner drives, is a facade over both
+that adds self-play's opponents and keeps the per-agent row path, the oracle
+of the rollout path in differential tests.
+
 Defaults follow the MPE settings of Yu et al. 2022, "The Surprising
 Effectiveness of PPO in Cooperative Multi-Agent Games" (lr 7e-4, 10 epochs,
 one minibatch, clip 0.2, entropy 0.01, GAE lambda 0.95, gradient norm 10,
@@ -440,9 +447,13 @@ class MAPPOPolicy(Policy):
         }
 
     @torch.no_grad()
-    def final_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any]:
-        """The value ``[E, n]`` of every agent's next observation after the step that returned
-        ``batch`` (``final_obs`` in the envs that ended), at the index ``decisions[g]``."""
+    def final_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any] | None:
+        """With ``bootstrap_truncated``, the value ``[E, n]`` of every agent's next observation
+        after the step that returned ``batch`` (``final_obs`` in the envs that ended), at the
+        index ``decisions[g]``, which truncated decisions bootstrap from; ``None`` (bootstrap
+        nothing) without it."""
+        if not self.config.bootstrap_truncated:
+            return None
         done = batch.done
         out = _placer(done)
         values = {}
@@ -704,10 +715,7 @@ class MAPPO(Algorithm):
         return self.policy.bootstrap_values(batch, decisions)
 
     def final_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any] | None:
-        """With ``bootstrap_truncated``, :meth:`MAPPOPolicy.final_values`; ``None`` (bootstrap
-        nothing) without it."""
-        if not self.config.bootstrap_truncated:
-            return None
+        """See :meth:`MAPPOPolicy.final_values`."""
         return self.policy.final_values(batch, decisions)
 
     # -- learning from rollouts ----------------------------------------------------------
