@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 
 import corral  # noqa: E402
 from corral.algos import algorithm_class  # noqa: E402
-from corral.algos.collector import Collector, DecisionCounter, evaluate  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO, Config, policy_head  # noqa: E402
+from corral.training.collector import Collector, DecisionCounter, evaluate  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -364,7 +364,7 @@ def test_self_play_opponents_act_with_the_snapshot_drawn_from_the_pool() -> None
 
 def test_self_play_learns_to_beat_random_play_at_tictactoe() -> None:
     pytest.importorskip("pettingzoo")
-    from corral.algos.selfplay import evaluate_vs_random
+    from corral.training.selfplay_eval import evaluate_vs_random
 
     venv = corral.make_vec(TICTACTOE, 16, seed=0)
     config = Config(self_play=True, rollout_steps=32, epochs=4, minibatches=2, lr=1e-3)

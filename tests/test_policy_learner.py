@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import corral  # noqa: E402
-from corral.algos.collector import DecisionCounter  # noqa: E402
 from corral.algos.mappo import MAPPO, MAPPOLearner, MAPPOPolicy  # noqa: E402
+from corral.training.collector import DecisionCounter  # noqa: E402
 from corral.training.rollout_collector import RolloutCollector  # noqa: E402
 
 TICTACTOE = "pettingzoo/classic/tictactoe_v3"

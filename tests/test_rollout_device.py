@@ -21,8 +21,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import corral  # noqa: E402
-from corral.algos.collector import DecisionCounter  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
+from corral.training.collector import DecisionCounter  # noqa: E402
 from corral.training.rollout_collector import RolloutCollector  # noqa: E402
 
 DEVICES = [

@@ -47,7 +47,7 @@ class Policy:
     uses_decisions: ClassVar[bool] = False
     """Whether :meth:`act` reads each agent's decision index in its episode (``decisions``);
     a collector keeps them from the batches it acts on (see
-    :class:`~corral.algos.collector.DecisionCounter`)."""
+    :class:`~corral.training.collector.DecisionCounter`)."""
 
     def __init__(self, groups: Mapping[str, Sequence[str]]) -> None:
         self.groups = {g: tuple(agents) for g, agents in groups.items()}

@@ -1,6 +1,6 @@
 """Drive a vector env with an on-policy learner's actions, one time-major rollout at a time.
 
-The :class:`RolloutCollector` is the :class:`~corral.algos.collector.Collector`
+The :class:`RolloutCollector` is the :class:`~corral.training.collector.Collector`
 of learners that learn from whole rollouts (``learns_from = "rollouts"``, as
 MAPPO and IPPO do): it records every vector step into a
 :class:`~corral.data.rollouts.RolloutBuilder` and hands the learner one
@@ -11,7 +11,7 @@ On a vector env of torch tensors (``make_vec(..., array="torch")``) nothing
 is read back to the host per step: the learner acts and learns on the
 batches' device, and the episodes that ended are kept there and read back
 once per rollout and at the end of :meth:`RolloutCollector.run` (the
-:class:`~corral.algos.collector.Progress` holds the same numbers as on NumPy).
+:class:`~corral.training.collector.Progress` holds the same numbers as on NumPy).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from corral.algos.base import Algorithm, FixedPolicy
-from corral.algos.collector import Collector, Progress
 from corral.arrays import is_tensor, to_numpy
 from corral.data.rollouts import RolloutBuilder
+from corral.training.collector import Collector, Progress
 
 
 class RolloutCollector(Collector):

@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 
 from corral.algos.base import Algorithm, FixedPolicy, resolve_device
-from corral.algos.collector import Collector, Progress, evaluate
 from corral.errors import CheckpointError
 from corral.registry import resolve
 from corral.training import checkpoint
+from corral.training.collector import Collector, Progress, evaluate
 from corral.training.config import (
     BACKEND_OPTIONS,
     ConfigError,
