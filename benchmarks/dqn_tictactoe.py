@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 import corral
-from corral.algos.collector import Collector
 from corral.algos.dqn import DQN, Config
-from corral.algos.selfplay import evaluate_vs_random
+from corral.training.collector import Collector
+from corral.training.selfplay_eval import evaluate_vs_random
 
 ENV_ID = "pettingzoo/classic/tictactoe_v3"
 

@@ -14,7 +14,6 @@ import pytest
 pytest.importorskip("mpe2")
 
 import corral
-from corral.algos.collector import evaluate
 from corral.training.baselines import (
     SPREAD,
     Score,
@@ -26,6 +25,7 @@ from corral.training.baselines import (
     spread_controller,
     spread_heuristic,
 )
+from corral.training.collector import evaluate
 
 TARGET_ENV = {"N": 3, "max_cycles": 25, "local_ratio": 0.5}  # issue 13's learning targets
 

@@ -31,13 +31,13 @@ from test_runner import TabularQ  # noqa: E402
 
 import corral  # noqa: E402
 from corral import cli  # noqa: E402
-from corral.algos.collector import Collector  # noqa: E402
 from corral.algos.dqn import DQN  # noqa: E402
 from corral.algos.maddpg import MADDPG  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
 from corral.errors import CheckpointError, MissingDependencyError  # noqa: E402
 from corral.training import ConfigError, Runner, load_config, load_run  # noqa: E402
 from corral.training import checkpoint as ckpt  # noqa: E402
+from corral.training.collector import Collector  # noqa: E402
 from corral.training.metrics import read_metrics  # noqa: E402
 from corral.training.runner import BEST, LATEST  # noqa: E402
 

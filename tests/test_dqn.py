@@ -11,10 +11,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import corral  # noqa: E402
-from corral.algos.collector import Collector, evaluate  # noqa: E402
 from corral.algos.dqn import DQN, Config, double_q_target  # noqa: E402
 from corral.algos.networks import as_input  # noqa: E402
-from corral.algos.selfplay import SelfPlay, evaluate_vs_random  # noqa: E402
+from corral.algos.selfplay import SelfPlay  # noqa: E402
+from corral.training.collector import Collector, evaluate  # noqa: E402
+from corral.training.selfplay_eval import evaluate_vs_random  # noqa: E402
 
 TICTACTOE = "pettingzoo/classic/tictactoe_v3"
 ROCK, PAPER = 0, 1

@@ -12,12 +12,12 @@ from gymnasium import spaces
 torch = pytest.importorskip("torch")
 
 import corral  # noqa: E402
-from corral.algos.collector import Collector, evaluate  # noqa: E402
 from corral.algos.maddpg import MADDPG  # noqa: E402
 from corral.env import MultiAgentEnv, validate_actions  # noqa: E402
 from corral.envs.rps import RockPaperScissors  # noqa: E402
 from corral.errors import UnsupportedEnvError  # noqa: E402
 from corral.training import checkpoint as ckpt  # noqa: E402
+from corral.training.collector import Collector, evaluate  # noqa: E402
 
 torch.set_num_threads(1)
 

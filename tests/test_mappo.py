@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 
 import corral  # noqa: E402
 from corral.algos import algorithm_class  # noqa: E402
-from corral.algos.collector import Collector, evaluate  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO, Config, policy_head  # noqa: E402
+from corral.training.collector import Collector, DecisionCounter, evaluate  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -75,7 +75,7 @@ def assert_plays_paper(venv, algo: MAPPO, fixed, seat: str, decisions: int) -> N
 
 def _action_probs(algo: MAPPO, group: str, batch) -> torch.Tensor:
     with torch.no_grad():
-        x = algo._actor_input(group, batch.obs[group], None)
+        x = algo.policy.actor_input(group, batch.obs[group], None)
         return algo.nets[group].actor(x, None).probs
 
 
@@ -141,7 +141,7 @@ def test_simple_spread_runs_updates_with_finite_losses(cls: type[MAPPO], continu
         assert all(np.isfinite(v) for v in metrics.values()), metrics
 
     batch = venv.reset(seed=1)
-    actions, extras = algo.act(batch)
+    actions, extras = algo.act(batch, decisions=DecisionCounter().index(batch))
     space = venv.action_space("agent")
     assert actions["agent"].shape == (4, 3, *space.shape)
     assert all(space.contains(a) for a in actions["agent"].reshape(-1, *space.shape))
@@ -217,8 +217,8 @@ def test_the_critic_sees_each_agents_decision_index_in_its_episode(env_id, env_k
         assert ended.any() and t["decision"].max() >= 2
     # the decision index is an input of the critic: the stored values depend on it
     g, t = "predator" if env_id == "corral/tag" else "player", next(iter(rollouts.values()))
-    x = algo._critic_input(g, t["obs"], t["state"], t["decision"], t["agent"])
-    later = algo._critic_input(g, t["obs"], t["state"], t["decision"] + 5, t["agent"])
+    x = algo.policy.critic_input(g, t["obs"], t["state"], t["decision"], t["agent"])
+    later = algo.policy.critic_input(g, t["obs"], t["state"], t["decision"] + 5, t["agent"])
     assert not torch.equal(algo.nets[g].value(x), algo.nets[g].value(later))
 
 
@@ -233,7 +233,7 @@ def test_values_count_nothing_after_a_truncated_episode_unless_told_to_bootstrap
 
     algo.config = algo.config.replace(bootstrap_truncated=True)
     _, returns = algo.advantages("predator", t)
-    last = algo._critic_input(
+    last = algo.policy.critic_input(
         "predator", t["next_obs"], t["next_state"], t["decision"] + 1, t["agent"]
     )
     with torch.no_grad():
@@ -289,8 +289,10 @@ def test_state_dict_round_trip_acts_and_continues_identically() -> None:
     clone.load_state_dict(torch.load(file, weights_only=True))
 
     batch = venv.reset(seed=5)
+    decisions = DecisionCounter().index(batch)
     for explore in (False, True):
-        mine, theirs = algo.act(batch, explore=explore), clone.act(batch, explore=explore)
+        mine = algo.act(batch, explore=explore, decisions=decisions)
+        theirs = clone.act(batch, explore=explore, decisions=decisions)
         np.testing.assert_array_equal(mine[0]["player"], theirs[0]["player"])
         for name, per_group in mine[1].items():
             np.testing.assert_array_equal(per_group["player"], theirs[1][name]["player"])
@@ -362,7 +364,7 @@ def test_self_play_opponents_act_with_the_snapshot_drawn_from_the_pool() -> None
 
 def test_self_play_learns_to_beat_random_play_at_tictactoe() -> None:
     pytest.importorskip("pettingzoo")
-    from corral.algos.selfplay import evaluate_vs_random
+    from corral.training.selfplay_eval import evaluate_vs_random
 
     venv = corral.make_vec(TICTACTOE, 16, seed=0)
     config = Config(self_play=True, rollout_steps=32, epochs=4, minibatches=2, lr=1e-3)

@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 
 import corral  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
+from corral.training.collector import DecisionCounter  # noqa: E402
 from corral.training.rollout_collector import RolloutCollector  # noqa: E402
 
 DEVICES = [
@@ -218,7 +219,7 @@ def test_torch_batches_train_the_networks_numpy_batches_train(
 def test_torch_batches_get_actions_and_extras_on_their_device(device):
     venv, algo, _ = torch_collector(MAPPO, device)
     batch = venv.reset(seed=0)
-    actions, extras = algo.act(batch)
+    actions, extras = algo.act(batch, decisions=DecisionCounter().index(batch))
     for value in [*actions.values(), *(v for per in extras.values() for v in per.values())]:
         assert isinstance(value, torch.Tensor) and value.device.type == device
     venv.close()

@@ -13,9 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import corral  # noqa: E402
-from corral.algos.collector import Collector  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
 from corral.training import Runner, load_config  # noqa: E402
+from corral.training.collector import Collector  # noqa: E402
 from corral.training.rollout_collector import RolloutCollector  # noqa: E402
 
 CASES = [

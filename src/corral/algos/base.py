@@ -1,10 +1,15 @@
 """What every learning algorithm gives the collector and the runner.
 
-An algorithm acts on vector batches and learns from per-agent transitions.
-Groups it does not learn (a fixed opponent, a past copy in self-play) are
-played by :data:`Policy` callables that the collector merges in. The
-algorithm never steps an env itself, so one collector and one runner serve
-MAPPO, IPPO, MADDPG and DQN alike.
+An :class:`Algorithm` acts on vector batches and learns from what the
+collector records: time-major rollouts (``learns_from = "rollouts"``) or
+per-agent transitions. An algorithm split into a
+:class:`~corral.algos.policy.Policy` and a :class:`~corral.algos.policy.Learner`
+(MAPPO, IPPO) is a facade over the two (:attr:`Algorithm.policy`,
+:attr:`Algorithm.learner`); one not yet split (DQN, MADDPG) implements the
+methods itself. Groups it does not learn (a fixed opponent) are played by
+:data:`FixedPolicy` callables that the collector merges in. The algorithm
+never steps an env itself, so one collector and one runner serve MAPPO,
+IPPO, MADDPG and DQN alike.
 """
 
 from __future__ import annotations
@@ -15,14 +20,13 @@ from typing import Annotated, Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from corral.algos.policy import Actions, Extras, Learner, Policy
 from corral.data.rollouts import Rollout
 from corral.data.transitions import Transitions
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range, check_ranges
 
-Actions = dict[str, np.ndarray]
-Extras = dict[str, dict[str, np.ndarray]]
-Policy = Callable[[np.ndarray, "np.ndarray | None", np.random.Generator], np.ndarray]
+FixedPolicy = Callable[[np.ndarray, "np.ndarray | None", np.random.Generator], np.ndarray]
 """A fixed policy for one group: ``(obs [E, n, ...], action_mask or None, rng) -> actions``."""
 
 
@@ -68,7 +72,13 @@ class AlgoConfig:
 
 
 class Algorithm:
-    """Base class of corral's learners.
+    """Base class of corral's learning algorithms: what the collectors and the runner call.
+
+    A split algorithm sets :attr:`policy` and :attr:`learner` in its
+    constructor; :meth:`act`, :meth:`learn`, :meth:`state_dict` and
+    :meth:`load_state_dict` then delegate to them (a subclass adds what acts
+    beside the policy, as self-play's opponents do). An algorithm not yet
+    split leaves them ``None`` and implements these methods itself.
 
     Args:
         venv: the vector env it will act in (for groups, spaces, ``num_envs``).
@@ -81,6 +91,9 @@ class Algorithm:
     Config: ClassVar[type[AlgoConfig]] = AlgoConfig
     uses_state: ClassVar[bool] = False
     """Whether it reads ``batch.state``: its vector envs are then built with ``state=True``."""
+    uses_decisions: ClassVar[bool] = False
+    """Whether :meth:`act` reads ``decisions`` (see :attr:`Policy.uses_decisions
+    <corral.algos.policy.Policy.uses_decisions>`); the collectors pass them only then."""
     needs_lockstep: ClassVar[bool] = False
     """Whether every learned agent must act at every step until the episode ends (simultaneous
     moves, no agent leaving early); see :func:`check_env_support`."""
@@ -88,6 +101,10 @@ class Algorithm:
     """What the runner feeds it: ``"transitions"`` (per-agent rows, :meth:`observe` and
     :meth:`update`) or ``"rollouts"`` (time-major arrays of ``config.rollout_steps``
     vector steps, :meth:`learn`; see :mod:`corral.training.rollout_collector`)."""
+    policy: Policy | None = None
+    """A split algorithm's policy: acting, with no side effects."""
+    learner: Learner | None = None
+    """A split algorithm's learner: the optimisers and the counters, learning from rollouts."""
 
     def __init__(
         self,
@@ -106,9 +123,21 @@ class Algorithm:
         self.state_space = venv.state_space
         self.device = device
 
-    def act(self, batch: Any, *, explore: bool = True) -> tuple[Actions, Extras]:
-        """Actions ``[E, n, ...]`` for its groups, and extras to keep with them."""
-        raise NotImplementedError
+    def act(
+        self, batch: Any, *, explore: bool = True, decisions: Mapping[str, Any] | None = None
+    ) -> tuple[Actions, Extras]:
+        """Actions ``[E, n, ...]`` for its groups, and extras to keep with them.
+
+        ``decisions`` (passed with :attr:`uses_decisions` only): per group
+        ``[E, n]``, each agent's decisions so far in its episode.
+        """
+        if self.policy is None:
+            raise NotImplementedError
+        return self.policy.act(batch, explore=explore, decisions=decisions)
+
+    def collected(self, batch: Any) -> None:
+        """The collector stepped the envs once while learning and got ``batch`` (for a
+        learner of transitions that updates on a schedule of env steps)."""
 
     def observe(self, transitions: Mapping[str, Transitions]) -> None:
         """Store completed transitions (only those of its own groups are passed)."""
@@ -122,18 +151,22 @@ class Algorithm:
         """Learn from what was stored; returns scalar metrics (losses, ...)."""
         raise NotImplementedError
 
-    def bootstrap_values(self, batch: Any) -> dict[str, Any]:
-        """A rollout learner's value ``[E, n]`` of every agent's observation in ``batch``."""
+    def bootstrap_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any]:
+        """A rollout learner's value ``[E, n]`` of every agent's observation in ``batch``;
+        ``decisions``: each agent's decision index there (as :meth:`act` is given)."""
         raise NotImplementedError(f"{type(self).__name__} does not learn from rollouts")
 
-    def final_values(self, batch: Any) -> dict[str, Any] | None:
+    def final_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any] | None:
         """A rollout learner's value ``[E, n]`` of every agent's next observation after a
-        step, which truncated decisions bootstrap from; ``None``: they bootstrap nothing."""
+        step, which truncated decisions bootstrap from; ``None``: they bootstrap nothing.
+        ``decisions``: each agent's decisions in the episode the step continued or ended."""
         return None
 
     def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
         """A rollout learner's update from one :class:`Rollout` per group; returns metrics."""
-        raise NotImplementedError(f"{type(self).__name__} does not learn from rollouts")
+        if self.learner is None:
+            raise NotImplementedError(f"{type(self).__name__} does not learn from rollouts")
+        return self.learner.learn(rollouts)
 
     def first_update(self) -> FirstUpdate | None:
         """A lower bound on the env steps before :meth:`ready` can next be true (``None``:
@@ -142,10 +175,14 @@ class Algorithm:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume learning (networks, optimisers, counters)."""
-        raise NotImplementedError
+        if self.learner is None:
+            raise NotImplementedError
+        return self.learner.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        raise NotImplementedError
+        if self.learner is None:
+            raise NotImplementedError
+        self.learner.load_state_dict(state)
 
     def replay_state_dict(self) -> dict[str, Any] | None:
         """An off-policy learner's replay memory, kept apart from :meth:`state_dict` so that

@@ -40,6 +40,13 @@ env and episode against a pool of frozen copies of its actors, as DQN does
 ``snapshot_interval`` updates, the opponents sample from their policies, and
 only the learner's transitions are learned from.
 
+The algorithm is split (see :mod:`corral.algos.policy`): a
+:class:`MAPPOPolicy` holds the actors and critics and acts without side
+effects, a :class:`MAPPOLearner` holds the optimisers and learns from
+rollouts, and :class:`MAPPO`, what the runner drives, is a facade over both
+that adds self-play's opponents and keeps the per-agent row path, the oracle
+of the rollout path in differential tests.
+
 Defaults follow the MPE settings of Yu et al. 2022, "The Surprising
 Effectiveness of PPO in Cooperative Multi-Agent Games" (lr 7e-4, 10 epochs,
 one minibatch, clip 0.2, entropy 0.01, GAE lambda 0.95, gradient norm 10,
@@ -50,7 +57,7 @@ steps) differs, set for 8 to 32 envs rather than the paper's 128 threads.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
@@ -70,6 +77,7 @@ from corral.algos.networks import (
     mlp,
     to_device,
 )
+from corral.algos.policy import Learner, Policy, Weights
 from corral.algos.selfplay import SelfPlay
 from corral.arrays import to_numpy
 from corral.data.buffers import RolloutBuffer, gae
@@ -292,59 +300,51 @@ class GroupNets(nn.Module):
         return self.value_norm.denormalize(self.critic(x).squeeze(-1))
 
 
-class MAPPO(Algorithm):
-    """Multi-agent PPO with a centralised critic on ``state``; see the module docstring."""
+class MAPPOPolicy(Policy):
+    """MAPPO's actors and critics: actions, log-probabilities and values of a batch.
 
-    name: ClassVar[str] = "mappo"
-    Config: ClassVar[type[AlgoConfig]] = Config
-    centralised: ClassVar[bool] = True
-    """Whether the critic sees the global state (when the env has one)."""
-    uses_state: ClassVar[bool] = True
-    learns_from: ClassVar[str] = "rollouts"
+    The critics are part of the policy because values are what a rollout
+    records beside the actions (and where a rollout ends, its bootstrap).
+    Acting changes nothing but the draws of :attr:`generator`.
+    """
+
+    uses_decisions: ClassVar[bool] = True
 
     def __init__(
         self,
-        venv: Any,
-        config: AlgoConfig | None = None,
+        groups: Mapping[str, Sequence[str]],
+        observation_space: Mapping[str, spaces.Space],
+        action_space: Mapping[str, spaces.Space],
+        state_space: spaces.Space | None,
+        config: Config,
         *,
-        learn_groups: Collection[str] | None = None,
-        device: str = "cpu",
+        centralised: bool,
+        device: str,
     ) -> None:
-        super().__init__(venv, config, learn_groups=learn_groups, device=resolve_device(device))
-        cfg = self.config
-        self.use_state = self.centralised and self.state_space is not None
+        super().__init__(groups)
+        self.config = config
+        self.device = device
+        self.observation_space = dict(observation_space)
+        self.action_space = dict(action_space)
+        self.state_space = state_space
+        self.use_state = centralised and state_space is not None
+        """Whether the critics see the global state (else each agent's observation)."""
         self.nets: dict[str, GroupNets] = {}
-        self.optimizers: dict[str, torch.optim.Optimizer] = {}
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed)
+            torch.manual_seed(config.seed)
             for g, agents in self.groups.items():
-                ids = len(agents) if cfg.agent_id and len(agents) > 1 else 0
+                ids = len(agents) if config.agent_id and len(agents) > 1 else 0
                 actor_in = flat_dim(self.observation_space[g]) + ids
-                seen = self.state_space if self.use_state else self.observation_space[g]
-                critic_in = flat_dim(seen) + (cfg.time_scale is not None) + ids
-                nets = GroupNets(actor_in, critic_in, self.action_space[g], cfg)
-                self.nets[g] = nets.to(self.device)
-                self.optimizers[g] = torch.optim.Adam(
-                    nets.parameters(), lr=cfg.lr, eps=1e-5, fused=True
-                )
-        self.buffers = {g: RolloutBuffer() for g in self.groups}
-        self.decision_count = {
-            g: np.zeros((self.num_envs, len(agents)), dtype=np.int64)
-            for g, agents in self.groups.items()
-        }
-        self.generator = torch.Generator().manual_seed(cfg.seed)
-        self.steps_since_update = 0
-        self.updates = 0
-        self.selfplay = (
-            SelfPlay(self.groups, cfg.pool_size, cfg.random_opponent_prob, seed=cfg.seed)
-            if cfg.self_play
-            else None
-        )
-        self.rng = np.random.default_rng(cfg.seed)  # random legal self-play opponents
+                seen = state_space if self.use_state else self.observation_space[g]
+                critic_in = flat_dim(seen) + (config.time_scale is not None) + ids
+                nets = GroupNets(actor_in, critic_in, self.action_space[g], config)
+                self.nets[g] = nets.to(device)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        """The policy's random stream (samples; the learner's minibatches draw from it too)."""
 
     # -- inputs ------------------------------------------------------------------
 
-    def _with_id(self, g: str, x: torch.Tensor, agent: np.ndarray | None) -> torch.Tensor:
+    def _with_id(self, g: str, x: torch.Tensor, agent: Any) -> torch.Tensor:
         """``x`` with a one-hot of ``agent`` appended; ``None`` means ``x`` is ``[E, n, ...]``."""
         n = len(self.groups[g])
         if not self.config.agent_id or n == 1:
@@ -355,15 +355,15 @@ class MAPPO(Algorithm):
             index = torch.as_tensor(agent, device=self.device, dtype=torch.long)
         return torch.cat([x, nn.functional.one_hot(index, n).float()], dim=-1)
 
-    def _actor_input(self, g: str, obs: Any, agent: np.ndarray | None) -> torch.Tensor:
+    def actor_input(self, g: str, obs: Any, agent: Any) -> torch.Tensor:
+        """Actor inputs of rows (``agent`` given) or of a batch's ``[E, n]`` agents (``None``)."""
         return self._with_id(g, as_input(obs, self.observation_space[g], self.device), agent)
 
-    def _critic_input(
-        self, g: str, obs: Any, state: Any, decision: np.ndarray, agent: np.ndarray | None
-    ) -> torch.Tensor:
+    def critic_input(self, g: str, obs: Any, state: Any, decision: Any, agent: Any) -> torch.Tensor:
         """Critic inputs of rows (``agent`` given) or of a batch's ``[E, n]`` agents (``None``).
 
-        ``decision`` is each agent's decision index in its episode.
+        ``decision`` is each agent's decision index in its episode (ignored without
+        ``time_scale``).
         """
         if self.use_state:
             x = as_input(state, self.state_space, self.device)
@@ -376,163 +376,139 @@ class MAPPO(Algorithm):
             x = torch.cat([x, (time * self.config.time_scale).unsqueeze(-1)], dim=-1)
         return self._with_id(g, x, agent)
 
-    def _count(self, g: str, like: Any) -> Any:
-        """Group ``g``'s decision counts ``[E, n]`` where ``like`` lives (NumPy, or a tensor's
-        device), moved there the first time a batch of that place asks."""
-        count = self.decision_count[g]
-        if isinstance(like, torch.Tensor):
-            if not isinstance(count, torch.Tensor) or count.device != like.device:
-                count = torch.as_tensor(count, dtype=torch.int64, device=like.device)
-        elif isinstance(count, torch.Tensor):
-            count = count.cpu().numpy()
-        self.decision_count[g] = count
-        return count
-
-    def _decisions(self, g: str, batch: Any) -> Any:
-        """Each agent's decision index in its episode at ``batch``, then counts its decisions.
-
-        Counted over the batches it explores on: a vector env reset elsewhere leaves the
-        counts off until each env's episode ends.
-        """
-        count = self._count(g, batch.done)
-        if isinstance(count, torch.Tensor):
-            # these envs were reset: their agents start a new episode
-            count.masked_fill_(batch.done[:, None], 0)
-            now = count.clone()
-        else:
-            count[batch.done] = 0
-            now = count.copy()
-        count += batch.acting[g]
-        return now
-
-    def _mask(self, mask: Any) -> torch.Tensor | None:
+    def mask(self, mask: Any) -> torch.Tensor | None:
+        """An action mask as a boolean tensor on the policy's device (``None`` stays)."""
         return None if mask is None else torch.as_tensor(mask, device=self.device, dtype=torch.bool)
 
     # -- acting --------------------------------------------------------------------
 
     @torch.no_grad()
-    def act(self, batch: Any, *, explore: bool = True) -> tuple[Actions, Extras]:
+    def act(
+        self,
+        batch: Any,
+        *,
+        explore: bool = True,
+        decisions: Mapping[str, Any] | None = None,
+    ) -> tuple[Actions, Extras]:
         """Actions of every agent of its groups, sampled (``explore``) or greedy.
 
         Extras: the raw ``sample`` and its ``log_prob``; when exploring also the
-        critic's ``value`` and the agent's ``decision`` index in its episode.
-        Greedy acting uses observations only, so it needs no ``Batch.state``.
-        With self-play, exploring acts give the slots the learner does not play
-        the opponent's actions, and the extra ``learner`` marks the learner's.
+        critic's ``value`` and the agent's ``decision`` index in its episode
+        (``decisions``, which exploring needs with ``time_scale``). Greedy
+        acting uses observations only, so it needs no ``Batch.state``.
+        Arrays of the batch's place (NumPy, or tensors on its device).
         """
+        name = type(self).__name__
         if explore and self.use_state and batch.state is None:
             raise ValueError(
-                f"{type(self).__name__}'s critic needs Batch.state, but the batch has none: "
+                f"{name}'s critic needs Batch.state, but the batch has none: "
                 "build the vector env with state=True"
             )
-        if self.selfplay is not None and isinstance(batch.done, torch.Tensor):
+        if explore and decisions is None and self.config.time_scale is not None:
             raise ValueError(
-                f"{type(self).__name__} with self_play plays numpy batches only, got torch "
-                "tensors: build the vector env with array='numpy'"
+                f"{name}'s critic reads each agent's decision index in its episode "
+                "(time_scale): pass decisions={group: [E, n] counts}, as the collectors do "
+                "with a DecisionCounter (all 0 at a batch where every episode starts)"
             )
         out = _placer(batch.done)
         actions: Actions = {}
         extras: Extras = {"sample": {}, "log_prob": {}}
         for g, nets in self.nets.items():
             obs = batch.obs[g]
-            mask = self._mask(batch.action_mask.get(g))
-            dist = nets.actor(self._actor_input(g, obs, None), mask)
+            mask = self.mask(batch.action_mask.get(g))
+            dist = nets.actor(self.actor_input(g, obs, None), mask)
             sample = nets.actor.sample(dist, self.generator) if explore else nets.actor.greedy(dist)
             extras["sample"][g] = out(sample)
             extras["log_prob"][g] = out(dist.log_prob(sample))
             actions[g] = nets.actor.to_env(extras["sample"][g])
             if explore:
-                decision = self._decisions(g, batch)
-                value = nets.value(self._critic_input(g, obs, batch.state, decision, None))
+                decision = None if decisions is None else decisions[g]
+                value = nets.value(self.critic_input(g, obs, batch.state, decision, None))
                 extras.setdefault("value", {})[g] = out(value)
-                extras.setdefault("decision", {})[g] = decision
-        if explore:
-            self.steps_since_update += 1
-        if explore and self.selfplay is not None:
-            opponent = functools.partial(self._opponent, batch)
-            extras["learner"] = self.selfplay.merge(batch, actions, opponent)
+                if decision is not None:
+                    extras.setdefault("decision", {})[g] = decision
         return actions, extras
 
-    def _opponent(self, batch: Any, snapshot: Any, g: str, envs: np.ndarray) -> np.ndarray:
-        """Self-play: actions sampled from ``snapshot``'s actor (``None``: random legal)."""
-        mask = batch.action_mask.get(g)
-        mask = None if mask is None else mask[envs]
-        if snapshot is None:
-            lead = (len(envs), len(self.groups[g]))
-            return sample_array(self.action_space[g], lead, self.rng, mask)
-        actor = snapshot[g]
-        dist = actor(self._actor_input(g, batch.obs[g][envs], None), self._mask(mask))
+    def sample_with(self, actors: Mapping[str, nn.Module], g: str, obs: Any, mask: Any) -> Any:
+        """NumPy actions ``[len(obs), n, ...]`` sampled by ``actors[g]`` (a frozen copy of
+        this policy's actor, as self-play's pool holds) from the policy's generator."""
+        actor = actors[g]
+        dist = actor(self.actor_input(g, obs, None), self.mask(mask))
         return actor.to_env(actor.sample(dist, self.generator).cpu().numpy())
 
-    def observe(self, transitions: Mapping[str, Transitions]) -> None:
-        """Store completed transitions (with self-play, only those of the learner's actions)."""
-        for g, t in transitions.items():
-            if "learner" in t:
-                keep = t["learner"].astype(bool)
-                t = {name: value[keep] for name, value in t.items()}
-            if len(t["reward"]):
-                self.buffers[g].add(t)
-
-    def ready(self) -> bool:
-        """After ``rollout_steps`` exploring vector steps, once some transition completed."""
-        collected = any(len(b) for b in self.buffers.values())
-        return collected and self.steps_since_update >= self.config.rollout_steps
-
-    def first_update(self) -> FirstUpdate:
-        """The rest of the current rollout."""
-        steps = self.config.rollout_steps
-        left = max(1, steps - self.steps_since_update)
-        return FirstUpdate(left * self.num_envs, f"rollout_steps={steps} of {self.num_envs} envs")
-
-    # -- learning from rollouts ----------------------------------------------------------
-
     @torch.no_grad()
-    def bootstrap_values(self, batch: Any) -> dict[str, Any]:
-        """The value ``[E, n]`` of every agent's observation in ``batch`` (the batch after a
-        rollout's last step), at the decision index :meth:`act` would give it there; arrays
-        of the batch's place."""
-        values = {}
+    def bootstrap_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any]:
+        """The value ``[E, n]`` of every agent's observation in ``batch`` at its decision
+        index ``decisions[g]``; arrays of the batch's place."""
         out = _placer(batch.done)
-        for g, nets in self.nets.items():
-            count = self._count(g, batch.done)
-            decision = _where_done(batch.done, count * 0, count)
-            x = self._critic_input(g, batch.obs[g], batch.state, decision, None)
-            values[g] = out(nets.value(x))
-        return values
+        return {
+            g: out(nets.value(self.critic_input(g, batch.obs[g], batch.state, decisions[g], None)))
+            for g, nets in self.nets.items()
+        }
 
     @torch.no_grad()
-    def final_values(self, batch: Any) -> dict[str, Any] | None:
+    def final_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any] | None:
         """With ``bootstrap_truncated``, the value ``[E, n]`` of every agent's next observation
-        after a step (``final_obs`` in the envs that ended), which truncated decisions
-        bootstrap from; ``None`` (bootstrap nothing) without it."""
+        after the step that returned ``batch`` (``final_obs`` in the envs that ended), at the
+        index ``decisions[g]``, which truncated decisions bootstrap from; ``None`` (bootstrap
+        nothing) without it."""
         if not self.config.bootstrap_truncated:
             return None
-        values = {}
         done = batch.done
         out = _placer(done)
+        values = {}
         for g, nets in self.nets.items():
             obs = _where_done(done, batch.final_obs[g], batch.obs[g])
             state = None
             if batch.state is not None:
                 state = _where_done(done, batch.final_state, batch.state)
-            x = self._critic_input(g, obs, state, self._count(g, done), None)
-            values[g] = out(nets.value(x))
+            values[g] = out(nets.value(self.critic_input(g, obs, state, decisions[g], None)))
         return values
 
-    def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
+    # -- weights -------------------------------------------------------------------
+
+    def weights(self) -> Weights:
+        """Every group's actor, critic and value normaliser (CPU copies) and the version."""
+        params = {
+            g: {name: t.detach().to("cpu", copy=True) for name, t in nets.state_dict().items()}
+            for g, nets in self.nets.items()
+        }
+        return {"version": self.version, "params": params}
+
+    def load_weights(self, weights: Weights) -> None:
+        for g, nets in self.nets.items():
+            nets.load_state_dict(weights["params"][g])
+        self.version = int(weights["version"])
+
+
+class MAPPOLearner(Learner):
+    """PPO updates of a :class:`MAPPOPolicy` from rollouts (and, for the row-path oracle,
+    from rows); one Adam optimiser per group."""
+
+    policy: MAPPOPolicy
+
+    def __init__(self, policy: MAPPOPolicy, config: Config) -> None:
+        super().__init__(policy)
+        self.config = config
+        self.optimizers: dict[str, torch.optim.Optimizer] = {
+            g: torch.optim.Adam(nets.parameters(), lr=config.lr, eps=1e-5, fused=True)
+            for g, nets in policy.nets.items()
+        }
+
+    def update(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
         """PPO epochs over each group's complete decisions in ``rollouts`` (with self-play,
-        the learner's); metrics are named ``group/metric``, as :meth:`update`'s."""
+        the learner's); metrics are named ``group/metric``."""
         metrics: dict[str, float] = {}
         for g, rollout in rollouts.items():
-            rows = self._rollout_rows(g, rollout)
+            rows = self.rollout_rows(g, rollout)
             if rows is not None:
-                for name, value in self._ppo(g, **rows).items():
+                for name, value in self.ppo(g, **rows).items():
                     metrics[f"{g}/{name}"] = value
-        return self._updated(metrics)
+        return metrics
 
-    def _rollout_rows(self, g: str, rollout: Rollout) -> dict[str, Any] | None:
+    def rollout_rows(self, g: str, rollout: Rollout) -> dict[str, Any] | None:
         """The PPO inputs of ``g``'s decisions to learn from in ``rollout``; ``None``: none."""
-        cfg = self.config
+        cfg, policy = self.config, self.policy
         advantage, returns, complete = masked_gae(rollout, cfg.gamma, cfg.gae_lambda)
         extras = rollout.extras
         keep = complete & extras["learner"] if "learner" in extras else complete
@@ -542,7 +518,7 @@ class MAPPO(Algorithm):
         if len(step) == 0:
             return None
         state = None
-        if self.use_state:
+        if policy.use_state:
             state = rollout.state[step, env]
             if rollout.carried_state is not None:
                 # a decision carried over keeps the state it was made in
@@ -550,9 +526,10 @@ class MAPPO(Algorithm):
                 state = _where_done(carried, rollout.carried_state[env, agent], state)
         obs = rollout.obs[at]
         mask = None if rollout.action_mask is None else rollout.action_mask[at]
+        decision = extras["decision"][at] if "decision" in extras else None
         return {
-            "actor_in": self._actor_input(g, obs, agent),
-            "critic_in": self._critic_input(g, obs, state, extras["decision"][at], agent),
+            "actor_in": policy.actor_input(g, obs, agent),
+            "critic_in": policy.critic_input(g, obs, state, decision, agent),
             "mask": mask,
             "sample": extras["sample"][at],
             "old_log_prob": extras["log_prob"][at],
@@ -561,60 +538,7 @@ class MAPPO(Algorithm):
             "old_value": rollout.value[at],
         }
 
-    # -- learning --------------------------------------------------------------------
-
-    def update(self) -> dict[str, float]:
-        """PPO epochs over each group's rollout; metrics are named ``group/metric``."""
-        metrics: dict[str, float] = {}
-        for g, buffer in self.buffers.items():
-            if len(buffer):
-                for name, value in self._update_group(g, buffer.data()).items():
-                    metrics[f"{g}/{name}"] = value
-            buffer.clear()
-        return self._updated(metrics)
-
-    def _updated(self, metrics: dict[str, float]) -> dict[str, float]:
-        """Count an update (and add a self-play snapshot when due); returns ``metrics``."""
-        self.steps_since_update = 0
-        self.updates += 1
-        if self.selfplay is not None:
-            if self.updates % self.config.snapshot_interval == 0:
-                self.selfplay.add({g: frozen_copy(nets.actor) for g, nets in self.nets.items()})
-            metrics["selfplay/pool"] = float(len(self.selfplay.pool))
-            returns = self.selfplay.pop_returns()
-            if returns:
-                metrics["selfplay/return"] = float(np.mean(returns))
-        return metrics
-
-    def advantages(self, g: str, t: Transitions) -> tuple[np.ndarray, np.ndarray]:
-        """GAE advantages and value targets of group ``g``'s rollout ``t``."""
-        cfg = self.config
-        with torch.no_grad():
-            next_in = self._critic_input(
-                g, t["next_obs"], t.get("next_state"), t["decision"] + 1, t["agent"]
-            )
-            next_value = self.nets[g].value(next_in).cpu().numpy()
-        if not cfg.bootstrap_truncated:
-            next_value = np.where(t["truncated"], 0.0, next_value)
-        return gae(t, t["value"], next_value, cfg.gamma, cfg.gae_lambda)
-
-    def _update_group(self, g: str, t: Transitions) -> dict[str, float]:
-        agent = t["agent"]
-        critic_in = self._critic_input(g, t["obs"], t.get("state"), t["decision"], agent)
-        advantage, returns = self.advantages(g, t)
-        return self._ppo(
-            g,
-            actor_in=self._actor_input(g, t["obs"], agent),
-            critic_in=critic_in,
-            mask=t.get("action_mask"),
-            sample=t["sample"],
-            old_log_prob=t["log_prob"],
-            advantage=advantage,
-            returns=returns,
-            old_value=t["value"],
-        )
-
-    def _ppo(
+    def ppo(
         self,
         g: str,
         *,
@@ -628,22 +552,24 @@ class MAPPO(Algorithm):
         old_value: Any,
     ) -> dict[str, float]:
         """PPO epochs over one group's decisions (rows), given their advantages and returns."""
-        cfg, nets = self.config, self.nets[g]
-        tensor = functools.partial(torch.as_tensor, device=self.device, dtype=torch.float32)
+        cfg, nets, device = self.config, self.policy.nets[g], self.policy.device
+        tensor = functools.partial(torch.as_tensor, device=device, dtype=torch.float32)
         advantage, returns, old_value = tensor(advantage), tensor(returns), tensor(old_value)
         nets.value_norm.update(returns, nets.critic[-1])
         target, old_value = nets.value_norm.normalize(returns), nets.value_norm.normalize(old_value)
         if cfg.normalize_advantages and len(advantage) > 1:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        mask = self._mask(mask)
-        sample = torch.as_tensor(sample, device=self.device)
+        mask = self.policy.mask(mask)
+        sample = torch.as_tensor(sample, device=device)
         old_log_prob = tensor(old_log_prob)
 
         size = -(-len(advantage) // cfg.minibatches)
         history = []
         for _ in range(cfg.epochs):
-            for index in torch.randperm(len(advantage), generator=self.generator).split(size):
-                index = to_device(index, self.device)
+            for index in torch.randperm(len(advantage), generator=self.policy.generator).split(
+                size
+            ):
+                index = to_device(index, device)
                 dist = nets.actor(actor_in[index], None if mask is None else mask[index])
                 log_ratio = dist.log_prob(sample[index]) - old_log_prob[index]
                 ratio = log_ratio.exp()
@@ -673,29 +599,227 @@ class MAPPO(Algorithm):
         means = torch.stack(history).mean(dim=0).tolist()
         return dict(zip(METRICS, means, strict=True))
 
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimisers, the policy's random stream, counters and version: tensors
+        and plain values only, as ``torch.load(weights_only=True)`` reads."""
+        return {
+            **super().state_dict(),
+            "nets": {g: nets.state_dict() for g, nets in self.policy.nets.items()},
+            "optimizers": {g: opt.state_dict() for g, opt in self.optimizers.items()},
+            "generator": self.policy.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for g, nets in self.policy.nets.items():
+            nets.load_state_dict(state["nets"][g])
+            self.optimizers[g].load_state_dict(state["optimizers"][g])
+        self.policy.generator.set_state(state["generator"])
+        super().load_state_dict(state)
+
+
+class MAPPO(Algorithm):
+    """Multi-agent PPO with a centralised critic on ``state``; see the module docstring.
+
+    A facade over a :class:`MAPPOPolicy` (:attr:`policy`) and a
+    :class:`MAPPOLearner` (:attr:`learner`); it adds self-play's opponents to
+    the policy's actions, and keeps the per-agent row path (:meth:`observe`,
+    :meth:`update`), the oracle of the rollout path in differential tests.
+    """
+
+    name: ClassVar[str] = "mappo"
+    Config: ClassVar[type[AlgoConfig]] = Config
+    centralised: ClassVar[bool] = True
+    """Whether the critic sees the global state (when the env has one)."""
+    uses_state: ClassVar[bool] = True
+    uses_decisions: ClassVar[bool] = True
+    learns_from: ClassVar[str] = "rollouts"
+    policy: MAPPOPolicy
+    learner: MAPPOLearner
+
+    def __init__(
+        self,
+        venv: Any,
+        config: AlgoConfig | None = None,
+        *,
+        learn_groups: Collection[str] | None = None,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(venv, config, learn_groups=learn_groups, device=resolve_device(device))
+        cfg = self.config
+        self.policy = MAPPOPolicy(
+            self.groups,
+            self.observation_space,
+            self.action_space,
+            self.state_space,
+            cfg,
+            centralised=self.centralised,
+            device=self.device,
+        )
+        self.learner = MAPPOLearner(self.policy, cfg)
+        self.buffers = {g: RolloutBuffer() for g in self.groups}
+        self.steps_since_update = 0
+        """Row path: vector steps collected since the last update (see :meth:`collected`)."""
+        self.selfplay = (
+            SelfPlay(self.groups, cfg.pool_size, cfg.random_opponent_prob, seed=cfg.seed)
+            if cfg.self_play
+            else None
+        )
+        self.rng = np.random.default_rng(cfg.seed)  # random legal self-play opponents
+
+    @property
+    def nets(self) -> dict[str, GroupNets]:
+        """The policy's networks, per group."""
+        return self.policy.nets
+
+    @property
+    def use_state(self) -> bool:
+        """Whether the critics see the global state."""
+        return self.policy.use_state
+
+    @property
+    def updates(self) -> int:
+        """The learner's updates so far."""
+        return self.learner.updates
+
+    # -- acting --------------------------------------------------------------------
+
+    def act(
+        self, batch: Any, *, explore: bool = True, decisions: Mapping[str, Any] | None = None
+    ) -> tuple[Actions, Extras]:
+        """The policy's actions and extras (see :meth:`MAPPOPolicy.act`). With self-play,
+        exploring acts give the slots the learner does not play the opponent's actions, and
+        the extra ``learner`` marks the learner's."""
+        if self.selfplay is not None and isinstance(batch.done, torch.Tensor):
+            raise ValueError(
+                f"{type(self).__name__} with self_play plays numpy batches only, got torch "
+                "tensors: build the vector env with array='numpy'"
+            )
+        actions, extras = self.policy.act(batch, explore=explore, decisions=decisions)
+        if explore and self.selfplay is not None:
+            opponent = functools.partial(self._opponent, batch)
+            extras["learner"] = self.selfplay.merge(batch, actions, opponent)
+        return actions, extras
+
+    def _opponent(self, batch: Any, snapshot: Any, g: str, envs: np.ndarray) -> np.ndarray:
+        """Self-play: actions sampled from ``snapshot``'s actor (``None``: random legal)."""
+        mask = batch.action_mask.get(g)
+        mask = None if mask is None else mask[envs]
+        if snapshot is None:
+            lead = (len(envs), len(self.groups[g]))
+            return sample_array(self.action_space[g], lead, self.rng, mask)
+        with torch.no_grad():
+            return self.policy.sample_with(snapshot, g, batch.obs[g][envs], mask)
+
+    def bootstrap_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any]:
+        """See :meth:`MAPPOPolicy.bootstrap_values`."""
+        return self.policy.bootstrap_values(batch, decisions)
+
+    def final_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any] | None:
+        """See :meth:`MAPPOPolicy.final_values`."""
+        return self.policy.final_values(batch, decisions)
+
+    # -- learning from rollouts ----------------------------------------------------------
+
+    def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
+        """The learner's update from ``rollouts``; metrics are named ``group/metric``, as
+        :meth:`update`'s, with self-play's ``selfplay/...``."""
+        return self._updated(self.learner.learn(rollouts))
+
+    def first_update(self) -> FirstUpdate:
+        """A whole rollout: the collectors start one with each run."""
+        steps = self.config.rollout_steps
+        return FirstUpdate(steps * self.num_envs, f"rollout_steps={steps} of {self.num_envs} envs")
+
+    def _updated(self, metrics: dict[str, float]) -> dict[str, float]:
+        """After an update: add a self-play snapshot when due; returns ``metrics``."""
+        self.steps_since_update = 0
+        if self.selfplay is not None:
+            if self.updates % self.config.snapshot_interval == 0:
+                self.selfplay.add({g: frozen_copy(nets.actor) for g, nets in self.nets.items()})
+            metrics["selfplay/pool"] = float(len(self.selfplay.pool))
+            returns = self.selfplay.pop_returns()
+            if returns:
+                metrics["selfplay/return"] = float(np.mean(returns))
+        return metrics
+
+    # -- the row path (the oracle of the rollout path) ---------------------------------
+
+    def collected(self, batch: Any) -> None:
+        """Count a vector step collected while learning, for :meth:`ready`."""
+        self.steps_since_update += 1
+
+    def observe(self, transitions: Mapping[str, Transitions]) -> None:
+        """Store completed transitions (with self-play, only those of the learner's actions)."""
+        for g, t in transitions.items():
+            if "learner" in t:
+                keep = t["learner"].astype(bool)
+                t = {name: value[keep] for name, value in t.items()}
+            if len(t["reward"]):
+                self.buffers[g].add(t)
+
+    def ready(self) -> bool:
+        """After ``rollout_steps`` vector steps collected, once some transition completed."""
+        collected = any(len(b) for b in self.buffers.values())
+        return collected and self.steps_since_update >= self.config.rollout_steps
+
+    def update(self) -> dict[str, float]:
+        """PPO epochs over each group's stored rows; metrics are named ``group/metric``."""
+        metrics: dict[str, float] = {}
+        for g, buffer in self.buffers.items():
+            if len(buffer):
+                for name, value in self._update_group(g, buffer.data()).items():
+                    metrics[f"{g}/{name}"] = value
+            buffer.clear()
+        self.learner.updated()
+        return self._updated(metrics)
+
+    def advantages(self, g: str, t: Transitions) -> tuple[np.ndarray, np.ndarray]:
+        """GAE advantages and value targets of group ``g``'s rows ``t``."""
+        cfg = self.config
+        decision = t.get("decision")
+        with torch.no_grad():
+            next_in = self.policy.critic_input(
+                g,
+                t["next_obs"],
+                t.get("next_state"),
+                None if decision is None else decision + 1,
+                t["agent"],
+            )
+            next_value = self.nets[g].value(next_in).cpu().numpy()
+        if not cfg.bootstrap_truncated:
+            next_value = np.where(t["truncated"], 0.0, next_value)
+        return gae(t, t["value"], next_value, cfg.gamma, cfg.gae_lambda)
+
+    def _update_group(self, g: str, t: Transitions) -> dict[str, float]:
+        agent, policy = t["agent"], self.policy
+        critic_in = policy.critic_input(g, t["obs"], t.get("state"), t.get("decision"), agent)
+        advantage, returns = self.advantages(g, t)
+        return self.learner.ppo(
+            g,
+            actor_in=policy.actor_input(g, t["obs"], agent),
+            critic_in=critic_in,
+            mask=t.get("action_mask"),
+            sample=t["sample"],
+            old_log_prob=t["log_prob"],
+            advantage=advantage,
+            returns=returns,
+            old_value=t["value"],
+        )
+
     # -- checkpoints -------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Networks, optimisers, value normalisers, random stream, counters and rollout.
-
-        The counters include each agent's decision count in its running episode.
+        """The learner's state (networks, optimisers, random stream, counters), the row
+        path's stored rows and step count, and with self-play the pool (the actors'
+        weights) and its generators.
 
         Only tensors and plain Python values: ``torch.load(weights_only=True)`` reads it.
-        With self-play it also holds the pool (the actors' weights) and its generators.
         """
-        state = {
-            "nets": {g: nets.state_dict() for g, nets in self.nets.items()},
-            "optimizers": {g: opt.state_dict() for g, opt in self.optimizers.items()},
-            "generator": self.generator.get_state(),
-            "steps_since_update": self.steps_since_update,
-            "updates": self.updates,
-            "decision_count": {
-                g: torch.as_tensor(c).cpu().clone() for g, c in self.decision_count.items()
-            },
-            "buffers": {
-                g: {name: torch.as_tensor(v) for name, v in buffer.data().items()}
-                for g, buffer in self.buffers.items()
-            },
+        state = self.learner.state_dict()
+        state["steps_since_update"] = self.steps_since_update
+        state["buffers"] = {
+            g: {name: torch.as_tensor(v) for name, v in buffer.data().items()}
+            for g, buffer in self.buffers.items()
         }
         if self.selfplay is not None:
             state["selfplay"] = self.selfplay.state_dict()
@@ -706,21 +830,14 @@ class MAPPO(Algorithm):
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        for g, nets in self.nets.items():
-            nets.load_state_dict(state["nets"][g])
-            self.optimizers[g].load_state_dict(state["optimizers"][g])
-            self.buffers[g].clear()
+        """Restore :meth:`state_dict`; a checkpoint from before the split (which also holds
+        per-agent decision counts, now the collectors') loads as well."""
+        self.learner.load_state_dict(state)
+        for g, buffer in self.buffers.items():
+            buffer.clear()
             if state["buffers"][g]:
-                self.buffers[g].add({k: v.numpy().copy() for k, v in state["buffers"][g].items()})
-        self.generator.set_state(state["generator"])
-        for g, count in self.decision_count.items():
-            saved = state["decision_count"][g]
-            if isinstance(count, torch.Tensor):
-                count.copy_(saved)
-            else:
-                count[:] = saved.numpy()
+                buffer.add({k: v.numpy().copy() for k, v in state["buffers"][g].items()})
         self.steps_since_update = int(state["steps_since_update"])
-        self.updates = int(state["updates"])
         if self.selfplay is not None:
             self.selfplay.load_state_dict(state["selfplay"])
             self.rng.bit_generator.state = state["rng"]

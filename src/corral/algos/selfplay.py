@@ -2,7 +2,7 @@
 
 Design. Self-play needs nothing from the collector: the algorithm acts for
 every seat of the game and decides, per env and episode, which seat it
-learns in. (A fixed :data:`~corral.algos.base.Policy` for the opponent would
+learns in. (A :data:`~corral.algos.base.FixedPolicy` for the opponent would
 not do: the collector gives a fixed policy a whole group for the whole run,
 while the learner's seat changes per env and episode and may share a group
 with the opponent's.) With the default group map both seats of ``tictactoe_v3`` form one
@@ -27,27 +27,20 @@ credited to the learner's last move. The algorithm adds snapshots to the pool
 ``snapshot_interval`` updates). Greedy acting (``explore=False``) plays every
 seat with the learner's own policy: self-play is for training only.
 
-:func:`play_against` measures a learner in one seat against another player
-(a uniformly random legal one by default) in the others;
-:func:`evaluate_vs_random` does so on a fresh vector env of a registered id.
+Measuring a learner in one seat against another player is evaluation, in
+:mod:`corral.training.selfplay_eval`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 OpponentActions = Callable[[Any, str, np.ndarray], np.ndarray]
 """``(snapshot, group, envs) -> actions [len(envs), n, ...]``: what ``snapshot`` plays for the
 agents of ``group`` in the envs ``envs`` (``snapshot`` ``None``: uniformly random legal play)."""
-
-
-class Player(Protocol):
-    """Anything that acts for some groups of a batch, as an algorithm does."""
-
-    def act(self, batch: Any, *, explore: bool = True) -> tuple[dict[str, np.ndarray], Any]: ...
 
 
 class SelfPlay:
@@ -169,79 +162,3 @@ class SelfPlay:
         self.seat_counts = np.array(state["seat_counts"], dtype=np.int64)
         self.seat = np.zeros(0, dtype=np.int64)
         self.opponent = []
-
-
-def play_against(
-    learner: Player,
-    venv: Any,
-    games: int,
-    seat: str,
-    opponent: Player | None = None,
-    *,
-    seed: int = 0,
-) -> list[float]:
-    """The returns of ``learner`` playing agent ``seat`` greedily in ``games`` episodes of
-    ``venv`` against ``opponent``.
-
-    ``learner`` acts (``act(batch, explore=False)``) for the group of ``seat``
-    and only its action for ``seat`` is used; ``opponent`` plays greedily for
-    its groups, and uniformly random legal actions fill every other agent (all
-    of them when ``opponent`` is ``None``). ``venv`` is reset with ``seed``, so
-    the same seed plays the same games; each env plays its share of ``games``.
-    """
-    where = [(g, agents.index(seat)) for g, agents in venv.groups.items() if seat in agents]
-    if not where:
-        raise ValueError(f"seat {seat!r} is not an agent of the env: {venv.possible_agents}")
-    g, j = where[0]
-    num_envs = venv.num_envs
-    quota = games // num_envs + (np.arange(num_envs) < games % num_envs)
-    rng = np.random.default_rng(seed)
-    returns: list[float] = []
-    played = np.zeros(num_envs, dtype=np.int64)
-    batch = venv.reset(seed=seed)
-    while (played < quota).any():
-        actions = venv.sample_actions(batch, rng)
-        if opponent is not None:
-            theirs, _ = opponent.act(batch, explore=False)
-            actions.update({group: np.array(a) for group, a in theirs.items()})
-        mine, _ = learner.act(batch, explore=False)
-        actions[g][:, j] = mine[g][:, j]
-        batch = venv.step(actions)
-        counted = batch.done & (played < quota)
-        returns.extend(batch.episode_return[g][counted, j].tolist())
-        played += counted
-    return returns
-
-
-def evaluate_vs_random(
-    algo: Any,
-    env_id: str,
-    games: int,
-    seat: int,
-    *,
-    num_envs: int = 16,
-    seed: int = 0,
-    env_kwargs: Mapping[str, Any] | None = None,
-) -> float:
-    """Mean episode return of ``algo`` playing greedily against a uniformly random legal player.
-
-    ``algo`` plays the agent ``possible_agents[seat]`` (in ``tictactoe_v3`` and
-    ``corral/rps`` seat 0 moves first), on a vector env of ``env_id`` whose
-    groups are those of ``algo`` (agents outside them form groups of their
-    own); see :func:`play_against`. In a win/draw/loss game the result is the
-    mean of +1, 0 and -1 over ``games`` games.
-    """
-    import corral
-
-    env_kwargs = dict(env_kwargs or {})
-    probe = corral.make(env_id, **env_kwargs)
-    agents = list(probe.possible_agents)
-    probe.close()
-    group_of = {a: g for g, members in algo.groups.items() for a in members}
-    group_map = {a: group_of.get(a, a) for a in agents}
-    num_envs = max(1, min(num_envs, games))
-    venv = corral.make_vec(env_id, num_envs, seed=seed, group_map=group_map, env_kwargs=env_kwargs)
-    try:
-        return float(np.mean(play_against(algo, venv, games, agents[seat], seed=seed)))
-    finally:
-        venv.close()

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from corral.algos.base import Algorithm
-from corral.algos.collector import Collector
 from corral.errors import CorralError, EnvError, MissingDependencyError
+from corral.training.collector import Collector
 from corral.training.config import TrainConfig
 from corral.training.runner import build_venv, fixed_policies, uses_state
 

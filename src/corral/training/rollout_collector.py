@@ -1,6 +1,6 @@
 """Drive a vector env with an on-policy learner's actions, one time-major rollout at a time.
 
-The :class:`RolloutCollector` is the :class:`~corral.algos.collector.Collector`
+The :class:`RolloutCollector` is the :class:`~corral.training.collector.Collector`
 of learners that learn from whole rollouts (``learns_from = "rollouts"``, as
 MAPPO and IPPO do): it records every vector step into a
 :class:`~corral.data.rollouts.RolloutBuilder` and hands the learner one
@@ -11,7 +11,7 @@ On a vector env of torch tensors (``make_vec(..., array="torch")``) nothing
 is read back to the host per step: the learner acts and learns on the
 batches' device, and the episodes that ended are kept there and read back
 once per rollout and at the end of :meth:`RolloutCollector.run` (the
-:class:`~corral.algos.collector.Progress` holds the same numbers as on NumPy).
+:class:`~corral.training.collector.Progress` holds the same numbers as on NumPy).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-from corral.algos.base import Algorithm, Policy
-from corral.algos.collector import Collector, Progress
+from corral.algos.base import Algorithm, FixedPolicy
 from corral.arrays import is_tensor, to_numpy
 from corral.data.rollouts import RolloutBuilder
+from corral.training.collector import Collector, Progress
 
 
 class RolloutCollector(Collector):
@@ -42,7 +42,7 @@ class RolloutCollector(Collector):
         self,
         venv: Any,
         algo: Algorithm,
-        fixed: Mapping[str, Policy] | None = None,
+        fixed: Mapping[str, FixedPolicy] | None = None,
         seed: int | None = None,
     ) -> None:
         super().__init__(venv, algo, fixed, seed)
@@ -79,9 +79,13 @@ class RolloutCollector(Collector):
             progress.env_steps += self.venv.num_envs
             self._record_episodes(progress)
             if learn:
-                self.builder.observe(self.batch, self.algo.final_values(self.batch))
+                final = self.algo.final_values(self.batch, self.decisions.made)
+                self.builder.observe(self.batch, final)
                 if self.builder.full:
-                    rollouts = self.builder.finish(self.algo.bootstrap_values(self.batch))
+                    next_value = self.algo.bootstrap_values(
+                        self.batch, self.decisions.index(self.batch)
+                    )
+                    rollouts = self.builder.finish(next_value)
                     self._read_episodes(progress)
                     progress.updates.append(self.algo.learn(rollouts))
             if on_step is not None:

@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from corral.algos.base import Algorithm, Policy, resolve_device
-from corral.algos.collector import Collector, Progress, evaluate
+from corral.algos.base import Algorithm, FixedPolicy, resolve_device
 from corral.errors import CheckpointError
 from corral.registry import resolve
 from corral.training import checkpoint
+from corral.training.collector import Collector, Progress, evaluate
 from corral.training.config import (
     BACKEND_OPTIONS,
     ConfigError,
@@ -558,8 +558,8 @@ def build_algorithm(config: TrainConfig, venv: VectorEnv) -> Algorithm:
     return algo_cls(venv, config.algo_config, learn_groups=learn, device=_device(run.device))
 
 
-def fixed_policies(config: TrainConfig, venv: VectorEnv, algo: Algorithm) -> dict[str, Policy]:
-    """The :data:`Policy` of each group that ``algo`` does not learn (``run.opponent``)."""
+def fixed_policies(config: TrainConfig, venv: VectorEnv, algo: Algorithm) -> dict[str, FixedPolicy]:
+    """The :data:`FixedPolicy` of each group that ``algo`` does not learn (``run.opponent``)."""
     others = [g for g in venv.groups if g not in algo.groups]
     if not others:
         return {}
@@ -574,7 +574,7 @@ def fixed_policies(config: TrainConfig, venv: VectorEnv, algo: Algorithm) -> dic
 
 
 class RandomPolicy:
-    """A :data:`Policy` playing uniformly random legal actions of ``space``."""
+    """A :data:`FixedPolicy` playing uniformly random legal actions of ``space``."""
 
     def __init__(self, space: Any) -> None:
         self.space = space

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from corral.algos.selfplay import Player, play_against
+from corral.training.selfplay_eval import Player, play_against
 
 RETURN = "eval_return"
 """The learned agents' mean return: the column a run has always written."""

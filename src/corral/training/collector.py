@@ -1,4 +1,9 @@
-"""Drive a vector env with an algorithm's actions and feed it the transitions."""
+"""Drive a vector env with an algorithm's actions and feed it the transitions.
+
+The collector also keeps what acting needs to know about the episodes and
+the algorithm must not count itself (its ``act`` has no side effects): each
+agent's decisions so far in its episode (:class:`DecisionCounter`).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,48 @@ from typing import Any
 
 import numpy as np
 
-from corral.algos.base import Algorithm, Policy
+from corral.algos.base import Algorithm, FixedPolicy
+from corral.arrays import is_tensor
 from corral.data.transitions import TransitionAssembler
+
+
+class DecisionCounter:
+    """Each agent's decisions in its running episode, counted from the batches acted on.
+
+    Call :meth:`step` once per batch acted on, in order; an env whose batch
+    says ``done`` starts counting again. Arrays live where the batches' do
+    (NumPy, or tensors on their device), one ``[E, n]`` int64 array per group;
+    every array returned is new, never changed afterwards.
+    """
+
+    def __init__(self) -> None:
+        self.made: dict[str, Any] = {}
+        """Per group ``[E, n]``: the decisions made so far in the episode that ran in the
+        last step counted (the index a decision after that step would have in that
+        episode); empty before the first :meth:`step`."""
+
+    def index(self, batch: Any) -> dict[str, Any]:
+        """Each agent's decision index at ``batch`` (0 where an episode starts there)."""
+        done = batch.done[:, None]
+        index = {}
+        for g, acting in batch.acting.items():
+            made = self.made.get(g)
+            if is_tensor(acting):
+                import torch
+
+                if made is None:
+                    made = torch.zeros(acting.shape, dtype=torch.int64, device=acting.device)
+                index[g] = torch.where(done, 0, made)
+            else:
+                made = np.zeros(acting.shape, dtype=np.int64) if made is None else made
+                index[g] = np.where(done, 0, made)
+        return index
+
+    def step(self, batch: Any) -> dict[str, Any]:
+        """:meth:`index` at ``batch``, then count the decisions of its acting agents."""
+        index = self.index(batch)
+        self.made = {g: index[g] + batch.acting[g] for g in index}
+        return index
 
 
 @dataclass
@@ -32,15 +77,17 @@ class Progress:
 class Collector:
     """Steps ``venv`` with ``algo`` (and fixed policies for other groups).
 
-    ``fixed`` maps groups that ``algo`` does not learn to :data:`Policy`
-    callables. Episode returns count only the learned groups.
+    ``fixed`` maps groups that ``algo`` does not learn to :data:`FixedPolicy`
+    callables. Episode returns count only the learned groups. For an
+    algorithm with ``uses_decisions`` it counts each agent's decisions in its
+    episode (:attr:`decisions`) and passes them to ``act``.
     """
 
     def __init__(
         self,
         venv: Any,
         algo: Algorithm,
-        fixed: Mapping[str, Policy] | None = None,
+        fixed: Mapping[str, FixedPolicy] | None = None,
         seed: int | None = None,
     ) -> None:
         self.venv = venv
@@ -52,9 +99,15 @@ class Collector:
         self.rng = np.random.default_rng(seed)
         self.assembler = TransitionAssembler(venv)
         self.batch = venv.reset(seed=seed)
+        self.decisions = DecisionCounter()
 
     def actions(self, batch: Any, explore: bool) -> tuple[dict[str, np.ndarray], dict]:
-        actions, extras = self.algo.act(batch, explore=explore)
+        """Actions of every group at ``batch`` (the next batch acted on) and ``algo``'s extras."""
+        if getattr(self.algo, "uses_decisions", False):  # any player with act() and groups
+            decisions = self.decisions.step(batch)
+            actions, extras = self.algo.act(batch, explore=explore, decisions=decisions)
+        else:
+            actions, extras = self.algo.act(batch, explore=explore)
         for g, policy in self.fixed.items():
             actions[g] = policy(batch.obs[g], batch.action_mask.get(g), self.rng)
         return actions, extras
@@ -80,6 +133,7 @@ class Collector:
             progress.env_restarts += int(self.batch.worker_restarts.sum()) - restarts
             done = self.assembler.observe(self.batch)
             if learn:
+                self.algo.collected(self.batch)
                 own = {g: t for g, t in done.items() if g in self.algo.groups}
                 if own:
                     self.algo.observe(own)
@@ -115,7 +169,7 @@ def evaluate(
     venv: Any,
     algo: Algorithm,
     episodes: int,
-    fixed: Mapping[str, Policy] | None = None,
+    fixed: Mapping[str, FixedPolicy] | None = None,
     seed: int | None = None,
 ) -> Progress:
     """Play ``episodes`` episodes greedily (no exploration, no learning)."""
