@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 import corral
-from corral.algos.collector import Collector
 from corral.algos.dqn import DQN, Config
 from corral.algos.selfplay import evaluate_vs_random
+from corral.training.rollout_collector import RolloutCollector
 
 ENV_ID = "pettingzoo/classic/tictactoe_v3"
 
@@ -79,7 +79,7 @@ def main() -> None:
 
     venv = corral.make_vec(ENV_ID, args.num_envs, seed=args.seed)
     algo = DQN(venv, config)
-    collector = Collector(venv, algo, seed=args.seed)
+    collector = RolloutCollector(venv, algo, seed=args.seed)
     start = time.perf_counter()
     done = 0
     while done < args.env_steps:

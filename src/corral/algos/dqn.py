@@ -280,7 +280,7 @@ class DQN(Algorithm):
     def _store(self, g: str, rollout: Rollout) -> None:
         rows, keep = decisions(rollout, STORED)
         if "learner" in rollout.extras:
-            keep = keep & rollout.extras["learner"].astype(bool)
+            keep = keep & (rollout.extras["learner"] != 0)
         flat = {name: x.reshape(-1, *x.shape[3:]) for name, x in rows.items()}
         self.buffer[g].add(flat, keep.reshape(-1))
 

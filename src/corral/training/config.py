@@ -145,7 +145,7 @@ class RunConfig:
     """Seconds of wall clock between checkpoints besides the others (0: none besides); checked
     at each metrics row (every ``log_every`` env steps), so that a killed run loses little."""
     checkpoint_replay: bool = True
-    """Keep an off-policy learner's replay buffers in ``checkpoint.pt`` (not in ``best.pt``)
+    """Keep an off-policy learner's replay memories in ``checkpoint.pt`` (not in ``best.pt``)
     so that a resumed run learns on from them; they take about ``buffer_size`` rows."""
     log_every: Annotated[int, Range(ge=1)] = 2_000
     """Env steps between rows of ``metrics.csv``."""
