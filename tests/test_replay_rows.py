@@ -49,8 +49,9 @@ def as_torch(batch):
     )
 
 
-def rows_both_ways(env_id, settings, steps_per_rollout, array, seed=0):
-    """The assembler's rows and the rollouts' rows of ``STEPS`` random vector steps."""
+def rows_both_ways(env_id, settings, steps_per_rollout, array, seed=0, learner=False):
+    """The assembler's rows and the rollouts' rows of ``STEPS`` random vector steps (with
+    ``learner``, only the rows the random extra ``learner`` marks, as self-play's DQN keeps)."""
     venv = corral.make_vec(env_id, NUM_ENVS, seed=seed, **settings)
     rng = np.random.default_rng(seed)
     assembler = TransitionAssembler(venv)
@@ -65,19 +66,21 @@ def rows_both_ways(env_id, settings, steps_per_rollout, array, seed=0):
             )
             for g, agents in venv.groups.items()
         }
-        learner = {g: rng.random((NUM_ENVS, len(a))) < 0.5 for g, a in venv.groups.items()}
-        assembler.act(batch, actions, learner=learner)
+        marks = {g: rng.random((NUM_ENVS, len(a))) < 0.5 for g, a in venv.groups.items()}
+        assembler.act(batch, actions, learner=marks)
         converted = convert(batch)
         builder.act(
             converted,
             {g: convert_array(a, array) for g, a in actions.items()},
-            learner={g: convert_array(m, array) for g, m in learner.items()},
+            learner={g: convert_array(m, array) for g, m in marks.items()},
         )
         batch = venv.step(actions)
         oracle.append(assembler.observe(batch))
         builder.observe(convert(batch))
         if builder.full or t == STEPS - 1:
-            ours.append({g: decision_rows(r) for g, r in builder.finish().items()})
+            finished = builder.finish().items()
+            keep = {g: r.extras["learner"] if learner else None for g, r in finished}
+            ours.append({g: decision_rows(r, keep=keep[g]) for g, r in finished})
     venv.close()
     return merge(oracle, venv.groups), merge(ours, venv.groups)
 
@@ -132,30 +135,14 @@ def test_the_cases_cover_what_they_are_for():
     assert any(t["terminated"].any() for t in tag.values())
 
 
-def test_self_plays_learner_mask_keeps_only_the_learners_rows():
-    oracle, ours = rows_both_ways("pettingzoo/classic/tictactoe_v3", {}, 3, "numpy")
-    keep = oracle["player"]["learner"]
+@pytest.mark.parametrize("array", ARRAYS)
+def test_self_plays_learner_mask_keeps_exactly_the_learners_rows(array):
+    oracle, ours = rows_both_ways("pettingzoo/classic/tictactoe_v3", {}, 3, array, learner=True)
+    keep = oracle["player"].pop("learner")
     assert 0 < keep.sum() < len(keep)
-    # rows kept by the mask in decision_rows are those the assembler marked
-    venv = corral.make_vec("pettingzoo/classic/tictactoe_v3", 2, seed=1)
-    builder = RolloutBuilder(venv, 4, record_next=True)
-    batch = venv.reset(seed=1)
-    rng = np.random.default_rng(1)
-    learner = {"player": np.array([[True, False], [False, True]])}
-    for _ in range(4):
-        actions = {
-            "player": sample_array(
-                venv.action_space("player"), (2, 2), rng, batch.action_mask["player"]
-            )
-        }
-        builder.act(batch, actions, learner=learner)
-        batch = venv.step(actions)
-        builder.observe(batch)
-    rollout = builder.finish()["player"]
-    rows = decision_rows(rollout, keep=rollout.extras["learner"])
-    venv.close()
-    assert len(rows["agent"]) > 0
-    assert np.array_equal(rows["agent"], rows["env"])  # env 0 keeps seat 0, env 1 seat 1
+    kept = {g: {k: v[keep] for k, v in rows.items()} for g, rows in oracle.items()}
+    ours["player"].pop("learner")
+    assert_same_rows(kept, ours)
 
 
 def test_decisions_need_a_rollout_recorded_with_next():
