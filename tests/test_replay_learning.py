@@ -52,6 +52,7 @@ def maddpg(venv, device, **settings):
 LEARNERS = {
     "dqn": (dqn, {"learning_starts": 0}, {}),
     "maddpg": (maddpg, {"learning_starts": 0}, {"continuous": True, "state": True}),
+    "maddpg-discrete": (maddpg, {"learning_starts": 0}, {"state": True}),
 }
 
 
@@ -70,7 +71,8 @@ def test_a_rollout_and_its_gradient_steps_read_the_host_a_constant_number_of_tim
         venv.close()
         updates = [u for u in progress.updates if u]
         assert len(updates) == 2 and progress.episode_returns
-        assert torch.is_tensor(algo.buffer.size if name == "maddpg" else algo.buffer["agent"].size)
+        memory = algo.buffer["agent"] if name == "dqn" else algo.buffer
+        assert torch.is_tensor(memory.size) and memory.size.device.type == device
         reads[train_freq] = counts
     # the same reads whatever the steps per rollout: none of them is per step
     assert reads[4 * 13] == reads[4 * 40], (reads[4 * 13], reads[4 * 40])
@@ -94,7 +96,7 @@ def filled(name, array):
     return algo, {k: to_numpy(v) for k, v in data.items()}
 
 
-@pytest.mark.parametrize("name", list(LEARNERS))
+@pytest.mark.parametrize("name", ["dqn", "maddpg"])
 def test_torch_batches_fill_the_memory_with_the_rows_of_numpy_batches(name):
     numpy_algo, on_numpy = filled(name, "numpy")
     torch_algo, on_torch = filled(name, "torch")
@@ -177,3 +179,31 @@ def test_the_runner_trains_replay_learners_on_torch_batches(tmp_path, algo):
         results = runner.benchmark()
     losses = [r for r in results.metrics if any(k.startswith(("loss", "critic_loss")) for k in r)]
     assert losses and all(np.isfinite(v) for r in losses for v in r.values() if v is not None)
+
+
+@pytest.mark.parametrize("name", ["dqn", "maddpg"])
+def test_exploring_actions_on_torch_batches_are_legal_and_stay_tensors(name):
+    from types import SimpleNamespace
+
+    venv = corral.make_vec("mdp/penalty", 2, seed=0)
+    algo = (dqn if name == "dqn" else maddpg)(venv, "cpu")
+    if name == "dqn":
+        algo.config.epsilon_start = 1.0  # every action explores
+    else:
+        algo.config.epsilon = 1.0
+    venv.close()
+    mask = torch.zeros((50, 2, 3), dtype=torch.bool)
+    mask[..., 1] = True
+    mask[:25, :, 2] = True
+    batch = SimpleNamespace(
+        obs={"player": torch.zeros((50, 2, 1))},
+        acting={"player": torch.ones((50, 2), dtype=torch.bool)},
+        action_mask={"player": mask},
+        done=torch.zeros(50, dtype=torch.bool),
+    )
+    for explore in (True, False):
+        actions = algo.act(batch, explore=explore)[0]["player"]
+        assert torch.is_tensor(actions) and actions.shape == (50, 2)
+        assert mask.gather(-1, actions[..., None]).all()
+    explored = algo.act(batch, explore=True)[0]["player"]
+    assert set(explored[:25].flatten().tolist()) == {1, 2}
