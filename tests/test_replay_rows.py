@@ -157,3 +157,60 @@ def test_decisions_need_a_rollout_recorded_with_next():
     assert rollout.next == {}
     with pytest.raises(ValueError, match="record_next=True"):
         decisions(rollout)
+
+
+@pytest.mark.parametrize("array", ARRAYS)
+@pytest.mark.parametrize("continuous", [True, False])
+def test_maddpgs_joint_rows_are_the_assemblers_transitions_of_every_agent(array, continuous):
+    from corral.algos.maddpg import MADDPG, _critic_action
+
+    kwargs = {"native": True, "state": True, "env_kwargs": {"continuous_actions": continuous}}
+    venv = corral.make_vec("mpe2/simple_spread_v3", NUM_ENVS, seed=0, **kwargs)
+    algo = MADDPG(venv, MADDPG.Config(seed=0))
+    space, n = venv.action_space("agent"), len(venv.groups["agent"])
+    rng = np.random.default_rng(0)
+    assembler = TransitionAssembler(venv)
+    builder = RolloutBuilder(venv, 3, record_next=True)
+    convert = as_torch if array == "torch" else (lambda b: b)
+    expected, ours = [], []
+    batch = venv.reset(seed=0)
+    for _ in range(30):  # 10 rollouts; episodes of 25 steps end (truncated) inside them
+        actions = {"agent": sample_array(space, (NUM_ENVS, n), rng, batch.action_mask.get("agent"))}
+        assembler.act(batch, actions)
+        builder.act(convert(batch), {"agent": convert_array(actions["agent"], array)})
+        batch = venv.step(actions)
+        builder.observe(convert(batch))
+        t = assembler.observe(batch)["agent"]
+        order = np.argsort(t["env"] * n + t["agent"])
+        t = {k: v[order].reshape(NUM_ENVS, n, *v.shape[1:]) for k, v in t.items()}
+        row = {
+            "agent/obs": t["obs"],
+            "agent/action": _critic_action(space, t["action"]),
+            "agent/reward": t["reward"].astype(np.float32),
+            "agent/next_obs": t["next_obs"],
+            "agent/terminated": t["terminated"],
+            "state": t["state"][:, 0],
+            "next_state": t["next_state"][:, 0],
+        }
+        if not continuous:
+            row["agent/action_mask"] = t["action_mask"]
+            row["agent/next_action_mask"] = t["next_action_mask"]
+        expected.append(row)
+        if builder.full:
+            rows = algo._joint_rows("agent", builder.finish()["agent"])
+            ours.append({k: to_numpy(v) for k, v in rows.items()})
+    venv.close()
+    assert any(
+        r["agent/terminated"].any() or (r["next_state"] != r["state"]).any() for r in expected
+    )
+    truncated_somewhere = False
+    for name in expected[0]:
+        want = np.concatenate([r[name] for r in expected])
+        got = np.concatenate([r[name] for r in ours])
+        assert got.shape == want.shape, (name, got.shape, want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=name)
+        if name == "agent/next_obs":
+            truncated_somewhere = not np.array_equal(
+                got[:-NUM_ENVS], np.concatenate([r["agent/obs"] for r in ours])[NUM_ENVS:]
+            )
+    assert truncated_somewhere  # some next_obs is a final_obs, not the next step's obs
