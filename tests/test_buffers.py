@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from corral.data.buffers import ReplayBuffer, RolloutBuffer, gae
+from corral.data.buffers import RolloutBuffer, gae
 
 
 def _rows(**fields):
@@ -69,48 +68,3 @@ def test_rollout_buffer_concatenates_in_completion_order() -> None:
     assert buf.data()["obs"][:, 0].tolist() == [1, 2, 3]
     buf.clear()
     assert len(buf) == 0 and buf.data() == {}
-
-
-def test_replay_buffer_wraps_around_and_samples_only_stored_rows() -> None:
-    buf = ReplayBuffer(capacity=4, seed=0)
-    for k in range(3):
-        buf.add(_rows(reward=[float(2 * k), float(2 * k + 1)], obs=[[2 * k], [2 * k + 1]]))
-    assert len(buf) == 4
-    sample = buf.sample(200)
-    assert set(sample["reward"].tolist()) == {2.0, 3.0, 4.0, 5.0}  # 0 and 1 were overwritten
-    np.testing.assert_array_equal(sample["obs"][:, 0], sample["reward"])
-
-
-def test_replay_buffer_declared_by_fields_rejects_transitions_missing_one() -> None:
-    buf = ReplayBuffer(8, fields={"reward": ((), np.float64), "state": ((3,), np.float32)})
-    with pytest.raises(ValueError, match="state"):
-        buf.add(_rows(reward=[1.0]))
-    buf.add(_rows(reward=[1.0], state=[[1, 2, 3]], extra=[7]))
-    assert buf.sample(1)["state"].dtype == np.float32
-    with pytest.raises(ValueError, match="empty"):
-        ReplayBuffer(2).sample(1)
-
-
-def test_replay_buffer_keeps_the_newest_rows_of_an_oversized_add() -> None:
-    buf = ReplayBuffer(2, seed=0)
-    buf.add(_rows(reward=[1.0, 2.0, 3.0]))
-    assert sorted(set(buf.sample(50)["reward"].tolist())) == [2.0, 3.0]
-
-
-def test_replay_buffer_state_dict_restores_rows_position_and_sampling() -> None:
-    buf = ReplayBuffer(capacity=5, seed=0)
-    buf.add({"reward": np.arange(7.0), "obs": np.arange(14.0).reshape(7, 2)})
-    state = buf.state_dict()
-    assert len(state["data"]["reward"]) == 5
-    copy = ReplayBuffer(capacity=5, seed=123)  # another seed: the sampler's state is restored
-    copy.load_state_dict(state)
-    assert len(copy) == 5
-    a, b = buf.sample(16), copy.sample(16)
-    assert all(np.array_equal(a[k], b[k]) for k in a)
-    buf.add({"reward": np.array([70.0]), "obs": np.array([[70.0, 71.0]])})
-    copy.add({"reward": np.array([70.0]), "obs": np.array([[70.0, 71.0]])})
-    after, copied = buf.state_dict(), copy.state_dict()
-    assert after["next"] == copied["next"] == 1
-    assert all(np.array_equal(after["data"][k], copied["data"][k]) for k in a)
-    with pytest.raises(ValueError, match="capacity 5 cannot be loaded into one of capacity 4"):
-        ReplayBuffer(capacity=4).load_state_dict(state)

@@ -39,6 +39,7 @@ from corral.training import ConfigError, Runner, load_config, load_run  # noqa: 
 from corral.training import checkpoint as ckpt  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
 from corral.training.metrics import read_metrics  # noqa: E402
+from corral.training.rollout_collector import RolloutCollector  # noqa: E402
 from corral.training.runner import BEST, LATEST  # noqa: E402
 
 SEAL = b"corral-sha256:"
@@ -128,7 +129,7 @@ def _ippo() -> IPPO:
 def _maddpg() -> MADDPG:
     venv = corral.make_vec("mdp/two_round_dmdp", 8, seed=1)
     algo = MADDPG(venv, MADDPG.Config(hidden=(16,), batch_size=32, learning_starts=64))
-    Collector(venv, algo, seed=1).run(160)
+    RolloutCollector(venv, algo, seed=1).run(160)
     return algo
 
 
@@ -136,7 +137,7 @@ def _dqn(**config: Any) -> DQN:
     venv = corral.make_vec("corral/rps", 4, seed=0)
     settings = {"hidden": (16,), "learning_starts": 40, "train_freq": 4, **config}
     algo = DQN(venv, DQN.Config(batch_size=16, **settings))
-    Collector(venv, algo, seed=0).run(160)
+    RolloutCollector(venv, algo, seed=0).run(160)
     return algo
 
 

@@ -272,7 +272,7 @@ def test_the_runner_trains_on_torch_batches_as_on_numpy(tmp_path):
     ("algo", "settings", "message"),
     [
         ("mappo", {"self_play": True}, "self_play plays on numpy batches only"),
-        ("dqn", {}, "array='torch' needs an algorithm that learns from rollouts"),
+        ("dqn", {"self_play": True}, "self_play plays on numpy batches only"),
     ],
 )
 def test_the_runner_refuses_torch_batches_where_they_cannot_train(

@@ -245,7 +245,8 @@ def test_every_algorithm_trains_resumes_evaluates_and_plots(
 # the first update (one-step episodes: every env step completes every agent's transition)
 FIRST_UPDATE = {
     "mappo": (["rollout_steps=8", "epochs=1"], 32),  # one rollout: 8 vector steps of 4 envs
-    "maddpg": (["learning_starts=20", "batch_size=16", "train_freq=8"], 20),
+    # rollouts of 2 vector steps: the first to end after learning_starts ends at 24
+    "maddpg": (["learning_starts=20", "batch_size=16", "train_freq=8"], 24),
     "dqn": (["learning_starts=20", "batch_size=8", "train_freq=4"], 16),  # 24 stored, then 4
 }
 

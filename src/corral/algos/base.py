@@ -101,6 +101,9 @@ class Algorithm:
     """What the runner feeds it: ``"transitions"`` (per-agent rows, :meth:`observe` and
     :meth:`update`) or ``"rollouts"`` (time-major arrays of ``config.rollout_steps``
     vector steps, :meth:`learn`; see :mod:`corral.training.rollout_collector`)."""
+    records_next: ClassVar[bool] = False
+    """Whether its rollouts record each step's next observations (``RolloutBuilder``'s
+    ``record_next``), from which a replay learner makes its rows."""
     policy: Policy | None = None
     """A split algorithm's policy: acting, with no side effects."""
     learner: Learner | None = None
@@ -151,10 +154,16 @@ class Algorithm:
         """Learn from what was stored; returns scalar metrics (losses, ...)."""
         raise NotImplementedError
 
-    def bootstrap_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any]:
+    @property
+    def rollout_steps(self) -> int:
+        """A rollout learner's vector steps per rollout (``config.rollout_steps``)."""
+        return int(self.config.rollout_steps)
+
+    def bootstrap_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any] | None:
         """A rollout learner's value ``[E, n]`` of every agent's observation in ``batch``;
-        ``decisions``: each agent's decision index there (as :meth:`act` is given)."""
-        raise NotImplementedError(f"{type(self).__name__} does not learn from rollouts")
+        ``decisions``: each agent's decision index there (as :meth:`act` is given).
+        ``None``: its rollouts carry no values (a replay learner's)."""
+        return None
 
     def final_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any] | None:
         """A rollout learner's value ``[E, n]`` of every agent's next observation after a

@@ -31,13 +31,19 @@ critics see the observations of all learned agents, as in the paper.
 Joint replay: MADDPG is meant for simultaneous-move envs (MPE, matrix
 games), where every agent acts at every step. Then each vector step
 completes one transition of every learned agent in every env, and these are
-stored together as one row of a joint replay buffer (all agents'
-observations, actions, rewards, next observations). Turn-based or
+stored together as one row of a joint replay memory (all agents'
+observations, actions, rewards, next observations). MADDPG learns from
+rollouts (``learns_from = "rollouts"``) of ``ceil(train_freq / num_envs)``
+vector steps: :meth:`MADDPG.learn` writes each rollout's ``T * E`` joint rows
+into its :class:`~corral.data.replay.Replay`, which lives where the batches
+do (NumPy, or torch on their device with ``array="torch"``), then takes one
+gradient step per ``train_freq`` env steps there. Turn-based or
 asynchronous envs, and envs whose agents leave before the episode ends, raise
 :class:`~corral.errors.UnsupportedEnvError`: when MADDPG is built, for envs
 that declare ``metadata["lockstep"] = False`` (see
 :func:`~corral.algos.base.check_env_support`), else at the first step where an
-agent does not act.
+agent does not act (on torch batches, at the end of that step's rollout: a
+check per step would read the device).
 """
 
 from __future__ import annotations
@@ -54,7 +60,9 @@ from torch import nn
 
 from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
 from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
-from corral.data.buffers import ReplayBuffer
+from corral.arrays import is_tensor
+from corral.data.replay import Replay
+from corral.data.rollouts import Rollout
 from corral.data.transitions import Transitions
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
@@ -69,13 +77,14 @@ class Config(AlgoConfig):
     critic_lr: Annotated[float, Range(gt=0)] = 1e-3
     """Adam learning rate of the critics."""
     buffer_size: Annotated[int, Range(ge=1)] = 100_000
-    """Capacity of the joint replay buffer, in env steps."""
+    """Capacity of the joint replay memory, in env steps."""
     batch_size: Annotated[int, Range(ge=1)] = 256
     """Env steps sampled per gradient step."""
     learning_starts: Annotated[int, Range(ge=0)] = 1_000
     """Env steps collected before the first gradient step."""
     train_freq: Annotated[int, Range(ge=1)] = 16
-    """Env steps collected per gradient step (of every group's critic and actor)."""
+    """Env steps collected per gradient step (of every group's critic and actor); a rollout
+    lasts ``ceil(train_freq / num_envs)`` vector steps."""
     tau: Annotated[float, Range(gt=0, le=1)] = 0.01
     """Polyak factor of the target networks: ``target += tau * (online - target)``."""
     max_grad_norm: Annotated[float, Range(gt=0)] = 1.0
@@ -118,6 +127,9 @@ class MADDPG(Algorithm):
     Config = Config
     uses_state = True
     needs_lockstep = True
+    learns_from = "rollouts"
+    records_next = True
+    """Its rollouts record what replay rows need (``RolloutBuilder(record_next=True)``)."""
 
     def __init__(
         self,
@@ -172,16 +184,17 @@ class MADDPG(Algorithm):
         self.actor_target = {g: copy.deepcopy(net) for g, net in self.actor.items()}
         self.critic_target = {g: copy.deepcopy(net) for g, net in self.critic.items()}
         self.actor_opt = {
-            g: torch.optim.Adam(net.parameters(), lr=cfg.lr, foreach=True)
+            g: torch.optim.Adam(net.parameters(), lr=cfg.lr, fused=True)
             for g, net in self.actor.items()
         }
         self.critic_opt = {
-            g: torch.optim.Adam(net.parameters(), lr=cfg.critic_lr, foreach=True)
+            g: torch.optim.Adam(net.parameters(), lr=cfg.critic_lr, fused=True)
             for g, net in self.critic.items()
         }
         self._online_params = _parameters(self.actor, self.critic)
         self._target_params = _parameters(self.actor_target, self.critic_target)
-        self.buffer = ReplayBuffer(cfg.buffer_size, seed=cfg.seed)
+        self.buffer = Replay(cfg.buffer_size, seed=cfg.seed)
+        self._stored = 0  # rows in the buffer (every rollout writes T * E of them)
         self.rng = np.random.default_rng(cfg.seed)
         self.torch_rng = torch.Generator(self.device).manual_seed(cfg.seed)
         self.env_steps = 0
@@ -207,7 +220,11 @@ class MADDPG(Algorithm):
         return 1.0 - frac * (1.0 - cfg.lr_final_frac)
 
     def act(self, batch: Any, *, explore: bool = True) -> tuple[Actions, Extras]:
-        """Every learned agent's action; raises ``ValueError`` if one of them is not acting."""
+        """Every learned agent's action; raises ``UnsupportedEnvError`` if one of them is not
+        acting (on torch batches, :meth:`learn` does). Actions of torch batches are tensors
+        on the learner's device."""
+        if is_tensor(next(iter(batch.acting.values()))):
+            return self._act_on_device(batch, explore), {}
         actions: Actions = {}
         noise_std, epsilon = self.exploration()
         for g in self.groups:
@@ -233,35 +250,101 @@ class MADDPG(Algorithm):
                 actions[g] = np.clip(scaled, space.low, space.high).astype(space.dtype)
         return actions, {}
 
+    def _act_on_device(self, batch: Any, explore: bool) -> Actions:
+        """:meth:`act` on torch batches: drawn with the learner's torch generator, nothing read
+        back (the check that every agent acts is left to :meth:`learn`)."""
+        actions: Actions = {}
+        noise_std, epsilon = self.exploration()
+        for g in self.groups:
+            space = self.action_space[g]
+            with torch.no_grad():
+                out = self.actor[g](as_input(batch.obs[g], self.observation_space[g], self.device))
+                if self.discrete[g]:
+                    legal = batch.action_mask[g].to(self.device).bool()
+                    if explore:  # Gumbel-max: a sample of softmax(out), or of uniform logits
+                        lead = tuple(out.shape[:-1])
+                        uniform = self._rand(lead) < epsilon
+                        out = torch.where(uniform[..., None], 0.0, out)
+                        out = out - torch.log(-torch.log(self._rand(tuple(out.shape))))
+                    out = out.masked_fill(~legal, -torch.inf)
+                    actions[g] = out.argmax(-1) + int(space.start)
+                else:
+                    a = torch.tanh(out)
+                    if explore:
+                        noise = torch.randn(a.shape, generator=self.torch_rng, device=self.device)
+                        a = (a + noise_std * noise).clamp(-1, 1)
+                    low, high = _bounds(space, self.device)
+                    a = a.reshape(*a.shape[:-1], *space.shape)
+                    actions[g] = torch.minimum(
+                        torch.maximum(low + (a + 1) / 2 * (high - low), low), high
+                    )
+        return actions
+
+    def _rand(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """Uniform draws in ``(0, 1)`` from the learner's torch generator."""
+        u = torch.rand(shape, generator=self.torch_rng, device=self.device)
+        return u.clamp_min(1e-10)
+
     # -- storing ----------------------------------------------------------------------------
 
-    def observe(self, transitions: Mapping[str, Transitions]) -> None:
-        """Store the step's transitions of all learned agents as one joint row per env."""
+    @property
+    def rollout_steps(self) -> int:
+        """Vector steps per rollout: ``train_freq`` env steps, rounded up to whole vector steps."""
+        return -(-self.config.train_freq // self.num_envs)
+
+    def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
+        """Store the rollouts' steps as joint rows (one per env step), then one gradient step of
+        every critic and actor per ``train_freq`` env steps collected, once ``learning_starts``
+        env steps and ``batch_size`` rows are stored; metrics are read from the device once;
+        ``{}`` when no step was taken."""
         row: Transitions = {}
-        for g, n in self.sizes.items():
-            t = _by_env_and_agent(g, n, self.num_envs, transitions.get(g))
-            space = self.action_space[g]
-            row[f"{g}/obs"] = t["obs"]
-            row[f"{g}/action"] = _critic_action(space, t["action"]).astype(np.float32)
-            row[f"{g}/reward"] = t["reward"].astype(np.float32)
-            row[f"{g}/next_obs"] = t["next_obs"]
-            row[f"{g}/terminated"] = t["terminated"]
-            if self.discrete[g]:
-                row[f"{g}/action_mask"] = t["action_mask"]
-                row[f"{g}/next_action_mask"] = t["next_action_mask"]
-            if self.critic_sees_state and "state" not in row:
-                row["state"], row["next_state"] = t["state"][:, 0], t["next_state"][:, 0]
-        row["reward"] = row[f"{next(iter(self.groups))}/reward"]  # the buffer counts rows by it
+        check = None  # on torch: whether every agent acted (act checked NumPy batches)
+        for g, rollout in rollouts.items():
+            if is_tensor(rollout.acting):
+                everyone = _lockstep(rollout).all()
+                check = everyone if check is None else check & everyone
+            row |= self._joint_rows(g, rollout)
+        row["reward"] = row[f"{next(iter(self.groups))}/reward"]
         self.buffer.add(row)
         rows = len(row["reward"])
+        self._stored = min(self._stored + rows, self.config.buffer_size)
         self.env_steps += rows
         self._due += rows
+        metrics, everyone_acted = _read(self._update() if self._ready() else {}, check)
+        if not everyone_acted:
+            for g, rollout in rollouts.items():
+                for acting in _lockstep(rollout).cpu().numpy():
+                    _check_all_acting(g, self.groups[g], acting)
+        return metrics
 
-    def ready(self) -> bool:
+    def _joint_rows(self, g: str, rollout: Rollout) -> Transitions:
+        """``g``'s part of the joint rows ``[T * E, ...]`` of ``rollout`` (every agent acts at
+        every step, so each step completes everyone's decision)."""
+
+        def flat(x: Any) -> Any:
+            return x.reshape(-1, *x.shape[2:])
+
+        space = self.action_space[g]
+        row = {
+            f"{g}/obs": flat(rollout.obs),
+            f"{g}/action": flat(_critic_action(space, rollout.action)),
+            f"{g}/reward": flat(rollout.reward),
+            f"{g}/next_obs": flat(rollout.next["obs"]),
+            f"{g}/terminated": flat(rollout.terminated),
+        }
+        row[f"{g}/reward"] = _as_float32(row[f"{g}/reward"])
+        if self.discrete[g]:
+            row[f"{g}/action_mask"] = flat(rollout.action_mask)
+            row[f"{g}/next_action_mask"] = flat(rollout.next["action_mask"])
+        if self.critic_sees_state:
+            row["state"], row["next_state"] = flat(rollout.state), flat(rollout.next["state"])
+        return row
+
+    def _ready(self) -> bool:
         cfg = self.config
         return (
             self.env_steps >= cfg.learning_starts
-            and len(self.buffer) >= cfg.batch_size
+            and self._stored >= cfg.batch_size
             and self._due >= cfg.train_freq
         )
 
@@ -271,16 +354,20 @@ class MADDPG(Algorithm):
         rows = max(
             1,
             cfg.learning_starts - self.env_steps,
-            cfg.batch_size - len(self.buffer),
+            cfg.batch_size - self._stored,
             cfg.train_freq - self._due,
         )
-        because = f"learning_starts={cfg.learning_starts}, batch_size={cfg.batch_size}"
-        return FirstUpdate(-(-rows // self.num_envs) * self.num_envs, because)
+        because = (
+            f"learning_starts={cfg.learning_starts}, batch_size={cfg.batch_size}, "
+            f"learning at the end of rollouts of {self.rollout_steps} vector steps"
+        )
+        return FirstUpdate(_whole_rollouts(rows, self.num_envs, self.rollout_steps), because)
 
     # -- learning -------------------------------------------------------------------------------
 
-    def update(self) -> dict[str, float]:
-        """One gradient step of every critic and actor per ``train_freq`` env steps collected."""
+    def _update(self) -> dict[str, Any]:
+        """One gradient step of every critic and actor per ``train_freq`` env steps collected;
+        the metrics stay tensors (see :func:`_read`)."""
         cfg = self.config
         steps = self._due // cfg.train_freq
         self._due -= steps * cfg.train_freq
@@ -289,7 +376,7 @@ class MADDPG(Algorithm):
             for opt in opts.values():
                 for param_group in opt.param_groups:
                     param_group["lr"] = lr * scale
-        totals: dict[str, float] = {}
+        totals: dict[str, Any] = {}
         for _ in range(steps):
             for name, value in self._gradient_step().items():
                 totals[name] = totals.get(name, 0.0) + value / steps
@@ -297,7 +384,7 @@ class MADDPG(Algorithm):
         totals["lr_scale"] = scale
         return totals
 
-    def _gradient_step(self) -> dict[str, float]:
+    def _gradient_step(self) -> dict[str, torch.Tensor]:
         cfg = self.config
         data = self.buffer.sample(cfg.batch_size)
         obs = {g: self._obs(data[f"{g}/obs"], g) for g in self.groups}
@@ -309,7 +396,7 @@ class MADDPG(Algorithm):
         next_joint = torch.cat([a.flatten(1) for a in next_actions.values()], 1)
         glob = self._global(data, obs, "state")
         next_glob = self._global(data, next_obs, "next_state")
-        metrics: dict[str, float] = {}
+        metrics: dict[str, torch.Tensor] = {}
         for g in self.groups:
             with torch.no_grad():
                 next_q = self._q(
@@ -327,9 +414,9 @@ class MADDPG(Algorithm):
             actor_loss = actor_loss + cfg.action_reg * raw.pow(2).mean()
             _step(self.actor_opt[g], self.actor[g], actor_loss, cfg.max_grad_norm)
             metrics |= {
-                f"critic_loss/{g}": critic_loss.item(),
-                f"actor_loss/{g}": actor_loss.item(),
-                f"q/{g}": q.mean().item(),
+                f"critic_loss/{g}": critic_loss.detach(),
+                f"actor_loss/{g}": actor_loss.detach(),
+                f"q/{g}": q.detach().mean(),
             }
         with torch.no_grad():
             for target_param, param in zip(self._target_params, self._online_params, strict=True):
@@ -390,7 +477,7 @@ class MADDPG(Algorithm):
     # -- checkpoints ------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Networks, targets, optimisers, counters and random states (the replay buffer is in
+        """Networks, targets, optimisers, counters and random states (the replay memory is in
         :meth:`replay_state_dict`)."""
         state: dict[str, Any] = {
             key: {g: part.state_dict() for g, part in getattr(self, key).items()}
@@ -405,11 +492,12 @@ class MADDPG(Algorithm):
         return state
 
     def replay_state_dict(self) -> dict[str, Any]:
-        """The joint replay buffer."""
+        """The joint replay memory."""
         return self.buffer.state_dict()
 
     def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
         self.buffer.load_state_dict(state)
+        self._stored = len(self.buffer)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for key in _CHECKPOINTED:
@@ -435,13 +523,47 @@ def _action_dim(group: str, space: spaces.Space) -> int:
     )
 
 
-def _critic_action(space: spaces.Space, action: np.ndarray) -> np.ndarray:
-    """Env actions as the critic sees them: one-hot (``Discrete``) or in ``[-1, 1]`` (``Box``)."""
+def _critic_action(space: spaces.Space, action: Any) -> Any:
+    """Env actions as the critic sees them, float32: one-hot (``Discrete``) or in ``[-1, 1]``
+    (``Box``); NumPy or torch as ``action``."""
+    if is_tensor(action):
+        if isinstance(space, spaces.Discrete):
+            index = (action - int(space.start)).long()
+            return nn.functional.one_hot(index, int(space.n)).float()
+        low, high = _bounds(space, action.device)
+        lead = action.shape[: action.ndim - len(space.shape)]
+        scaled = 2 * (action - low) / (high - low) - 1
+        return scaled.clamp(-1, 1).reshape(*lead, -1).float()
     if isinstance(space, spaces.Discrete):
-        return np.eye(int(space.n))[np.asarray(action) - space.start]
+        return np.eye(int(space.n))[np.asarray(action) - space.start].astype(np.float32)
     lead = action.shape[: action.ndim - len(space.shape)]
     scaled = 2 * (action - space.low) / (space.high - space.low) - 1
-    return np.clip(scaled, -1, 1).reshape(*lead, -1)
+    return np.clip(scaled, -1, 1).reshape(*lead, -1).astype(np.float32)
+
+
+def _bounds(space: spaces.Box, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A ``Box``'s ``low`` and ``high`` as float tensors on ``device``."""
+    return (
+        torch.as_tensor(space.low, dtype=torch.float32, device=device),
+        torch.as_tensor(space.high, dtype=torch.float32, device=device),
+    )
+
+
+def _as_float32(x: Any) -> Any:
+    return x.float() if is_tensor(x) else x.astype(np.float32)
+
+
+def _read(metrics: Mapping[str, Any], check: torch.Tensor | None) -> tuple[dict[str, float], bool]:
+    """``metrics`` (tensors and floats) as floats and ``check`` as a bool (``True`` if
+    ``None``), the tensors read from the device in one go."""
+    names = [k for k, v in metrics.items() if isinstance(v, torch.Tensor)]
+    tensors = [metrics[k].reshape(()).float() for k in names]
+    if check is not None:
+        tensors.append(check.reshape(()).float())
+    values = torch.stack(tensors).tolist() if tensors else []
+    out = {k: float(v) for k, v in metrics.items() if not isinstance(v, torch.Tensor)}
+    out |= dict(zip(names, values, strict=False))
+    return out, check is None or bool(values[-1])
 
 
 def _check_all_acting(group: str, agents: tuple[str, ...], acting: np.ndarray) -> None:
@@ -455,17 +577,17 @@ def _check_all_acting(group: str, agents: tuple[str, ...], acting: np.ndarray) -
     )
 
 
-def _by_env_and_agent(group: str, n: int, num_envs: int, t: Transitions | None) -> Transitions:
-    """``t``'s fields as ``[E, n, ...]``, checking that every agent of every env is there."""
-    if t is not None:
-        key = t["env"] * n + t["agent"]
-        order = np.argsort(key)
-        if np.array_equal(key[order], np.arange(num_envs * n)):
-            return {name: v[order].reshape(num_envs, n, *v.shape[1:]) for name, v in t.items()}
-    raise UnsupportedEnvError(
-        f"MADDPG needs a transition of every agent of group {group!r} in every env at every "
-        "step (simultaneous moves)"
-    )
+def _whole_rollouts(env_steps: int, num_envs: int, rollout_steps: int) -> int:
+    """The env steps of the fewest whole rollouts that take at least ``env_steps``."""
+    per_rollout = num_envs * rollout_steps
+    return -(-env_steps // per_rollout) * per_rollout
+
+
+def _lockstep(rollout: Rollout) -> Any:
+    """``[T, E, n]``: the agent acted at the step and, after it, acts again or its episode
+    ended (a decision carried into the next rollout counts as acting there: it is not)."""
+    ended = rollout.terminated | rollout.truncated
+    return rollout.acting & (rollout.next["acting"] | ended)
 
 
 def _parameters(*nets: Mapping[str, nn.Module]) -> list[nn.Parameter]:

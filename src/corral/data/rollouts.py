@@ -30,11 +30,18 @@ Usage::
         builder.observe(batch, final_value=...)  # optional: bootstraps truncations
     rollouts = builder.finish(next_value)        # {group: Rollout}, value of batch's obs
     advantage, returns, complete = masked_gae(rollouts[g], gamma, lam)
+
+An off-policy learner passes no values and builds the builder with
+``record_next=True``: each rollout then also holds, per step, what the step
+returned for every agent (``Rollout.next``: the next observation, with the
+final one where the env ended, and the next state, action mask and acting
+flag), from which :func:`decisions` makes the assembler's transitions as
+arrays, ready to write into a :class:`~corral.data.replay.Replay`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,7 +90,15 @@ class Rollout:
     where the batches had none; ``extras`` are the per-decision arrays passed
     to :meth:`RolloutBuilder.act` (a policy's ``log_prob``, say). ``state`` is
     per env, so a carried decision's state is ``carried_state`` ``[E, n, ...]``
-    (``None`` without states), not ``state[0]``.
+    (``None`` without states), not ``state[0]``. ``value``, ``final_value`` and
+    ``next_value`` are ``None`` where the learner passed no values.
+
+    ``next`` (filled only by a builder with ``record_next=True``): per step,
+    what the batch the step returned holds for the next decision, as the
+    assembler's transitions see it: ``obs`` ``[T, E, n, ...]`` (``final_obs``
+    where the env ended at the step), ``acting`` (false where the env ended),
+    ``action_mask`` (all legal where the env ended) and, with states,
+    ``state`` ``[T, E, ...]`` (``final_state`` where the env ended).
     """
 
     obs: Any
@@ -102,6 +117,7 @@ class Rollout:
     action_mask: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
     carried_state: Any = None
+    next: dict[str, Any] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
@@ -156,12 +172,15 @@ class RolloutBuilder:
 
     Arrays live where the batches' do (NumPy or torch, their device); each
     rollout gets fresh arrays, so a returned :class:`Rollout` stays valid.
+    ``record_next``: also record :attr:`Rollout.next` (what replay rows need
+    and on-policy learners do not).
     """
 
-    def __init__(self, venv: Any, steps: int) -> None:
+    def __init__(self, venv: Any, steps: int, *, record_next: bool = False) -> None:
         if steps < 1:
             raise ValueError(f"a rollout needs at least one step, got steps={steps}")
         self.steps = int(steps)
+        self.record_next = bool(record_next)
         self.num_envs = int(venv.num_envs)
         self.groups = {g: tuple(agents) for g, agents in venv.groups.items()}
         self.reset()
@@ -178,6 +197,8 @@ class RolloutBuilder:
         self._data: dict[str, dict[str, Any]] = {}
         self._extras: dict[str, dict[str, Any]] = {}
         self._state: Any = None
+        self._next: dict[str, dict[str, Any]] = {}  # record_next: Rollout.next per group
+        self._next_state: Any = None
         # Per group [E, n]: the agent's decision is open, at which row, and what it earned so far.
         self._open: dict[str, Any] = {}
         self._row: dict[str, Any] = {}
@@ -213,13 +234,14 @@ class RolloutBuilder:
         self,
         batch: Any,
         actions: Mapping[str, Any],
-        value: Mapping[str, Any],
+        value: Mapping[str, Any] | None = None,
         **extras: Mapping[str, Any],
     ) -> None:
         """Record step ``t``'s decisions: ``batch`` acted on, every agent's action and value.
 
         ``actions``, ``value`` and each of ``extras`` are per-group arrays
-        ``[E, n, ...]`` in the batch's namespace (only acting agents' entries count).
+        ``[E, n, ...]`` in the batch's namespace (only acting agents' entries count);
+        ``value`` may be omitted by a learner that needs none (no :func:`masked_gae`).
         """
         if self._acted:
             raise RuntimeError("act() twice without observe(): call observe(batch) after a step")
@@ -237,8 +259,9 @@ class RolloutBuilder:
                 "acting": batch.acting[g],
                 "alive": batch.alive[g],
                 "action": actions[g],
-                "value": value[g],
             }
+            if value is not None:
+                fields["value"] = value[g]
             if g in batch.action_mask:
                 fields["action_mask"] = batch.action_mask[g]
             for name, x in fields.items():
@@ -249,7 +272,9 @@ class RolloutBuilder:
             if g not in self._open:
                 self._open[g] = _zeros(acting, tuple(acting.shape), _bool(acting))
                 self._row[g] = _zeros(acting, tuple(acting.shape), _xp(acting).int64)
-                self._earned[g] = _zeros(value[g], tuple(acting.shape))
+                # what an open decision earned, in the values' dtype (else the rewards')
+                like = batch.reward[g] if value is None else value[g]
+                self._earned[g] = _zeros(like, tuple(acting.shape))
             if self._t == 0 and g in self._carry:
                 self._restore(g, self._carry.pop(g))
             xp = _xp(acting)
@@ -293,17 +318,39 @@ class RolloutBuilder:
             self._store(g, "reward", reward)
             self._store(g, "terminated", terminated)
             self._store(g, "truncated", truncated)
-            fv = xp.zeros_like(reward) if final_value is None else final_value[g]
-            self._store(g, "final_value", fv)
+            if "value" in self._data[g]:
+                fv = xp.zeros_like(reward) if final_value is None else final_value[g]
+                self._store(g, "final_value", fv)
+            if self.record_next:
+                self._record_next(g, batch)
             open_ = self._open[g]
             self._earned[g] = xp.where(open_, self._earned[g] + batch.reward[g], self._earned[g])
             self._open[g] = open_ & ~(terminated | truncated | batch.acting[g])
             self._next_acting[g] = batch.acting[g]
+        if self.record_next and batch.state is not None:
+            done = batch.done.reshape(-1, *([1] * (batch.state.ndim - 1)))
+            state = _xp(done).where(done, batch.final_state, batch.state)
+            if self._next_state is None:
+                self._next_state = _zeros(state, (self.steps, *state.shape))
+            self._next_state[t] = state
         self._t += 1
         self._acted = False
 
-    def finish(self, next_value: Mapping[str, Any]) -> dict[str, Rollout]:
-        """The rollouts of the steps recorded so far; ``next_value``: values after the last one.
+    def _record_next(self, g: str, batch: Any) -> None:
+        """Step ``t``'s :attr:`Rollout.next` fields of group ``g``, as the assembler's rows."""
+        store = self._next.setdefault(g, {})
+        xp, done = _xp(batch.done), batch.done[:, None]
+        obs = batch.obs[g]
+        ended = done.reshape(*done.shape, *([1] * (obs.ndim - 2)))
+        self._store(g, "obs", xp.where(ended, batch.final_obs[g], obs), store)
+        self._store(g, "acting", batch.acting[g] & ~done, store)
+        if g in batch.action_mask:
+            # no mask comes with a final observation: every action counts as legal there
+            self._store(g, "action_mask", batch.action_mask[g] | done[..., None], store)
+
+    def finish(self, next_value: Mapping[str, Any] | None = None) -> dict[str, Rollout]:
+        """The rollouts of the steps recorded so far; ``next_value``: values after the last one
+        (omitted by a learner that passed no values).
 
         Decisions still open are carried into the next rollout's row 0.
         """
@@ -325,20 +372,30 @@ class RolloutBuilder:
                 reward=cut["reward"],
                 terminated=cut["terminated"],
                 truncated=cut["truncated"],
-                value=cut["value"],
-                final_value=cut["final_value"],
-                next_value=next_value[g],
+                value=cut.get("value"),
+                final_value=cut.get("final_value"),
+                next_value=None if next_value is None else next_value[g],
                 next_acting=self._next_acting[g],
                 carried=self._carried.get(g, _zeros(acting, tuple(acting.shape[1:]))),
                 state=None if self._state is None else self._state[:t],
                 action_mask=cut.get("action_mask"),
                 extras={name: x[:t] for name, x in extras.items()},
                 carried_state=self._carried_state.get(g),
+                next=self._finished_next(g, t),
             )
             self._save_open(g, data | extras)
         self._data, self._extras, self._state = {}, {}, None
+        self._next, self._next_state = {}, None
         self._carried, self._carried_state = {}, {}
         self._t = 0
+        return out
+
+    def _finished_next(self, g: str, t: int) -> dict[str, Any]:
+        if not self.record_next:
+            return {}
+        out = {name: x[:t] for name, x in self._next[g].items()}
+        if self._next_state is not None:
+            out["state"] = self._next_state[:t]
         return out
 
     def _save_open(self, g: str, arrays: Mapping[str, Any]) -> None:
@@ -358,3 +415,116 @@ class RolloutBuilder:
 
 _STEP_OUTPUTS = ("reward", "terminated", "truncated", "final_value")
 """Fields written by :meth:`RolloutBuilder.observe`: a carried decision does not take them."""
+
+
+def decisions(
+    rollout: Rollout, fields: Collection[str] | None = None
+) -> tuple[dict[str, Any], Any]:
+    """Every decision of ``rollout`` as the assembler's transition, at the place it was made.
+
+    Returns, per field, an array ``[T, E, n, ...]`` whose ``[t, e, i]`` is the
+    row of the decision agent ``i`` of env ``e`` made at step ``t``, and the
+    mask ``[T, E, n]`` of the *complete* decisions (made, and ended within the
+    rollout; elsewhere the rows mean nothing). The fields are those of
+    :data:`~corral.data.transitions.Transitions`: ``obs``, ``action``,
+    ``reward`` (summed over the decision, in the assembler's order),
+    ``next_obs``, ``terminated``, ``truncated``, ``next_acting``, with masks
+    ``action_mask`` and ``next_action_mask``, with states ``state`` and
+    ``next_state`` (per agent), and every extra; ``fields`` picks some of them
+    (default: all). Needs a rollout recorded with ``record_next=True``. No
+    loop over envs or agents and no read of the device: the rows are gathered
+    at each decision's last step.
+    """
+    if not rollout.next:
+        raise ValueError("decisions() needs a rollout from RolloutBuilder(..., record_next=True)")
+    xp = _xp(rollout.acting)
+    steps, num_envs, n = rollout.acting.shape
+    acting, nxt = rollout.acting, rollout.next
+    # The decision running at step s ends there if the agent's episode ends or it acts next.
+    closes = xp.zeros_like(acting)
+    closes[:-1] = acting[1:]
+    closes[-1] = rollout.next_acting
+    closes = closes | rollout.terminated | rollout.truncated
+    step, env, agent = (_arange(xp, size, acting).reshape(shape) for size, shape in (
+        (steps, (-1, 1, 1)), (num_envs, (1, -1, 1)), (n, (1, 1, -1))))  # fmt: skip
+    at = xp.where(closes, step, steps)  # the first end at or after each step
+    if xp is np:
+        end = np.minimum.accumulate(at[::-1], axis=0)[::-1]
+    else:
+        end = at.flip(0).cummin(0).values.flip(0)
+    complete = acting & (end < steps)
+    last = xp.where(complete, end, step)  # in range everywhere
+
+    available: dict[str, Any] = {
+        "obs": lambda: rollout.obs,
+        "action": lambda: rollout.action,
+        "reward": lambda: _decision_rewards(rollout)[last, env, agent],
+        "next_obs": lambda: nxt["obs"][last, env, agent],
+        "terminated": lambda: rollout.terminated[last, env, agent],
+        "truncated": lambda: rollout.truncated[last, env, agent],
+        "next_acting": lambda: nxt["acting"][last, env, agent],
+    }
+    if rollout.action_mask is not None:
+        available["action_mask"] = lambda: rollout.action_mask
+        available["next_action_mask"] = lambda: nxt["action_mask"][last, env, agent]
+    if rollout.state is not None:
+        available["state"] = lambda: _decision_states(rollout)
+        available["next_state"] = lambda: nxt["state"][last, env]
+    for name, x in rollout.extras.items():
+        available[name] = lambda x=x: x
+    names = list(available) if fields is None else list(fields)
+    unknown = [name for name in names if name not in available]
+    if unknown:
+        raise KeyError(
+            f"the rollout's decisions have no fields {unknown}; known: {list(available)}"
+        )
+    return {name: available[name]() for name in names}, complete
+
+
+def decision_rows(
+    rollout: Rollout, fields: Collection[str] | None = None, keep: Any = None
+) -> dict[str, Any]:
+    """The complete decisions of :func:`decisions` (and ``keep`` ``[T, E, n]``) as rows, in the
+    order ``(t, e, i)`` of where they were made, with ``env`` and ``agent`` (index in the group).
+
+    On torch this reads the device once (the number of rows)."""
+    rows, complete = decisions(rollout, fields)
+    if keep is not None:
+        complete = complete & keep
+    at = complete.nonzero(as_tuple=True) if is_tensor(complete) else np.nonzero(complete)
+    out = {name: x[at] for name, x in rows.items()}
+    out["env"], out["agent"] = at[1], at[2]
+    return out
+
+
+def _decision_rewards(rollout: Rollout) -> Any:
+    """``[T, E, n]``: what the decision running at each step earned from its start to there,
+    summed forward from 0 as the assembler does (bit for bit)."""
+    xp = _xp(rollout.reward)
+    total = xp.zeros_like(rollout.reward)
+    earned = xp.zeros_like(rollout.reward[0])
+    for s in range(rollout.steps):
+        earned = xp.where(rollout.acting[s], xp.zeros_like(earned), earned) + rollout.reward[s]
+        total[s] = earned
+    return total
+
+
+def _decision_states(rollout: Rollout) -> Any:
+    """``[T, E, n, ...]``: the state each decision was made in (a carried one keeps its own)."""
+    state = rollout.state
+    n = rollout.acting.shape[2]
+    xp = _xp(state)
+    if xp is np:
+        out = np.repeat(state[:, :, None], n, axis=2)
+    else:
+        out = state[:, :, None].expand(-1, -1, n, *state.shape[2:]).clone()
+    if rollout.carried_state is not None:
+        carried = rollout.carried.reshape(*rollout.carried.shape, *([1] * (state.ndim - 2)))
+        out[0] = xp.where(carried, rollout.carried_state, out[0])
+    return out
+
+
+def _arange(xp: Any, size: int, like: Any) -> Any:
+    if xp is np:
+        return np.arange(size)
+    return xp.arange(size, device=like.device)

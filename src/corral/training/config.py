@@ -107,8 +107,9 @@ class RunConfig:
     array: Literal["numpy", "torch"] = "numpy"
     """Where the training envs' batches live (``corral.make_vec``'s ``array``): NumPy on the
     host, or torch tensors on the run's ``device``, where a natively batched env then
-    computes and MAPPO/IPPO collect and learn with no host copy per step (not with
-    ``self_play``, nor for algorithms that keep replay buffers). Evaluations play on NumPy."""
+    computes and the learners collect and learn with no host copy per step (MAPPO/IPPO
+    from rollouts, DQN/MADDPG from replay memories on that device; not with ``self_play``).
+    Evaluations play on NumPy."""
     check_finite: bool | None = None
     """Stop at a NaN or inf in an observation, reward or state of a training env, naming the
     env, agent and field (see ``VectorEnv``); ``None``: on in debug mode (``CORRAL_DEBUG=1``
@@ -144,7 +145,7 @@ class RunConfig:
     """Seconds of wall clock between checkpoints besides the others (0: none besides); checked
     at each metrics row (every ``log_every`` env steps), so that a killed run loses little."""
     checkpoint_replay: bool = True
-    """Keep an off-policy learner's replay buffers in ``checkpoint.pt`` (not in ``best.pt``)
+    """Keep an off-policy learner's replay memories in ``checkpoint.pt`` (not in ``best.pt``)
     so that a resumed run learns on from them; they take about ``buffer_size`` rows."""
     log_every: Annotated[int, Range(ge=1)] = 2_000
     """Env steps between rows of ``metrics.csv``."""

@@ -47,7 +47,7 @@ class RolloutCollector(Collector):
     ) -> None:
         super().__init__(venv, algo, fixed, seed)
         learned = SimpleNamespace(num_envs=venv.num_envs, groups=algo.groups)
-        self.builder = RolloutBuilder(learned, algo.config.rollout_steps)
+        self.builder = RolloutBuilder(learned, algo.rollout_steps, record_next=algo.records_next)
         self._ended: list[tuple[Any, dict[str, Any], Any]] = []
         """Torch batches: each step's ``done``, ``episode_return``, ``episode_length``, on
         the device until :meth:`_read_episodes`."""
@@ -71,7 +71,7 @@ class RolloutCollector(Collector):
         while progress.env_steps < env_steps:
             actions, extras = self.actions(self.batch, explore=learn)
             if learn:
-                value = extras.pop("value")
+                value = extras.pop("value", None)
                 self.builder.act(
                     self.batch, {g: actions[g] for g in self.algo.groups}, value, **extras
                 )

@@ -546,7 +546,8 @@ def build_algorithm(config: TrainConfig, venv: VectorEnv) -> Algorithm:
         raise ConfigError(f"algorithm {config.algo!r} does not support self_play")
     if run.array == "torch" and getattr(algo_cls, "learns_from", None) != "rollouts":
         raise ConfigError(
-            f"array='torch' needs an algorithm that learns from rollouts (mappo, ippo); "
+            f"array='torch' needs an algorithm that learns from rollouts (mappo, ippo, dqn, "
+            f"maddpg); "
             f"{config.algo!r} plays numpy batches: leave array at 'numpy'"
         )
     learn = list(run.learn_groups) or list(venv.groups)
