@@ -254,3 +254,18 @@ def test_a_state_dict_from_before_the_split_loads(case):
     assert exploration(clone.policy) == exploration(algo.policy)
     assert same(clone.policy.weights()["params"], algo.policy.weights()["params"])
     venv.close()
+
+
+@pytest.mark.parametrize("name", ["dqn", "maddpg"])
+def test_the_transition_collector_refuses_to_train_a_rollout_learner(name):
+    from corral.training.collector import Collector
+
+    venv = make_venv(SPREAD)
+    algo = make_algo(name, venv)
+    collector = Collector(venv, algo, seed=0)
+    with pytest.raises(TypeError, match=rf"{type(algo).__name__} learns from rollouts.*"):
+        collector.run(8)
+    with pytest.raises(TypeError, match=r"RolloutCollector"):
+        collector.run(8)
+    assert collector.run(8, learn=False).env_steps == 8  # playing it is fine
+    venv.close()
