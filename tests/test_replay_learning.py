@@ -135,7 +135,7 @@ def test_dqn_takes_its_gradient_steps_per_train_freq_env_steps():
     progress = RolloutCollector(venv, algo, seed=0).run(9 * 7)
     venv.close()
     # 63 env steps pay for 9 rounds of 2 gradient steps; rollouts without a round learn nothing
-    assert algo.gradient_step == 18 and algo._pending_steps == 0
+    assert algo.gradient_step == 18 and algo.learner.pending_steps == 0
     assert len([u for u in progress.updates if u]) == 7
 
 

@@ -4,12 +4,12 @@ An :class:`Algorithm` acts on vector batches and learns from what the
 collector records: time-major rollouts (``learns_from = "rollouts"``) or
 per-agent transitions. An algorithm split into a
 :class:`~corral.algos.policy.Policy` and a :class:`~corral.algos.policy.Learner`
-(MAPPO, IPPO) is a facade over the two (:attr:`Algorithm.policy`,
-:attr:`Algorithm.learner`); one not yet split (DQN, MADDPG) implements the
-methods itself. Groups it does not learn (a fixed opponent) are played by
-:data:`FixedPolicy` callables that the collector merges in. The algorithm
-never steps an env itself, so one collector and one runner serve MAPPO,
-IPPO, MADDPG and DQN alike.
+(MAPPO, IPPO, DQN, MADDPG) is a facade over the two (:attr:`Algorithm.policy`,
+:attr:`Algorithm.learner`); an algorithm that is not split (a test's tabular
+learner of transitions) implements the methods itself. Groups it does not
+learn (a fixed opponent) are played by :data:`FixedPolicy` callables that the
+collector merges in. The algorithm never steps an env itself, so one
+collector and one runner serve MAPPO, IPPO, MADDPG and DQN alike.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Algorithm:
     A split algorithm sets :attr:`policy` and :attr:`learner` in its
     constructor; :meth:`act`, :meth:`learn`, :meth:`state_dict` and
     :meth:`load_state_dict` then delegate to them (a subclass adds what acts
-    beside the policy, as self-play's opponents do). An algorithm not yet
+    beside the policy, as self-play's opponents do). An algorithm that is not
     split leaves them ``None`` and implements these methods itself.
 
     Args:

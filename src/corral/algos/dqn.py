@@ -22,8 +22,8 @@ Details:
   gradient steps, by ``target <- tau * online + (1 - tau) * target``
   (``tau = 1``: a hard copy).
 * Epsilon-greedy acting with epsilon decaying linearly over the env steps
-  learned from (counted from the rollouts :meth:`DQN.learn` receives, so it
-  changes once per rollout).
+  learned from (counted from the rollouts :meth:`DQN.learn` receives; the
+  learner sets the policy's ``epsilon`` once per rollout).
   Illegal actions (``action_mask`` false) are never chosen: the greedy action
   is the best legal one and exploration draws uniformly among legal ones.
 * ``gradient_steps`` gradient steps per ``train_freq`` env steps, counted
@@ -37,12 +37,19 @@ Only ``Discrete`` action spaces are supported. :meth:`DQN.state_dict` holds
 the networks, optimisers, counters (hence the epsilon schedule), random
 generators and the self-play pool; the replay memories are saved apart
 (:meth:`DQN.replay_state_dict`), in the checkpoints a run resumes from.
+
+The algorithm is split (see :mod:`corral.algos.policy`): a :class:`DQNPolicy`
+holds the online networks and acts epsilon-greedily with the ``epsilon`` its
+learner last set, without side effects; a :class:`DQNLearner` holds the target
+networks, optimisers and replay memories and learns from rollouts; :class:`DQN`,
+what the runner drives, is a facade over both that adds self-play's opponents
+and snapshots.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
@@ -60,6 +67,7 @@ from corral.algos.networks import (
     masked_logits,
     mlp,
 )
+from corral.algos.policy import Learner, Policy, Weights
 from corral.algos.selfplay import SelfPlay
 from corral.arrays import is_tensor
 from corral.data.replay import Replay
@@ -115,8 +123,290 @@ class Config(AlgoConfig):
     """Self-play: exploration rate of the snapshot opponents."""
 
 
+class DQNPolicy(Policy):
+    """DQN's online Q-networks, one per group: epsilon-greedy legal actions of a batch.
+
+    :attr:`epsilon` is the exploration rate the learner sets after each learn;
+    acting changes nothing but the draws of :attr:`rng` (NumPy batches) or
+    :attr:`torch_rng` (torch batches).
+    """
+
+    def __init__(
+        self,
+        groups: Mapping[str, Sequence[str]],
+        observation_space: Mapping[str, spaces.Space],
+        action_space: Mapping[str, spaces.Space],
+        config: Config,
+        *,
+        device: str,
+    ) -> None:
+        super().__init__(groups)
+        self.config = config
+        self.device = device
+        self.observation_space = dict(observation_space)
+        self.action_space = dict(action_space)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            self.q = {
+                g: mlp(flat_dim(self.observation_space[g]), int(space.n), config.hidden).to(device)
+                for g, space in self.action_space.items()
+            }
+        self.epsilon = epsilon_at(config, 0)
+        """The exploration rate of exploring acts (set by the learner after each learn)."""
+        self.rng = np.random.default_rng(config.seed)
+        """Exploration draws on NumPy batches (and self-play's random opponents)."""
+        self.torch_rng = torch.Generator(device).manual_seed(config.seed)
+        """Exploration draws on torch batches."""
+
+    def greedy(self, group: str, obs: Any, mask: Any, net: nn.Module | None = None) -> Any:
+        """The best legal action of ``net`` (default: the group's online network) per
+        observation ``[..., *obs_shape]`` (a tensor on the network's device for tensor
+        observations, else NumPy)."""
+        net = self.q[group] if net is None else net
+        with torch.no_grad():
+            q = net(as_input(obs, self.observation_space[group], self.device))
+            if mask is not None:
+                q = masked_logits(q, torch.as_tensor(mask, device=self.device))
+            best = q.argmax(-1)
+        if not is_tensor(obs):
+            best = best.cpu().numpy()
+        return best + int(self.action_space[group].start)
+
+    def epsilon_greedy(
+        self, net: nn.Module, group: str, obs: Any, mask: Any, epsilon: float
+    ) -> Any:
+        """``net``'s greedy legal actions, each replaced with probability ``epsilon`` by a
+        uniformly random legal one (drawn from the policy's generators)."""
+        actions = self.greedy(group, obs, mask, net)
+        if is_tensor(mask):  # drawn on the device, nothing read back
+            lead = tuple(mask.shape[:-1])
+            explore = torch.rand(lead, generator=self.torch_rng, device=self.device) < epsilon
+            scores = torch.rand(tuple(mask.shape), generator=self.torch_rng, device=self.device)
+            random = masked_logits(scores, mask.to(self.device)).argmax(-1)
+            random = random + int(self.action_space[group].start)
+            return torch.where(explore, random, actions)
+        explore = self.rng.random(mask.shape[:-1]) < epsilon
+        if explore.any():
+            random = sample_array(self.action_space[group], mask.shape[:-1], self.rng, mask)
+            actions = np.where(explore, random, actions)
+        return actions
+
+    def random_legal(self, group: str, mask: np.ndarray) -> np.ndarray:
+        """Uniformly random legal actions ``mask.shape[:-1]`` of ``group``, from :attr:`rng`."""
+        return sample_array(self.action_space[group], mask.shape[:-1], self.rng, mask)
+
+    def act(
+        self,
+        batch: Any,
+        *,
+        explore: bool = True,
+        decisions: Mapping[str, Any] | None = None,
+    ) -> tuple[Actions, Extras]:
+        """Epsilon-greedy legal actions with :attr:`epsilon` (greedy when ``explore`` is
+        false) of every agent of its groups; no extras."""
+        epsilon = self.epsilon if explore else 0.0
+        masks = batch.action_mask  # every Discrete group has one
+        actions = {
+            g: self.epsilon_greedy(self.q[g], g, batch.obs[g], masks[g], epsilon)
+            for g in self.groups
+        }
+        return actions, {}
+
+    def weights(self) -> Weights:
+        """Every group's online network (CPU copies), :attr:`epsilon` and the version."""
+        q = {
+            g: {name: t.detach().to("cpu", copy=True) for name, t in net.state_dict().items()}
+            for g, net in self.q.items()
+        }
+        return {"version": self.version, "params": {"q": q, "epsilon": self.epsilon}}
+
+    def load_weights(self, weights: Weights) -> None:
+        for g, net in self.q.items():
+            net.load_state_dict(weights["params"]["q"][g])
+        self.epsilon = float(weights["params"]["epsilon"])
+        self.version = int(weights["version"])
+
+
+class DQNLearner(Learner):
+    """Double-DQN gradient steps for a :class:`DQNPolicy` from rollouts, through replay.
+
+    It keeps the target networks, optimisers and replay memories (one of each per
+    group), :attr:`gradient_step` and the env steps not yet paid for by gradient
+    steps. :attr:`~corral.algos.policy.Learner.updates` counts the rollouts learned
+    from (each moves :attr:`DQNPolicy.epsilon`), :attr:`gradient_step` the gradient
+    steps. ``on_gradient_step`` (if set) is called with :attr:`gradient_step` after
+    each one (the facade adds self-play snapshots there).
+    """
+
+    policy: DQNPolicy
+
+    def __init__(self, policy: DQNPolicy, config: Config) -> None:
+        super().__init__(policy)
+        self.config = config
+        self.target = {g: frozen_copy(net) for g, net in policy.q.items()}
+        self.optimizer = {
+            g: torch.optim.Adam(net.parameters(), lr=config.lr) for g, net in policy.q.items()
+        }
+        self.buffer = {
+            g: Replay(config.buffer_size, seed=config.seed + 1 + i)
+            for i, g in enumerate(policy.groups)
+        }
+        self.gradient_step = 0
+        """Gradient steps taken (each of every group whose memory holds rows)."""
+        self.pending_steps = 0
+        """Env steps learned from and not yet answered by gradient steps."""
+        self.on_gradient_step: Callable[[int], None] | None = None
+        self._stored_lower: int | None = None  # transitions stored at least (None: unknown)
+        self._filled: set[str] = set()  # the groups whose memories hold rows
+
+    def epsilon(self) -> float:
+        """The exploration rate after the env steps learned from."""
+        return epsilon_at(self.config, self.env_steps)
+
+    def update(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
+        """Set the policy's epsilon, store each group's complete decisions of ``rollouts``
+        (with self-play, the learner's), then ``gradient_steps`` gradient steps per
+        ``train_freq`` env steps since the last ones, once ``learning_starts`` transitions
+        are stored. Metrics are named ``metric/group`` and read from the device once; ``{}``
+        when no step was taken."""
+        cfg = self.config
+        self.policy.epsilon = self.epsilon()
+        steps, envs = next(iter(rollouts.values())).acting.shape[:2]
+        env_steps = int(steps) * int(envs)
+        # The memories never shrink: their sizes are read (on torch, from the device) only
+        # until they hold enough to learn, and the last size read bounds them from below.
+        if self._stored_lower is None:
+            self._stored_lower = self.stored()
+        if self._stored_lower >= cfg.learning_starts:
+            self.pending_steps += env_steps
+        for g, rollout in rollouts.items():
+            self._store(g, rollout)
+        if self._stored_lower < max(1, cfg.learning_starts):
+            self._stored_lower = self.stored()
+            if self._stored_lower < max(1, cfg.learning_starts):
+                return {}
+        if self.pending_steps < cfg.train_freq:
+            return {}
+        return self._gradient_steps()
+
+    def _store(self, g: str, rollout: Rollout) -> None:
+        rows, keep = decisions(rollout, STORED)
+        if "learner" in rollout.extras:
+            keep = keep & (rollout.extras["learner"] != 0)
+        flat = {name: x.reshape(-1, *x.shape[3:]) for name, x in rows.items()}
+        self.buffer[g].add(flat, keep.reshape(-1))
+
+    def stored(self) -> int:
+        """Transitions in the replay memories, all groups together."""
+        return sum(len(b) for b in self.buffer.values())
+
+    def _gradient_steps(self) -> dict[str, float]:
+        """``gradient_steps`` gradient steps for every ``train_freq`` env steps since the last."""
+        cfg = self.config
+        rounds = self.pending_steps // cfg.train_freq
+        self.pending_steps -= rounds * cfg.train_freq
+        metrics: list[tuple[str, torch.Tensor]] = []
+        for _ in range(rounds * cfg.gradient_steps):
+            for g, buffer in self.buffer.items():
+                if self._has_rows(g):
+                    for key, value in self._learn(g, buffer.sample(cfg.batch_size)).items():
+                        metrics.append((f"{key}/{g}", value))
+            self.gradient_step += 1
+            if self.gradient_step % cfg.target_update_interval == 0:
+                for g, net in self.policy.q.items():
+                    _soft_update(self.target[g], net, cfg.tau)
+            if self.on_gradient_step is not None:
+                self.on_gradient_step(self.gradient_step)
+        values = torch.stack([v for _, v in metrics]).tolist() if metrics else []  # one read
+        grouped: dict[str, list[float]] = {}
+        for (key, _), value in zip(metrics, values, strict=True):
+            grouped.setdefault(key, []).append(value)
+        out = {key: float(np.mean(v)) for key, v in grouped.items()}
+        out["epsilon"] = self.policy.epsilon
+        return out
+
+    def _has_rows(self, g: str) -> bool:
+        """Whether ``g``'s memory holds rows (read from the device only until it does)."""
+        if g not in self._filled and len(self.buffer[g]):
+            self._filled.add(g)
+        return g in self._filled
+
+    def targets(self, group: str, t: Mapping[str, Any]) -> torch.Tensor:
+        """The double-DQN targets of transitions ``t`` of ``group``."""
+        policy = self.policy
+        device = policy.device
+        with torch.no_grad():
+            next_obs = as_input(t["next_obs"], policy.observation_space[group], device)
+            return double_q_target(
+                torch.as_tensor(t["reward"], dtype=torch.float32, device=device),
+                torch.as_tensor(t["terminated"], dtype=torch.bool, device=device),
+                policy.q[group](next_obs),
+                self.target[group](next_obs),
+                torch.as_tensor(t["next_action_mask"], dtype=torch.bool, device=device),
+                self.config.gamma,
+            )
+
+    def _learn(self, group: str, t: Transitions) -> dict[str, torch.Tensor]:
+        policy = self.policy
+        net = policy.q[group]
+        obs = as_input(t["obs"], policy.observation_space[group], policy.device)
+        action = t["action"] - int(policy.action_space[group].start)
+        index = torch.as_tensor(action, dtype=torch.long, device=policy.device)
+        q = net(obs).gather(-1, index[:, None]).squeeze(-1)
+        loss = nn.functional.huber_loss(q, self.targets(group, t), delta=self.config.huber_delta)
+        optimizer = self.optimizer[group]
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(net.parameters(), self.config.max_grad_norm)
+        optimizer.step()
+        return {"loss": loss.detach(), "q": q.detach().mean()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimisers, counters (hence epsilon), the policy's version and
+        generators (not the replay memories: see :meth:`replay_state_dict`)."""
+        return {
+            **super().state_dict(),
+            "q": {g: net.state_dict() for g, net in self.policy.q.items()},
+            "target": {g: net.state_dict() for g, net in self.target.items()},
+            "optimizer": {g: opt.state_dict() for g, opt in self.optimizer.items()},
+            "gradient_step": self.gradient_step,
+            "pending_steps": self.pending_steps,
+            "rng": self.policy.rng.bit_generator.state,
+            "torch_rng": self.policy.torch_rng.get_state(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`. A checkpoint from before the split (no ``updates``,
+        ``decisions``, ``version``) counts those from 0 again."""
+        for g, net in self.policy.q.items():
+            net.load_state_dict(state["q"][g])
+            self.target[g].load_state_dict(state["target"][g])
+            self.optimizer[g].load_state_dict(state["optimizer"][g])
+        super().load_state_dict({"updates": 0, **state})
+        self.gradient_step = int(state["gradient_step"])
+        self.pending_steps = int(state["pending_steps"])
+        self.policy.rng.bit_generator.state = state["rng"]
+        if "torch_rng" in state:  # absent from checkpoints older than torch batches
+            self.policy.torch_rng.set_state(state["torch_rng"])
+        self.policy.epsilon = self.epsilon()
+
+    def replay_state_dict(self) -> dict[str, Any]:
+        """Every group's replay memory."""
+        return {g: buffer.state_dict() for g, buffer in self.buffer.items()}
+
+    def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
+        for g, buffer in self.buffer.items():
+            buffer.load_state_dict(state[g])
+        self._stored_lower, self._filled = None, set()
+
+
 class DQN(Algorithm):
-    """Double DQN with action masks, parameters shared per group, optional self-play."""
+    """Double DQN with action masks, parameters shared per group, optional self-play.
+
+    A facade over a :class:`DQNPolicy` (:attr:`policy`) and a :class:`DQNLearner`
+    (:attr:`learner`) that adds self-play: the opponents' actions in exploring
+    acts and the snapshot pool.
+    """
 
     name: ClassVar[str] = "dqn"
     Config: ClassVar[type[AlgoConfig]] = Config
@@ -124,6 +414,8 @@ class DQN(Algorithm):
     learns_from: ClassVar[str] = "rollouts"
     records_next: ClassVar[bool] = True
     """Its rollouts record what replay rows need (``RolloutBuilder(record_next=True)``)."""
+    policy: DQNPolicy
+    learner: DQNLearner
 
     def __init__(
         self,
@@ -142,93 +434,79 @@ class DQN(Algorithm):
                 )
         cfg = self.config
         self.device = resolve_device(device)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed)
-            self.q = {
-                g: mlp(flat_dim(self.observation_space[g]), int(space.n), cfg.hidden).to(
-                    self.device
-                )
-                for g, space in self.action_space.items()
-            }
-        self.target = {g: frozen_copy(net) for g, net in self.q.items()}
-        self.optimizer = {
-            g: torch.optim.Adam(net.parameters(), lr=cfg.lr) for g, net in self.q.items()
-        }
-        self.buffer = {
-            g: Replay(cfg.buffer_size, seed=cfg.seed + 1 + i) for i, g in enumerate(self.groups)
-        }
-        self.rng = np.random.default_rng(cfg.seed)
-        self.torch_rng = torch.Generator(self.device).manual_seed(cfg.seed)
-        self._stored_lower: int | None = None  # transitions stored at least (None: unknown)
-        self._filled: set[str] = set()  # the groups whose memories hold rows
-        self.env_steps = 0
-        self.gradient_step = 0
-        self._pending_steps = 0  # env steps not yet answered by gradient steps
+        self.policy = DQNPolicy(
+            self.groups, self.observation_space, self.action_space, cfg, device=self.device
+        )
+        self.learner = DQNLearner(self.policy, cfg)
         self.selfplay = (
             SelfPlay(self.groups, cfg.pool_size, cfg.random_opponent_prob, seed=cfg.seed)
             if cfg.self_play
             else None
         )
+        if self.selfplay is not None:
+            self.learner.on_gradient_step = self._gradient_stepped
+
+    # -- what the learner and the policy hold, by their old names ---------------------
+
+    @property
+    def q(self) -> dict[str, nn.Module]:
+        """The policy's online networks, per group."""
+        return self.policy.q
+
+    @property
+    def target(self) -> dict[str, nn.Module]:
+        """The learner's target networks, per group."""
+        return self.learner.target
+
+    @property
+    def buffer(self) -> dict[str, Replay]:
+        """The learner's replay memories, per group."""
+        return self.learner.buffer
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The policy's NumPy generator."""
+        return self.policy.rng
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps learned from (the learner's count)."""
+        return self.learner.env_steps
+
+    @property
+    def gradient_step(self) -> int:
+        """The learner's gradient steps."""
+        return self.learner.gradient_step
+
+    def epsilon(self) -> float:
+        """The exploration rate of exploring acts (the policy's)."""
+        return self.policy.epsilon
+
+    def greedy(self, group: str, obs: Any, mask: Any) -> Any:
+        """See :meth:`DQNPolicy.greedy`."""
+        return self.policy.greedy(group, obs, mask)
+
+    def targets(self, group: str, t: Mapping[str, Any]) -> torch.Tensor:
+        """See :meth:`DQNLearner.targets`."""
+        return self.learner.targets(group, t)
 
     # -- acting ----------------------------------------------------------------------
 
-    def epsilon(self) -> float:
-        """The exploration rate at the current env step."""
-        cfg = self.config
-        progress = min(1.0, self.env_steps / max(1, cfg.epsilon_decay_steps))
-        return cfg.epsilon_start + progress * (cfg.epsilon_end - cfg.epsilon_start)
-
-    def greedy(self, group: str, obs: Any, mask: Any) -> Any:
-        """The online network's best legal action per observation ``[..., *obs_shape]`` (a
-        tensor on the network's device for tensor observations, else NumPy)."""
-        return self._greedy(self.q[group], group, obs, mask)
-
-    def _greedy(self, net: nn.Module, group: str, obs: Any, mask: Any) -> Any:
-        with torch.no_grad():
-            q = net(as_input(obs, self.observation_space[group], self.device))
-            if mask is not None:
-                q = masked_logits(q, torch.as_tensor(mask, device=self.device))
-            best = q.argmax(-1)
-        if not is_tensor(obs):
-            best = best.cpu().numpy()
-        return best + int(self.action_space[group].start)
-
-    def _epsilon_greedy(
-        self, net: nn.Module, group: str, obs: Any, mask: Any, epsilon: float
-    ) -> Any:
-        actions = self._greedy(net, group, obs, mask)
-        if is_tensor(mask):  # drawn on the device, nothing read back
-            lead = tuple(mask.shape[:-1])
-            explore = torch.rand(lead, generator=self.torch_rng, device=self.device) < epsilon
-            scores = torch.rand(tuple(mask.shape), generator=self.torch_rng, device=self.device)
-            random = masked_logits(scores, mask.to(self.device)).argmax(-1)
-            random = random + int(self.action_space[group].start)
-            return torch.where(explore, random, actions)
-        explore = self.rng.random(mask.shape[:-1]) < epsilon
-        if explore.any():
-            random = sample_array(self.action_space[group], mask.shape[:-1], self.rng, mask)
-            actions = np.where(explore, random, actions)
-        return actions
-
-    def act(self, batch: Any, *, explore: bool = True) -> tuple[Actions, Extras]:
-        """Epsilon-greedy legal actions (greedy when ``explore`` is false) for every agent.
-
-        With self-play, exploring acts give the slots the learner does not play
-        the opponent's actions, and the extra ``learner`` marks the learner's
-        slots; greedy acts play every slot with the online network.
+    def act(
+        self, batch: Any, *, explore: bool = True, decisions: Mapping[str, Any] | None = None
+    ) -> tuple[Actions, Extras]:
+        """The policy's actions (see :meth:`DQNPolicy.act`). With self-play, exploring acts
+        give the slots the learner does not play the opponent's actions, and the extra
+        ``learner`` marks the learner's slots; greedy acts play every slot with the online
+        network.
         """
         if explore and self.selfplay is not None and is_tensor(batch.done):
             raise ValueError(
                 "DQN self-play plays NumPy batches: make the vector env with array='numpy'"
             )
-        epsilon = self.epsilon() if explore else 0.0
-        masks = batch.action_mask  # every Discrete group has one
-        actions = {
-            g: self._epsilon_greedy(self.q[g], g, batch.obs[g], masks[g], epsilon)
-            for g in self.groups
-        }
+        actions, extras = self.policy.act(batch, explore=explore)
         if self.selfplay is None or not explore:
-            return actions, {}
+            return actions, extras
         learner = self.selfplay.merge(batch, actions, functools.partial(self._opponent, batch))
         return actions, {"learner": learner}
 
@@ -236,9 +514,9 @@ class DQN(Algorithm):
         """Self-play: the actions of ``snapshot`` (``None``: random legal) for ``g`` in ``envs``."""
         mask = batch.action_mask[g][envs]
         if snapshot is None:
-            return sample_array(self.action_space[g], mask.shape[:-1], self.rng, mask)
+            return self.policy.random_legal(g, mask)
         eps = self.config.opponent_epsilon
-        return self._epsilon_greedy(snapshot[g], g, batch.obs[g][envs], mask, eps)
+        return self.policy.epsilon_greedy(snapshot[g], g, batch.obs[g][envs], mask, eps)
 
     # -- learning --------------------------------------------------------------------
 
@@ -248,46 +526,28 @@ class DQN(Algorithm):
         return -(-self.config.train_freq // self.num_envs)
 
     def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
-        """Store each group's complete decisions of ``rollouts`` (with self-play, the
-        learner's), then ``gradient_steps`` gradient steps per ``train_freq`` env steps since
-        the last ones, once ``learning_starts`` transitions are stored. Metrics are named
-        ``metric/group`` and read from the device once; ``{}`` when no step was taken."""
-        cfg = self.config
-        env_steps = next(iter(rollouts.values())).steps * self.num_envs
-        self.env_steps += env_steps
-        # The memories never shrink: their sizes are read (on torch, from the device) only
-        # until they hold enough to learn, and the last size read bounds them from below.
-        if self._stored_lower is None:
-            self._stored_lower = self._stored()
-        if self._stored_lower >= cfg.learning_starts:
-            self._pending_steps += env_steps
-        for g, rollout in rollouts.items():
-            self._store(g, rollout)
-        if self._stored_lower < max(1, cfg.learning_starts):
-            self._stored_lower = self._stored()
-            if self._stored_lower < max(1, cfg.learning_starts):
-                return {}
-        if self._pending_steps < cfg.train_freq:
-            return {}
-        return self._update()
+        """The learner's update (see :meth:`DQNLearner.update`); with self-play, metrics
+        after gradient steps add the pool's size and the learner's returns since the last."""
+        metrics = self.learner.learn(rollouts)
+        if metrics and self.selfplay is not None:
+            metrics["selfplay/pool"] = float(len(self.selfplay.pool))
+            returns = self.selfplay.pop_returns()
+            if returns:
+                metrics["selfplay/return"] = float(np.mean(returns))
+        return metrics
 
-    def _store(self, g: str, rollout: Rollout) -> None:
-        rows, keep = decisions(rollout, STORED)
-        if "learner" in rollout.extras:
-            keep = keep & (rollout.extras["learner"] != 0)
-        flat = {name: x.reshape(-1, *x.shape[3:]) for name, x in rows.items()}
-        self.buffer[g].add(flat, keep.reshape(-1))
-
-    def _stored(self) -> int:
-        return sum(len(b) for b in self.buffer.values())
+    def _gradient_stepped(self, gradient_step: int) -> None:
+        """Self-play: add a snapshot of the online networks every ``snapshot_interval``."""
+        if self.selfplay is not None and gradient_step % self.config.snapshot_interval == 0:
+            self.selfplay.add({g: frozen_copy(net) for g, net in self.policy.q.items()})
 
     def first_update(self) -> FirstUpdate:
         """Filling to ``learning_starts`` (each env step completes at most one transition per
         agent), then ``train_freq`` env steps, to the end of a rollout."""
         cfg, env_count = self.config, self.num_envs
         agents = sum(len(members) for members in self.groups.values())
-        fill = max(0, max(1, cfg.learning_starts) - self._stored())
-        pending = max(0, cfg.train_freq - self._pending_steps)
+        fill = max(0, max(1, cfg.learning_starts) - self.learner.stored())
+        pending = max(0, cfg.train_freq - self.learner.pending_steps)
         vector_steps = -(-fill // (env_count * agents)) + max(1, -(-pending // env_count))
         vector_steps = -(-vector_steps // self.rollout_steps) * self.rollout_steps
         because = (
@@ -296,85 +556,12 @@ class DQN(Algorithm):
         )
         return FirstUpdate(vector_steps * env_count, because)
 
-    def _update(self) -> dict[str, float]:
-        """``gradient_steps`` gradient steps for every ``train_freq`` env steps since the last."""
-        cfg = self.config
-        rounds = self._pending_steps // cfg.train_freq
-        self._pending_steps -= rounds * cfg.train_freq
-        metrics: list[tuple[str, torch.Tensor]] = []
-        for _ in range(rounds * cfg.gradient_steps):
-            for g, buffer in self.buffer.items():
-                if self._has_rows(g):
-                    for key, value in self._learn(g, buffer.sample(cfg.batch_size)).items():
-                        metrics.append((f"{key}/{g}", value))
-            self.gradient_step += 1
-            if self.gradient_step % cfg.target_update_interval == 0:
-                for g in self.q:
-                    _soft_update(self.target[g], self.q[g], cfg.tau)
-            if self.selfplay is not None and self.gradient_step % cfg.snapshot_interval == 0:
-                self.selfplay.add({g: frozen_copy(net) for g, net in self.q.items()})
-        values = torch.stack([v for _, v in metrics]).tolist() if metrics else []  # one read
-        grouped: dict[str, list[float]] = {}
-        for (key, _), value in zip(metrics, values, strict=True):
-            grouped.setdefault(key, []).append(value)
-        out = {key: float(np.mean(v)) for key, v in grouped.items()}
-        out["epsilon"] = self.epsilon()
-        if self.selfplay is not None:
-            out["selfplay/pool"] = float(len(self.selfplay.pool))
-            returns = self.selfplay.pop_returns()
-            if returns:
-                out["selfplay/return"] = float(np.mean(returns))
-        return out
-
-    def _has_rows(self, g: str) -> bool:
-        """Whether ``g``'s memory holds rows (read from the device only until it does)."""
-        if g not in self._filled and len(self.buffer[g]):
-            self._filled.add(g)
-        return g in self._filled
-
-    def targets(self, group: str, t: Mapping[str, np.ndarray]) -> torch.Tensor:
-        """The double-DQN targets of transitions ``t`` of ``group``."""
-        space = self.observation_space[group]
-        with torch.no_grad():
-            next_obs = as_input(t["next_obs"], space, self.device)
-            return double_q_target(
-                torch.as_tensor(t["reward"], dtype=torch.float32, device=self.device),
-                torch.as_tensor(t["terminated"], dtype=torch.bool, device=self.device),
-                self.q[group](next_obs),
-                self.target[group](next_obs),
-                torch.as_tensor(t["next_action_mask"], dtype=torch.bool, device=self.device),
-                self.config.gamma,
-            )
-
-    def _learn(self, group: str, t: Transitions) -> dict[str, torch.Tensor]:
-        net = self.q[group]
-        obs = as_input(t["obs"], self.observation_space[group], self.device)
-        action = t["action"] - int(self.action_space[group].start)
-        index = torch.as_tensor(action, dtype=torch.long, device=self.device)
-        q = net(obs).gather(-1, index[:, None]).squeeze(-1)
-        loss = nn.functional.huber_loss(q, self.targets(group, t), delta=self.config.huber_delta)
-        optimizer = self.optimizer[group]
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(net.parameters(), self.config.max_grad_norm)
-        optimizer.step()
-        return {"loss": loss.detach(), "q": q.detach().mean()}
-
     # -- checkpoints -------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Networks, optimisers, counters, generators and the self-play pool (not the replay
-        memories: see :meth:`replay_state_dict`)."""
-        state: dict[str, Any] = {
-            "q": {g: net.state_dict() for g, net in self.q.items()},
-            "target": {g: net.state_dict() for g, net in self.target.items()},
-            "optimizer": {g: opt.state_dict() for g, opt in self.optimizer.items()},
-            "env_steps": self.env_steps,
-            "gradient_step": self.gradient_step,
-            "pending_steps": self._pending_steps,
-            "rng": self.rng.bit_generator.state,
-            "torch_rng": self.torch_rng.get_state(),
-        }
+        """The learner's state (networks, optimisers, counters, generators) and the
+        self-play pool (not the replay memories: see :meth:`replay_state_dict`)."""
+        state = self.learner.state_dict()
         if self.selfplay is not None:
             state["selfplay"] = self.selfplay.state_dict()
             state["pool"] = [
@@ -382,32 +569,28 @@ class DQN(Algorithm):
             ]
         return state
 
-    def replay_state_dict(self) -> dict[str, Any]:
-        """Every group's replay memory."""
-        return {g: buffer.state_dict() for g, buffer in self.buffer.items()}
-
-    def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
-        for g, buffer in self.buffer.items():
-            buffer.load_state_dict(state[g])
-        self._stored_lower, self._filled = None, set()
-
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`; the replay memories are left as they are."""
-        for g in self.q:
-            self.q[g].load_state_dict(state["q"][g])
-            self.target[g].load_state_dict(state["target"][g])
-            self.optimizer[g].load_state_dict(state["optimizer"][g])
-        self.env_steps = int(state["env_steps"])
-        self.gradient_step = int(state["gradient_step"])
-        self._pending_steps = int(state["pending_steps"])
-        self.rng.bit_generator.state = state["rng"]
-        if "torch_rng" in state:  # absent from checkpoints older than torch batches
-            self.torch_rng.set_state(state["torch_rng"])
+        self.learner.load_state_dict(state)
         if self.selfplay is not None:
             self.selfplay.load_state_dict(state["selfplay"])
             self.selfplay.pool = [
                 {g: loaded_copy(self.q[g], nets[g]) for g in self.q} for nets in state["pool"]
             ]
+
+    def replay_state_dict(self) -> dict[str, Any]:
+        """Every group's replay memory."""
+        return self.learner.replay_state_dict()
+
+    def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.learner.load_replay_state_dict(state)
+
+
+def epsilon_at(config: Config, env_steps: int) -> float:
+    """The exploration rate after ``env_steps`` env steps: linear from ``epsilon_start`` to
+    ``epsilon_end`` over ``epsilon_decay_steps``, then kept."""
+    progress = min(1.0, env_steps / max(1, config.epsilon_decay_steps))
+    return config.epsilon_start + progress * (config.epsilon_end - config.epsilon_start)
 
 
 def double_q_target(

@@ -34,7 +34,7 @@ completes one transition of every learned agent in every env, and these are
 stored together as one row of a joint replay memory (all agents'
 observations, actions, rewards, next observations). MADDPG learns from
 rollouts (``learns_from = "rollouts"``) of ``ceil(train_freq / num_envs)``
-vector steps: :meth:`MADDPG.learn` writes each rollout's ``T * E`` joint rows
+vector steps: its learner writes each rollout's ``T * E`` joint rows
 into its :class:`~corral.data.replay.Replay`, which lives where the batches
 do (NumPy, or torch on their device with ``array="torch"``), then takes one
 gradient step per ``train_freq`` env steps there. Turn-based or
@@ -44,12 +44,19 @@ that declare ``metadata["lockstep"] = False`` (see
 :func:`~corral.algos.base.check_env_support`), else at the first step where an
 agent does not act (on torch batches, at the end of that step's rollout: a
 check per step would read the device).
+
+The algorithm is split (see :mod:`corral.algos.policy`): a :class:`MADDPGPolicy`
+holds the actors and acts with the exploration (``noise_std``, ``epsilon``)
+its learner last set, without side effects; a :class:`MADDPGLearner` holds the
+critics, target networks, optimisers, replay memory and learning-rate schedule
+and learns from rollouts; :class:`MADDPG`, what the runner drives, is a facade
+over both.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -60,14 +67,13 @@ from torch import nn
 
 from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
 from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
+from corral.algos.policy import Learner, Policy, Weights
 from corral.arrays import is_tensor
 from corral.data.replay import Replay
 from corral.data.rollouts import Rollout
 from corral.data.transitions import Transitions
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
-
-_CHECKPOINTED = ("actor", "critic", "actor_target", "critic_target", "actor_opt", "critic_opt")
 
 
 @dataclass
@@ -120,113 +126,65 @@ class Config(AlgoConfig):
     the global input by its index."""
 
 
-class MADDPG(Algorithm):
-    """Multi-agent DDPG with parameters shared within each group."""
+class MADDPGPolicy(Policy):
+    """MADDPG's actors, one per group: deterministic actions plus exploration.
 
-    name = "maddpg"
-    Config = Config
-    uses_state = True
-    needs_lockstep = True
-    learns_from = "rollouts"
-    records_next = True
-    """Its rollouts record what replay rows need (``RolloutBuilder(record_next=True)``)."""
+    :attr:`noise_std` (``Box``) and :attr:`epsilon` (``Discrete``) are the
+    exploration the learner sets after each learn; acting changes nothing but
+    the draws of :attr:`rng` (NumPy batches) or :attr:`torch_rng` (torch
+    batches). The actors' initial parameters are drawn from torch's default
+    generator (:class:`MADDPG` seeds it).
+    """
 
     def __init__(
         self,
-        venv: Any,
-        config: Config | None = None,
+        groups: Mapping[str, Sequence[str]],
+        observation_space: Mapping[str, spaces.Space],
+        action_space: Mapping[str, spaces.Space],
+        config: Config,
         *,
-        learn_groups: Collection[str] | None = None,
-        device: str = "cpu",
+        device: str,
     ) -> None:
-        super().__init__(venv, config, learn_groups=learn_groups, device=resolve_device(device))
-        cfg = self.config
+        super().__init__(groups)
+        self.config = config
+        self.device = device
+        self.observation_space = dict(observation_space)
+        self.action_space = dict(action_space)
         self.sizes = {g: len(agents) for g, agents in self.groups.items()}
         self.act_dims = {g: _action_dim(g, self.action_space[g]) for g in self.groups}
         self.discrete = {g: isinstance(self.action_space[g], spaces.Discrete) for g in self.groups}
-        joint_dim = sum(self.sizes[g] * self.act_dims[g] for g in self.groups)
-        self._others: dict[str, torch.Tensor] = {}  # [n, joint_dim]: 0 on agent i's own slot
-        offset = 0
-        for g, n in self.sizes.items():
-            own = torch.eye(n).repeat_interleave(self.act_dims[g], 1)
-            self._others[g] = torch.ones(n, joint_dim, device=self.device)
-            self._others[g][:, offset : offset + own.shape[1]] -= own.to(self.device)
-            offset += own.shape[1]
-        self.critic_sees_state = cfg.use_state and isinstance(self.state_space, spaces.Box)
-        global_dim = (
-            flat_dim(self.state_space)
-            if self.critic_sees_state
-            else sum(self.sizes[g] * flat_dim(self.observation_space[g]) for g in self.groups)
-        )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed)
-            self.actor = {
-                g: mlp(
-                    flat_dim(self.observation_space[g]),
-                    self.act_dims[g],
-                    cfg.hidden,
-                    0.01,
-                    cfg.activation,
-                )
-                for g in self.groups
-            }
-            self.critic = {}
-            for g, d in self.act_dims.items():
-                critic_in = global_dim + joint_dim + self.sizes[g]  # + the agent's index
-                if cfg.critic_own_obs:
-                    critic_in += flat_dim(self.observation_space[g])
-                if self.discrete[g]:  # a value per own action
-                    self.critic[g] = mlp(critic_in, d, cfg.hidden, activation=cfg.activation)
-                else:  # the own action as input
-                    self.critic[g] = mlp(critic_in + d, 1, cfg.hidden, activation=cfg.activation)
-        for net in (*self.actor.values(), *self.critic.values()):
-            net.to(self.device)
-        self.actor_target = {g: copy.deepcopy(net) for g, net in self.actor.items()}
-        self.critic_target = {g: copy.deepcopy(net) for g, net in self.critic.items()}
-        self.actor_opt = {
-            g: torch.optim.Adam(net.parameters(), lr=cfg.lr, fused=True)
-            for g, net in self.actor.items()
+        self.actor = {
+            g: mlp(
+                flat_dim(self.observation_space[g]),
+                self.act_dims[g],
+                config.hidden,
+                0.01,
+                config.activation,
+            ).to(device)
+            for g in self.groups
         }
-        self.critic_opt = {
-            g: torch.optim.Adam(net.parameters(), lr=cfg.critic_lr, fused=True)
-            for g, net in self.critic.items()
-        }
-        self._online_params = _parameters(self.actor, self.critic)
-        self._target_params = _parameters(self.actor_target, self.critic_target)
-        self.buffer = Replay(cfg.buffer_size, seed=cfg.seed)
-        self._stored = 0  # rows in the buffer (every rollout writes T * E of them)
-        self.rng = np.random.default_rng(cfg.seed)
-        self.torch_rng = torch.Generator(self.device).manual_seed(cfg.seed)
-        self.env_steps = 0
-        self._due = 0  # env steps collected and not yet paid for by gradient steps
+        self.noise_std, self.epsilon = exploration_at(config, 0)
+        """The ``Box`` noise std and ``Discrete`` random-action probability of exploring acts
+        (set by the learner after each learn)."""
+        self.rng = np.random.default_rng(config.seed)
+        """Exploration draws on NumPy batches."""
+        self.torch_rng = torch.Generator(device).manual_seed(config.seed)
+        """Exploration draws on torch batches (and the learner's Gumbel draws)."""
 
-    # -- acting ------------------------------------------------------------------------------
-
-    def exploration(self) -> tuple[float, float]:
-        """The current ``Box`` noise std and ``Discrete`` random-action probability."""
-        cfg = self.config
-        frac = min(1.0, self.env_steps / max(1, cfg.explore_decay_steps))
-        return (
-            cfg.noise_std + frac * (cfg.noise_std_final - cfg.noise_std),
-            cfg.epsilon + frac * (cfg.epsilon_final - cfg.epsilon),
-        )
-
-    def lr_scale(self) -> float:
-        """The current factor on ``lr`` and ``critic_lr`` (1 without ``lr_decay_steps``)."""
-        cfg = self.config
-        if cfg.lr_decay_steps <= 0:
-            return 1.0
-        frac = min(1.0, self.env_steps / cfg.lr_decay_steps)
-        return 1.0 - frac * (1.0 - cfg.lr_final_frac)
-
-    def act(self, batch: Any, *, explore: bool = True) -> tuple[Actions, Extras]:
-        """Every learned agent's action; raises ``UnsupportedEnvError`` if one of them is not
-        acting (on torch batches, :meth:`learn` does). Actions of torch batches are tensors
-        on the learner's device."""
+    def act(
+        self,
+        batch: Any,
+        *,
+        explore: bool = True,
+        decisions: Mapping[str, Any] | None = None,
+    ) -> tuple[Actions, Extras]:
+        """Every agent's action, with exploration (``explore``) or greedy; raises
+        ``UnsupportedEnvError`` if an agent of a NumPy batch is not acting (on torch batches,
+        the learner does). Actions of torch batches are tensors on the policy's device."""
         if is_tensor(next(iter(batch.acting.values()))):
             return self._act_on_device(batch, explore), {}
         actions: Actions = {}
-        noise_std, epsilon = self.exploration()
+        noise_std, epsilon = self.noise_std, self.epsilon
         for g in self.groups:
             _check_all_acting(g, self.groups[g], batch.acting[g])
             space = self.action_space[g]
@@ -251,10 +209,9 @@ class MADDPG(Algorithm):
         return actions, {}
 
     def _act_on_device(self, batch: Any, explore: bool) -> Actions:
-        """:meth:`act` on torch batches: drawn with the learner's torch generator, nothing read
-        back (the check that every agent acts is left to :meth:`learn`)."""
+        """:meth:`act` on torch batches: drawn with :attr:`torch_rng`, nothing read back."""
         actions: Actions = {}
-        noise_std, epsilon = self.exploration()
+        noise_std, epsilon = self.noise_std, self.epsilon
         for g in self.groups:
             space = self.action_space[g]
             with torch.no_grad():
@@ -263,9 +220,9 @@ class MADDPG(Algorithm):
                     legal = batch.action_mask[g].to(self.device).bool()
                     if explore:  # Gumbel-max: a sample of softmax(out), or of uniform logits
                         lead = tuple(out.shape[:-1])
-                        uniform = self._rand(lead) < epsilon
+                        uniform = self.rand(lead) < epsilon
                         out = torch.where(uniform[..., None], 0.0, out)
-                        out = out - torch.log(-torch.log(self._rand(tuple(out.shape))))
+                        out = out - torch.log(-torch.log(self.rand(tuple(out.shape))))
                     out = out.masked_fill(~legal, -torch.inf)
                     actions[g] = out.argmax(-1) + int(space.start)
                 else:
@@ -280,51 +237,140 @@ class MADDPG(Algorithm):
                     )
         return actions
 
-    def _rand(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """Uniform draws in ``(0, 1)`` from the learner's torch generator."""
+    def rand(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """Uniform draws in ``(0, 1)`` from :attr:`torch_rng`."""
         u = torch.rand(shape, generator=self.torch_rng, device=self.device)
         return u.clamp_min(1e-10)
 
-    # -- storing ----------------------------------------------------------------------------
+    def weights(self) -> Weights:
+        """Every group's actor (CPU copies), the exploration and the version."""
+        actor = {
+            g: {name: t.detach().to("cpu", copy=True) for name, t in net.state_dict().items()}
+            for g, net in self.actor.items()
+        }
+        params = {"actor": actor, "noise_std": self.noise_std, "epsilon": self.epsilon}
+        return {"version": self.version, "params": params}
 
-    @property
-    def rollout_steps(self) -> int:
-        """Vector steps per rollout: ``train_freq`` env steps, rounded up to whole vector steps."""
-        return -(-self.config.train_freq // self.num_envs)
+    def load_weights(self, weights: Weights) -> None:
+        params = weights["params"]
+        for g, net in self.actor.items():
+            net.load_state_dict(params["actor"][g])
+        self.noise_std, self.epsilon = float(params["noise_std"]), float(params["epsilon"])
+        self.version = int(weights["version"])
 
-    def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
-        """Store the rollouts' steps as joint rows (one per env step), then one gradient step of
-        every critic and actor per ``train_freq`` env steps collected, once ``learning_starts``
-        env steps and ``batch_size`` rows are stored; metrics are read from the device once;
-        ``{}`` when no step was taken."""
+
+class MADDPGLearner(Learner):
+    """MADDPG's gradient steps for a :class:`MADDPGPolicy` from rollouts, through a joint
+    replay memory: the critics, the target networks, the optimisers, the learning-rate
+    schedule. The critics' initial parameters are drawn from torch's default generator
+    (:class:`MADDPG` seeds it).
+
+    Args:
+        policy: the actors it improves.
+        config: the settings.
+        state_space: the vector env's ``state`` space (``None``: it has none); with
+            ``use_state`` and a ``Box`` state the critics see it.
+    """
+
+    policy: MADDPGPolicy
+
+    def __init__(
+        self, policy: MADDPGPolicy, config: Config, state_space: spaces.Space | None
+    ) -> None:
+        super().__init__(policy)
+        self.config = config
+        device = policy.device
+        sizes, act_dims = policy.sizes, policy.act_dims
+        joint_dim = sum(sizes[g] * act_dims[g] for g in policy.groups)
+        self._others: dict[str, torch.Tensor] = {}  # [n, joint_dim]: 0 on agent i's own slot
+        offset = 0
+        for g, n in sizes.items():
+            own = torch.eye(n).repeat_interleave(act_dims[g], 1)
+            self._others[g] = torch.ones(n, joint_dim, device=device)
+            self._others[g][:, offset : offset + own.shape[1]] -= own.to(device)
+            offset += own.shape[1]
+        self.state_space = state_space
+        self.critic_sees_state = config.use_state and isinstance(state_space, spaces.Box)
+        global_dim = (
+            flat_dim(state_space)
+            if self.critic_sees_state
+            else sum(sizes[g] * flat_dim(policy.observation_space[g]) for g in policy.groups)
+        )
+        self.critic: dict[str, nn.Module] = {}
+        for g, d in act_dims.items():
+            critic_in = global_dim + joint_dim + sizes[g]  # + the agent's index
+            if config.critic_own_obs:
+                critic_in += flat_dim(policy.observation_space[g])
+            if policy.discrete[g]:  # a value per own action
+                self.critic[g] = mlp(critic_in, d, config.hidden, activation=config.activation)
+            else:  # the own action as input
+                self.critic[g] = mlp(critic_in + d, 1, config.hidden, activation=config.activation)
+            self.critic[g].to(device)
+        cfg, actor = config, policy.actor
+        self.actor_target = {g: copy.deepcopy(net) for g, net in actor.items()}
+        self.critic_target = {g: copy.deepcopy(net) for g, net in self.critic.items()}
+        self.actor_opt = {
+            g: torch.optim.Adam(net.parameters(), lr=cfg.lr, fused=True) for g, net in actor.items()
+        }
+        self.critic_opt = {
+            g: torch.optim.Adam(net.parameters(), lr=cfg.critic_lr, fused=True)
+            for g, net in self.critic.items()
+        }
+        self._online_params = _parameters(actor, self.critic)
+        self._target_params = _parameters(self.actor_target, self.critic_target)
+        self.buffer = Replay(cfg.buffer_size, seed=cfg.seed)
+        self.stored = 0
+        """Rows in the replay memory (every rollout writes ``T * E`` of them)."""
+        self.due = 0
+        """Env steps learned from and not yet paid for by gradient steps."""
+
+    def exploration(self) -> tuple[float, float]:
+        """The ``Box`` noise std and ``Discrete`` random-action probability after the env
+        steps learned from."""
+        return exploration_at(self.config, self.env_steps)
+
+    def lr_scale(self) -> float:
+        """The current factor on ``lr`` and ``critic_lr`` (1 without ``lr_decay_steps``)."""
+        cfg = self.config
+        if cfg.lr_decay_steps <= 0:
+            return 1.0
+        frac = min(1.0, self.env_steps / cfg.lr_decay_steps)
+        return 1.0 - frac * (1.0 - cfg.lr_final_frac)
+
+    def update(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
+        """Set the policy's exploration, store the rollouts' steps as joint rows (one per env
+        step), then one gradient step of every critic and actor per ``train_freq`` env steps
+        collected, once ``learning_starts`` env steps and ``batch_size`` rows are stored;
+        metrics are read from the device once; ``{}`` when no step was taken. Raises
+        ``UnsupportedEnvError`` if an agent of a torch rollout did not act at some step."""
+        self.policy.noise_std, self.policy.epsilon = self.exploration()
         row: Transitions = {}
         check = None  # on torch: whether every agent acted (act checked NumPy batches)
         for g, rollout in rollouts.items():
             if is_tensor(rollout.acting):
                 everyone = _lockstep(rollout).all()
                 check = everyone if check is None else check & everyone
-            row |= self._joint_rows(g, rollout)
-        row["reward"] = row[f"{next(iter(self.groups))}/reward"]
+            row |= self.joint_rows(g, rollout)
+        row["reward"] = row[f"{next(iter(self.policy.groups))}/reward"]
         self.buffer.add(row)
         rows = len(row["reward"])
-        self._stored = min(self._stored + rows, self.config.buffer_size)
-        self.env_steps += rows
-        self._due += rows
-        metrics, everyone_acted = _read(self._update() if self._ready() else {}, check)
+        self.stored = min(self.stored + rows, self.config.buffer_size)
+        self.due += rows
+        metrics, everyone_acted = _read(self._update() if self.ready() else {}, check)
         if not everyone_acted:
             for g, rollout in rollouts.items():
                 for acting in _lockstep(rollout).cpu().numpy():
-                    _check_all_acting(g, self.groups[g], acting)
+                    _check_all_acting(g, self.policy.groups[g], acting)
         return metrics
 
-    def _joint_rows(self, g: str, rollout: Rollout) -> Transitions:
+    def joint_rows(self, g: str, rollout: Rollout) -> Transitions:
         """``g``'s part of the joint rows ``[T * E, ...]`` of ``rollout`` (every agent acts at
         every step, so each step completes everyone's decision)."""
 
         def flat(x: Any) -> Any:
             return x.reshape(-1, *x.shape[2:])
 
-        space = self.action_space[g]
+        space = self.policy.action_space[g]
         row = {
             f"{g}/obs": flat(rollout.obs),
             f"{g}/action": flat(_critic_action(space, rollout.action)),
@@ -333,44 +379,29 @@ class MADDPG(Algorithm):
             f"{g}/terminated": flat(rollout.terminated),
         }
         row[f"{g}/reward"] = _as_float32(row[f"{g}/reward"])
-        if self.discrete[g]:
+        if self.policy.discrete[g]:
             row[f"{g}/action_mask"] = flat(rollout.action_mask)
             row[f"{g}/next_action_mask"] = flat(rollout.next["action_mask"])
         if self.critic_sees_state:
             row["state"], row["next_state"] = flat(rollout.state), flat(rollout.next["state"])
         return row
 
-    def _ready(self) -> bool:
+    def ready(self) -> bool:
+        """Whether ``learning_starts`` env steps, ``batch_size`` rows and ``train_freq`` env
+        steps not yet paid for are there."""
         cfg = self.config
         return (
             self.env_steps >= cfg.learning_starts
-            and self._stored >= cfg.batch_size
-            and self._due >= cfg.train_freq
+            and self.stored >= cfg.batch_size
+            and self.due >= cfg.train_freq
         )
-
-    def first_update(self) -> FirstUpdate:
-        """Until ``learning_starts``, ``batch_size`` and ``train_freq`` env steps are stored."""
-        cfg = self.config
-        rows = max(
-            1,
-            cfg.learning_starts - self.env_steps,
-            cfg.batch_size - self._stored,
-            cfg.train_freq - self._due,
-        )
-        because = (
-            f"learning_starts={cfg.learning_starts}, batch_size={cfg.batch_size}, "
-            f"learning at the end of rollouts of {self.rollout_steps} vector steps"
-        )
-        return FirstUpdate(_whole_rollouts(rows, self.num_envs, self.rollout_steps), because)
-
-    # -- learning -------------------------------------------------------------------------------
 
     def _update(self) -> dict[str, Any]:
         """One gradient step of every critic and actor per ``train_freq`` env steps collected;
         the metrics stay tensors (see :func:`_read`)."""
         cfg = self.config
-        steps = self._due // cfg.train_freq
-        self._due -= steps * cfg.train_freq
+        steps = self.due // cfg.train_freq
+        self.due -= steps * cfg.train_freq
         scale = self.lr_scale()
         for opts, lr in ((self.actor_opt, cfg.lr), (self.critic_opt, cfg.critic_lr)):
             for opt in opts.values():
@@ -380,24 +411,26 @@ class MADDPG(Algorithm):
         for _ in range(steps):
             for name, value in self._gradient_step().items():
                 totals[name] = totals.get(name, 0.0) + value / steps
-        totals["noise_std"], totals["epsilon"] = self.exploration()
+        totals["noise_std"], totals["epsilon"] = self.policy.noise_std, self.policy.epsilon
         totals["lr_scale"] = scale
         return totals
 
     def _gradient_step(self) -> dict[str, torch.Tensor]:
         cfg = self.config
         data = self.buffer.sample(cfg.batch_size)
-        obs = {g: self._obs(data[f"{g}/obs"], g) for g in self.groups}
-        next_obs = {g: self._obs(data[f"{g}/next_obs"], g) for g in self.groups}
-        actions = {g: self._tensor(data[f"{g}/action"]) for g in self.groups}
+        obs = {g: self._obs(data[f"{g}/obs"], g) for g in self.policy.groups}
+        next_obs = {g: self._obs(data[f"{g}/next_obs"], g) for g in self.policy.groups}
+        actions = {g: self._tensor(data[f"{g}/action"]) for g in self.policy.groups}
         with torch.no_grad():
-            next_actions = {g: self._target_action(g, next_obs[g], data) for g in self.groups}
+            next_actions = {
+                g: self._target_action(g, next_obs[g], data) for g in self.policy.groups
+            }
         joint = torch.cat([a.flatten(1) for a in actions.values()], 1)
         next_joint = torch.cat([a.flatten(1) for a in next_actions.values()], 1)
         glob = self._global(data, obs, "state")
         next_glob = self._global(data, next_obs, "next_state")
         metrics: dict[str, torch.Tensor] = {}
-        for g in self.groups:
+        for g in self.policy.groups:
             with torch.no_grad():
                 next_q = self._q(
                     g, self.critic_target[g], next_glob, next_joint, next_actions[g], next_obs[g]
@@ -408,11 +441,11 @@ class MADDPG(Algorithm):
             critic_loss = nn.functional.mse_loss(q, target)
             _step(self.critic_opt[g], self.critic[g], critic_loss, cfg.max_grad_norm)
 
-            raw = self.actor[g](obs[g])
+            raw = self.policy.actor[g](obs[g])
             own = self._train_action(g, raw, data)
             actor_loss = -self._q(g, self.critic[g], glob, joint, own, obs[g]).mean()
             actor_loss = actor_loss + cfg.action_reg * raw.pow(2).mean()
-            _step(self.actor_opt[g], self.actor[g], actor_loss, cfg.max_grad_norm)
+            _step(self.actor_opt[g], self.policy.actor[g], actor_loss, cfg.max_grad_norm)
             metrics |= {
                 f"critic_loss/{g}": critic_loss.detach(),
                 f"actor_loss/{g}": actor_loss.detach(),
@@ -436,17 +469,17 @@ class MADDPG(Algorithm):
         the others take theirs in ``joint``."""
         b, n = own.shape[:2]
         others = joint.unsqueeze(1) * self._others[g]
-        ids = torch.eye(n, device=self.device).expand(b, n, n)
+        ids = torch.eye(n, device=self.policy.device).expand(b, n, n)
         x = [glob.unsqueeze(1).expand(b, n, -1), others, ids]
         if self.config.critic_own_obs:
             x.append(obs.flatten(2))
-        if self.discrete[g]:
+        if self.policy.discrete[g]:
             return (critic(torch.cat(x, dim=-1)) * own).sum(-1)
         return critic(torch.cat([*x, own], dim=-1)).squeeze(-1)
 
     def _target_action(self, g: str, next_obs: torch.Tensor, data: Transitions) -> torch.Tensor:
         raw = self.actor_target[g](next_obs)
-        if self.discrete[g]:
+        if self.policy.discrete[g]:
             mask = self._tensor(data[f"{g}/next_action_mask"])
             index = masked_logits(raw, mask).argmax(-1)
             return nn.functional.one_hot(index, raw.shape[-1]).float()
@@ -454,10 +487,10 @@ class MADDPG(Algorithm):
 
     def _train_action(self, g: str, raw: torch.Tensor, data: Transitions) -> torch.Tensor:
         """The actor's differentiable action: straight-through Gumbel-softmax or tanh."""
-        if not self.discrete[g]:
+        if not self.policy.discrete[g]:
             return torch.tanh(raw)
         raw = masked_logits(raw, self._tensor(data[f"{g}/action_mask"]))
-        uniform = torch.rand(raw.shape, generator=self.torch_rng, device=self.device)
+        uniform = torch.rand(raw.shape, generator=self.policy.torch_rng, device=raw.device)
         gumbel = -torch.log(-torch.log(uniform.clamp_min(1e-10)))
         soft = torch.softmax((raw + gumbel) / self.config.temperature, dim=-1)
         hard = nn.functional.one_hot(soft.argmax(-1), raw.shape[-1]).float()
@@ -465,31 +498,56 @@ class MADDPG(Algorithm):
 
     def _global(self, data: Transitions, obs: Mapping[str, torch.Tensor], key: str) -> torch.Tensor:
         if self.critic_sees_state:
-            return as_input(data[key], self.state_space, self.device)
+            return as_input(data[key], self.state_space, self.policy.device)
         return torch.cat([o.flatten(1) for o in obs.values()], dim=1)
 
     def _obs(self, array: np.ndarray, g: str) -> torch.Tensor:
-        return as_input(array, self.observation_space[g], self.device)
+        return as_input(array, self.policy.observation_space[g], self.policy.device)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(array, device=self.device)
+        return torch.as_tensor(array, device=self.policy.device)
 
     # -- checkpoints ------------------------------------------------------------------------------
 
+    def _checkpointed(self) -> dict[str, Mapping[str, Any]]:
+        """The networks and optimisers, per group, by their keys in :meth:`state_dict`."""
+        return {
+            "actor": self.policy.actor,
+            "critic": self.critic,
+            "actor_target": self.actor_target,
+            "critic_target": self.critic_target,
+            "actor_opt": self.actor_opt,
+            "critic_opt": self.critic_opt,
+        }
+
     def state_dict(self) -> dict[str, Any]:
-        """Networks, targets, optimisers, counters and random states (the replay memory is in
-        :meth:`replay_state_dict`)."""
+        """Networks, targets, optimisers, counters, the policy's version and random states
+        (the replay memory is in :meth:`replay_state_dict`)."""
         state: dict[str, Any] = {
-            key: {g: part.state_dict() for g, part in getattr(self, key).items()}
-            for key in _CHECKPOINTED
+            key: {g: part.state_dict() for g, part in per_group.items()}
+            for key, per_group in self._checkpointed().items()
         }
-        state |= {
-            "env_steps": self.env_steps,
-            "due": self._due,
-            "rng": self.rng.bit_generator.state,
-            "torch_rng": self.torch_rng.get_state(),
-        }
-        return state
+        return (
+            state
+            | super().state_dict()
+            | {
+                "due": self.due,
+                "rng": self.policy.rng.bit_generator.state,
+                "torch_rng": self.policy.torch_rng.get_state(),
+            }
+        )
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`. A checkpoint from before the split (no ``updates``,
+        ``decisions``, ``version``) counts those from 0 again."""
+        for key, per_group in self._checkpointed().items():
+            for g, part in per_group.items():
+                part.load_state_dict(state[key][g])
+        super().load_state_dict({"updates": 0, **state})
+        self.due = int(state["due"])
+        self.policy.rng.bit_generator.state = state["rng"]
+        self.policy.torch_rng.set_state(state["torch_rng"])
+        self.policy.noise_std, self.policy.epsilon = self.exploration()
 
     def replay_state_dict(self) -> dict[str, Any]:
         """The joint replay memory."""
@@ -497,16 +555,127 @@ class MADDPG(Algorithm):
 
     def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
         self.buffer.load_state_dict(state)
-        self._stored = len(self.buffer)
+        self.stored = len(self.buffer)
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        for key in _CHECKPOINTED:
-            for g, part in getattr(self, key).items():
-                part.load_state_dict(state[key][g])
-        self.env_steps = int(state["env_steps"])
-        self._due = int(state["due"])
-        self.rng.bit_generator.state = state["rng"]
-        self.torch_rng.set_state(state["torch_rng"])
+
+class MADDPG(Algorithm):
+    """Multi-agent DDPG with parameters shared within each group.
+
+    A facade over a :class:`MADDPGPolicy` (:attr:`policy`, the actors) and a
+    :class:`MADDPGLearner` (:attr:`learner`, the critics, targets, optimisers and
+    replay memory), built from one seed.
+    """
+
+    name = "maddpg"
+    Config = Config
+    uses_state = True
+    needs_lockstep = True
+    learns_from = "rollouts"
+    records_next = True
+    """Its rollouts record what replay rows need (``RolloutBuilder(record_next=True)``)."""
+    policy: MADDPGPolicy
+    learner: MADDPGLearner
+
+    def __init__(
+        self,
+        venv: Any,
+        config: Config | None = None,
+        *,
+        learn_groups: Collection[str] | None = None,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(venv, config, learn_groups=learn_groups, device=resolve_device(device))
+        cfg = self.config
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)  # the actors' and the critics' initial parameters
+            self.policy = MADDPGPolicy(
+                self.groups, self.observation_space, self.action_space, cfg, device=self.device
+            )
+            self.learner = MADDPGLearner(self.policy, cfg, self.state_space)
+
+    # -- what the learner and the policy hold, by their old names ---------------------------
+
+    @property
+    def actor(self) -> dict[str, nn.Module]:
+        """The policy's actors, per group."""
+        return self.policy.actor
+
+    @property
+    def critic(self) -> dict[str, nn.Module]:
+        """The learner's critics, per group."""
+        return self.learner.critic
+
+    @property
+    def actor_opt(self) -> dict[str, torch.optim.Optimizer]:
+        """The learner's optimisers of the actors, per group."""
+        return self.learner.actor_opt
+
+    @property
+    def critic_opt(self) -> dict[str, torch.optim.Optimizer]:
+        """The learner's optimisers of the critics, per group."""
+        return self.learner.critic_opt
+
+    @property
+    def buffer(self) -> Replay:
+        """The learner's joint replay memory."""
+        return self.learner.buffer
+
+    @property
+    def critic_sees_state(self) -> bool:
+        """Whether the critics see the env's ``state`` (else every learned observation)."""
+        return self.learner.critic_sees_state
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps learned from (the learner's count)."""
+        return self.learner.env_steps
+
+    def exploration(self) -> tuple[float, float]:
+        """The policy's ``Box`` noise std and ``Discrete`` random-action probability."""
+        return self.policy.noise_std, self.policy.epsilon
+
+    def lr_scale(self) -> float:
+        """See :meth:`MADDPGLearner.lr_scale`."""
+        return self.learner.lr_scale()
+
+    # -- learning ---------------------------------------------------------------------------
+
+    @property
+    def rollout_steps(self) -> int:
+        """Vector steps per rollout: ``train_freq`` env steps, rounded up to whole vector steps."""
+        return -(-self.config.train_freq // self.num_envs)
+
+    def first_update(self) -> FirstUpdate:
+        """Until ``learning_starts``, ``batch_size`` and ``train_freq`` env steps are stored."""
+        cfg, learner = self.config, self.learner
+        rows = max(
+            1,
+            cfg.learning_starts - learner.env_steps,
+            cfg.batch_size - learner.stored,
+            cfg.train_freq - learner.due,
+        )
+        because = (
+            f"learning_starts={cfg.learning_starts}, batch_size={cfg.batch_size}, "
+            f"learning at the end of rollouts of {self.rollout_steps} vector steps"
+        )
+        return FirstUpdate(_whole_rollouts(rows, self.num_envs, self.rollout_steps), because)
+
+    def replay_state_dict(self) -> dict[str, Any]:
+        """The joint replay memory."""
+        return self.learner.replay_state_dict()
+
+    def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.learner.load_replay_state_dict(state)
+
+
+def exploration_at(config: Config, env_steps: int) -> tuple[float, float]:
+    """The ``Box`` noise std and ``Discrete`` random-action probability after ``env_steps``
+    env steps: linear over ``explore_decay_steps``, then kept."""
+    frac = min(1.0, env_steps / max(1, config.explore_decay_steps))
+    return (
+        config.noise_std + frac * (config.noise_std_final - config.noise_std),
+        config.epsilon + frac * (config.epsilon_final - config.epsilon),
+    )
 
 
 def _action_dim(group: str, space: spaces.Space) -> int:

@@ -17,7 +17,7 @@ the agents' decisions the rollouts record, :attr:`~Learner.updates` one per
 :meth:`~Learner.learn`, which also bumps the policy's version.
 
 The runner still drives an :class:`~corral.algos.base.Algorithm`; a split
-algorithm (MAPPO, IPPO) is a facade over its policy and learner.
+algorithm (MAPPO, IPPO, DQN, MADDPG) is a facade over its policy and learner.
 """
 
 from __future__ import annotations

@@ -121,8 +121,13 @@ class Collector:
     ) -> Progress:
         """Collect at least ``env_steps`` env steps, updating ``algo`` whenever it is ready.
 
-        ``on_step`` is called after every vector step with the env steps it took.
+        ``on_step`` is called after every vector step with the env steps it took. Learning
+        (``learn``) needs an algorithm that learns from transitions (``observe``, ``ready``,
+        ``update``); one that learns only from rollouts raises ``TypeError`` naming the
+        :class:`~corral.training.rollout_collector.RolloutCollector` to use instead.
         """
+        if learn:
+            _check_learns_from_transitions(self.algo)
         progress = Progress()
         while progress.env_steps < env_steps:
             actions, extras = self.actions(self.batch, explore=learn)
@@ -163,6 +168,23 @@ class Collector:
             for j, agent in enumerate(agents):
                 progress.agent_returns.setdefault(agent, []).extend(group_returns[:, j].tolist())
         progress.episode_lengths.extend(batch.episode_length[finished].tolist())
+
+
+def _check_learns_from_transitions(algo: Any) -> None:
+    """Raise ``TypeError`` if ``algo`` does not implement learning from transitions."""
+    kind = type(algo)
+    missing = [
+        name
+        for name in ("observe", "ready", "update")
+        if getattr(kind, name, None) is getattr(Algorithm, name)
+    ]
+    if missing:
+        raise TypeError(
+            f"{kind.__name__} learns from rollouts (learns_from={algo.learns_from!r}), not "
+            f"from transitions (it has no {', '.join(missing)} of its own), so the transition "
+            "Collector cannot train it: use corral.training.rollout_collector.RolloutCollector "
+            "(the Collector only plays it, with run(learn=False))"
+        )
 
 
 def evaluate(
