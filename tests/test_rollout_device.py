@@ -49,6 +49,10 @@ READS = (
 NOT_COUNTED = ("corral.vector.", "corral.envs.")
 """Callers whose reads are not the learner's: the vector layer and the envs."""
 
+HOST_SIDE = ("torch.optim.",)
+"""Reads of values kept on the host whatever the device: a non-fused optimiser's step
+counts (CPU tensors beside CUDA parameters, read without a device synchronisation)."""
+
 
 @contextlib.contextmanager
 def counting_reads():
@@ -64,6 +68,8 @@ def counting_reads():
             frame = sys._getframe(1)
             while frame is not None:
                 module = frame.f_globals.get("__name__", "")
+                if module.startswith(HOST_SIDE):
+                    break
                 if module.startswith("corral."):
                     if not module.startswith(NOT_COUNTED):
                         counts[f"{module}:{frame.f_code.co_name}:{name}"] += 1
