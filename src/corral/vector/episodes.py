@@ -68,14 +68,19 @@ class Episodes:
         self._step_arrays = [
             (g, *(arrays[f"{field}/{g}"] for field in _STEP_FIELDS)) for g in self.groups
         ]
-        write_into = getattr(env, "write_into", None)  # a source that can skip a copy
-        if write_into is not None and share:
-            write_into(arrays)
         # A source that keeps the rules itself (packed dict envs judge every value, and
         # leave masks of agents that are not acting all legal) needs no second look.
         keeps_rules = getattr(env, "keeps_rules", False)
         self._check_finite = layout.check_finite and not keeps_rules
-        self._keeps_masks = keeps_rules
+        # One that only says it leaves those masks all legal (keeps_masks) is taken at
+        # its word there; the batches the tests compare with packed dict envs check it.
+        self._keeps_masks = keeps_rules or getattr(env, "keeps_masks", False)
+        # A source that can write straight into the arrays skips a copy of every value;
+        # not where its values are judged after the step (check_finite cuts a copy that
+        # returned NaN where it stood before the step).
+        write_into = getattr(env, "write_into", None)
+        if write_into is not None and share and not self._check_finite:
+            write_into(arrays)
         self._returned = None if keeps_rules else ReturnedArrays(layout, arrays, offset)
         self._broken = False  # its last restart failed: tried again at each step
 
@@ -120,11 +125,12 @@ class Episodes:
         a["done"][...] = done
         self._count_restarts(out)
         faults = [*out.faults, *faults]
-        if bool(done.any()):
-            self._end_episodes(done)
+        ended = _indices(done)  # one host read: whether (and which) copies ended
+        if len(ended):
+            self._end_episodes(ended)
             try:
                 restarted = self.env.reset(where=done)
-                self._write_observed(restarted, done)
+                self._write_observed(restarted, ended)
             except Exception as err:
                 self._fail("reset()", err, stepped=True, also=faults)
             self._count_restarts(restarted)
@@ -232,14 +238,14 @@ class Episodes:
     # -- bookkeeping ------------------------------------------------------------------
 
     def _any_alive(self) -> Any:
-        alive = self._alive[0].any(1)
+        alive = _any_agent(self._alive[0])
         for more in self._alive[1:]:
-            alive = alive | more.any(1)
+            alive |= _any_agent(more)
         return alive
 
     def _write_observed(self, out: BatchedStep, rows: Any, checked: bool = False) -> None:
-        """Copy what ``out`` observed into the arrays (only ``rows``, a bool mask, if given);
-        ``checked``: its arrays and values were checked already."""
+        """Copy what ``out`` observed into the arrays (only ``rows``, a bool mask or indices,
+        if given); ``checked``: its arrays and values were checked already."""
         a = self.arrays
         if not checked and self._returned is not None:
             self._returned.check(out)
@@ -249,16 +255,16 @@ class Episodes:
             for path, value in _leaf_values(group.obs_tree, f"obs/{g}", out.obs[g]):
                 _put(a[path], value, rows)
             _put(a[f"alive/{g}"], out.alive[g], rows)
-            acting = out.acting[g]
-            _put(a[f"acting/{g}"], acting, rows)
+            _put(a[f"acting/{g}"], out.acting[g], rows)
             if g in self._masks:
-                mask = out.action_mask.get(g)
+                mask, dst = out.action_mask.get(g), a[f"action_mask/{g}"]
                 if mask is None:
-                    _fill(a[f"action_mask/{g}"], True, rows)
-                elif self._keeps_masks:
-                    _put(a[f"action_mask/{g}"], mask, rows)
-                else:  # agents that are not acting have every action legal
-                    _put(a[f"action_mask/{g}"], mask | ~acting[..., None], rows)
+                    _fill(dst, True, rows)
+                    continue
+                _put(dst, mask, rows)
+                if not self._keeps_masks:  # agents that are not acting have every action legal
+                    # in place over every row: the rows not written kept the rule already
+                    dst |= ~a[f"acting/{g}"][..., None]
         if self._state:
             for path, value in _leaf_values(
                 array_tree(self.layout.state_space), "state", out.state
@@ -266,7 +272,8 @@ class Episodes:
                 _put(a[path], value, rows)
 
     def _end_episodes(self, ended: Any) -> None:
-        """Record the episodes of the copies ``ended`` (a bool mask) as they stand."""
+        """Record the episodes of the copies ``ended`` (a bool mask or indices) as they
+        stand."""
         a = self.arrays
         for g in self.groups:
             for path in self._obs[g]:
@@ -288,7 +295,11 @@ class Episodes:
 
     def _check_values(self, out: BatchedStep, rows: Any) -> None:
         """An :class:`EnvError` for the first copy (among ``rows``) that returned NaN or inf
-        (``check_finite``)."""
+        (``check_finite``); ``rows`` a bool mask or indices."""
+        if rows is not None and rows.dtype != self._live.dtype:  # indices: as a mask
+            mask = self._live & False
+            mask[rows] = True
+            rows = mask
         faults = self._value_faults(out, rows)
         if faults:
             raise faults[min(faults)]
@@ -353,8 +364,26 @@ def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:
     return [(path, value)]
 
 
+def _any_agent(flags: Any) -> Any:
+    """``flags.any(1)`` of a bool array ``[E, n]``, as a new array."""
+    if flags.shape[1] > 8 or flags.shape[1] == 0:
+        return flags.any(1)
+    out = flags[:, 0].clone() if hasattr(flags, "clone") else flags[:, 0].copy()
+    for j in range(1, flags.shape[1]):  # a reduction along a short axis is slow in numpy
+        out |= flags[:, j]
+    return out
+
+
+def _indices(mask: Any) -> Any:
+    """The indices where a bool array ``[E]`` holds, in its namespace."""
+    if isinstance(mask, np.ndarray):
+        return np.flatnonzero(mask)
+    return mask.nonzero().squeeze(1)
+
+
 def _put(dst: Any, src: Any, rows: Any) -> None:
-    """``dst[rows] = src[rows]`` (all rows for ``None``); nothing where ``src`` is ``dst``."""
+    """``dst[rows] = src[rows]`` (all rows for ``None``; ``rows`` a bool mask or indices);
+    nothing where ``src`` is ``dst``."""
     if src is dst:
         return
     if rows is None:
