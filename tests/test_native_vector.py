@@ -102,9 +102,17 @@ def test_native_batches_equal_the_dict_envs(id: str, array: str, device: str) ->
     assert episodes >= 8  # many episodes, each ended and autoreset
 
 
-@pytest.mark.parametrize("id", ["mdp/climbing", "mdp/two_round_nmdp"])
+@pytest.mark.parametrize("id", ["mdp/climbing", "mdp/two_round_nmdp", "corral/tag"])
 def test_native_shards_in_worker_processes_equal_the_dict_envs(id: str) -> None:
     _run_side_by_side(id, 6, 40, "subproc", "numpy", "cpu")
+
+
+def test_a_native_env_judged_after_each_step_equals_the_dict_envs() -> None:
+    """With check_finite, corral/tag does not write into the batch (a copy that returned NaN
+    is cut where it stood before the step): the batches stay those of the dict envs."""
+    with corral.make_vec("corral/tag", 2, check_finite=True) as venv:
+        assert not venv._backend.shard._shared
+    _run_side_by_side("corral/tag", 8, 60, "sync", "numpy", "cpu", check_finite=True)
 
 
 @needs_torch

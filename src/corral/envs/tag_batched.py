@@ -256,9 +256,10 @@ class BatchedTag(BatchedEnv):
         # Only an agent alive when the step began can end in it (a copy stepped after its
         # episode ended, like the dict env, ends nobody).
         predators_were_alive = was_alive[:p]
+        catches = ops.count(caught) * self._catch
         outcome = {
             "reward": {
-                "predator": ops.broadcast(ops.count(caught) * self._catch, predators_were_alive.shape),
+                "predator": ops.broadcast(catches, predators_were_alive.shape),
                 "prey": ops.where(caught, -self._catch, self._zero),
             },
             "terminated": {
