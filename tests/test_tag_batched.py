@@ -21,7 +21,8 @@ from corral.errors import InvalidActionError
 
 PLACES = [
     pytest.param(("numpy", "cpu"), id="numpy"),
-    pytest.param(("torch", "cpu"), id="torch-cpu"),
+    pytest.param(("torch", "cpu"), id="torch-cpu"),  # computed by numpy on the tensors' memory
+    pytest.param(("torch", "cpu", "by torch"), id="torch-cpu-by-torch"),  # as on a GPU
     pytest.param(("torch", "cuda"), id="torch-cuda"),
 ]
 KWARGS = [
@@ -39,12 +40,14 @@ NOT_ACTING = 99  # the action entry of an agent that is not acting: the env must
 
 
 @pytest.fixture(params=PLACES)
-def place(request: pytest.FixtureRequest) -> tuple[str, str]:
+def place(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
     if request.param[0] == "torch":
         torch = pytest.importorskip("torch")  # imported here: collecting stays cheap
         if request.param[1] == "cuda" and not torch.cuda.is_available():
             pytest.skip("no CUDA GPU")
-    return request.param
+    if request.param[2:] == ("by torch",):
+        monkeypatch.setattr(BatchedTag, "numpy_on_cpu", False)
+    return request.param[:2]
 
 
 class DictCopies:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import Place, import_torch, torch_dtype
+from corral.arrays import Place, import_torch, place_of, to_numpy, torch_dtype
 from corral.batched_env import Array, BatchedEnv, BatchedStep, CopyGenerators, Seed, copy_seeds
 from corral.batched_env import selected as selected_copies
 from corral.envs.tag import CATCH_REWARD, PREDATOR_MOVES, PREY_MOVES, Tag, _mask_table
@@ -52,6 +52,10 @@ class BatchedTag(BatchedEnv):
     metadata = {**Tag.metadata, "render_modes": []}
     simultaneous = True
     keeps_masks = True  # an agent not alive (not acting) has every action legal
+    # Torch tensors on the CPU are computed on by numpy, through views of their memory:
+    # bit for bit the same values, at a fraction of torch's cost per call at these sizes.
+    # (False: by torch, as on a GPU; the tests run both.)
+    numpy_on_cpu = True
 
     def __init__(
         self,
@@ -90,7 +94,12 @@ class BatchedTag(BatchedEnv):
         self._action_spaces = {a: tag.action_space(a) for a in self.possible_agents}
         grouped = group_agents(self.possible_agents, self.observation_space, self.action_space)
         self._groups = {name: tuple(agents) for name, agents in grouped.items()}
-        self._ops = _TorchOps(self.place.device) if self.place.is_torch else _NumpyOps()
+        # Where the env computes: the place, or numpy on a torch CPU place.
+        by_numpy = not self.place.is_torch or (self.numpy_on_cpu and self.place.device == "cpu")
+        self._compute = Place() if by_numpy else self.place
+        self._ops = _NumpyOps() if by_numpy else _TorchOps(self.place.device)
+        # The arrays given out: the computed ones (fresh copies of them), as the place's.
+        self._give = self.place.from_host if by_numpy else (lambda array: array)
         self._generators = CopyGenerators(self.num_envs)
         self._draws = Choices(self.num_envs, len(tag._free_cells), len(self.possible_agents))
         self._drawing = np.zeros(self.num_envs, bool)  # copies whose generator _draws holds
@@ -99,7 +108,7 @@ class BatchedTag(BatchedEnv):
         # Every copy's state, agent-major ([agent, copy]) so that each operation runs
         # along the copies: every agent's cell (row * size + col), the dict env's alive
         # flags (False for caught prey), who is in the episode, and the step count.
-        e, n, zeros = self.num_envs, len(self.possible_agents), self.place.zeros
+        e, n, zeros = self.num_envs, len(self.possible_agents), self._compute.zeros
         self._cell = zeros((n, e), np.int64)
         self._flag = zeros((n, e), np.bool_)
         self._alive = zeros((n, e), np.bool_)
@@ -125,7 +134,7 @@ class BatchedTag(BatchedEnv):
         stay), each group's legal moves, and which features are observed and which make
         the state."""
         size, cells = tag.size, np.arange(tag.size * tag.size)
-        host = self.place.from_host
+        host = self._compute.from_host
         # Scaled as the dict env scales its float32 (row, col) pairs.
         self._row_coord, self._col_coord = (
             host(np.asarray(x, np.float32) * tag._scale) for x in np.divmod(cells, size)
@@ -183,14 +192,17 @@ class BatchedTag(BatchedEnv):
         Called before the first reset: the env reads its observations there again (a caught
         prey keeps its last one). Whether it does: not where an array is missing or differs
         in shape, dtype or place; where ``arrays`` hold no ``state``, none is computed."""
-        own = self._out
+        own, views = self._out, {}
         for path, mine in own.items():
             theirs = arrays.get(path)
             if theirs is None and path == "state":
                 continue
-            if not self._ops.fits(theirs, mine):
+            if not _in_place(theirs, self.place):
                 return False
-        self._out = {path: arrays[path] for path in own if path in arrays}
+            views[path] = to_numpy(theirs) if self._compute != self.place else theirs
+            if not self._ops.fits(views[path], mine):
+                return False
+        self._out, self._given = views, {path: arrays[path] for path in views}
         self._shared = True
         return True
 
@@ -218,8 +230,8 @@ class BatchedTag(BatchedEnv):
             generators = self._generators.at_reset(copy_seeds(seed, self.num_envs), rows)
             draws = self._draws.choose(generators, rows)
             self._drawing[rows] = True
-        ops, rows = self._ops, self.place.from_host(rows)
-        cell = ops.take(self._free_cells, self.place.from_host(draws))
+        ops, rows = self._ops, self._compute.from_host(rows)
+        cell = ops.take(self._free_cells, self._compute.from_host(draws))
         ops.put_columns(self._cell, rows, cell)
         ops.put_columns(self._flag, rows, True)
         ops.put_columns(self._alive, rows, True)
@@ -306,7 +318,8 @@ class BatchedTag(BatchedEnv):
                 f"actions has no entry for group {group!r}; expected {{group: [E, n_g]}} "
                 f"for the groups {list(self._groups)}"
             )
-        value = self.place.asarray(actions[group])
+        value = actions[group]
+        value = self._compute.asarray(to_numpy(value) if self._compute != self.place else value)
         shape = (self.num_envs, len(self._groups[group]))
         if tuple(value.shape) != shape:
             raise ValueError(
@@ -343,7 +356,7 @@ class BatchedTag(BatchedEnv):
                 ops.put_rows(out[f"{field}/{name}"], value, None)
 
         def given(path: str) -> Array:
-            return out[path] if self._shared else ops.copy(out[path])
+            return self._given[path] if self._shared else self._give(ops.copy(out[path]))
 
         names = [g.name for g in self._group_list]
         step = BatchedStep(
@@ -359,6 +372,16 @@ class BatchedTag(BatchedEnv):
                 for field in ("reward", "terminated", "truncated")
             )
         return step
+
+
+def _in_place(array: Any, place: Place) -> bool:
+    """Whether ``array`` is an array of ``place`` (``"cuda"`` holds ``"cuda:0"``'s)."""
+    if place_of(array).array != place.array:
+        return False
+    if not place.is_torch:
+        return isinstance(array, np.ndarray)
+    device = import_torch().device(place.device)
+    return array.device.type == device.type and device.index in (None, array.device.index)
 
 
 # The per-agent arrays ``[E, n_g]`` a step writes, with their dtypes.

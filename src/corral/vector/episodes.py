@@ -12,11 +12,13 @@ their device); a step reads the host only for whether any copy ended.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
 
+from corral.arrays import is_tensor, to_numpy
 from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
 from corral.vector.backend import env_error, first_fault
@@ -49,6 +51,13 @@ class Episodes:
     ) -> None:
         self.env = env
         self.layout = layout
+        # Torch tensors on the CPU are kept through numpy views of their memory: the same
+        # values at numpy's lower cost per call; the env still sees tensors.
+        self._given = arrays
+        place = layout.place
+        self._on_host = place.is_torch and place.device == "cpu"
+        if self._on_host:
+            arrays = {path: to_numpy(array) for path, array in arrays.items()}
         self.arrays = arrays
         self.offset = offset
         self.groups = list(layout.groups)
@@ -62,7 +71,7 @@ class Episodes:
         self._alive = [arrays[f"alive/{g}"] for g in self.groups]
         self._live = self._any_alive()
         self._actions = {
-            g: assemble(group.action_tree, f"action/{g}", arrays)
+            g: assemble(group.action_tree, f"action/{g}", self._given)
             for g, group in layout.groups.items()
         }
         self._step_arrays = [
@@ -80,7 +89,7 @@ class Episodes:
         # returned NaN where it stood before the step).
         write_into = getattr(env, "write_into", None)
         if write_into is not None and share and not self._check_finite:
-            write_into(arrays)
+            write_into(self._given)
         self._returned = None if keeps_rules else ReturnedArrays(layout, arrays, offset)
         self._broken = False  # its last restart failed: tried again at each step
 
@@ -89,7 +98,7 @@ class Episodes:
     def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None = None) -> None:
         """Start a new episode in every copy, copy ``i`` seeded with ``seeds[i]``."""
         clear_step_fields(self.arrays, self.groups)
-        out = self.env.reset(seed=list(seeds), options=options)
+        out = self._host(self.env.reset(seed=list(seeds), options=options))
         self._write_observed(out, None)
         self._zero_running(None)
         self._count_restarts(out)
@@ -106,7 +115,7 @@ class Episodes:
         a = self.arrays
         before = self._live  # the copies with an episode running
         try:
-            out = self.env.step(self._actions)
+            out = self._host(self.env.step(self._actions))
             if self._returned is not None:  # every array of out, before any is used
                 self._returned.check(out)
             bad, faults = self._bad_copies(out) if self._check_finite else (None, [])
@@ -129,7 +138,7 @@ class Episodes:
         if len(ended):
             self._end_episodes(ended)
             try:
-                restarted = self.env.reset(where=done)
+                restarted = self._host(self.env.reset(where=self._placed(done)))
                 self._write_observed(restarted, ended)
             except Exception as err:
                 self._fail("reset()", err, stepped=True, also=faults)
@@ -166,7 +175,7 @@ class Episodes:
         it ended, the others are cut where they stand.
         """
         self._cut_all()
-        out = self.env.reset(seed=list(seeds))
+        out = self._host(self.env.reset(seed=list(seeds)))
         self._write_observed(out, None)
         self._zero_running(None)
         self._live = self._any_alive()
@@ -210,7 +219,7 @@ class Episodes:
         """Reset every copy after a fault; what the reset raised, if it did (every copy then
         has no episode, and the next step tries again)."""
         try:
-            out = self.env.reset()
+            out = self._host(self.env.reset())
             self._write_observed(out, None)
             _raise_first(out.faults)
         except Exception as err:
@@ -236,6 +245,28 @@ class Episodes:
         self.arrays["worker_restarts"] += 1
 
     # -- bookkeeping ------------------------------------------------------------------
+
+    def _host(self, out: BatchedStep) -> BatchedStep:
+        """``out`` with its CPU tensors as numpy views of their memory (where the arrays are
+        kept so), as is otherwise."""
+        if not self._on_host:
+            return out
+
+        def host(value: Any) -> Any:
+            if isinstance(value, dict):
+                return {k: host(v) for k, v in value.items()}
+            if isinstance(value, (tuple, list)):
+                return type(value)(host(v) for v in value)
+            return to_numpy(value) if is_tensor(value) else value
+
+        return dataclasses.replace(
+            out,
+            **{name: host(getattr(out, name)) for name in _HOST_FIELDS},
+        )
+
+    def _placed(self, mask: Any) -> Any:
+        """A bool mask of the arrays as an array of the env's place (the same memory)."""
+        return self.layout.place.from_host(mask) if self._on_host else mask
 
     def _any_alive(self) -> Any:
         alive = _any_agent(self._alive[0])
@@ -340,6 +371,12 @@ class Episodes:
         return faults
 
 
+# The fields of a BatchedStep that hold arrays.
+_HOST_FIELDS = (
+    "obs", "alive", "acting", "action_mask", "reward", "terminated", "truncated", "state",
+    "restarted", "failed",
+)  # fmt: skip
+
 # What a step writes per group, in the order Episodes.step reads them.
 _STEP_FIELDS = ("reward", "terminated", "truncated", "running_return")
 
@@ -383,8 +420,12 @@ def _indices(mask: Any) -> Any:
 
 def _put(dst: Any, src: Any, rows: Any) -> None:
     """``dst[rows] = src[rows]`` (all rows for ``None``; ``rows`` a bool mask or indices);
-    nothing where ``src`` is ``dst``."""
-    if src is dst:
+    nothing where ``src`` is ``dst`` (or a view of all of its memory)."""
+    if src is dst or (
+        isinstance(src, np.ndarray)
+        and isinstance(dst, np.ndarray)
+        and src.__array_interface__ == dst.__array_interface__
+    ):
         return
     if rows is None:
         dst[...] = src

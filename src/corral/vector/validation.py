@@ -171,6 +171,9 @@ def group_problem(space: spaces.Space, array: Any, acting: Any, mask: Any | None
     """The first invalid acting entry of a group's actions (its mask included), or ``None``;
     on numpy arrays, or on torch tensors (checked on their device, read back only to name
     a problem)."""
+    if _is_tensor(acting) and acting.device.type == "cpu":  # numpy views: cheaper calls
+        array, acting = _host(array), to_numpy(acting)
+        mask = None if mask is None else to_numpy(mask)
     if isinstance(space, spaces.Discrete) and _discrete_fine(space, array, acting, mask):
         return None
     if _is_tensor(acting):
