@@ -165,7 +165,9 @@ class BatchedTag(BatchedEnv):
         self._state_rows = slice(start, start + 3 * n)
         flags = 2 * n + 2 * n * n
         observed = _feature_rows(np.concatenate(features), n)
-        state = [np.arange(flags + n, flags + 3 * n), np.arange(flags, flags + n)]
+        # (A predator's flag is always 1: its position times it is its position.)
+        state = [np.arange(2 * p), np.arange(flags + n + 2 * p, flags + 3 * n)]
+        state.append(np.arange(flags, flags + n))
         self._value_rows = host(np.concatenate([observed, *state]))
         # The prey whose observation each prey value is.
         self._prey_owner = host(np.repeat(np.arange(p, n), self._group_list[1].obs_shape[1]))
@@ -307,8 +309,12 @@ class BatchedTag(BatchedEnv):
         alive = features[2 * n + 2 * n * n : 3 * n + 2 * n * n]
         alive[...] = flag
         ops.subtract(pos[None], pos[:, None], out=relative)
-        ops.multiply(relative, alive[None, :, None], out=relative)
-        ops.multiply(pos, alive[:, None], out=features[3 * n + 2 * n * n :].reshape(n, 2, k))
+        # Times the flags: a predator's is always 1 (x * 1 is x, bit for bit), so only the
+        # prey's are multiplied.
+        p = self.num_predators
+        ops.multiply(relative[:, p:], alive[None, p:, None], out=relative[:, p:])
+        shown = features[3 * n + 2 * n * n :].reshape(n, 2, k)[p:]
+        ops.multiply(pos[p:], alive[p:, None], out=shown)
         return ops.take(features, self._value_rows)
 
     def _actions(self, actions: dict[str, Any], group: str) -> Array:

@@ -59,6 +59,8 @@ class Episodes:
         if self._on_host:
             arrays = {path: to_numpy(array) for path, array in arrays.items()}
         self.arrays = arrays
+        # A tensor of the batch that the env returns (it wrote into it) -> its numpy view.
+        self._views = {id(self._given[path]): view for path, view in arrays.items()}
         self.offset = offset
         self.groups = list(layout.groups)
         self._obs = {
@@ -252,17 +254,19 @@ class Episodes:
         if not self._on_host:
             return out
 
+        views = self._views
+
         def host(value: Any) -> Any:
             if isinstance(value, dict):
                 return {k: host(v) for k, v in value.items()}
             if isinstance(value, (tuple, list)):
                 return type(value)(host(v) for v in value)
+            view = views.get(id(value))
+            if view is not None:
+                return view
             return to_numpy(value) if is_tensor(value) else value
 
-        return dataclasses.replace(
-            out,
-            **{name: host(getattr(out, name)) for name in _HOST_FIELDS},
-        )
+        return BatchedStep(**{name: host(getattr(out, name)) for name in _STEP_ATTRIBUTES})
 
     def _placed(self, mask: Any) -> Any:
         """A bool mask of the arrays as an array of the env's place (the same memory)."""
@@ -371,11 +375,7 @@ class Episodes:
         return faults
 
 
-# The fields of a BatchedStep that hold arrays.
-_HOST_FIELDS = (
-    "obs", "alive", "acting", "action_mask", "reward", "terminated", "truncated", "state",
-    "restarted", "failed",
-)  # fmt: skip
+_STEP_ATTRIBUTES = [f.name for f in dataclasses.fields(BatchedStep)]
 
 # What a step writes per group, in the order Episodes.step reads them.
 _STEP_FIELDS = ("reward", "terminated", "truncated", "running_return")
@@ -403,7 +403,10 @@ def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:
 
 def _any_agent(flags: Any) -> Any:
     """``flags.any(1)`` of a bool array ``[E, n]``, as a new array."""
-    if flags.shape[1] > 8 or flags.shape[1] == 0:
+    n = flags.shape[1]
+    if isinstance(flags, np.ndarray) and n in (1, 2, 4, 8) and flags.flags.c_contiguous:
+        return flags.view(f"u{n}")[:, 0] != 0  # each row's n bytes as one integer
+    if n > 8 or n == 0:
         return flags.any(1)
     out = flags[:, 0].clone() if hasattr(flags, "clone") else flags[:, 0].copy()
     for j in range(1, flags.shape[1]):  # a reduction along a short axis is slow in numpy

@@ -172,8 +172,10 @@ def group_problem(space: spaces.Space, array: Any, acting: Any, mask: Any | None
     on numpy arrays, or on torch tensors (checked on their device, read back only to name
     a problem)."""
     if _is_tensor(acting) and acting.device.type == "cpu":  # numpy views: cheaper calls
-        array, acting = _host(array), to_numpy(acting)
+        acting = to_numpy(acting)
         mask = None if mask is None else to_numpy(mask)
+    if not _is_tensor(acting):
+        array = _host(array)
     if isinstance(space, spaces.Discrete) and _discrete_fine(space, array, acting, mask):
         return None
     if _is_tensor(acting):
@@ -196,6 +198,14 @@ def _discrete_fine(space: spaces.Discrete, array: Any, acting: Any, mask: Any | 
     if _is_tensor(acting) != _is_tensor(array) or tuple(array.shape) != tuple(acting.shape):
         return False
     low, n = int(space.start), int(space.n)
+    if isinstance(array, np.ndarray) and array.dtype.kind == "i" and array.size:
+        # In range in one pass: below low, as unsigned, is beyond every bound.
+        shifted = array - low if low else array
+        if shifted.view(f"u{shifted.dtype.itemsize}").max() >= n:
+            return False
+        if mask is None:
+            return True
+        return bool(mask.reshape(-1).take(_mask_rows(mask, n) + shifted.reshape(-1)).all())
     if _is_tensor(array):
         if array.is_floating_point() or array.is_complex() or array.dtype == acting.dtype:
             return False  # float, complex or bool: the checks above say what is wrong
@@ -219,7 +229,7 @@ def _discrete_fine(space: spaces.Discrete, array: Any, acting: Any, mask: Any | 
 
 def _mask_rows(mask: Any, n: int) -> Any:
     """``arange(rows) * n`` for a mask of ``rows * n`` entries, in its namespace (kept)."""
-    key = (type(mask), tuple(mask.shape), str(getattr(mask, "device", "")))
+    key = (type(mask), mask.shape, str(getattr(mask, "device", "")))
     rows = _MASK_ROWS.get(key)
     if rows is None:
         rows = np.arange(0, mask.shape[0] * mask.shape[1] * n, n)

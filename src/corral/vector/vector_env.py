@@ -197,8 +197,16 @@ class VectorEnv:
             *self.layout.paths(Role.STEP, Role.EPISODE),
             *(f"clipped_actions/{name}" for name in self._clipped),
         ]
+        # The checks of actions read acting and masks of CPU tensors through numpy views of
+        # their memory (numpy's calls cost less at these sizes).
+        view = to_numpy if inner.is_torch and inner.device == "cpu" else (lambda a: a)
         self._action_plan = [
-            (name, g, self._arrays[f"acting/{name}"], self._arrays.get(f"action_mask/{name}"))
+            (
+                name,
+                g,
+                view(self._arrays[f"acting/{name}"]),
+                None if g.num_actions is None else view(self._arrays[f"action_mask/{name}"]),
+            )
             for name, g in self.layout.groups.items()
         ]
         self._views: Batch | None = None  # with copy=False every batch is the same views
