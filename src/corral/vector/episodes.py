@@ -257,13 +257,13 @@ class Episodes:
         views = self._views
 
         def host(value: Any) -> Any:
+            view = views.get(id(value))
+            if view is not None:
+                return view
             if isinstance(value, dict):
                 return {k: host(v) for k, v in value.items()}
             if isinstance(value, (tuple, list)):
                 return type(value)(host(v) for v in value)
-            view = views.get(id(value))
-            if view is not None:
-                return view
             return to_numpy(value) if is_tensor(value) else value
 
         return BatchedStep(**{name: host(getattr(out, name)) for name in _STEP_ATTRIBUTES})

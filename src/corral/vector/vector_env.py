@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from corral.arrays import Place, to_numpy
+from corral.arrays import Place, is_tensor, to_numpy
 from corral.errors import (
     EnvError,
     EnvRestartWarning,
@@ -200,6 +200,7 @@ class VectorEnv:
         # The checks of actions read acting and masks of CPU tensors through numpy views of
         # their memory (numpy's calls cost less at these sizes).
         view = to_numpy if inner.is_torch and inner.device == "cpu" else (lambda a: a)
+        self._action_arrays = {p: view(self._arrays[p]) for p in self.layout.paths(Role.ACTION)}
         self._action_plan = [
             (
                 name,
@@ -428,7 +429,7 @@ class VectorEnv:
                 raise InvalidActionError(f"{where}: expected {text}")
             checked[name] = (group, action, clipped)
         for name, (group, action, _) in checked.items():
-            store(group.action_tree, f"action/{name}", self._arrays, action)
+            store(group.action_tree, f"action/{name}", self._action_arrays, _host_of(action))
         if self.clip_actions:
             for name, counts in self._clipped.items():
                 counts[...] = checked[name][2] if name in checked else 0
@@ -588,6 +589,17 @@ def _in(place: Place, value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return type(value)(_in(place, v) for v in value)
     return place.asarray(value)
+
+
+def _host_of(value: Any) -> Any:
+    """A nested value with its CPU tensors as numpy views (others as they are)."""
+    if isinstance(value, dict):
+        return {k: _host_of(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_host_of(v) for v in value)
+    if is_tensor(value) and value.device.type == "cpu":
+        return to_numpy(value)
+    return value
 
 
 def _copy_of(value: Any) -> Any:
