@@ -61,6 +61,7 @@ class Episodes:
         self.arrays = arrays
         # A tensor of the batch that the env returns (it wrote into it) -> its numpy view.
         self._views = {id(self._given[path]): view for path, view in arrays.items()}
+        self._done = self._given["done"]  # which copies reset after a step, as the env's
         self.offset = offset
         self.groups = list(layout.groups)
         self._obs = {
@@ -140,7 +141,7 @@ class Episodes:
         if len(ended):
             self._end_episodes(ended)
             try:
-                restarted = self._host(self.env.reset(where=self._placed(done)))
+                restarted = self._host(self.env.reset(where=self._done))
                 self._write_observed(restarted, ended)
             except Exception as err:
                 self._fail("reset()", err, stepped=True, also=faults)
@@ -258,7 +259,7 @@ class Episodes:
 
         def host(value: Any) -> Any:
             view = views.get(id(value))
-            if view is not None:
+            if view is not None or value is None:
                 return view
             if isinstance(value, dict):
                 return {k: host(v) for k, v in value.items()}
@@ -267,10 +268,6 @@ class Episodes:
             return to_numpy(value) if is_tensor(value) else value
 
         return BatchedStep(**{name: host(getattr(out, name)) for name in _STEP_ATTRIBUTES})
-
-    def _placed(self, mask: Any) -> Any:
-        """A bool mask of the arrays as an array of the env's place (the same memory)."""
-        return self.layout.place.from_host(mask) if self._on_host else mask
 
     def _any_alive(self) -> Any:
         alive = _any_agent(self._alive[0])

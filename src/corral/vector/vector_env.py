@@ -199,7 +199,8 @@ class VectorEnv:
         ]
         # The checks of actions read acting and masks of CPU tensors through numpy views of
         # their memory (numpy's calls cost less at these sizes).
-        view = to_numpy if inner.is_torch and inner.device == "cpu" else (lambda a: a)
+        self._host_actions = inner.is_torch and inner.device == "cpu"
+        view = to_numpy if self._host_actions else (lambda a: a)
         self._action_arrays = {p: view(self._arrays[p]) for p in self.layout.paths(Role.ACTION)}
         self._action_plan = [
             (
@@ -440,9 +441,9 @@ class VectorEnv:
             return {k: self._in_place(v) for k, v in action.items()}
         if isinstance(action, (tuple, list)):
             return type(action)(self._in_place(v) for v in action)
-        if self.layout.place.is_torch:
+        if self.layout.place.is_torch and not self._host_actions:
             return self.layout.place.asarray(action)
-        return to_numpy(action)
+        return to_numpy(action)  # on the CPU, checked and stored through numpy views
 
     def _clip(self, space: Any, action: Any, acting: Any) -> tuple[Any, Any]:
         if not self.layout.place.is_torch:
