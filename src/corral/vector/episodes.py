@@ -254,20 +254,18 @@ class Episodes:
         kept so), as is otherwise."""
         if not self._on_host:
             return out
-
         views = self._views
-
-        def host(value: Any) -> Any:
-            view = views.get(id(value))
-            if view is not None or value is None:
-                return view
-            if isinstance(value, dict):
-                return {k: host(v) for k, v in value.items()}
-            if isinstance(value, (tuple, list)):
-                return type(value)(host(v) for v in value)
-            return to_numpy(value) if is_tensor(value) else value
-
-        return BatchedStep(**{name: host(getattr(out, name)) for name in _STEP_ATTRIBUTES})
+        fields = {}
+        for name in _STEP_ATTRIBUTES:
+            value = getattr(out, name)
+            if type(value) is dict:  # per group: mostly the batch's own tensors
+                value = {
+                    g: views[id(v)] if id(v) in views else _host_tree(v) for g, v in value.items()
+                }
+            elif value is not None:
+                value = views[id(value)] if id(value) in views else _host_tree(value)
+            fields[name] = value
+        return BatchedStep(**fields)
 
     def _any_alive(self) -> Any:
         alive = _any_agent(self._alive[0])
@@ -396,6 +394,15 @@ def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:
             kv for i, sub in enumerate(tree) for kv in _leaf_values(sub, f"{path}/{i}", value[i])
         ]
     return [(path, value)]
+
+
+def _host_tree(value: Any) -> Any:
+    """A nested value with its tensors as numpy arrays (views of CPU tensors)."""
+    if isinstance(value, dict):
+        return {k: _host_tree(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_host_tree(v) for v in value)
+    return to_numpy(value) if is_tensor(value) else value
 
 
 def _any_agent(flags: Any) -> Any:
