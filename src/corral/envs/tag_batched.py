@@ -270,7 +270,7 @@ class BatchedTag(BatchedEnv):
         # every running episode).
         prey = values[self._group_list[1].values]
         ops.keep(prey, prey_was_alive, self._last_prey, self._bits)
-        ops.put_rows(self._last_prey.T, prey, None)  # a plain copy
+        self._last_prey = prey  # values are fresh at every step: no copy needed
 
         # Only an agent alive when the step began can end in it (a copy stepped after its
         # episode ended, like the dict env, ends nobody).
