@@ -48,11 +48,14 @@ READS = (
 NOT_COUNTED = ("corral.vector.", "corral.envs.")
 """Callers whose reads are not the learner's: the vector layer and the envs."""
 
+HELPERS = ("corral.arrays",)
+"""Modules whose reads are their caller's (``to_numpy`` reads for whoever calls it)."""
+
 
 @contextlib.contextmanager
 def counting_reads():
     """Count host reads of tensors by the calling corral module outside :data:`NOT_COUNTED`
-    (the innermost ``corral`` frame on the stack)."""
+    (the innermost ``corral`` frame on the stack, :data:`HELPERS` aside)."""
     counts: Counter[str] = Counter()
     saved = {name: torch.Tensor.__dict__.get(name) for name in READS}
 
@@ -63,7 +66,7 @@ def counting_reads():
             frame = sys._getframe(1)
             while frame is not None:
                 module = frame.f_globals.get("__name__", "")
-                if module.startswith("corral."):
+                if module.startswith("corral.") and module not in HELPERS:
                     if not module.startswith(NOT_COUNTED):
                         counts[f"{module}:{frame.f_code.co_name}:{name}"] += 1
                     break
