@@ -358,7 +358,7 @@ class BatchedTag(BatchedEnv):
             name = g.name
             ops.put_rows(ops.flat(out[f"obs/{name}"]), values[g.values], copies)
             ops.put_rows(out[f"alive/{name}"], alive[g.agents], copies)
-            ops.put_rows(out[f"acting/{name}"], alive[g.agents], copies)
+            ops.assign(out[f"acting/{name}"], out[f"alive/{name}"])  # acting is alive here
             # An agent not alive reads the table's all-legal rows below its cell.
             key = cell[g.agents] + num_cells * ~alive[g.agents]
             ops.put_masks(out[f"action_mask/{name}"], g.masks, key, copies)
@@ -473,6 +473,10 @@ class _NumpyOps:
         """``[E, *shape]`` as ``[E, prod(shape)]`` (a view)."""
         return array.reshape(len(array), -1)
 
+    def assign(self, out: np.ndarray, value: np.ndarray) -> None:
+        """``out[...] = value``."""
+        np.copyto(out, value)
+
     def put_rows(self, out: np.ndarray, rows: np.ndarray, copies: np.ndarray | None) -> None:
         """``out[copies] = rows.T`` (all of ``out`` for ``None``): ``out`` ``[E, R]``."""
         if copies is not None:
@@ -558,6 +562,9 @@ class _TorchOps:
 
     def flat(self, array: Any) -> Any:
         return array.view(len(array), -1)
+
+    def assign(self, out: Any, value: Any) -> None:
+        out.copy_(value)
 
     def put_rows(self, out: Any, rows: Any, copies: Any | None) -> None:
         if copies is not None:

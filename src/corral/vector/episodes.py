@@ -77,6 +77,15 @@ class Episodes:
             g: assemble(group.action_tree, f"action/{g}", self._given)
             for g, group in layout.groups.items()
         }
+        # What an ended episode's record copies: (final, running) arrays.
+        self._finals = [
+            (arrays["final_" + path], arrays[path]) for g in self.groups for path in self._obs[g]
+        ]
+        self._finals += [
+            (arrays[f"episode_return/{g}"], arrays[f"running_return/{g}"]) for g in self.groups
+        ]
+        self._finals += [(arrays["final_" + path], arrays[path]) for path in self._state]
+        self._finals.append((arrays["episode_length"], arrays["running_length"]))
         self._step_arrays = [
             (g, *(arrays[f"{field}/{g}"] for field in _STEP_FIELDS)) for g in self.groups
         ]
@@ -304,14 +313,8 @@ class Episodes:
     def _end_episodes(self, ended: Any) -> None:
         """Record the episodes of the copies ``ended`` (a bool mask or indices) as they
         stand."""
-        a = self.arrays
-        for g in self.groups:
-            for path in self._obs[g]:
-                a["final_" + path][ended] = a[path][ended]
-            a[f"episode_return/{g}"][ended] = a[f"running_return/{g}"][ended]
-        for path in self._state:
-            a["final_" + path][ended] = a[path][ended]
-        a["episode_length"][ended] = a["running_length"][ended]
+        for final, now in self._finals:
+            final[ended] = now[ended]
         self._zero_running(ended)
 
     def _zero_running(self, rows: Any) -> None:
