@@ -7,11 +7,17 @@ random legal actions: random priorities are drawn beforehand and each step takes
 legal action of highest priority from the latest masks, outside the timed region, so
 the rates are those of the vector env alone (a vector step of E envs counts E).
 
-    python benchmarks/native_throughput.py [--seconds 2] [--num-envs 4096] [--dict-envs 256]
+    python benchmarks/native_throughput.py [--seconds 2] [--rounds 5] [--num-envs 4096]
+        [--dict-envs 256]
 
 Each native path is also timed alone: ``BatchedTag`` stepped directly, ``step`` then
-``reset(where=done)`` (what the vector layer calls), without the vector layer's own
-bookkeeping; the difference to ``make_vec`` is the vector layer's time.
+``reset(where=done)`` (what the vector layer calls), writing into arrays of its own as the
+vector layer has it write into the batch's (``write_into``), without the vector layer's
+own bookkeeping; the difference to ``make_vec`` is the vector layer's time.
+
+Every path is built first, then timed in ``--rounds`` rounds that take the paths in turn
+(``--seconds`` per path in all): each rate is the median of its rounds, so that a burst of
+other work on the machine slows one round of every path rather than one path.
 """
 
 from __future__ import annotations
@@ -31,8 +37,6 @@ PRIORITIES = 16  # steps of random priorities drawn beforehand, reused in turn
 
 def timed(step: Callable[[], float], steps_per_call: int, seconds: float) -> float:
     """Env-steps/s over the seconds that ``step()`` reports having spent in the env."""
-    for _ in range(3):
-        step()
     inside, calls, start = 0.0, 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         inside += step()
@@ -58,8 +62,9 @@ class Chooser:
         return {g: (p[self.k] * masks[g]).argmax(-1) for g, p in self.priorities.items()}
 
 
-def bench_vector(num_envs: int, seconds: float, **options: Any) -> float:
-    """Env-steps/s of ``corral.make_vec(ID, num_envs, "sync", **options)``."""
+def vector_stepper(num_envs: int, **options: Any) -> tuple[Callable[[], float], Any]:
+    """A step of ``corral.make_vec(ID, num_envs, "sync", **options)`` (returning the seconds
+    inside it), and the vector env to close."""
     import corral
 
     venv = corral.make_vec(ID, num_envs, "sync", seed=0, copy=False, **options)
@@ -74,38 +79,38 @@ def bench_vector(num_envs: int, seconds: float, **options: Any) -> float:
         sync(options)
         return time.perf_counter() - start
 
-    try:
-        return timed(step, num_envs, seconds)
-    finally:
-        venv.close()
+    return step, venv
 
 
-def bench_stand_in(num_envs: int, seconds: float, array: str, device: str) -> float:
-    """Env-steps/s of ``BatchedTag`` stepped directly: ``step``, then ``reset(where=done)``."""
+def stand_in_stepper(num_envs: int, array: str, device: str) -> Callable[[], float]:
+    """A step of ``BatchedTag`` stepped directly: ``step``, then ``reset(where=done)``,
+    writing into arrays of its own as the vector layer has it write into the batch's."""
     from corral.envs.tag_batched import BatchedTag
+    from corral.vector.layout import Layout
 
     env = BatchedTag(num_envs, array=array, device=device)
-    first = env.reset(seed=0)
-    masks = first.action_mask
+    arrays = Layout(
+        env.groups, env.observation_space, env.action_space, None, num_envs, place=env.place
+    ).allocate()
+    assert env.write_into(arrays)
+    masks = env.reset(seed=0).action_mask  # the arrays that every later call writes into
     choose = Chooser(masks, array, device)
     options = {"array": array, "device": device}
 
     def step() -> float:
-        nonlocal masks
         actions = choose(masks)
         start = time.perf_counter()
         result = env.step(actions)
-        done = ~(result.alive["predator"].any(1) | result.alive["prey"].any(1))
-        fresh = env.reset(where=done) if done.any() else None
+        alive = [a[:, j] for a in result.alive.values() for j in range(a.shape[1])]
+        live = alive[0].clone() if array == "torch" else alive[0].copy()
+        for more in alive[1:]:
+            live |= more
+        if (~live).any():
+            env.reset(where=~live)  # writes the new episodes' rows into the same arrays
         sync(options)
-        inside = time.perf_counter() - start
-        masks = result.action_mask
-        if fresh is not None:  # the vector layer's merge, here only to keep actions legal
-            for g in masks:
-                masks[g][done] = fresh.action_mask[g][done]
-        return inside
+        return time.perf_counter() - start
 
-    return timed(step, num_envs, seconds)
+    return step
 
 
 def venv_device(options: dict[str, Any]) -> str:
@@ -122,7 +127,8 @@ def sync(options: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--seconds", type=float, default=2.0, help="per path, in all rounds")
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--num-envs", type=int, default=4096, help="native copies")
     parser.add_argument("--dict-envs", type=int, default=256, help="dict envs (native=False)")
     parser.add_argument(
@@ -146,19 +152,34 @@ def main() -> None:
         f"machine: {platform.machine()}, python {platform.python_version()}, numpy "
         f"{np.__version__}, torch threads {args.torch_threads}"
     )
-    print(f"\n{'path':<48}{'num_envs':>9}{'env-steps/s':>14}{'ratio':>9}")
-    base = bench_vector(args.dict_envs, args.seconds, native=False)
-    print(f"{'make_vec sync, dict envs (native=False)':<48}{args.dict_envs:>9}{base:>14,.0f}")
-    e, seconds = args.num_envs, args.seconds
+    paths: list[tuple[str, int, Callable[[], float]]] = []
+    closing = []
+    step, venv = vector_stepper(args.dict_envs, native=False)
+    paths.append(("make_vec sync, dict envs (native=False)", args.dict_envs, step))
+    closing.append(venv)
+    e = args.num_envs
     for array, device in places:
-        for name, rate in (
-            (
-                f"make_vec sync, native, {array} {device}",
-                bench_vector(e, seconds, native=True, array=array, device=device),
-            ),
-            (f"BatchedTag alone, {array} {device}", bench_stand_in(e, seconds, array, device)),
-        ):
-            print(f"{name:<48}{e:>9}{rate:>14,.0f}{rate / base:>8.0f}x")
+        step, venv = vector_stepper(e, native=True, array=array, device=device)
+        paths.append((f"make_vec sync, native, {array} {device}", e, step))
+        closing.append(venv)
+        paths.append((f"BatchedTag alone, {array} {device}", e, stand_in_stepper(e, array, device)))
+    for _, _, step in paths:  # warm up
+        for _ in range(3):
+            step()
+    rates: dict[str, list[float]] = {name: [] for name, _, _ in paths}
+    for _ in range(args.rounds):
+        for name, num_envs, step in paths:
+            rates[name].append(timed(step, num_envs, args.seconds / args.rounds))
+    for venv in closing:
+        venv.close()
+
+    print(f"\n{'path':<48}{'num_envs':>9}{'env-steps/s':>14}{'ratio':>9}{'rounds (min-max)':>24}")
+    base = float(np.median(rates[paths[0][0]]))
+    for name, num_envs, _ in paths:
+        rate = float(np.median(rates[name]))
+        ratio = "" if name == paths[0][0] else f"{rate / base:>8.0f}x"
+        spread = f"{min(rates[name]):,.0f}-{max(rates[name]):,.0f}"
+        print(f"{name:<48}{num_envs:>9}{rate:>14,.0f}{ratio:>9}{spread:>24}")
     print(
         "\nBatchedTag alone: step, then reset(where=done), without the vector layer's "
         "bookkeeping; its gap to make_vec is the layer's time"

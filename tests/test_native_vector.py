@@ -102,9 +102,17 @@ def test_native_batches_equal_the_dict_envs(id: str, array: str, device: str) ->
     assert episodes >= 8  # many episodes, each ended and autoreset
 
 
-@pytest.mark.parametrize("id", ["mdp/climbing", "mdp/two_round_nmdp"])
+@pytest.mark.parametrize("id", ["mdp/climbing", "mdp/two_round_nmdp", "corral/tag"])
 def test_native_shards_in_worker_processes_equal_the_dict_envs(id: str) -> None:
     _run_side_by_side(id, 6, 40, "subproc", "numpy", "cpu")
+
+
+def test_a_native_env_judged_after_each_step_equals_the_dict_envs() -> None:
+    """With check_finite, corral/tag does not write into the batch (a copy that returned NaN
+    is cut where it stood before the step): the batches stay those of the dict envs."""
+    with corral.make_vec("corral/tag", 2, check_finite=True) as venv:
+        assert not venv._backend.shard._shared
+    _run_side_by_side("corral/tag", 8, 60, "sync", "numpy", "cpu", check_finite=True)
 
 
 @needs_torch
@@ -136,6 +144,39 @@ def test_native_is_the_default_where_an_id_has_one() -> None:
         assert isinstance(venv._backend.shard, DictEnvs) and not venv.native
     with corral.make_vec("mpe2/simple_spread_v3", 2) as venv:  # mpe2 ids: native MPE
         assert venv.native
+
+
+@needs_torch
+@pytest.mark.parametrize("case", ["legal", "masked", "range", "idle-junk"])
+def test_device_checks_of_discrete_actions_agree_with_the_host_checks(case: str) -> None:
+    """On a GPU, discrete actions are checked on the device (CPU tensors go through numpy
+    views): those checks, run here on CPU tensors, agree with the numpy ones."""
+    import torch
+    from gymnasium import spaces
+
+    from corral.vector.validation import _discrete_fine, _tensor_suspect, group_problem
+
+    rng = np.random.default_rng(4)
+    space = spaces.Discrete(4, start=1)
+    acting = rng.random((6, 3)) < 0.7
+    mask = (rng.random((6, 3, 4)) < 0.5) | ~acting[..., None]
+    mask[..., 2] = True
+    actions = np.where(mask, rng.random(mask.shape), -1).argmax(-1) + 1
+    env, agent = np.argwhere(acting)[0]
+    if case == "masked":
+        mask[env, agent, 0] = False
+        actions[env, agent] = 1
+    elif case == "range":
+        actions[env, agent] = 5
+    elif case == "idle-junk":  # not acting: ignored, but not taken at one look either
+        env, agent = np.argwhere(~acting)[0]
+        actions[env, agent] = 9
+    problem = group_problem(space, actions, acting, mask)
+    assert (problem is None) == (case in ("legal", "idle-junk"))
+    t = torch.as_tensor
+    assert _discrete_fine(space, t(actions), t(acting), t(mask)) == (case == "legal")
+    assert _discrete_fine(space, actions, acting, mask) == (case == "legal")
+    assert _tensor_suspect(space, t(actions), t(acting), t(mask)) == (problem is not None)
 
 
 @pytest.mark.parametrize(("array", "device"), PLACES)

@@ -53,11 +53,14 @@ HOST_SIDE = ("torch.optim.",)
 """Reads of values kept on the host whatever the device: a non-fused optimiser's step
 counts (CPU tensors beside CUDA parameters, read without a device synchronisation)."""
 
+HELPERS = ("corral.arrays",)
+"""Modules whose reads are their caller's (``to_numpy`` reads for whoever calls it)."""
+
 
 @contextlib.contextmanager
 def counting_reads():
     """Count host reads of tensors by the calling corral module outside :data:`NOT_COUNTED`
-    (the innermost ``corral`` frame on the stack)."""
+    (the innermost ``corral`` frame on the stack, :data:`HELPERS` aside)."""
     counts: Counter[str] = Counter()
     saved = {name: torch.Tensor.__dict__.get(name) for name in READS}
 
@@ -70,7 +73,7 @@ def counting_reads():
                 module = frame.f_globals.get("__name__", "")
                 if module.startswith(HOST_SIDE):
                     break
-                if module.startswith("corral."):
+                if module.startswith("corral.") and module not in HELPERS:
                     if not module.startswith(NOT_COUNTED):
                         counts[f"{module}:{frame.f_code.co_name}:{name}"] += 1
                     break

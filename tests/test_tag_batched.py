@@ -17,10 +17,12 @@ from corral.batched_env import BatchedStep
 from corral.envs import tag_batched
 from corral.envs.tag import Tag
 from corral.envs.tag_batched import BatchedTag, Choices
+from corral.errors import InvalidActionError
 
 PLACES = [
     pytest.param(("numpy", "cpu"), id="numpy"),
-    pytest.param(("torch", "cpu"), id="torch-cpu"),
+    pytest.param(("torch", "cpu"), id="torch-cpu"),  # computed by numpy on the tensors' memory
+    pytest.param(("torch", "cpu", "by torch"), id="torch-cpu-by-torch"),  # as on a GPU
     pytest.param(("torch", "cuda"), id="torch-cuda"),
 ]
 KWARGS = [
@@ -38,12 +40,14 @@ NOT_ACTING = 99  # the action entry of an agent that is not acting: the env must
 
 
 @pytest.fixture(params=PLACES)
-def place(request: pytest.FixtureRequest) -> tuple[str, str]:
+def place(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
     if request.param[0] == "torch":
         torch = pytest.importorskip("torch")  # imported here: collecting stays cheap
         if request.param[1] == "cuda" and not torch.cuda.is_available():
             pytest.skip("no CUDA GPU")
-    return request.param
+    if request.param[2:] == ("by torch",):
+        monkeypatch.setattr(BatchedTag, "numpy_on_cpu", False)
+    return request.param[:2]
 
 
 class DictCopies:
@@ -248,6 +252,82 @@ def test_a_copy_stepped_after_its_episode_ended_changes_nothing_as_the_dict_env(
         expected = oracle.step(actions)
         assert_same(env.step({g: on(place, a) for g, a in actions.items()}), expected, place, t)
     assert not any(a.any() for a in expected["alive"].values())
+
+
+def test_written_into_a_batch_it_steps_exactly_as_dict_envs(place: tuple[str, str]) -> None:
+    """After write_into, every reset and step fills the arrays given (and returns them), with
+    the values the fresh arrays have; arrays that do not fit are refused."""
+    kwargs = {"max_cycles": 12, "num_prey": 3}
+    with corral.make_vec(
+        "corral/tag", 6, array=place[0], device=place[1], state=True, env_kwargs=kwargs
+    ) as venv:
+        arrays = venv.layout.allocate()
+    env = BatchedTag(6, array=place[0], device=place[1], **kwargs)
+    bad = dict(arrays, **{"obs/prey": arrays["obs/prey"][:, :1]})  # one prey too few
+    assert not env.write_into(bad) and not env.write_into({})
+    assert env.write_into(arrays)
+    oracle = DictCopies(6, **kwargs)
+    got, expected = env.reset(seed=5), oracle.reset([5 + i for i in range(6)])
+    assert got.obs["prey"] is arrays["obs/prey"] and got.state is arrays["state"]
+    assert_same(got, expected, place, "reset")
+    rng = np.random.default_rng(2)
+    ended = 0
+    for t in range(40):
+        actions = random_actions(rng, expected)
+        got = env.step({g: on(place, a) for g, a in actions.items()})
+        expected = oracle.step(actions)
+        assert got.reward["predator"] is arrays["reward/predator"]
+        assert_same(got, expected, place, f"step {t}")
+        done = ~np.concatenate(list(expected["alive"].values()), 1).any(1)
+        if done.any():
+            ended += int(done.sum())
+            got = env.reset(where=on(place, done))
+            expected = oracle.reset([None] * 6, where=done)
+            assert_same(got, expected, place, f"reset after step {t}", rows=done)
+            for field in FIELDS[:4]:  # the resets' rows merged into the batch, as a vector env
+                for g, value in getattr(got, field).items():
+                    expected[field][g][~done] = to_numpy(value)[~done]
+    assert ended >= 6
+
+
+@pytest.mark.parametrize(("array", "device"), [("numpy", "cpu"), ("torch", "cpu")])
+def test_an_invalid_action_through_make_vec_names_group_env_and_agent(array, device) -> None:
+    """Out of range, or forbidden by the mask: raised naming the agent, and the env goes on;
+    the entries of agents that are not acting are ignored."""
+    if array == "torch":
+        pytest.importorskip("torch")
+    with corral.make_vec("corral/tag", 5, seed=1, array=array, device=device) as venv:
+        batch = venv.reset()
+        rng = np.random.default_rng(0)
+        masks = {g: to_numpy(m) for g, m in batch.action_mask.items()}
+        legal = {g: m.argmax(-1) for g, m in masks.items()}
+
+        def with_entry(group: str, env: int, agent: int, action: int) -> dict:
+            actions = {g: a.copy() for g, a in legal.items()}
+            actions[group][env, agent] = action
+            return {g: on((array, device), a) for g, a in actions.items()}
+
+        env, agent = np.argwhere(~masks["predator"].all(-1))[0]
+        forbidden = int(np.flatnonzero(~masks["predator"][env, agent])[0])
+        with pytest.raises(
+            InvalidActionError,
+            match=rf"group 'predator', env {env}, agent 'predator_{agent}': expected a legal",
+        ):
+            venv.step(with_entry("predator", env, agent, forbidden))
+        with pytest.raises(
+            InvalidActionError, match=r"group 'prey', env 3, agent 'prey_1': expected an integer"
+        ):
+            venv.step(with_entry("prey", 3, 1, 9))
+        for _ in range(60):  # until some prey is caught: its entry is ignored
+            batch = venv.step({g: on((array, device), a) for g, a in legal.items()})
+            masks = {g: to_numpy(m) for g, m in batch.action_mask.items()}
+            legal = {g: np.where(m, rng.random(m.shape), -1).argmax(-1) for g, m in masks.items()}
+            idle = np.argwhere(~to_numpy(batch.acting["prey"]))
+            if len(idle):
+                break
+        assert len(idle), "no prey was caught"
+        assert masks["prey"][tuple(idle[0])].all()  # an agent not acting: every action legal
+        venv.step(with_entry("prey", *idle[0], 99))
 
 
 def test_has_the_dict_envs_agents_spaces_and_groups() -> None:

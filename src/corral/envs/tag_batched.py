@@ -7,14 +7,14 @@ with exactly the results of ``E`` dict ``Tag`` envs packed by the vector layer
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import Place, import_torch, torch_dtype
+from corral.arrays import Place, import_torch, place_of, to_numpy, torch_dtype
 from corral.batched_env import Array, BatchedEnv, BatchedStep, CopyGenerators, Seed, copy_seeds
 from corral.batched_env import selected as selected_copies
 from corral.envs.tag import CATCH_REWARD, PREDATOR_MOVES, PREY_MOVES, Tag, _mask_table
@@ -34,12 +34,10 @@ class BatchedTag(BatchedEnv):
     agents that are not acting are ignored.
 
     ``reset(where=...)`` fills only the rows of the selected copies (the
-    others are zeros and not to be read). Every array returned is fresh: the
-    caller may keep or change it. A step's ``obs`` and ``state`` are views of
-    one array laid out copy-minor (not C-contiguous): the vector layer copies
-    them into its own arrays, and that one copy also transposes them. The env
-    cannot render: render the dict env (``make_vec(..., native=False)``), hence
-    no ``render_modes``.
+    others are not to be read). Every array returned is fresh: the caller may
+    keep or change it; or, after :meth:`write_into`, the vector layer's own.
+    The env cannot render: render the dict env (``make_vec(...,
+    native=False)``), hence no ``render_modes``.
 
     Examples:
         >>> env = BatchedTag(4, num_prey=1)
@@ -53,6 +51,11 @@ class BatchedTag(BatchedEnv):
 
     metadata = {**Tag.metadata, "render_modes": []}
     simultaneous = True
+    keeps_masks = True  # an agent not alive (not acting) has every action legal
+    # Torch tensors on the CPU are computed on by numpy, through views of their memory:
+    # bit for bit the same values, at a fraction of torch's cost per call at these sizes.
+    # (False: by torch, as on a GPU; the tests run both.)
+    numpy_on_cpu = True
 
     def __init__(
         self,
@@ -87,28 +90,44 @@ class BatchedTag(BatchedEnv):
         self.max_episode_steps = tag.max_episode_steps
         self.num_predators, self.num_prey = num_predators, num_prey
         self.size, self.max_cycles = size, max_cycles
+        self._narrow = size * size <= np.iinfo(np.int16).max
         self._obs_spaces = {a: tag.observation_space(a) for a in self.possible_agents}
         self._action_spaces = {a: tag.action_space(a) for a in self.possible_agents}
         grouped = group_agents(self.possible_agents, self.observation_space, self.action_space)
         self._groups = {name: tuple(agents) for name, agents in grouped.items()}
-        self._ops = _TorchOps(self.place.device) if self.place.is_torch else _NumpyOps()
+        # Where the env computes: the place, or numpy on a torch CPU place.
+        by_numpy = not self.place.is_torch or (self.numpy_on_cpu and self.place.device == "cpu")
+        self._compute = Place() if by_numpy else self.place
+        self._ops = _NumpyOps() if by_numpy else _TorchOps(self.place.device)
+        # The arrays given out: the computed ones (fresh copies of them), as the place's.
+        self._give = self.place.from_host if by_numpy else (lambda array: array)
         self._generators = CopyGenerators(self.num_envs)
         self._draws = Choices(self.num_envs, len(tag._free_cells), len(self.possible_agents))
+        self._drawing = np.zeros(self.num_envs, bool)  # copies whose generator _draws holds
         self._build_tables(tag)
 
         # Every copy's state, agent-major ([agent, copy]) so that each operation runs
         # along the copies: every agent's cell (row * size + col), the dict env's alive
         # flags (False for caught prey), who is in the episode, and the step count.
-        e, n, zeros = self.num_envs, len(self.possible_agents), self.place.zeros
+        e, n, zeros = self.num_envs, len(self.possible_agents), self._compute.zeros
         self._cell = zeros((n, e), np.int64)
         self._flag = zeros((n, e), np.bool_)
         self._alive = zeros((n, e), np.bool_)
         self._t = zeros((e,), np.int64)
-        # Each group's last observations, then the state, one row per value ([R, copy]).
-        # The prey's observations after the last step, for those caught before the next.
+        self._features = zeros((5 * n + 2 * n * n, e), np.float32)  # a step's scratch
+        # The prey's observations after the last step, for those caught before the next,
+        # and each agent's action in a step.
         prey = self._group_list[1].values
         self._last_prey = zeros((prey.stop - prey.start, e), np.float32)
-        self._features = zeros((5 * n + 2 * n * n, e), np.float32)  # a step's scratch
+        self._bits = zeros((prey.stop - prey.start, e), np.int32)
+        self._action = zeros((n, e), np.int64)
+        # What steps and resets write, copy-major ([E, ...], by batch path): fresh copies of
+        # them are returned, or after write_into the vector layer's own arrays are these.
+        # The observations are also the env's memory: a caught prey keeps its last one.
+        self._out = {
+            path: zeros((e, *shape), dtype) for path, (shape, dtype) in self._out_fields().items()
+        }
+        self._shared = False
 
     def _build_tables(self, tag: Tag) -> None:
         """What steps read, as arrays of the env's place: each cell's scaled row and column,
@@ -116,7 +135,7 @@ class BatchedTag(BatchedEnv):
         stay), each group's legal moves, and which features are observed and which make
         the state."""
         size, cells = tag.size, np.arange(tag.size * tag.size)
-        host = self.place.from_host
+        host = self._compute.from_host
         # Scaled as the dict env scales its float32 (row, col) pairs.
         self._row_coord, self._col_coord = (
             host(np.asarray(x, np.float32) * tag._scale) for x in np.divmod(cells, size)
@@ -147,12 +166,49 @@ class BatchedTag(BatchedEnv):
         self._state_rows = slice(start, start + 3 * n)
         flags = 2 * n + 2 * n * n
         observed = _feature_rows(np.concatenate(features), n)
-        state = [np.arange(flags + n, flags + 3 * n), np.arange(flags, flags + n)]
+        # (A predator's flag is always 1: its position times it is its position.)
+        state = [np.arange(2 * p), np.arange(flags + n + 2 * p, flags + 3 * n)]
+        state.append(np.arange(flags, flags + n))
         self._value_rows = host(np.concatenate([observed, *state]))
+        self._observed_rows = host(observed)  # where no state is asked for (write_into)
         # The prey whose observation each prey value is.
         self._prey_owner = host(np.repeat(np.arange(p, n), self._group_list[1].obs_shape[1]))
         self._catch = host(np.array(CATCH_REWARD, np.float64))
         self._zero = host(np.array(0.0, np.float64))
+
+    def _out_fields(self) -> dict[str, tuple[tuple[int, ...], Any]]:
+        """The shape (after the copy axis) and dtype of each array a step writes, by the
+        batch path the vector layer names it with."""
+        fields: dict[str, tuple[tuple[int, ...], Any]] = {}
+        for g in self._group_list:
+            n = g.obs_shape[0]
+            fields[f"obs/{g.name}"] = (g.obs_shape, np.float32)
+            for name, dtype in _AGENT_FIELDS:
+                fields[f"{name}/{g.name}"] = ((n,), dtype)
+            fields[f"action_mask/{g.name}"] = ((n, g.masks.shape[1]), np.bool_)
+        fields["state"] = (self.state_space.shape, np.float32)
+        return fields
+
+    def write_into(self, arrays: Mapping[str, Any]) -> bool:
+        """Write every later reset and step straight into ``arrays`` (a vector env's batch:
+        ``obs/<group>``, ``alive/<group>``... ``[E, ...]``, C-contiguous, of the env's place)
+        and return them instead of fresh arrays: one copy less of every value per step.
+        Called before the first reset: the env reads its observations there again (a caught
+        prey keeps its last one). Whether it does: not where an array is missing or differs
+        in shape, dtype or place; where ``arrays`` hold no ``state``, none is computed."""
+        own, views = self._out, {}
+        for path, mine in own.items():
+            theirs = arrays.get(path)
+            if theirs is None and path == "state":
+                continue
+            if not _in_place(theirs, self.place):
+                return False
+            views[path] = to_numpy(theirs) if self._compute != self.place else theirs
+            if not self._ops.fits(views[path], mine):
+                return False
+        self._out, self._given = views, {path: arrays[path] for path in views}
+        self._shared = True
+        return True
 
     @property
     def groups(self) -> dict[str, tuple[str, ...]]:
@@ -171,10 +227,15 @@ class BatchedTag(BatchedEnv):
         """Place every agent of the selected copies on distinct free cells drawn from the
         copy's generator; the other copies' episodes go on."""
         rows = selected_copies(where, self.num_envs)
-        generators = self._generators.at_reset(copy_seeds(seed, self.num_envs), rows)
-        draws = self._draws.choose(generators, rows)
-        ops, rows = self._ops, self.place.from_host(rows)
-        cell = ops.take(self._free_cells, self.place.from_host(draws))
+        if seed is None and self._draws.exact and self._drawing[rows].all():
+            # Each copy keeps drawing from the generator its last draw came from.
+            draws = self._draws.choose(None, rows)
+        else:
+            generators = self._generators.at_reset(copy_seeds(seed, self.num_envs), rows)
+            draws = self._draws.choose(generators, rows)
+            self._drawing[rows] = True
+        ops, rows = self._ops, self._compute.from_host(rows)
+        cell = ops.take(self._free_cells, self._compute.from_host(draws))
         ops.put_columns(self._cell, rows, cell)
         ops.put_columns(self._flag, rows, True)
         ops.put_columns(self._alive, rows, True)
@@ -185,14 +246,18 @@ class BatchedTag(BatchedEnv):
     def step(self, actions: dict[str, Any]) -> BatchedStep:
         """Move every live agent of every copy, then remove the prey that were caught."""
         ops, p = self._ops, self.num_predators
-        was_alive, old = self._alive, self._cell
-        action = ops.concatenate([self._actions(actions, g.name).T for g in self._group_list])
+        was_alive, old, action = self._alive, self._cell, self._action
+        for g in self._group_list:
+            ops.put_rows(action[g.agents].T, self._actions(actions, g.name).T, None)
         # An agent not alive "stays" (action 0), whatever its entry holds.
         self._cell = cell = ops.take(
             self._moves, old * self._width + action * was_alive + self._move_base
         )
         prey_was_alive = was_alive[p:]
-        caught = self._caught(old[:p], old[p:], cell[:p], cell[p:]) & prey_was_alive
+        # Compared faster as int16, where every cell is one.
+        small = (ops.int16(old), ops.int16(cell)) if self._narrow else (old, cell)
+        caught = self._caught(small[0][:p], small[0][p:], small[1][:p], small[1][p:])
+        caught &= prey_was_alive
         free = ~caught
         self._flag[p:] &= free
         self._t += 1
@@ -200,28 +265,32 @@ class BatchedTag(BatchedEnv):
         out_of_time = (self._t >= self.max_cycles) & ~all_caught
         self._alive = alive = was_alive & ~(all_caught | out_of_time)
         alive[p:] &= free
+        values = self._evaluate(cell, self._flag, scratch=True)
         # A prey caught before this step keeps its last observation (predators are in
         # every running episode).
-        values, prey = self._evaluate(cell, self._flag, scratch=True), self._group_list[1].values
-        ops.keep(values[prey], ops.take(was_alive, self._prey_owner), self._last_prey)
-        self._last_prey = ops.copy(values[prey])  # the step's obs are views of values
+        prey = values[self._group_list[1].values]
+        ops.keep(prey, prey_was_alive, self._last_prey, self._bits)
+        self._last_prey = prey  # values are fresh at every step: no copy needed
 
         # Only an agent alive when the step began can end in it (a copy stepped after its
         # episode ended, like the dict env, ends nobody).
         predators_were_alive = was_alive[:p]
-        reward = {
-            "predator": ops.broadcast(caught.sum(0) * self._catch, predators_were_alive.shape),
-            "prey": ops.where(caught, -self._catch, self._zero),
+        catches = ops.count(caught) * self._catch
+        outcome = {
+            "reward": {
+                "predator": ops.broadcast(catches, predators_were_alive.shape),
+                "prey": ops.where(caught, -self._catch, self._zero),
+            },
+            "terminated": {
+                "predator": predators_were_alive & all_caught,
+                "prey": prey_was_alive & (caught | all_caught),
+            },
+            "truncated": {
+                "predator": predators_were_alive & out_of_time,
+                "prey": prey_was_alive & free & out_of_time,
+            },
         }
-        terminated = {
-            "predator": predators_were_alive & all_caught,
-            "prey": prey_was_alive & (caught | all_caught),
-        }
-        truncated = {
-            "predator": predators_were_alive & out_of_time,
-            "prey": prey_was_alive & free & out_of_time,
-        }
-        return self._result(values, None, reward, terminated, truncated)
+        return self._result(values, None, outcome)
 
     def _caught(self, old_pred: Array, old_prey: Array, new_pred: Array, new_prey: Array) -> Array:
         """``[Y, E]``: a predator reached the prey's cell or the two swapped cells."""
@@ -245,8 +314,14 @@ class BatchedTag(BatchedEnv):
         alive = features[2 * n + 2 * n * n : 3 * n + 2 * n * n]
         alive[...] = flag
         ops.subtract(pos[None], pos[:, None], out=relative)
-        ops.multiply(relative, alive[None, :, None], out=relative)
-        ops.multiply(pos, alive[:, None], out=features[3 * n + 2 * n * n :].reshape(n, 2, k))
+        # Times the flags: a predator's is always 1 (x * 1 is x, bit for bit), so only the
+        # prey's are multiplied.
+        p = self.num_predators
+        ops.multiply(relative[:, p:], alive[None, p:, None], out=relative[:, p:])
+        if "state" not in self._out:
+            return ops.take(features, self._observed_rows)
+        shown = features[3 * n + 2 * n * n :].reshape(n, 2, k)[p:]
+        ops.multiply(pos[p:], alive[p:, None], out=shown)
         return ops.take(features, self._value_rows)
 
     def _actions(self, actions: dict[str, Any], group: str) -> Array:
@@ -256,7 +331,8 @@ class BatchedTag(BatchedEnv):
                 f"actions has no entry for group {group!r}; expected {{group: [E, n_g]}} "
                 f"for the groups {list(self._groups)}"
             )
-        value = self.place.asarray(actions[group])
+        value = actions[group]
+        value = self._compute.asarray(to_numpy(value) if self._compute != self.place else value)
         shape = (self.num_envs, len(self._groups[group]))
         if tuple(value.shape) != shape:
             raise ValueError(
@@ -266,44 +342,69 @@ class BatchedTag(BatchedEnv):
         return self._ops.int64(value)
 
     def _result(
-        self, values: Array, copies: Array | None = None, *outcome: dict[str, Array]
+        self,
+        values: Array,
+        copies: Array | None = None,
+        outcome: dict[str, dict[str, Array]] | None = None,
     ) -> BatchedStep:
-        """The view of the copies ``copies`` (all for ``None``) from their ``values`` (a
-        fresh array ``[R, K]``) and the env's state, and ``outcome`` (reward, terminated,
-        truncated; agent-major), as fresh arrays ``[E, ...]``, zeros in the rows of the
-        other copies."""
-        ops, num_cells = self._ops, self.size * self.size
+        """Write the copies ``copies`` (all for ``None``) into the output arrays: their
+        ``values`` (``[R, K]``), the env's state, and ``outcome`` (reward, terminated,
+        truncated; agent-major ``[n_g, E]``). Then the arrays, or fresh copies of them."""
+        ops, out, num_cells = self._ops, self._out, self.size * self.size
         cell, alive = self._cell, self._alive
         if copies is not None:
             cell, alive = ops.columns(cell, copies), ops.columns(alive, copies)
-
-        def fresh(per_agent: Array) -> Array:
-            part = ops.transposed(per_agent)
-            return part if copies is None else ops.embed(part, copies, self.num_envs)
-
-        def view(rows: slice) -> Array:
-            """``values[rows]`` copy-major: a view (the caller copies them, a step's copy
-            would be a second one), or of the selected copies in zeros."""
-            part = values[rows].T
-            return part if copies is None else ops.embed(part, copies, self.num_envs)
-
-        step = BatchedStep(obs={}, alive={}, acting={}, action_mask={})
         for g in self._group_list:
-            step.obs[g.name] = view(g.values).reshape(-1, *g.obs_shape)
-            step.alive[g.name] = fresh(alive[g.agents])
-            step.acting[g.name] = ops.copy(step.alive[g.name])
+            name = g.name
+            ops.put_rows(ops.flat(out[f"obs/{name}"]), values[g.values], copies)
+            ops.put_rows(out[f"alive/{name}"], alive[g.agents], copies)
+            ops.assign(out[f"acting/{name}"], out[f"alive/{name}"])  # acting is alive here
             # An agent not alive reads the table's all-legal rows below its cell.
-            key = ops.transposed(cell[g.agents] + num_cells * ~alive[g.agents])
-            masks = ops.masks(g.masks, key)
-            step.action_mask[g.name] = (
-                masks if copies is None else ops.embed(masks, copies, self.num_envs)
-            )
-        step.state = view(self._state_rows)
-        if outcome:
+            key = cell[g.agents] + num_cells * ~alive[g.agents]
+            ops.put_masks(out[f"action_mask/{name}"], g.masks, key, copies)
+        if "state" in out:
+            ops.put_rows(out["state"], values[self._state_rows], copies)
+        for field, per_group in (outcome or {}).items():
+            for name, value in per_group.items():
+                ops.put_rows(out[f"{field}/{name}"], value, None)
+
+        def given(path: str) -> Array:
+            return self._given[path] if self._shared else self._give(ops.copy(out[path]))
+
+        names = [g.name for g in self._group_list]
+        step = BatchedStep(
+            obs={g: given(f"obs/{g}") for g in names},
+            alive={g: given(f"alive/{g}") for g in names},
+            acting={g: given(f"acting/{g}") for g in names},
+            action_mask={g: given(f"action_mask/{g}") for g in names},
+            state=given("state") if "state" in out else None,
+        )
+        if outcome is not None:
             step.reward, step.terminated, step.truncated = (
-                {g: fresh(a) for g, a in field.items()} for field in outcome
+                {g: given(f"{field}/{g}") for g in names}
+                for field in ("reward", "terminated", "truncated")
             )
         return step
+
+
+def _in_place(array: Any, place: Place) -> bool:
+    """Whether ``array`` is an array of ``place`` (``"cuda"`` holds ``"cuda:0"``'s)."""
+    if place_of(array).array != place.array:
+        return False
+    if not place.is_torch:
+        return isinstance(array, np.ndarray)
+    device = import_torch().device(place.device)
+    return array.device.type == device.type and device.index in (None, array.device.index)
+
+
+# The per-agent arrays ``[E, n_g]`` a step writes, with their dtypes.
+_AGENT_FIELDS = (
+    ("alive", np.bool_),
+    ("acting", np.bool_),
+    ("reward", np.float64),
+    ("terminated", np.bool_),
+    ("truncated", np.bool_),
+)
 
 
 def _feature_rows(index: np.ndarray, n: int) -> np.ndarray:
@@ -339,6 +440,9 @@ class _NumpyOps:
     def int64(self, array: np.ndarray) -> np.ndarray:
         return array.astype(np.int64, copy=False)
 
+    def int16(self, array: np.ndarray) -> np.ndarray:
+        return array.astype(np.int16)
+
     def copy(self, array: np.ndarray) -> np.ndarray:
         return array.copy()
 
@@ -349,12 +453,6 @@ class _NumpyOps:
         """``table``'s entries (rows) at ``index``: ``[*index.shape, *table.shape[1:]]``."""
         return np.take(table, index, axis=0)
 
-    def masks(self, table: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """``[K, n_g, n_actions]``: the rows of a mask table at ``rows`` (``[K, n_g]``)."""
-        # One item of n_actions bytes per mask: one copy per item, not n_actions.
-        items = table.view(f"V{table.shape[1]}")[:, 0]
-        return np.take(items, rows).view(np.bool_).reshape(*rows.shape, table.shape[1])
-
     def columns(self, array: np.ndarray, columns: np.ndarray) -> np.ndarray:
         """``array[..., columns]``: the entries of some copies."""
         return array[..., columns]
@@ -363,21 +461,59 @@ class _NumpyOps:
         """``array[..., columns] = value``."""
         array[..., columns] = value
 
-    def keep(self, values: np.ndarray, keep: np.ndarray, last: np.ndarray) -> None:
-        """``last`` in place of ``values`` where ``keep`` is false."""
-        np.putmask(values, ~keep, last)
+    def fits(self, array: Any, like: np.ndarray) -> bool:
+        """Whether ``array`` can stand for ``like``: same shape and dtype, C-contiguous."""
+        return (
+            isinstance(array, np.ndarray)
+            and (array.shape, array.dtype) == (like.shape, like.dtype)
+            and array.flags.c_contiguous
+        )
 
-    def transposed(self, array: np.ndarray) -> np.ndarray:
-        """A fresh contiguous copy of ``array.T`` (``[E, rows]``)."""
-        if len(array) <= 4:  # a copy whose inner loop is a few agents long is slow
-            return np.stack(tuple(array), axis=1)
-        return array.T.copy()
+    def flat(self, array: np.ndarray) -> np.ndarray:
+        """``[E, *shape]`` as ``[E, prod(shape)]`` (a view)."""
+        return array.reshape(len(array), -1)
 
-    def embed(self, part: np.ndarray, rows: np.ndarray, num_rows: int) -> np.ndarray:
-        """``part`` in the ``rows`` of ``num_rows`` zero rows."""
-        out = np.zeros((num_rows, *part.shape[1:]), part.dtype)
-        out[rows] = part
-        return out
+    def assign(self, out: np.ndarray, value: np.ndarray) -> None:
+        """``out[...] = value``."""
+        np.copyto(out, value)
+
+    def put_rows(self, out: np.ndarray, rows: np.ndarray, copies: np.ndarray | None) -> None:
+        """``out[copies] = rows.T`` (all of ``out`` for ``None``): ``out`` ``[E, R]``."""
+        if copies is not None:
+            out[copies] = rows.T
+        elif len(rows) <= 4:  # a transposing copy whose inner loop is a few values is slow
+            for j, row in enumerate(rows):
+                out[:, j] = row
+        else:
+            out[...] = rows.T
+
+    def keep(self, values: np.ndarray, keep: np.ndarray, last: np.ndarray, bits: np.ndarray):
+        """``values`` (each agent's rows, ``[n * S, E]``) where ``keep`` (``[n, E]``)
+        holds, else ``last``, in place (``bits``: scratch like ``values``, as int32).
+        Blended as bits, ``last ^ ((values ^ last) & -keep)``: no branch per value."""
+        n, size = len(keep), len(values) // len(keep)
+        new, old = values.view(np.int32), last.view(np.int32)
+        np.bitwise_xor(new, old, out=bits)
+        mask = np.negative(keep, dtype=np.int32)[:, None]  # all bits set where kept
+        np.bitwise_and(bits.reshape(n, size, -1), mask, out=bits.reshape(n, size, -1))
+        np.bitwise_xor(old, bits, out=new)
+
+    def count(self, flags: np.ndarray) -> np.ndarray:
+        """How many of ``flags`` (``[Y, E]``) hold in each copy, as float64."""
+        return flags.sum(0, dtype=np.float64)
+
+    def put_masks(
+        self, out: np.ndarray, table: np.ndarray, key: np.ndarray, copies: np.ndarray | None
+    ) -> None:
+        """``out[copies]`` (all for ``None``): the rows ``key`` (``[n, K]``) of a mask
+        table ``[*, n_actions]``, ``out`` being ``[E, n, n_actions]``."""
+        # One item of n_actions bytes per mask: one copy per item, not n_actions.
+        item = f"V{table.shape[1]}"
+        items = table.view(item)[:, 0]
+        if copies is None:
+            np.take(items, key.T, out=out.view(item)[..., 0], mode="clip")
+        else:
+            out.view(item)[copies, :, 0] = np.take(items, key.T)
 
 
 class _TorchOps:
@@ -395,6 +531,9 @@ class _TorchOps:
     def int64(self, array: Any) -> Any:
         return array.long()
 
+    def int16(self, array: Any) -> Any:
+        return array.short()
+
     def copy(self, array: Any) -> Any:
         return array.clone()
 
@@ -405,9 +544,6 @@ class _TorchOps:
         flat = self.torch.index_select(table, 0, index.reshape(-1))
         return flat.view(*index.shape, *table.shape[1:])
 
-    def masks(self, table: Any, rows: Any) -> Any:
-        return self.take(table, rows)
-
     def columns(self, array: Any, columns: Any) -> Any:
         return self.torch.index_select(array, array.dim() - 1, columns)
 
@@ -417,17 +553,46 @@ class _TorchOps:
         else:
             array.index_copy_(array.dim() - 1, columns, value)
 
-    def keep(self, values: Any, keep: Any, last: Any) -> None:
-        self.torch.where(keep, values, last, out=values)
+    def fits(self, array: Any, like: Any) -> bool:
+        return (
+            isinstance(array, self.torch.Tensor)
+            and (array.shape, array.dtype, array.device) == (like.shape, like.dtype, like.device)
+            and array.is_contiguous()
+        )
 
-    def transposed(self, array: Any) -> Any:
-        if len(array) <= 4:
-            return self.torch.stack(tuple(array), 1)
-        return array.T.clone(memory_format=self.torch.contiguous_format)
+    def flat(self, array: Any) -> Any:
+        return array.view(len(array), -1)
 
-    def embed(self, part: Any, rows: Any, num_rows: int) -> Any:
-        out = self.torch.zeros((num_rows, *part.shape[1:]), dtype=part.dtype, device=self.device)
-        return out.index_copy_(0, rows, part)
+    def assign(self, out: Any, value: Any) -> None:
+        out.copy_(value)
+
+    def put_rows(self, out: Any, rows: Any, copies: Any | None) -> None:
+        if copies is not None:
+            out.index_copy_(0, copies, rows.T)
+        elif len(rows) <= 4:
+            for j, row in enumerate(rows):
+                out[:, j].copy_(row)
+        else:
+            out.copy_(rows.T)
+
+    def keep(self, values: Any, keep: Any, last: Any, bits: Any) -> None:
+        torch = self.torch
+        n, size = len(keep), len(values) // len(keep)
+        new, old = values.view(torch.int32), last.view(torch.int32)
+        torch.bitwise_xor(new, old, out=bits)
+        mask = keep.to(torch.int32).neg_()[:, None]
+        bits.view(n, size, -1).bitwise_and_(mask)
+        torch.bitwise_xor(old, bits, out=new)
+
+    def count(self, flags: Any) -> Any:
+        return flags.sum(0, dtype=self.torch.float64)
+
+    def put_masks(self, out: Any, table: Any, key: Any, copies: Any | None) -> None:
+        masks = self.take(table, key.T)
+        if copies is None:
+            out.copy_(masks)
+        else:
+            out.index_copy_(0, copies, masks)
 
 
 class Choices:
@@ -459,14 +624,17 @@ class Choices:
         floyd = 0 < n <= m < 2**32 and not (m > 10000 and n > m // 50)
         self.exact = floyd and (not check or _emulation_matches(m, n))
 
-    def choose(self, generators: Sequence[np.random.Generator], rows: np.ndarray) -> np.ndarray:
-        """``[n, K]``: copy ``rows[k]``'s draw from its generator ``generators[k]``."""
+    def choose(
+        self, generators: Sequence[np.random.Generator] | None, rows: np.ndarray
+    ) -> np.ndarray:
+        """``[n, K]``: copy ``rows[k]``'s draw from its generator ``generators[k]`` (for
+        ``None``: the generator of its last draw, where ``exact``)."""
         if not self.exact:
             out = np.empty((len(rows), self.n), np.int64)
-            for k, generator in enumerate(generators):
+            for k, generator in enumerate(generators or ()):
                 out[k] = generator.choice(self.m, size=self.n, replace=False)
             return out.T
-        for i, generator in zip(rows.tolist(), generators, strict=True):
+        for i, generator in zip(rows.tolist(), generators or (), strict=generators is not None):
             if generator is not self.sources[i]:  # a new generator: forget the old words
                 self.sources[i], self.next[i], self.end[i] = generator, 0, 0
         d = len(self.bounds)

@@ -12,11 +12,13 @@ their device); a step reads the host only for whether any copy ended.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
 
+from corral.arrays import is_tensor, to_numpy
 from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
 from corral.vector.backend import env_error, first_fault
@@ -49,7 +51,17 @@ class Episodes:
     ) -> None:
         self.env = env
         self.layout = layout
+        # Torch tensors on the CPU are kept through numpy views of their memory: the same
+        # values at numpy's lower cost per call; the env still sees tensors.
+        self._given = arrays
+        place = layout.place
+        self._on_host = place.is_torch and place.device == "cpu"
+        if self._on_host:
+            arrays = {path: to_numpy(array) for path, array in arrays.items()}
         self.arrays = arrays
+        # A tensor of the batch that the env returns (it wrote into it) -> its numpy view.
+        self._views = {id(self._given[path]): view for path, view in arrays.items()}
+        self._done = self._given["done"]  # which copies reset after a step, as the env's
         self.offset = offset
         self.groups = list(layout.groups)
         self._obs = {
@@ -62,20 +74,34 @@ class Episodes:
         self._alive = [arrays[f"alive/{g}"] for g in self.groups]
         self._live = self._any_alive()
         self._actions = {
-            g: assemble(group.action_tree, f"action/{g}", arrays)
+            g: assemble(group.action_tree, f"action/{g}", self._given)
             for g, group in layout.groups.items()
         }
+        # What an ended episode's record copies: (final, running) arrays.
+        self._finals = [
+            (arrays["final_" + path], arrays[path]) for g in self.groups for path in self._obs[g]
+        ]
+        self._finals += [
+            (arrays[f"episode_return/{g}"], arrays[f"running_return/{g}"]) for g in self.groups
+        ]
+        self._finals += [(arrays["final_" + path], arrays[path]) for path in self._state]
+        self._finals.append((arrays["episode_length"], arrays["running_length"]))
         self._step_arrays = [
             (g, *(arrays[f"{field}/{g}"] for field in _STEP_FIELDS)) for g in self.groups
         ]
-        write_into = getattr(env, "write_into", None)  # a source that can skip a copy
-        if write_into is not None and share:
-            write_into(arrays)
         # A source that keeps the rules itself (packed dict envs judge every value, and
         # leave masks of agents that are not acting all legal) needs no second look.
         keeps_rules = getattr(env, "keeps_rules", False)
         self._check_finite = layout.check_finite and not keeps_rules
-        self._keeps_masks = keeps_rules
+        # One that only says it leaves those masks all legal (keeps_masks) is taken at
+        # its word there; the batches the tests compare with packed dict envs check it.
+        self._keeps_masks = keeps_rules or getattr(env, "keeps_masks", False)
+        # A source that can write straight into the arrays skips a copy of every value;
+        # not where its values are judged after the step (check_finite cuts a copy that
+        # returned NaN where it stood before the step).
+        write_into = getattr(env, "write_into", None)
+        if write_into is not None and share and not self._check_finite:
+            write_into(self._given)
         self._returned = None if keeps_rules else ReturnedArrays(layout, arrays, offset)
         self._broken = False  # its last restart failed: tried again at each step
 
@@ -84,7 +110,7 @@ class Episodes:
     def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None = None) -> None:
         """Start a new episode in every copy, copy ``i`` seeded with ``seeds[i]``."""
         clear_step_fields(self.arrays, self.groups)
-        out = self.env.reset(seed=list(seeds), options=options)
+        out = self._host(self.env.reset(seed=list(seeds), options=options))
         self._write_observed(out, None)
         self._zero_running(None)
         self._count_restarts(out)
@@ -101,7 +127,7 @@ class Episodes:
         a = self.arrays
         before = self._live  # the copies with an episode running
         try:
-            out = self.env.step(self._actions)
+            out = self._host(self.env.step(self._actions))
             if self._returned is not None:  # every array of out, before any is used
                 self._returned.check(out)
             bad, faults = self._bad_copies(out) if self._check_finite else (None, [])
@@ -120,11 +146,12 @@ class Episodes:
         a["done"][...] = done
         self._count_restarts(out)
         faults = [*out.faults, *faults]
-        if bool(done.any()):
-            self._end_episodes(done)
+        ended = _indices(done)  # one host read: whether (and which) copies ended
+        if len(ended):
+            self._end_episodes(ended)
             try:
-                restarted = self.env.reset(where=done)
-                self._write_observed(restarted, done)
+                restarted = self._host(self.env.reset(where=self._done))
+                self._write_observed(restarted, ended)
             except Exception as err:
                 self._fail("reset()", err, stepped=True, also=faults)
             self._count_restarts(restarted)
@@ -160,7 +187,7 @@ class Episodes:
         it ended, the others are cut where they stand.
         """
         self._cut_all()
-        out = self.env.reset(seed=list(seeds))
+        out = self._host(self.env.reset(seed=list(seeds)))
         self._write_observed(out, None)
         self._zero_running(None)
         self._live = self._any_alive()
@@ -204,7 +231,7 @@ class Episodes:
         """Reset every copy after a fault; what the reset raised, if it did (every copy then
         has no episode, and the next step tries again)."""
         try:
-            out = self.env.reset()
+            out = self._host(self.env.reset())
             self._write_observed(out, None)
             _raise_first(out.faults)
         except Exception as err:
@@ -231,15 +258,33 @@ class Episodes:
 
     # -- bookkeeping ------------------------------------------------------------------
 
+    def _host(self, out: BatchedStep) -> BatchedStep:
+        """``out`` with its CPU tensors as numpy views of their memory (where the arrays are
+        kept so), as is otherwise."""
+        if not self._on_host:
+            return out
+        views = self._views
+        fields = {}
+        for name in _STEP_ATTRIBUTES:
+            value = getattr(out, name)
+            if type(value) is dict:  # per group: mostly the batch's own tensors
+                value = {
+                    g: views[id(v)] if id(v) in views else _host_tree(v) for g, v in value.items()
+                }
+            elif value is not None:
+                value = views[id(value)] if id(value) in views else _host_tree(value)
+            fields[name] = value
+        return BatchedStep(**fields)
+
     def _any_alive(self) -> Any:
-        alive = self._alive[0].any(1)
+        alive = _any_agent(self._alive[0])
         for more in self._alive[1:]:
-            alive = alive | more.any(1)
+            alive |= _any_agent(more)
         return alive
 
     def _write_observed(self, out: BatchedStep, rows: Any, checked: bool = False) -> None:
-        """Copy what ``out`` observed into the arrays (only ``rows``, a bool mask, if given);
-        ``checked``: its arrays and values were checked already."""
+        """Copy what ``out`` observed into the arrays (only ``rows``, a bool mask or indices,
+        if given); ``checked``: its arrays and values were checked already."""
         a = self.arrays
         if not checked and self._returned is not None:
             self._returned.check(out)
@@ -249,16 +294,16 @@ class Episodes:
             for path, value in _leaf_values(group.obs_tree, f"obs/{g}", out.obs[g]):
                 _put(a[path], value, rows)
             _put(a[f"alive/{g}"], out.alive[g], rows)
-            acting = out.acting[g]
-            _put(a[f"acting/{g}"], acting, rows)
+            _put(a[f"acting/{g}"], out.acting[g], rows)
             if g in self._masks:
-                mask = out.action_mask.get(g)
+                mask, dst = out.action_mask.get(g), a[f"action_mask/{g}"]
                 if mask is None:
-                    _fill(a[f"action_mask/{g}"], True, rows)
-                elif self._keeps_masks:
-                    _put(a[f"action_mask/{g}"], mask, rows)
-                else:  # agents that are not acting have every action legal
-                    _put(a[f"action_mask/{g}"], mask | ~acting[..., None], rows)
+                    _fill(dst, True, rows)
+                    continue
+                _put(dst, mask, rows)
+                if not self._keeps_masks:  # agents that are not acting have every action legal
+                    # in place over every row: the rows not written kept the rule already
+                    dst |= ~a[f"acting/{g}"][..., None]
         if self._state:
             for path, value in _leaf_values(
                 array_tree(self.layout.state_space), "state", out.state
@@ -266,15 +311,10 @@ class Episodes:
                 _put(a[path], value, rows)
 
     def _end_episodes(self, ended: Any) -> None:
-        """Record the episodes of the copies ``ended`` (a bool mask) as they stand."""
-        a = self.arrays
-        for g in self.groups:
-            for path in self._obs[g]:
-                a["final_" + path][ended] = a[path][ended]
-            a[f"episode_return/{g}"][ended] = a[f"running_return/{g}"][ended]
-        for path in self._state:
-            a["final_" + path][ended] = a[path][ended]
-        a["episode_length"][ended] = a["running_length"][ended]
+        """Record the episodes of the copies ``ended`` (a bool mask or indices) as they
+        stand."""
+        for final, now in self._finals:
+            final[ended] = now[ended]
         self._zero_running(ended)
 
     def _zero_running(self, rows: Any) -> None:
@@ -288,7 +328,11 @@ class Episodes:
 
     def _check_values(self, out: BatchedStep, rows: Any) -> None:
         """An :class:`EnvError` for the first copy (among ``rows``) that returned NaN or inf
-        (``check_finite``)."""
+        (``check_finite``); ``rows`` a bool mask or indices."""
+        if rows is not None and rows.dtype != self._live.dtype:  # indices: as a mask
+            mask = self._live & False
+            mask[rows] = True
+            rows = mask
         faults = self._value_faults(out, rows)
         if faults:
             raise faults[min(faults)]
@@ -329,6 +373,8 @@ class Episodes:
         return faults
 
 
+_STEP_ATTRIBUTES = [f.name for f in dataclasses.fields(BatchedStep)]
+
 # What a step writes per group, in the order Episodes.step reads them.
 _STEP_FIELDS = ("reward", "terminated", "truncated", "running_return")
 
@@ -353,9 +399,43 @@ def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:
     return [(path, value)]
 
 
+def _host_tree(value: Any) -> Any:
+    """A nested value with its tensors as numpy arrays (views of CPU tensors)."""
+    if isinstance(value, dict):
+        return {k: _host_tree(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_host_tree(v) for v in value)
+    return to_numpy(value) if is_tensor(value) else value
+
+
+def _any_agent(flags: Any) -> Any:
+    """``flags.any(1)`` of a bool array ``[E, n]``, as a new array."""
+    n = flags.shape[1]
+    if isinstance(flags, np.ndarray) and n in (1, 2, 4, 8) and flags.flags.c_contiguous:
+        return flags.view(f"u{n}")[:, 0] != 0  # each row's n bytes as one integer
+    if n > 8 or n == 0:
+        return flags.any(1)
+    out = flags[:, 0].clone() if hasattr(flags, "clone") else flags[:, 0].copy()
+    for j in range(1, flags.shape[1]):  # a reduction along a short axis is slow in numpy
+        out |= flags[:, j]
+    return out
+
+
+def _indices(mask: Any) -> Any:
+    """The indices where a bool array ``[E]`` holds, in its namespace."""
+    if isinstance(mask, np.ndarray):
+        return np.flatnonzero(mask)
+    return mask.nonzero().squeeze(1)
+
+
 def _put(dst: Any, src: Any, rows: Any) -> None:
-    """``dst[rows] = src[rows]`` (all rows for ``None``); nothing where ``src`` is ``dst``."""
-    if src is dst:
+    """``dst[rows] = src[rows]`` (all rows for ``None``; ``rows`` a bool mask or indices);
+    nothing where ``src`` is ``dst`` (or a view of all of its memory)."""
+    if src is dst or (
+        isinstance(src, np.ndarray)
+        and isinstance(dst, np.ndarray)
+        and src.__array_interface__ == dst.__array_interface__
+    ):
         return
     if rows is None:
         dst[...] = src

@@ -171,6 +171,13 @@ def group_problem(space: spaces.Space, array: Any, acting: Any, mask: Any | None
     """The first invalid acting entry of a group's actions (its mask included), or ``None``;
     on numpy arrays, or on torch tensors (checked on their device, read back only to name
     a problem)."""
+    if _is_tensor(acting) and acting.device.type == "cpu":  # numpy views: cheaper calls
+        acting = to_numpy(acting)
+        mask = None if mask is None else to_numpy(mask)
+    if not _is_tensor(acting):
+        array = _host(array)
+    if isinstance(space, spaces.Discrete) and _discrete_fine(space, array, acting, mask):
+        return None
     if _is_tensor(acting):
         if not _tensor_suspect(space, array, acting, mask):
             return None
@@ -181,6 +188,60 @@ def group_problem(space: spaces.Space, array: Any, acting: Any, mask: Any | None
     if problem is None and mask is not None:
         problem = mask_problem(space, array, acting, mask)
     return problem
+
+
+def _discrete_fine(space: spaces.Discrete, array: Any, acting: Any, mask: Any | None) -> bool:
+    """Whether integer discrete actions (numpy, or a tensor beside tensors) are all in range
+    and legal under ``mask``: one look at the whole group, no closer one where every entry,
+    acting or not, holds a legal action. ``False``: some entry may not (the checks above
+    look closer, at the acting ones)."""
+    if _is_tensor(acting) != _is_tensor(array) or tuple(array.shape) != tuple(acting.shape):
+        return False
+    low, n = int(space.start), int(space.n)
+    if isinstance(array, np.ndarray) and array.dtype.kind == "i" and array.size:
+        # In range in one pass: below low, as unsigned, is beyond every bound.
+        shifted = array - low if low else array
+        if shifted.view(f"u{shifted.dtype.itemsize}").max() >= n:
+            return False
+        if mask is None:
+            return True
+        return bool(mask.reshape(-1).take(_mask_rows(mask, n) + shifted.reshape(-1)).all())
+    if _is_tensor(array):
+        if array.is_floating_point() or array.is_complex() or array.dtype == acting.dtype:
+            return False  # float, complex or bool: the checks above say what is wrong
+        if array.numel() == 0:
+            return True
+        least, most = import_torch().stack(import_torch().aminmax(array)).tolist()
+    else:
+        if array.dtype.kind not in "iu":
+            return False
+        if array.size == 0:
+            return True
+        least, most = int(array.min()), int(array.max())
+    if least < low or most >= low + n:
+        return False
+    if mask is None:
+        return True
+    # Each entry's flat index in the mask: its row of n actions, then the action.
+    index = _mask_rows(mask, n) + (array - low if low else array).reshape(-1)
+    return bool(mask.reshape(-1)[index].all())
+
+
+def _mask_rows(mask: Any, n: int) -> Any:
+    """``arange(rows) * n`` for a mask of ``rows * n`` entries, in its namespace (kept)."""
+    key = (type(mask), mask.shape, str(getattr(mask, "device", "")))
+    rows = _MASK_ROWS.get(key)
+    if rows is None:
+        rows = np.arange(0, mask.shape[0] * mask.shape[1] * n, n)
+        if _is_tensor(mask):
+            rows = import_torch().as_tensor(rows, device=mask.device)
+        if len(_MASK_ROWS) >= 64:  # a few batch shapes in practice
+            _MASK_ROWS.clear()
+        _MASK_ROWS[key] = rows
+    return rows
+
+
+_MASK_ROWS: dict[tuple, Any] = {}
 
 
 def _is_tensor(value: Any) -> bool:
@@ -281,6 +342,8 @@ class ReturnedArrays:
                 value = values if group is None else values[group]
                 for key in keys:
                     value = value[key]
+                if value is rows:  # the env wrote into the batch's own array
+                    continue
             except (KeyError, IndexError, TypeError):
                 if name == "action_mask" and isinstance(values, Mapping):
                     continue  # a group left out has every action legal

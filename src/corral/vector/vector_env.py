@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from corral.arrays import Place, to_numpy
+from corral.arrays import Place, is_tensor, to_numpy
 from corral.errors import (
     EnvError,
     EnvRestartWarning,
@@ -197,8 +197,18 @@ class VectorEnv:
             *self.layout.paths(Role.STEP, Role.EPISODE),
             *(f"clipped_actions/{name}" for name in self._clipped),
         ]
+        # The checks of actions read acting and masks of CPU tensors through numpy views of
+        # their memory (numpy's calls cost less at these sizes).
+        self._host_actions = inner.is_torch and inner.device == "cpu"
+        view = to_numpy if self._host_actions else (lambda a: a)
+        self._action_arrays = {p: view(self._arrays[p]) for p in self.layout.paths(Role.ACTION)}
         self._action_plan = [
-            (name, g, self._arrays[f"acting/{name}"], self._arrays.get(f"action_mask/{name}"))
+            (
+                name,
+                g,
+                view(self._arrays[f"acting/{name}"]),
+                None if g.num_actions is None else view(self._arrays[f"action_mask/{name}"]),
+            )
             for name, g in self.layout.groups.items()
         ]
         self._views: Batch | None = None  # with copy=False every batch is the same views
@@ -420,7 +430,7 @@ class VectorEnv:
                 raise InvalidActionError(f"{where}: expected {text}")
             checked[name] = (group, action, clipped)
         for name, (group, action, _) in checked.items():
-            store(group.action_tree, f"action/{name}", self._arrays, action)
+            store(group.action_tree, f"action/{name}", self._action_arrays, _host_of(action))
         if self.clip_actions:
             for name, counts in self._clipped.items():
                 counts[...] = checked[name][2] if name in checked else 0
@@ -431,9 +441,9 @@ class VectorEnv:
             return {k: self._in_place(v) for k, v in action.items()}
         if isinstance(action, (tuple, list)):
             return type(action)(self._in_place(v) for v in action)
-        if self.layout.place.is_torch:
+        if self.layout.place.is_torch and not self._host_actions:
             return self.layout.place.asarray(action)
-        return to_numpy(action)
+        return to_numpy(action)  # on the CPU, checked and stored through numpy views
 
     def _clip(self, space: Any, action: Any, acting: Any) -> tuple[Any, Any]:
         if not self.layout.place.is_torch:
@@ -580,6 +590,17 @@ def _in(place: Place, value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return type(value)(_in(place, v) for v in value)
     return place.asarray(value)
+
+
+def _host_of(value: Any) -> Any:
+    """A nested value with its CPU tensors as numpy views (others as they are)."""
+    if isinstance(value, dict):
+        return {k: _host_of(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_host_of(v) for v in value)
+    if is_tensor(value) and value.device.type == "cpu":
+        return to_numpy(value)
+    return value
 
 
 def _copy_of(value: Any) -> Any:
