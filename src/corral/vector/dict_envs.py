@@ -456,10 +456,6 @@ class _GroupArrays:
         self.actions: list[list[Any]] | None = None
         self.got = _Gathered()
 
-    def action(self, i: int, j: int) -> Any:
-        values = self.actions
-        return self.read_action((i, j)) if values is None else values[i][j]
-
 
 class _Packer:
     """Gathers one call's values per group and writes each field with one array operation."""
@@ -884,15 +880,6 @@ def _of_envs(idx: list[int], envs: list[int], n: int) -> Any:
     """The flat indices ``idx`` (agents of groups of ``n``) of the envs ``envs``."""
     flat = np.asarray(idx, np.intp)
     return flat[np.isin(flat // n, envs)]
-
-
-def _any_set(flags: Mapping[str, Any]) -> bool:
-    """Whether any flag may be set: a truthy one, or one whose truth is not plain (the
-    gathering then judges it)."""
-    try:
-        return any(flags.values())
-    except (ValueError, TypeError):
-        return True
 
 
 def _skip_action_checks(env: Any) -> None:
