@@ -100,8 +100,8 @@ class DictEnvs(BatchedEnv):
         }
         self._packer = _Packer(self.layout, self.arrays, offset, check_finite)
         self._views: dict[str, Any] | None = None  # what every call returns: the arrays
-        # The agents of each env that act next: (agent, its group's arrays, its index).
-        self._acting: list[list[Any]] = [[] for _ in self.envs]
+        # The agents of each env that act next.
+        self._acting: list[tuple[str, ...]] = [()] * self.num_envs
         # How many agents each env's alive row holds: a step that leaves env.agents with
         # another count had agents join (or break the contract), and alive is read anew.
         self._num_alive = [0] * self.num_envs
@@ -132,10 +132,6 @@ class DictEnvs(BatchedEnv):
         self.arrays = {path: arrays[path] for path in wanted}
         self._views = None
         self._packer = _Packer(self.layout, self.arrays, self.offset, self.check_finite)
-        self._acting = [
-            [(agent, self._packer.slot[agent][0], j) for agent, _, j in acting]
-            for acting in self._acting
-        ]
         return True
 
     def observation_space(self, agent: str) -> Any:
@@ -157,16 +153,30 @@ class DictEnvs(BatchedEnv):
         faults = []
         inside = self.inside
         inside[1] = RESET
+        offset, envs, acting, num_alive = self.offset, self.envs, self._acting, self._num_alive
+        broken, to_rebuild = self._broken, self._to_rebuild
+        state = self.state_space is not None
+        record = packer.record_obs
         for i in rows.tolist():
-            inside[0] = self.offset + i
-            self._broken.discard(i)
-            rebuild = i in self._to_rebuild
+            inside[0] = offset + i
             try:
-                if rebuild:
-                    self._to_rebuild.discard(i)
-                    self._rebuild(i)
-                    restarted.add(i)
-                self._reset_env(i, seeds[i], options)
+                if broken or to_rebuild:
+                    broken.discard(i)
+                    if i in to_rebuild:
+                        to_rebuild.discard(i)
+                        self._rebuild(i)
+                        restarted.add(i)
+                env = envs[i]
+                obs, infos = env.reset(seeds[i], options)  # what it raises: its reset() fault
+                acting[i] = keys = record(i, obs, infos, "reset()")
+                agents = env.agents
+                if keys and len(agents) == len(keys):  # the same agents: each alive one acts
+                    num_alive[i] = len(keys)
+                    packer.alive_as_acting(i)
+                else:
+                    num_alive[i] = packer.gather_alive(i, agents)
+                if state:
+                    packer.add_state(i, guarded(offset + i, "state()", env.state))
             except Exception as err:
                 faults.append(self._restart(i, "reset()", err, seeds[i], options, restarted))
         for i, fault in sorted(packer.flush().items()):  # a bad value: restart the env now
@@ -195,15 +205,30 @@ class DictEnvs(BatchedEnv):
         faults = []
         inside = self.inside
         inside[1] = STEP
+        offset, envs, acting, broken = self.offset, self.envs, self._acting, self._broken
+        num_alive, record, place = self._num_alive, packer.record_step, packer.place
+        state = self.state_space is not None
         for i in range(self.num_envs):
-            inside[0] = self.offset + i
+            inside[0] = offset + i
             try:
-                if i in self._broken:  # its last restart failed: try again
+                if broken and i in broken:  # its last restart failed: try again
                     fault = self._restart(i, "step()", None, None, None, restarted)
                     if fault is not None:
                         faults.append(fault)
-                else:
-                    self._step_env(i)
+                    continue
+                env = envs[i]  # what it raises in here is its step() fault
+                actions = {}
+                for agent in acting[i]:
+                    j, _, _, g = place[agent]
+                    values = g.actions
+                    actions[agent] = g.read_action((i, j)) if values is None else values[i][j]
+                obs, rewards, terminations, truncations, infos = env.step(actions)
+                acting[i] = record(i, obs, rewards, terminations, truncations, infos, num_alive)
+                if state:
+                    packer.add_state(i, guarded(offset + i, "state()", env.state))
+                agents = env.agents
+                if len(agents) != num_alive[i]:
+                    num_alive[i] = packer.read_alive(i, agents)
             except Exception as err:
                 failed.append(i)
                 faults.append(self._cut(i, "step()", err))
@@ -220,21 +245,6 @@ class DictEnvs(BatchedEnv):
 
     # -- one env ----------------------------------------------------------------------
 
-    def _step_env(self, i: int) -> None:
-        """Step env ``i`` (an exception it raises is its ``step()`` fault)."""
-        env = self.envs[i]
-        actions = {a: g.action(i, j) for a, g, j in self._acting[i]}
-        obs, rewards, terminations, truncations, infos = env.step(actions)
-        packer = self._packer
-        self._acting[i] = packer.record_step(
-            i, obs, rewards, terminations, truncations, infos, self._num_alive
-        )
-        if self.state_space is not None:
-            packer.add_state(i, guarded(self.offset + i, "state()", env.state))
-        agents = env.agents
-        if len(agents) != self._num_alive[i]:
-            self._num_alive[i] = packer.read_alive(i, agents)
-
     def _reset_env(
         self, i: int, seed: int | None, options: dict[str, Any] | None, cleared: bool = True
     ) -> None:
@@ -244,9 +254,12 @@ class DictEnvs(BatchedEnv):
         packer = self._packer
         if not cleared:
             packer.clear_obs(i)
-        self._acting[i] = acting = packer.record_obs(i, obs, infos, "reset()")
-        if cleared:
-            self._num_alive[i] = packer.gather_alive(i, env.agents, acting)
+        self._acting[i] = keys = packer.record_obs(i, obs, infos, "reset()")
+        if cleared and keys and len(env.agents) == len(keys):  # the same agents, all acting
+            packer.alive_as_acting(i)
+            self._num_alive[i] = len(keys)
+        elif cleared:
+            self._num_alive[i] = packer.gather_alive(i, env.agents)
         else:
             self._num_alive[i] = packer.read_alive(i, env.agents)
         if self.state_space is not None:
@@ -256,7 +269,7 @@ class DictEnvs(BatchedEnv):
         """Env ``i`` failed in a step: its episode ends here, truncated; it is rebuilt at
         its reset (in this same step)."""
         self._packer.truncate(i)
-        self._acting[i] = []
+        self._acting[i] = ()
         self._num_alive[i] = 0
         self._to_rebuild.add(i)
         fault = env_error(self.offset + i, what, err)
@@ -307,13 +320,13 @@ class DictEnvs(BatchedEnv):
         """Env ``i`` has no episode: none of its agents lives until a restart succeeds."""
         self._broken.add(i)
         self._packer.forget(i)
-        self._acting[i] = []
+        self._acting[i] = ()
         self._num_alive[i] = 0
 
     def _bad_value(self, i: int, fault: EnvError) -> EnvError:
         """Env ``i`` returned a value that does not fit: its episode ends, truncated."""
         self._packer.truncate(i)
-        self._acting[i] = []
+        self._acting[i] = ()
         self._num_alive[i] = 0
         self._to_rebuild.add(i)
         fault.restarted = True
@@ -358,7 +371,6 @@ class _Gathered:
     """One group's values gathered in a call, by flat index ``env * n + agent``."""
 
     __slots__ = (
-        "act",
         "alive",
         "dead",
         "final_idx",
@@ -382,11 +394,14 @@ class _Gathered:
         self.mask_val: list[Any] = []
         self.rew_idx: list[int] = []
         self.rew_val: list[Any] = []
-        self.act: list[int] = []  # agents that act next
         self.alive: list[int] = []  # agents alive at a reset
         self.dead: list[int] = []  # agents that ended
         self.term: list[int] = []
         self.trunc: list[int] = []
+
+    def clear(self) -> None:
+        for name in self.__slots__:
+            getattr(self, name).clear()
 
     def drop(self, lo: int, hi: int) -> None:
         """Forget the entries of flat indices ``lo <= f < hi`` (one env's agents)."""
@@ -399,7 +414,7 @@ class _Gathered:
             keep = [k for k, f in enumerate(idx) if not lo <= f < hi]
             if len(keep) != len(idx):
                 idx[:], val[:] = [idx[k] for k in keep], [val[k] for k in keep]
-        for idx in (self.act, self.alive, self.dead, self.term, self.trunc):
+        for idx in (self.alive, self.dead, self.term, self.trunc):
             idx[:] = [f for f in idx if not lo <= f < hi]
 
 
@@ -441,10 +456,6 @@ class _GroupArrays:
         self.actions: list[list[Any]] | None = None
         self.got = _Gathered()
 
-    def action(self, i: int, j: int) -> Any:
-        values = self.actions
-        return self.read_action((i, j)) if values is None else values[i][j]
-
 
 class _Packer:
     """Gathers one call's values per group and writes each field with one array operation."""
@@ -458,6 +469,8 @@ class _Packer:
         self.by_name = by_name = {g.name: g for g in self.groups}
         # agent -> (its group's arrays, its index in the group, the group's size)
         self.slot = {a: (by_name[g], j, by_name[g].n) for a, (g, j) in layout.position.items()}
+        # agent -> (its index, its group's size, its group's gathered values, the group)
+        self.place = {a: (j, g.n, g.got, g) for a, (g, j, _) in self.slot.items()}
         state = layout.state_space
         self._state_tree = None if state is None else array_tree(state)
         self._state_write = (
@@ -477,7 +490,7 @@ class _Packer:
         clears their observations and alive agents."""
         a = self.arrays
         for g in self.groups:
-            g.got = _Gathered()
+            g.got.clear()
             if rows is None:
                 g.acting.fill(False)
                 if g.mask is not None:
@@ -491,6 +504,9 @@ class _Packer:
             for path in self._obs_paths:
                 a[path][rows] = 0
         self.states: tuple[list[int], list[Any]] = ([], [])
+        self.alive_obs: list[int] = []  # envs whose alive agents are those they observe
+        self.observed = 0  # envs whose observations were gathered
+        self.dropped = False  # whether an env's values were forgotten
 
     def clear_step(self) -> None:
         for g in self.groups:
@@ -532,36 +548,46 @@ class _Packer:
             parts = {"obs": obs, "rewards": rewards, "terminations": terminations}
             parts.update(truncations=truncations, infos=infos)
             self._check_dicts(i, "step()", parts)
-        slot = self.slot
+        place = self.place
         for agent, reward in rewards.items():
-            g, j, n = slot.get(agent) or self._unknown(i, agent, "rewards")
-            got = g.got
+            j, n, got, _ = place.get(agent) or self._unknown(i, agent, "rewards")
             got.rew_idx.append(i * n + j)
             got.rew_val.append(reward)
-        if _any_set(terminations):
+        try:  # whether any flag may be set: a truthy one, or one whose truth is not plain
+            ends = any(terminations.values())
+        except (ValueError, TypeError):
+            ends = True
+        if ends:
             self._gather_ends(i, terminations, infos, True, num_alive)
-        if _any_set(truncations):
+        try:
+            ends = any(truncations.values())
+        except (ValueError, TypeError):
+            ends = True
+        if ends:
             self._gather_ends(i, truncations, infos, False, num_alive)
-        return self.record_obs(i, obs, infos, "step()") if obs else []
+        return self.record_obs(i, obs, infos, "step()") if obs else ()
 
     def _gather_ends(
         self, i: int, flags: Mapping[str, Any], infos: Any, terminated: bool, num_alive: list[int]
     ) -> None:
         """Gather the agents of env ``i`` whose flag is set (terminated or truncated)."""
-        slot = self.slot
+        place = self.place
         for agent, flag in flags.items():
-            if flag is False:
-                continue
-            ended = "terminated" if terminated else "truncated"
-            if flag is not True and not self._flag(i, agent, ended, flag):
-                continue
-            g, j, n = slot.get(agent) or self._unknown(i, agent, _END_FLAGS[ended][0])
-            got, f = g.got, i * n + j
+            if flag is not True:
+                if flag is False:
+                    continue
+                ended = "terminated" if terminated else "truncated"
+                if not self._flag(i, agent, ended, flag):
+                    continue
+            j, n, got, _ = place.get(agent) or self._unknown(
+                i, agent, "terminations" if terminated else "truncations"
+            )
+            f = i * n + j
             (got.term if terminated else got.trunc).append(f)
             got.dead.append(f)
             num_alive[i] -= 1  # checked against env.agents after the step
             info = infos.get(agent)
-            if info is not None:
+            if info:
                 try:
                     final = info.get("final_obs")
                 except AttributeError:
@@ -569,6 +595,8 @@ class _Packer:
                 if final is not None:
                     got.final_idx.append(f)
                     got.final_val.append(final)
+            elif info is not None and type(info) is not dict:
+                self._info(i, infos, agent, "final_obs")  # raises
 
     def record_obs(
         self, i: int, obs: Any, infos: Any, call: str
@@ -576,18 +604,17 @@ class _Packer:
         """Gather the observations (and masks) of env ``i``; the agents that act next."""
         if type(obs) is not dict or type(infos) is not dict:
             self._check_dicts(i, call, {"obs": obs, "infos": infos})
-        slot = self.slot
-        acting = []
+        place = self.place
+        if obs:
+            self.observed += 1
         for agent, value in obs.items():
-            g, j, n = slot.get(agent) or self._unknown(i, agent, "obs")
-            got, f = g.got, i * n + j
+            j, n, got, g = place.get(agent) or self._unknown(i, agent, "obs")
+            f = i * n + j
             got.obs_idx.append(f)
             got.obs_val.append(value)
-            got.act.append(f)
-            acting.append((agent, g, j))
             if g.mask is not None:
                 info = infos.get(agent)
-                if info is not None:
+                if info:
                     try:
                         mask = info.get("action_mask")
                     except AttributeError:
@@ -595,23 +622,24 @@ class _Packer:
                     if mask is not None:
                         got.mask_idx.append(f)
                         got.mask_val.append(mask)
-        return acting
+                elif info is not None and type(info) is not dict:
+                    self._info(i, infos, agent, "action_mask")  # raises
+        return tuple(obs)
 
     def add_state(self, i: int, value: Any) -> None:
         self.states[0].append(i)
         self.states[1].append(value)
 
-    def gather_alive(self, i: int, agents: Sequence[str], acting: list[Any]) -> int:
-        """Gather env ``i``'s alive agents at a reset (its row was cleared); how many.
-        ``acting``: the agents in its observation, all of them alive."""
-        if len(agents) == len(acting):  # the same agents: every alive agent acts
-            for _, g, j in acting:
-                g.got.alive.append(i * g.n + j)
-            return len(agents)
-        slot = self.slot
+    def alive_as_acting(self, i: int) -> None:
+        """At a reset, env ``i``'s alive agents are those it observes (some)."""
+        self.alive_obs.append(i)
+
+    def gather_alive(self, i: int, agents: Sequence[str]) -> int:
+        """Gather env ``i``'s alive agents at a reset (its row was cleared); how many."""
+        place = self.place
         for agent in agents:
-            g, j, n = slot.get(agent) or self._unknown(i, agent, "env.agents")
-            g.got.alive.append(i * n + j)
+            j, n, got, _ = place.get(agent) or self._unknown(i, agent, "env.agents")
+            got.alive.append(i * n + j)
         return len(agents)
 
     def read_alive(self, i: int, agents: Sequence[str]) -> int:
@@ -648,6 +676,9 @@ class _Packer:
 
     def _drop(self, i: int) -> None:
         """Forget what env ``i`` gathered in this call (after its fault)."""
+        self.dropped = True
+        while i in self.alive_obs:
+            self.alive_obs.remove(i)
         for g in self.groups:
             g.got.drop(i * g.n, (i + 1) * g.n)
         if i in self.states[0]:
@@ -660,8 +691,12 @@ class _Packer:
         """Write what was gathered; the fault of each env that returned a value that does
         not fit, by env."""
         faults: dict[int, EnvError] = {}
+        alive_obs = self.alive_obs
+        every = len(alive_obs) == self.observed and not self.dropped  # every env observed
         for g in self.groups:
             got = g.got
+            if alive_obs and got.obs_idx:
+                g.alive[got.obs_idx if every else _of_envs(got.obs_idx, alive_obs, g.n)] = True
             if got.alive:
                 g.alive[got.alive] = True
             if got.dead:
@@ -670,8 +705,8 @@ class _Packer:
                 g.terminated[got.term] = True
             if got.trunc:
                 g.truncated[got.trunc] = True
-            if got.act:
-                g.acting[got.act] = True
+            if got.obs_idx:
+                g.acting[got.obs_idx] = True
             self._flush_rewards(g, faults)
             self._flush_values(g, got.final_idx, got.final_val, g.obs, g.write_obs, g.leaf,
                                "final_obs", faults)  # fmt: skip
@@ -754,12 +789,12 @@ class _Packer:
     def _bulk(self, target: Any, index: list[int], values: list[Any], finite: bool) -> bool:
         """Write ``values`` at ``index`` with one operation, if every one fits; else
         write nothing and return ``False`` (the caller then finds the bad ones)."""
-        shape = target.shape[1:]
-        for value in values:
-            if getattr(value, "shape", None) != shape:
-                return False
+        if set(map(type, values)) != _NDARRAY:
+            return False
         try:
             stacked = np.asarray(values)
+            if stacked.shape != (len(values), *target.shape[1:]):
+                return False
             if stacked.dtype.kind not in "biuf":
                 return False
             if finite and self.check_finite and stacked.dtype.kind == "f":
@@ -838,13 +873,13 @@ _END_FLAGS = {
 }
 
 
-def _any_set(flags: Mapping[str, Any]) -> bool:
-    """Whether any flag may be set: a truthy one, or one whose truth is not plain (the
-    gathering then judges it)."""
-    try:
-        return any(flags.values())
-    except (ValueError, TypeError):
-        return True
+_NDARRAY = {np.ndarray}
+
+
+def _of_envs(idx: list[int], envs: list[int], n: int) -> Any:
+    """The flat indices ``idx`` (agents of groups of ``n``) of the envs ``envs``."""
+    flat = np.asarray(idx, np.intp)
+    return flat[np.isin(flat // n, envs)]
 
 
 def _skip_action_checks(env: Any) -> None:
