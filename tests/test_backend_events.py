@@ -33,6 +33,7 @@ import pytest
 import corral
 from corral.errors import (
     EnvError,
+    EnvRestartWarning,
     WorkerDiedError,
     WorkerRestartWarning,
     WorkerTimeoutError,
@@ -311,6 +312,24 @@ def test_an_env_raising_in_a_call(backend: str, source: str, tmp_path: Path, ray
         assert_env_error(info.value, venv, source, "reading attribute 'probe'")
         assert not info.value.restarted
         assert venv.get_attr("probe") == probes(venv, source)  # the env is still there
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_native_env_raising_under_restart_warns_of_all_its_copies(
+    backend: str, tmp_path: Path, ray_session
+) -> None:
+    fault = Fault("raise", "step", tmp_path / "flag", at=2)
+    with make_venv(backend, "native", fault, ray_session, on_env_error="restart") as venv:
+        venv.reset()
+        venv.step(ACTIONS)
+        with pytest.warns(EnvRestartWarning) as record:
+            batch = venv.step(ACTIONS)
+        shard = faulty_shard(venv)
+    (warning,) = record
+    copies = f"envs {shard[0]}-{shard[-1]}"
+    assert f"{copies} (one natively batched env) failed and were restarted" in str(warning.message)
+    assert "RuntimeError: injected fault" in str(warning.message)
+    assert batch.worker_restarts[list(shard)].tolist() == [1] * len(shard)
 
 
 # -- a worker that dies in a reset or step ----------------------------------------------------

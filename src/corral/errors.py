@@ -79,16 +79,24 @@ class EnvError(CorralError, RuntimeError):
     * ``faults``: every fault of the same call, the first by env index first (this
       error, the other envs' :class:`EnvError`, a :class:`WorkerTimeoutError`);
     * ``batch``: the batch of that step or reset, every env that did not fail included
-      (set by the vector env; ``None`` otherwise).
+      (set by the vector env; ``None`` otherwise);
+    * ``copies``: where the fault struck a natively batched env, all of its copies (they
+      restart together; ``env_index`` is the first); ``None`` for one env.
     """
 
     def __init__(
-        self, env_index: int, message: str, remote_traceback: str = "", restarted: bool = False
+        self,
+        env_index: int,
+        message: str,
+        remote_traceback: str = "",
+        restarted: bool = False,
+        copies: range | None = None,
     ) -> None:
         self.env_index = env_index
         self.message = message
         self.remote_traceback = remote_traceback
         self.restarted = restarted
+        self.copies = copies
         self.faults: list[CorralError] = [self]
         self.batch = None
         text = f"env {env_index}: {message}"
@@ -96,8 +104,8 @@ class EnvError(CorralError, RuntimeError):
             text += f"\n\nTraceback in the env's process:\n{remote_traceback}"
         super().__init__(text)
 
-    def __reduce__(self) -> tuple[type, tuple[int, str, str, bool], dict]:
-        args = (self.env_index, self.message, self.remote_traceback, self.restarted)
+    def __reduce__(self) -> tuple[type, tuple[int, str, str, bool, range | None], dict]:
+        args = (self.env_index, self.message, self.remote_traceback, self.restarted, self.copies)
         return (type(self), args, {"faults": self.faults, "batch": self.batch})
 
     @property

@@ -218,12 +218,15 @@ class Episodes:
         self._cut_all()
         again = self._restart()
         if again is None:
-            fault = EnvError(raised.env_index, message, raised.remote_traceback, restarted=True)
+            fault = EnvError(
+                raised.env_index, message, raised.remote_traceback, restarted=True, copies=envs
+            )
         else:
             fault = EnvError(
                 raised.env_index,
                 f"{message}, but its reset() raised too: {again.message}",
                 f"{raised.remote_traceback}\n{again.remote_traceback}",
+                copies=envs,
             )
         raise first_fault([fault, *also])
 

@@ -23,6 +23,7 @@ from corral.values import debug_mode
 from corral.vector.backend import EnvFn, backend_class, check_options, check_timeout
 from corral.vector.layout import Layout, Role, array_tree, assemble, store
 from corral.vector.sampling import sample_array
+from corral.vector.shards import envs_text
 from corral.vector.sources import NativeSource, Source, as_source
 from corral.vector.validation import clip_to_space, group_problem
 
@@ -386,7 +387,12 @@ class VectorEnv:
         if self.on_env_error == "raise":
             raise err
         for fault in err.faults:
-            if isinstance(fault, EnvError):
+            if isinstance(fault, EnvError) and fault.copies is not None and len(fault.copies) > 1:
+                what = (
+                    f"{envs_text(fault.copies)} (one natively batched env) failed and were "
+                    "restarted; their episodes end"
+                )
+            elif isinstance(fault, EnvError):
                 what = f"env {fault.env_index} failed and was restarted; its episode ends"
             else:
                 what = f"envs {fault.env_indices} were restarted; their episodes end"
