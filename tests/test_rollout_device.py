@@ -16,6 +16,7 @@ import contextlib
 import sys
 from collections import Counter
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -293,3 +294,25 @@ def test_the_runner_refuses_torch_batches_where_they_cannot_train(
     with pytest.raises(ConfigError, match=message):
         config = load_config(algo, env, run_settings(tmp_path, algo, array="torch", **settings))
         Runner(config, progress=False)
+
+
+def test_fixed_policies_of_groups_not_learned_play_torch_batches_as_numpy_ones(tmp_path):
+    # corral/tag learning the predators: the prey plays random legal actions (a FixedPolicy,
+    # numpy by contract) drawn from the same generator on both
+    from corral.training import Runner, load_config
+
+    results, placed = {}, {}
+    for array in ("numpy", "torch"):
+        settings = run_settings(
+            tmp_path, array, array=array, rollout_steps=10, learn_groups=["predator"]
+        )
+        settings = {k: v for k, v in settings.items() if k != "dtype"}  # an MPE setting
+        config = load_config("mappo", "corral/tag", {**settings, "total_steps": 480})
+        with Runner(config, progress=False) as runner:
+            actions, _ = runner.collector.actions(runner.collector.batch, explore=True)
+            placed[array] = type(actions["prey"])
+            results[array] = runner.benchmark()
+    assert placed == {"numpy": np.ndarray, "torch": torch.Tensor}
+    columns = ("env_steps", "train_return", "train_episodes")
+    rows = {a: [{c: r.get(c) for c in columns} for r in res.metrics] for a, res in results.items()}
+    assert rows["torch"] == rows["numpy"] and len(rows["numpy"]) == 4

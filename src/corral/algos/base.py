@@ -27,7 +27,9 @@ from corral.errors import UnsupportedEnvError
 from corral.ranges import Range, check_ranges
 
 FixedPolicy = Callable[[np.ndarray, "np.ndarray | None", np.random.Generator], np.ndarray]
-"""A fixed policy for one group: ``(obs [E, n, ...], action_mask or None, rng) -> actions``."""
+"""A fixed policy for one group: ``(obs [E, n, ...], action_mask or None, rng) -> actions``,
+on NumPy arrays (the collectors hand a torch batch's values over on the host, and place the
+actions where the batch lives)."""
 
 
 class FirstUpdate(NamedTuple):

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from corral.algos.base import Algorithm, FixedPolicy
-from corral.arrays import is_tensor
+from corral.arrays import Place, is_tensor, place_of, to_numpy
 from corral.data.transitions import TransitionAssembler
 
 
@@ -108,8 +108,16 @@ class Collector:
             actions, extras = self.algo.act(batch, explore=explore, decisions=decisions)
         else:
             actions, extras = self.algo.act(batch, explore=explore)
+        if not self.fixed:
+            return actions, extras
+        place = place_of(batch.done)
         for g, policy in self.fixed.items():
-            actions[g] = policy(batch.obs[g], batch.action_mask.get(g), self.rng)
+            # fixed policies play on the host: a torch batch's observations and mask are
+            # read back (one copy per step), the actions placed where the batch lives
+            obs, mask = batch.obs[g], batch.action_mask.get(g)
+            if place.is_torch:
+                obs, mask = _to_host(obs), None if mask is None else to_numpy(mask)
+            actions[g] = _placed(place, policy(obs, mask, self.rng))
         return actions, extras
 
     def run(
@@ -208,3 +216,21 @@ def evaluate(
     progress.agent_returns = {a: r[:episodes] for a, r in progress.agent_returns.items()}
     progress.episode_lengths = progress.episode_lengths[:episodes]
     return progress
+
+
+def _to_host(obs: Any) -> Any:
+    """A group's observations (nested for Dict and Tuple spaces) as numpy arrays."""
+    if isinstance(obs, dict):
+        return {k: _to_host(v) for k, v in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_to_host(v) for v in obs)
+    return to_numpy(obs)
+
+
+def _placed(place: Place, actions: Any) -> Any:
+    """A fixed policy's actions (nested for Dict and Tuple spaces) in ``place``."""
+    if isinstance(actions, dict):
+        return {k: _placed(place, v) for k, v in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(_placed(place, v) for v in actions)
+    return place.asarray(actions) if place.is_torch else actions
