@@ -101,7 +101,7 @@ class Algorithm:
     moves, no agent leaving early); see :func:`check_env_support`."""
     learns_from: ClassVar[str] = "transitions"
     """What the runner feeds it: ``"transitions"`` (per-agent rows, :meth:`observe` and
-    :meth:`update`) or ``"rollouts"`` (time-major arrays of ``config.rollout_steps``
+    :meth:`update`) or ``"rollouts"`` (time-major arrays of :attr:`rollout_steps`
     vector steps, :meth:`learn`; see :mod:`corral.training.rollout_collector`)."""
     records_next: ClassVar[bool] = False
     """Whether its rollouts record each step's next observations (``RolloutBuilder``'s

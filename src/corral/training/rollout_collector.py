@@ -1,14 +1,16 @@
-"""Drive a vector env with an on-policy learner's actions, one time-major rollout at a time.
+"""Drive a vector env with a learner's actions, one time-major rollout at a time.
 
 The :class:`RolloutCollector` is the :class:`~corral.training.collector.Collector`
-of learners that learn from whole rollouts (``learns_from = "rollouts"``, as
-MAPPO and IPPO do): it records every vector step into a
-:class:`~corral.data.rollouts.RolloutBuilder` and hands the learner one
+of learners that learn from whole rollouts (``learns_from = "rollouts"``: MAPPO
+and IPPO, and DQN and MADDPG, which write them into replay memories): it
+records every vector step into a :class:`~corral.data.rollouts.RolloutBuilder`
+and hands the learner one
 :class:`~corral.data.rollouts.Rollout` per group every ``rollout_steps``
 vector steps, with no per-agent rows assembled in Python.
 
-On a vector env of torch tensors (``make_vec(..., array="torch")``) nothing
-is read back to the host per step: the learner acts and learns on the
+On a vector env of torch tensors (``make_vec(..., array="torch")``) the
+collector reads nothing back to the host per step (fixed policies of groups
+not learned aside: they play on the host): the learner acts and learns on the
 batches' device, and the episodes that ended are kept there and read back
 once per rollout and at the end of :meth:`RolloutCollector.run` (the
 :class:`~corral.training.collector.Progress` holds the same numbers as on NumPy).
@@ -28,12 +30,13 @@ from corral.training.collector import Collector, Progress
 
 class RolloutCollector(Collector):
     """Steps ``venv`` with ``algo`` (and fixed policies for other groups), learning from
-    rollouts of ``algo.config.rollout_steps`` vector steps.
+    rollouts of ``algo.rollout_steps`` vector steps.
 
-    The learner's :meth:`act` gives, with its actions, the extras ``value``
-    (of every agent's observation) and any per-decision arrays it learns from;
-    :meth:`bootstrap_values` the values of the batch after a rollout's last
-    step; :meth:`learn` learns from the rollouts. A decision still open when
+    The learner's :meth:`act` gives, with its actions, any per-decision arrays
+    it learns from and, for a learner with a critic, the extra ``value`` (of
+    every agent's observation); :meth:`bootstrap_values` the values of the
+    batch after a rollout's last step (``None``: no values); :meth:`learn`
+    learns from the rollouts. A decision still open when
     a rollout ends (a turn-based agent waiting for its turn) is learned from
     in the next one, as the transition assembler would complete it.
     """
