@@ -124,6 +124,7 @@ class Runner:
         allow_imports: Collection[str] = (),
     ) -> None:
         run = config.run
+        run.check_workers()
         self.config = config
         self.allow_imports = tuple(allow_imports)
         self.show_bar = progress
