@@ -148,7 +148,7 @@ class RunConfig:
     """Env steps between checkpoints besides those at each evaluation (0: none besides)."""
     checkpoint_every_s: Annotated[float, Range(ge=0)] = 120.0
     """Seconds of wall clock between checkpoints besides the others (0: none besides); checked
-    at each metrics row (every ``log_every`` env steps), so that a killed run loses little."""
+    after every vector step, so that a killed run loses little."""
     checkpoint_replay: bool = True
     """Keep an off-policy learner's replay memories in ``checkpoint.pt`` (not in ``best.pt``)
     so that a resumed run learns on from them; they take about ``buffer_size`` rows."""
