@@ -526,10 +526,8 @@ def run_config(tmp_path: Path, **settings: Any) -> Any:
     return load_config(TabularQ, "mdp/climbing", {**base, **settings})
 
 
-@pytest.mark.parametrize(("seconds", "steps"), [(1e-9, [40, 80, 120, 160, 200]), (0, [200])])
-def test_checkpoints_are_written_every_checkpoint_every_s_seconds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seconds: float, steps: list[int]
-) -> None:
+def record_checkpoints(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The env steps of each ``checkpoint.pt`` that runs write from now on, as loaded back."""
     saved = []
     save = Runner.save_checkpoint
 
@@ -539,9 +537,36 @@ def test_checkpoints_are_written_every_checkpoint_every_s_seconds(
             saved.append(ckpt.load(path)["env_steps"])
 
     monkeypatch.setattr(Runner, "save_checkpoint", record)
+    return saved
+
+
+@pytest.mark.parametrize(("seconds", "steps"), [(1e-9, list(range(2, 201, 2))), (0, [200])])
+def test_checkpoints_are_written_every_checkpoint_every_s_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seconds: float, steps: list[int]
+) -> None:
+    saved = record_checkpoints(monkeypatch)
     with Runner(run_config(tmp_path, checkpoint_every_s=seconds), progress=False) as runner:
         runner.benchmark()
-    assert saved == steps
+    assert saved == steps  # 1e-9: after every vector step (of 2 envs)
+
+
+def test_a_wall_clock_checkpoint_does_not_wait_for_a_metrics_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saved = record_checkpoints(monkeypatch)
+    settings = {"total_steps": 40, "log_every": 40, "checkpoint_every_s": 0.05}
+    with Runner(run_config(tmp_path, **settings), progress=False) as runner:
+        step = runner.venv.step
+
+        def slow_step(actions: Any) -> Any:
+            time.sleep(0.02)
+            return step(actions)
+
+        runner.venv.step = slow_step  # 20 vector steps of 20 ms or more, one metrics row
+        runner.benchmark()
+    assert len(saved) >= 3 and saved[-1] == 40, saved
+    assert all(0 < s < 40 and s % 2 == 0 for s in saved[:-1]), saved
+    assert ckpt.load(tmp_path / "run" / LATEST)["elapsed"] >= 20 * 0.02
 
 
 def test_a_run_killed_after_a_wall_clock_checkpoint_resumes(tmp_path: Path) -> None:

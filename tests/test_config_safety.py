@@ -22,6 +22,7 @@ from test_runner import TINY
 import corral
 from corral import cli
 from corral.training import ConfigError, Runner, load_config, load_run
+from corral.training import runner as runner_module
 from corral.training.config import packaged_defaults
 from corral.training.runner import read_run_config
 
@@ -190,6 +191,43 @@ def test_registered_names_need_no_allowance(tmp_path: Path) -> None:
     )
 
 
+# -- no absurd use of the machine -------------------------------------------------------------
+
+
+class Built(Exception):
+    """Stands for building the training envs: the run's settings passed every check."""
+
+
+def test_a_run_starts_no_more_worker_processes_than_the_machine_takes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "run"
+    train = ["train", "mappo", "--env", "corral/rps", "--total-steps", "20", "--run-dir", str(run)]
+    code, err = run_cli(capsys, *train, "--no-progress", "--set", *FAST)
+    assert code == 0, err
+
+    def built(*args: Any, **kwargs: Any) -> None:
+        raise Built
+
+    monkeypatch.setattr(runner_module, "build_venv", built)  # no worker is started here
+    path = run / "config.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["run"].update(backend="subproc", num_envs=100_000, num_workers=100_000)
+    path.write_text(yaml.safe_dump(data))
+    limit = max(64, 4 * (os.cpu_count() or 1))
+    code, err = run_cli(capsys, "train", "--resume", str(run), "--no-progress")
+    assert code == 2 and "Traceback" not in err, err
+    assert "num_envs=100000 with num_workers=100000 would start 100000 subproc worker" in err
+    assert f"more than its limit of {limit}" in err
+    with pytest.raises(Built):  # the command line may choose the workers of a resumed run
+        run_cli(capsys, "train", "--resume", str(run), "--set", "num_workers=2")
+    settings = {"backend": "ray", "num_envs": 10_000, "envs_per_worker": 1, "device": "cpu"}
+    with pytest.raises(ConfigError, match="envs_per_worker=1 would start 10000 ray worker"):
+        Runner(load_config("mappo", "corral/rps", settings), progress=False)
+    with pytest.raises(Built):  # a cluster places the actors itself
+        Runner(load_config("mappo", "corral/rps", {**settings, "ray_address": "auto"}))
+
+
 # -- config files that cannot be read -------------------------------------------------------
 
 
@@ -200,7 +238,8 @@ UNREADABLE = [  # config.yaml, the error after its path, and whether `corral plo
     ("run: {env: corral/rps}\n", ": no algorithm: expected a line 'algo: NAME'", False),
     ("algo: mappo\nrun: [1, 2]\n", ": run must be a mapping of settings", False),
     ("algo: mappo\nrun: {gamma: 0.9}\n", r": RunConfig has no setting\(s\) \['gamma'\]", False),
-    ("algo: mappo\nrun: {num_envs: 0}\n", ": num_envs must be at least 1, got 0", False),
+    ("algo: mappo\nrun: {num_envs: 0}\n", r": num_envs must be in \[1, 16777216\], got 0", False),
+    ("algo: mappo\nrun: {num_envs: 2e7}\n", r": num_envs must be in \[1, 16777216\], got 2", False),
 ]
 
 

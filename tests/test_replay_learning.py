@@ -69,8 +69,7 @@ def test_a_rollout_and_its_gradient_steps_read_the_host_a_constant_number_of_tim
         with counting_reads() as counts:
             progress = collector.run(2 * train_freq)
         venv.close()
-        updates = [u for u in progress.updates if u]
-        assert len(updates) == 2 and progress.episode_returns
+        assert len(progress.updates) == 2 and progress.episode_returns
         memory = algo.buffer["agent"] if name == "dqn" else algo.buffer
         assert torch.is_tensor(memory.size) and memory.size.device.type == device
         reads[train_freq] = counts
@@ -136,7 +135,7 @@ def test_dqn_takes_its_gradient_steps_per_train_freq_env_steps():
     venv.close()
     # 63 env steps pay for 9 rounds of 2 gradient steps; rollouts without a round learn nothing
     assert algo.gradient_step == 18 and algo.learner.pending_steps == 0
-    assert len([u for u in progress.updates if u]) == 7
+    assert len(progress.updates) == 7
 
 
 def test_dqn_self_play_refuses_torch_batches():

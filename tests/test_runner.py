@@ -193,7 +193,7 @@ def test_env_sections_apply_globs_then_the_exact_id() -> None:
     [
         ({"totl_steps": 5}, "did you mean 'total_steps'"),
         ({"num_envs": "many"}, "num_envs"),
-        ({"num_envs": 0}, "num_envs must be at least 1"),
+        ({"num_envs": 0}, r"num_envs must be in \[1, 16777216\], got 0"),
         ({"device": "tpu"}, "device"),
         ({"tensorboard": "maybe"}, "true or false"),
     ],

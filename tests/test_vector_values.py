@@ -252,6 +252,37 @@ def test_float32_overflow_in_obs_raises(venvs, backend, check_finite) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("bad", "check_finite"),
+    [("obs_shape", False), ("obs_nan", True), ("reward_nan", True), ("final_obs_inf", True)],
+)
+def test_a_bad_value_cuts_the_episode_where_it_stood_before_the_step(
+    venvs, backend, bad, check_finite
+) -> None:
+    # Step 2 of env 3 returns one bad value (agent_0 also terminates there): that step did
+    # not happen for any agent: no reward, no end of its own, the observations of step 1.
+    venv = venvs(backend, check_finite=check_finite)
+    venv.set_attr("bad", [bad if i == BAD_ENV else None for i in range(NUM_ENVS)])
+    venv.reset(seed=0)
+    zeros = {"agent": np.zeros((NUM_ENVS, 2, 2), np.float32)}
+    venv.step(zeros)
+    with pytest.raises(EnvError) as info:
+        venv.step(zeros)
+    batch = info.value.batch
+    assert batch.done.tolist() == [False, False, False, True]
+    assert batch.truncated["agent"][BAD_ENV].tolist() == [True, True]
+    assert batch.terminated["agent"][BAD_ENV].tolist() == [False, False]
+    assert batch.reward["agent"][BAD_ENV].tolist() == [0.0, 0.0]
+    np.testing.assert_array_equal(batch.final_obs["agent"][BAD_ENV], np.ones((2, 3)))
+    np.testing.assert_array_equal(batch.final_state[BAD_ENV], [1.0, 0.0])
+    assert batch.episode_length[BAD_ENV] == 1
+    assert batch.episode_return["agent"][BAD_ENV].tolist() == [1.0, 1.0]
+    np.testing.assert_array_equal(batch.obs["agent"][BAD_ENV], np.zeros((2, 3)))  # restarted
+    healthy = batch.terminated["agent"][:BAD_ENV]  # agent_0 of the others ends as it should
+    assert healthy.tolist() == [[True, False]] * BAD_ENV
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_action_that_overflows_an_unbounded_box_is_rejected(venvs, backend) -> None:
     venv = venvs(backend)
     actions = np.zeros((NUM_ENVS, 2, 2))  # float64, wider than the float32 space

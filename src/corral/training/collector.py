@@ -70,6 +70,7 @@ class Progress:
     order of ``episode_returns``."""
     episode_lengths: list[int] = field(default_factory=list)
     updates: list[dict[str, float]] = field(default_factory=list)
+    """The metrics of each update that learned (of a replay learner: took gradient steps)."""
     env_restarts: int = 0
     """Envs restarted after a fault (an env that raised, a dead or late worker)."""
 

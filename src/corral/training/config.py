@@ -54,6 +54,11 @@ BACKEND_OPTIONS = {
 TIMEOUTS = ("timeout", "start_timeout")
 """Backend options in seconds: 0 sets no limit (the backend's ``None``), ``None`` (unset)
 keeps the backend's default."""
+WORKERS_PER_CPU, MIN_WORKER_LIMIT = 4, 64
+"""A run starts at most ``max(MIN_WORKER_LIMIT, WORKERS_PER_CPU * CPUs)`` worker processes on
+its machine (see :meth:`RunConfig.check_workers`): more only wait for a CPU."""
+MAX_NUM_ENVS = 2**24
+"""The most envs a run steps (a natively batched env's copies included)."""
 RENAMED = {"worker_timeout": "timeout"}
 """Former names of run settings, still read from a run's ``config.yaml``."""
 IMPORTING = {
@@ -73,7 +78,7 @@ class RunConfig:
     """Registered env id, e.g. ``mpe2/simple_spread_v3``."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the env."""
-    num_envs: Annotated[int, Range(ge=1)] = 8
+    num_envs: Annotated[int, Range(ge=1, le=MAX_NUM_ENVS)] = 8
     """Envs stepped in parallel."""
     backend: str = "sync"
     """Vector backend of the training envs: ``sync``, ``subproc`` or ``ray``."""
@@ -143,7 +148,7 @@ class RunConfig:
     """Env steps between checkpoints besides those at each evaluation (0: none besides)."""
     checkpoint_every_s: Annotated[float, Range(ge=0)] = 120.0
     """Seconds of wall clock between checkpoints besides the others (0: none besides); checked
-    at each metrics row (every ``log_every`` env steps), so that a killed run loses little."""
+    after every vector step, so that a killed run loses little."""
     checkpoint_replay: bool = True
     """Keep an off-policy learner's replay memories in ``checkpoint.pt`` (not in ``best.pt``)
     so that a resumed run learns on from them; they take about ``buffer_size`` rows."""
@@ -184,6 +189,29 @@ class RunConfig:
                 raise ConfigError(
                     f"{name} is an option of the {owners}, not of backend {self.backend!r}: "
                     f"choose the backend or leave {name} unset"
+                )
+
+    def check_workers(self) -> None:
+        """Refuse training envs that would start more worker processes on this machine than
+        :data:`WORKERS_PER_CPU` per CPU (at least :data:`MIN_WORKER_LIMIT`): a run
+        directory's ``config.yaml`` may come from anyone. A Ray cluster (``ray_address``)
+        places its actors itself."""
+        if self.backend == "sync" or self.ray_address is not None:
+            return
+        cpus = os.cpu_count() or 1
+        limit = max(MIN_WORKER_LIMIT, WORKERS_PER_CPU * cpus)
+        counts = {}  # the workers each setting asks for (the backend's default: one per CPU)
+        if self.num_workers is not None:
+            counts["num_workers"] = min(self.num_workers, self.num_envs)
+        if self.envs_per_worker is not None:
+            counts["envs_per_worker"] = -(-self.num_envs // self.envs_per_worker)
+        for name, count in counts.items():
+            if count > limit:
+                raise ConfigError(
+                    f"num_envs={self.num_envs} with {name}={getattr(self, name)} would start "
+                    f"{count} {self.backend} worker processes on this machine, more than its "
+                    f"limit of {limit} ({WORKERS_PER_CPU} per CPU, {cpus} CPUs, at least "
+                    f"{MIN_WORKER_LIMIT}): set a smaller num_workers or a larger envs_per_worker"
                 )
 
     def backend_options(self) -> dict[str, Any]:

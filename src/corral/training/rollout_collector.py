@@ -90,7 +90,9 @@ class RolloutCollector(Collector):
                     )
                     rollouts = self.builder.finish(next_value)
                     self._read_episodes(progress)
-                    progress.updates.append(self.algo.learn(rollouts))
+                    metrics = self.algo.learn(rollouts)
+                    if metrics:  # a replay learner's rollout that took no gradient step: none
+                        progress.updates.append(metrics)
             if on_step is not None:
                 on_step(self.venv.num_envs)
         self._read_episodes(progress)

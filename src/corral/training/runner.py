@@ -124,6 +124,7 @@ class Runner:
         allow_imports: Collection[str] = (),
     ) -> None:
         run = config.run
+        run.check_workers()
         self.config = config
         self.allow_imports = tuple(allow_imports)
         self.show_bar = progress
@@ -217,9 +218,9 @@ class Runner:
         """Train to ``total_steps``, evaluating every ``eval_every`` steps and at the end.
 
         Writes a metrics row every ``log_every`` steps, ``checkpoint.pt`` at
-        every evaluation, every ``checkpoint_every`` steps and (at the next row)
-        every ``checkpoint_every_s`` seconds, and ``best.pt`` whenever an
-        evaluation beats the best so far.
+        every evaluation, every ``checkpoint_every`` steps and (after the vector
+        step that passes it) every ``checkpoint_every_s`` seconds, and ``best.pt``
+        whenever an evaluation beats the best so far.
         """
         run = self.config.run
         with self._run_logging():
@@ -246,20 +247,37 @@ class Runner:
 
     def _train_chunk(self, on_step: Callable[[int], None] | None = None) -> Row:
         run = self.config.run
-        before = self.env_steps
+        before, elapsed = self.env_steps, self.elapsed
+        stop = self._next_stop()
         started = time.perf_counter()
-        part = self.collector.run(self._next_stop() - before, on_step=on_step)
-        self.env_steps += part.env_steps
+
+        def stepped(env_steps: int) -> None:
+            # after a whole vector step (and the update it made): a checkpoint due by the
+            # wall clock is written here, not only at the next metrics row (the chunk's last
+            # step writes it below, with its row)
+            self.env_steps += env_steps
+            if on_step is not None:
+                on_step(env_steps)
+            due = 0 < run.checkpoint_every_s <= time.monotonic() - self.saved_at
+            if due and self.env_steps < stop:
+                self.elapsed = elapsed + time.perf_counter() - started
+                self._save_latest()
+
+        part = self.collector.run(stop - before, on_step=stepped)
+        self.env_steps = before + part.env_steps
         seconds = time.perf_counter() - started
-        self.elapsed += seconds
+        self.elapsed = elapsed + seconds
         finished = self.env_steps >= run.total_steps
         evaluate = finished or _crossed(run.eval_every, before, self.env_steps)
         row = self._log_row(part, seconds, evaluate=evaluate)
         overdue = 0 < run.checkpoint_every_s <= time.monotonic() - self.saved_at
         if evaluate or overdue or _crossed(run.checkpoint_every, before, self.env_steps):
-            self.save_checkpoint(self.run_dir / LATEST, replay=run.checkpoint_replay)
-            self.saved_at = time.monotonic()
+            self._save_latest()
         return row
+
+    def _save_latest(self) -> None:
+        self.save_checkpoint(self.run_dir / LATEST, replay=self.config.run.checkpoint_replay)
+        self.saved_at = time.monotonic()
 
     def _warn_if_too_short(self) -> None:
         """Warn when the run ends before the algorithm's first update."""

@@ -9,9 +9,10 @@ agent, the wrong shape or type, a number its array's dtype cannot hold, with
 env, the agent and the field in an :class:`~corral.errors.EnvError`.
 
 A fault of one env (an exception while it steps or resets, or a bad value)
-leaves the other envs' call complete: the faulty env's live agents are
-truncated, so its episode ends in this step, and it is rebuilt from its
-constructor when the vector layer resets it.
+leaves the other envs' call complete: the faulty env's step did not happen,
+its live agents are truncated where they stood before it, so its episode ends
+in this step, and it is rebuilt from its constructor when the vector layer
+resets it.
 """
 
 from __future__ import annotations
@@ -208,6 +209,7 @@ class DictEnvs(BatchedEnv):
         offset, envs, acting, broken = self.offset, self.envs, self._acting, self._broken
         num_alive, record, place = self._num_alive, packer.record_step, packer.place
         state = self.state_space is not None
+        packer.keep()
         for i in range(self.num_envs):
             inside[0] = offset + i
             try:
@@ -233,7 +235,9 @@ class DictEnvs(BatchedEnv):
                 failed.append(i)
                 faults.append(self._cut(i, "step()", err))
         inside[0] = -1
-        faults += [self._bad_value(i, fault) for i, fault in sorted(packer.flush().items())]
+        for i, fault in sorted(packer.flush().items()):
+            failed.append(i)
+            faults.append(self._bad_value(i, fault))
         out = self._output(restarted, faults, step=True)
         out.failed = self._mask(failed)
         return out
@@ -266,8 +270,9 @@ class DictEnvs(BatchedEnv):
             packer.add_state(i, guarded(self.offset + i, "state()", env.state))
 
     def _cut(self, i: int, what: str, err: BaseException) -> EnvError:
-        """Env ``i`` failed in a step: its episode ends here, truncated; it is rebuilt at
-        its reset (in this same step)."""
+        """Env ``i`` failed in a step: its episode ends where it stood before the step,
+        truncated; it is rebuilt at its reset (in this same step)."""
+        self._packer.put_back(i)
         self._packer.truncate(i)
         self._acting[i] = ()
         self._num_alive[i] = 0
@@ -324,7 +329,9 @@ class DictEnvs(BatchedEnv):
         self._num_alive[i] = 0
 
     def _bad_value(self, i: int, fault: EnvError) -> EnvError:
-        """Env ``i`` returned a value that does not fit: its episode ends, truncated."""
+        """Env ``i`` returned a value that does not fit: its step did not happen (for none
+        of its agents), and its episode ends where it stood before it, truncated."""
+        self._packer.put_back(i)
         self._packer.truncate(i)
         self._acting[i] = ()
         self._num_alive[i] = 0
@@ -481,6 +488,12 @@ class _Packer:
             for g, group in layout.groups.items()
             for path, _ in leaves(group.obs_tree, f"obs/{g}")
         ]
+        # What a step changes of how an env stands (observations, alive agents, state),
+        # with a copy of each as it stood before the step: see put_back.
+        kept = [*self._obs_paths, *(f"alive/{g}" for g in layout.groups)]
+        if state is not None:
+            kept += [path for path, _ in leaves(self._state_tree, "state")]
+        self._kept = [(arrays[path], np.empty_like(arrays[path])) for path in kept]
 
     # -- a call -------------------------------------------------------------------
 
@@ -507,6 +520,22 @@ class _Packer:
         self.alive_obs: list[int] = []  # envs whose alive agents are those they observe
         self.observed = 0  # envs whose observations were gathered
         self.dropped = False  # whether an env's values were forgotten
+
+    def keep(self) -> None:
+        """Copy how every env stands before a step (see :meth:`put_back`)."""
+        for array, copy in self._kept:
+            np.copyto(copy, array)
+
+    def put_back(self, i: int) -> None:
+        """Env ``i``'s step did not happen: its observations, alive agents and state are
+        put back as they stood before it, with no reward and no agent ended."""
+        for array, copy in self._kept:
+            array[i] = copy[i]
+        for g in self.groups:
+            row = slice(i * g.n, (i + 1) * g.n)
+            g.reward[row] = 0
+            g.terminated[row] = False
+            g.truncated[row] = False
 
     def clear_step(self) -> None:
         for g in self.groups:
