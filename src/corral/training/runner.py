@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from corral.algos.base import Algorithm, FixedPolicy, resolve_device
+from corral.arrays import Place
 from corral.errors import CheckpointError
 from corral.registry import resolve
 from corral.training import checkpoint
@@ -503,19 +504,22 @@ def build_venv(
     native = run.native if native is None else native
     if options is None:
         options = run.backend_options() if backend == run.backend else {}
+    device = _device(run.device) if array == "torch" else "cpu"
     return make_vec(
         run.env,
         num_envs or run.num_envs,
         backend,
         native=native,
         array=array,
-        device=_device(run.device) if array == "torch" else "cpu",
+        device=device,
         dtype=None if native is False else run.dtype,
         seed=run.seed,
         group_map=run.group_map,
         state=state,
         on_env_error=run.on_env_error,
         check_finite=run.check_finite,
+        # on a device, actions are checked there; the collector raises a bad one per rollout
+        deferred_checks=not Place(array, device).computes_on_host,
         env_kwargs={**run.env_kwargs, **env_kwargs},
         **options,
     )
