@@ -127,6 +127,14 @@ def test_on_cuda_a_step_never_synchronises(id, env_kwargs):
     assert ended >= 4 * 3 and counts == {}, counts
 
 
+def test_a_tabular_mdp_with_chance_reads_its_rows_once_in_several_episodes(as_on_a_gpu):
+    # its copies draw from numpy generators: rows of uniforms topped up on the host
+    counts, ended = stepped_reads("mdp/multi_round_nmdp", {}, "cpu", deferred_checks=True)
+    assert ended >= 4 * 15
+    assert {key.partition(":")[0] for key in counts} == {"corral.envs.mdp_batched"}, counts
+    assert sum(counts.values()) <= 100 // 5, counts
+
+
 def test_without_deferred_checks_the_action_checks_read_the_host(as_on_a_gpu):
     # the counter sees the vector layer's reads: immediate checks read every step
     counts, _ = stepped_reads("mdp/climbing", {}, "cpu", steps=10)
