@@ -313,6 +313,24 @@ def test_the_runner_checks_actions_on_a_device_without_reading_them_back(tmp_pat
             assert runner.venv.deferred_checks == device_path
 
 
+def test_closing_the_runner_closes_everything_then_raises_a_pending_bad_action(
+    tmp_path, monkeypatch
+):
+    from corral.errors import VectorStateError
+    from corral.training import Runner, load_config
+
+    monkeypatch.setattr(Place, "numpy_on_cpu", False)
+    settings = run_settings(tmp_path, "run", array="torch", rollout_steps=10, eval_every=120)
+    runner = Runner(load_config("mappo", "mpe2/simple_spread_v3", settings), progress=False)
+    runner.evaluate(1)  # builds the evaluation envs
+    runner.venv.step({"agent": torch.full((4, 3), 9)})  # out of range, found on the device
+    with pytest.raises(InvalidActionError, match=r"env 0, agent 'agent_0'.*in step 1 of the 1"):
+        runner.close()
+    for venv in (runner.eval_venv, runner.venv):
+        with pytest.raises(VectorStateError, match="closed"):
+            venv.reset()
+
+
 def test_the_runner_trains_on_torch_batches_as_on_numpy(tmp_path):
     from corral.training import Runner, load_config
 

@@ -399,14 +399,16 @@ class Runner:
     def close(self) -> None:
         """Close the envs and the metrics log, give torch its thread count back; the run
         directory stays as it is."""
-        for venv in (getattr(self, "venv", None), getattr(self, "eval_venv", None)):
-            if venv is not None:
-                venv.close()
-        if getattr(self, "metrics", None) is not None:
-            self.metrics.close()
-        if getattr(self, "_threads_before", None) is not None:
-            set_torch_threads(self._threads_before)
-            self._threads_before = None
+        try:  # the training envs last: they may raise an invalid action (deferred_checks)
+            for venv in (getattr(self, "eval_venv", None), getattr(self, "venv", None)):
+                if venv is not None:
+                    venv.close()
+        finally:
+            if getattr(self, "metrics", None) is not None:
+                self.metrics.close()
+            if getattr(self, "_threads_before", None) is not None:
+                set_torch_threads(self._threads_before)
+                self._threads_before = None
 
     def __enter__(self) -> Runner:
         return self
