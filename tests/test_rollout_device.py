@@ -5,9 +5,12 @@ learner acts, builds rollouts and learns on the batches' device; the only
 reads back to the host are per rollout (the PPO metrics, the episodes that
 ended, the decisions' indices), never per step. On the CPU a read is a call
 that turns a tensor into host values (``.item()``, ``.numpy()``, ``bool()``...);
-the test counts those made from the learning side (the vector layer's own
-per-step read of ``done.any()`` is its business, see ``vector/episodes.py``).
-CUDA variants run where a GPU is present.
+the test counts those made from the learning side. On a device the vector
+layer and the envs read nothing per step either (``vector/episodes.py``,
+``deferred_checks``): with the vector layer taking its device path on the CPU
+(``Place.numpy_on_cpu = False``, as on a GPU) every read is counted, the calls
+that would synchronise a GPU without reading a value included
+(tests/host_reads.py). CUDA variants run where a GPU is present.
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import host_reads  # noqa: E402
+
 import corral  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
+from corral.arrays import Place  # noqa: E402
+from corral.errors import InvalidActionError  # noqa: E402
 from corral.training.collector import DecisionCounter  # noqa: E402
 from corral.training.rollout_collector import RolloutCollector  # noqa: E402
 
@@ -95,7 +102,7 @@ def counting_reads():
                 setattr(torch.Tensor, name, value)
 
 
-def torch_collector(algo_cls, device, num_envs=4, rollout_steps=10, **settings):
+def torch_collector(algo_cls, device, num_envs=4, rollout_steps=10, deferred=False, **settings):
     venv = corral.make_vec(
         "mpe2/simple_spread_v3",
         num_envs,
@@ -103,6 +110,7 @@ def torch_collector(algo_cls, device, num_envs=4, rollout_steps=10, **settings):
         device=device,
         seed=0,
         state=algo_cls.uses_state,
+        deferred_checks=deferred,
     )
     config = algo_cls.Config(rollout_steps=rollout_steps, epochs=2, seed=0, **settings)
     algo = algo_cls(venv, config, device=device)
@@ -125,13 +133,53 @@ def test_a_rollout_and_update_read_the_host_a_constant_number_of_times(algo_cls,
     assert sum(reads[40].values()) <= 10 * 2, reads[40]
 
 
+@pytest.mark.parametrize("algo_cls", [MAPPO, IPPO], ids=["mappo", "ippo"])
+def test_as_on_a_gpu_everything_reads_the_host_a_constant_number_of_times_per_rollout(
+    algo_cls, monkeypatch
+):
+    # the vector layer and the envs counted too: nothing of theirs is per step
+    monkeypatch.setattr(Place, "numpy_on_cpu", False)
+    reads = {}
+    for steps in (13, 40):  # episodes of 25 steps end in both runs
+        venv, algo, collector = torch_collector(algo_cls, "cpu", rollout_steps=steps, deferred=True)
+        with host_reads.counting_reads(host_side=HOST_SIDE) as counts:
+            progress = collector.run(2 * steps * venv.num_envs)
+        venv.close()
+        assert algo.updates == 2 and progress.episode_returns
+        reads[steps] = counts
+    assert reads[13] == reads[40], (reads[13], reads[40])
+    assert sum(reads[40].values()) <= 12 * 2, reads[40]
+    # the one read of the vector layer: the actions' problems, once per rollout
+    assert reads[40]["corral.vector.deferred:raise_first:tolist"] == 2, reads[40]
+
+
+def test_the_rollout_collector_raises_a_bad_action_checked_on_the_device(monkeypatch):
+    monkeypatch.setattr(Place, "numpy_on_cpu", False)
+    venv, algo, collector = torch_collector(MAPPO, "cpu", deferred=True)
+    act, calls = algo.act, []
+
+    def act_badly(batch, **kwargs):
+        actions, extras = act(batch, **kwargs)
+        calls.append(None)
+        if len(calls) == 4:
+            actions["agent"] = actions["agent"].clone()
+            actions["agent"][1, 2] = 7
+        return actions, extras
+
+    algo.act = act_badly
+    with pytest.raises(InvalidActionError, match=r"env 1, agent 'agent_2'.*in step 4 of the 10"):
+        collector.run(40 * venv.num_envs)
+    assert algo.updates == 0  # found before learning from the rollout
+    venv.close()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_on_cuda_a_rollout_and_update_synchronise_a_constant_number_of_times():
     import warnings
 
     syncs = {}
     for steps in (13, 40):
-        venv, _, collector = torch_collector(MAPPO, "cuda", rollout_steps=steps)
+        venv, _, collector = torch_collector(MAPPO, "cuda", rollout_steps=steps, deferred=True)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
@@ -140,14 +188,10 @@ def test_on_cuda_a_rollout_and_update_synchronise_a_constant_number_of_times():
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         venv.close()
-        # a synchronising call warns from the Python line that made it
-        learner = [
-            f"{w.filename}:{w.lineno}"
-            for w in caught
-            if "synchroniz" in str(w.message)
-            and not any(part in w.filename for part in ("corral/vector/", "corral/envs/"))
-        ]
-        syncs[steps] = Counter(learner)
+        # a synchronising call warns from the Python line that made it (vector layer and
+        # envs included: on a device they synchronise nothing per step either)
+        lines = [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+        syncs[steps] = Counter(lines)
     assert syncs[13] == syncs[40], (syncs[13], syncs[40])
 
 
@@ -255,6 +299,36 @@ def run_settings(tmp_path, name, **settings):
         "run_dir": str(tmp_path / name),
     }
     return {**base, **settings}
+
+
+def test_the_runner_checks_actions_on_a_device_without_reading_them_back(tmp_path, monkeypatch):
+    from corral.training import Runner, load_config
+
+    for device_path in (False, True):
+        monkeypatch.setattr(Place, "numpy_on_cpu", not device_path)
+        settings = run_settings(tmp_path, str(device_path), array="torch", rollout_steps=10)
+        config = load_config("mappo", "mpe2/simple_spread_v3", settings)
+        with Runner(config, progress=False) as runner:
+            assert (runner.venv._deferred is not None) == device_path
+            assert runner.venv.deferred_checks == device_path
+
+
+def test_closing_the_runner_closes_everything_then_raises_a_pending_bad_action(
+    tmp_path, monkeypatch
+):
+    from corral.errors import VectorStateError
+    from corral.training import Runner, load_config
+
+    monkeypatch.setattr(Place, "numpy_on_cpu", False)
+    settings = run_settings(tmp_path, "run", array="torch", rollout_steps=10, eval_every=120)
+    runner = Runner(load_config("mappo", "mpe2/simple_spread_v3", settings), progress=False)
+    runner.evaluate(1)  # builds the evaluation envs
+    runner.venv.step({"agent": torch.full((4, 3), 9)})  # out of range, found on the device
+    with pytest.raises(InvalidActionError, match=r"env 0, agent 'agent_0'.*in step 1 of the 1"):
+        runner.close()
+    for venv in (runner.eval_venv, runner.venv):
+        with pytest.raises(VectorStateError, match="closed"):
+            venv.reset()
 
 
 def test_the_runner_trains_on_torch_batches_as_on_numpy(tmp_path):

@@ -11,7 +11,7 @@ arrays live on ``"cpu"``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -39,6 +39,11 @@ class Place:
     array: str = "numpy"
     device: str = "cpu"
 
+    numpy_on_cpu: ClassVar[bool] = True
+    """Whether the vector layer works on torch tensors on the CPU through numpy views of their
+    memory (the same values at numpy's lower cost per call; reading them costs nothing).
+    ``False``: as on a GPU, in torch, reading nothing back per step (the tests run both)."""
+
     def __post_init__(self) -> None:
         if self.array not in ARRAYS:
             raise ValueError(f"array must be one of {list(ARRAYS)}, got {self.array!r}")
@@ -55,6 +60,13 @@ class Place:
     @property
     def is_torch(self) -> bool:
         return self.array == "torch"
+
+    @property
+    def computes_on_host(self) -> bool:
+        """Whether the vector layer computes on this place's arrays on the host (numpy, or
+        torch on the CPU through numpy views, see :attr:`numpy_on_cpu`), reading values
+        where it needs them; else in torch on the device, with no host read per step."""
+        return not self.is_torch or (Place.numpy_on_cpu and _on_cpu(self.device))
 
     def zeros(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         """A zero array of ``shape`` and (numpy) ``dtype`` in this place."""
@@ -80,6 +92,10 @@ class Place:
             return array
         torch = import_torch()
         return torch.from_numpy(array).to(self.device)
+
+
+def _on_cpu(device: str) -> bool:
+    return device == "cpu" or device.startswith("cpu:")
 
 
 def on_host(place: Place, arrays: dict[str, np.ndarray]) -> dict[str, Any]:

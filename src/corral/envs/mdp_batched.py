@@ -12,9 +12,12 @@ draws one uniform at reset and one per step and samples by a cumulative
 table. Each copy keeps the next stretch of its generator's stream in a row of
 one array (several episodes long: an episode lasts at most
 ``max_episode_steps`` steps) and a position in it; a step reads every copy's
-next uniform with one indexing operation, and only a reset that finds fewer
-than an episode's uniforms left in a copy's row (or reseeds it) draws from the
-copy's generator. Envs without chance events have no generators.
+next uniform with one indexing operation. The env counts on the host how few
+uniforms any row may have left; only a reset where that may be fewer than an
+episode's (or that reseeds a copy) looks at the rows, and tops up each row
+that is half used (or that starts with too few) from its copy's generator, in
+the generator's order: on a device a reset reads the host once in several
+episodes, not at every call. Envs without chance events have no generators.
 
 These envs trust their actions (``0 <= action < n`` for every acting agent):
 the vector layer checks them before they arrive.
@@ -138,6 +141,8 @@ class BatchedTabularMDP(_Tables):
         # Each copy's coming uniforms, and the position of its next one (past the end: none).
         self._uniforms = self.place.zeros((num_envs, width), np.float64)
         self._next = put(np.full(num_envs, width, dtype=np.int64))
+        self._has_row = np.zeros(num_envs, np.bool_)  # copies whose row comes from a generator
+        self._spare = 0  # on the host: no row holds fewer uniforms than this
         first_terminal = int(np.flatnonzero(env.terminal)[0])
         self._state = put(np.full(num_envs, first_terminal, dtype=np.int64))
         self._copies = put(np.arange(num_envs))
@@ -187,22 +192,34 @@ class BatchedTabularMDP(_Tables):
             return self.place.zeros((self.num_envs,), np.float64)
         position = self._xp.where(copies, self._next, 0)
         self._next = self._next + copies
+        self._spare -= 1
         return self._uniforms[self._copies, position]
 
     def _refill(self, seeds: list[int | None], starting: Array) -> None:
         """Give every copy that starts an episode enough uniforms for it: a reseeded copy a
         row from its new generator, a copy short of them its leftovers followed by the next
-        draws of its generator."""
+        draws of its generator. Where some row may hold too few (by :attr:`_spare`), every
+        row at least half used is topped up the same way (the copy draws the same
+        uniforms), so that the rows are looked at on the host only every few episodes."""
         assert self._generators is not None
         width = self._uniforms.shape[1]
-        refill = to_numpy(starting & (self._next + self._episode_draws > width))
-        if seeds.count(None) < len(seeds):
-            refill = refill | (np.array([s is not None for s in seeds]) & to_numpy(starting))
+        seeded = seeds.count(None) < len(seeds)
+        if not seeded and self._spare >= self._episode_draws and self._has_row.all():
+            return  # every row holds an episode's uniforms: nothing to read
+        start, left = to_numpy(starting), width - to_numpy(self._next)
+        refill = (start | self._has_row) & (left < max(width // 2, self._episode_draws))
+        if seeded:
+            refill = refill | (np.array([s is not None for s in seeds]) & start)
         indices = np.flatnonzero(refill)
+        left[indices] = width
+        self._spare = int(left[start | self._has_row].min(initial=width))
+        self._has_row |= refill
         if len(indices) == 0:
             return
         at = self.place.asarray(indices)
         rows, positions = to_numpy(self._uniforms[at]).copy(), to_numpy(self._next[at])
+        # a copy topped up as its episode goes on keeps its generator, whatever the seeds
+        seeds = [s if start[i] else None for i, s in enumerate(seeds)]
         generators = self._generators.at_reset(seeds, indices)
         for k, (i, generator) in enumerate(zip(indices, generators, strict=True)):
             kept = rows[k, positions[k] :] if seeds[i] is None else rows[k, :0]
@@ -244,7 +261,11 @@ class BatchedMatrixGame(_Tables):
         strides = np.cumprod((*payoffs.shape[2:], 1)[::-1])[::-1]
         self._stride = {a: int(s) for a, s in zip(self.possible_agents, strides, strict=True)}
         player = {a: k for k, a in enumerate(self.possible_agents)}
-        self._players = {g: [player[a] for a in agents] for g, agents in self._groups.items()}
+        # each group's columns, as arrays of the place (a list would be copied there per step)
+        self._players = {
+            g: self.place.from_host(np.array([player[a] for a in agents], np.int64))
+            for g, agents in self._groups.items()
+        }
         self._live = self.place.zeros((num_envs,), np.bool_)
 
     @classmethod

@@ -13,7 +13,9 @@ collector reads nothing back to the host per step (fixed policies of groups
 not learned aside: they play on the host): the learner acts and learns on the
 batches' device, and the episodes that ended are kept there and read back
 once per rollout and at the end of :meth:`RolloutCollector.run` (the
-:class:`~corral.training.collector.Progress` holds the same numbers as on NumPy).
+:class:`~corral.training.collector.Progress` holds the same numbers as on NumPy),
+as is the first invalid action of a vector env that checks them on its device
+(``deferred_checks``, which the runner turns on there): it raises then.
 """
 
 from __future__ import annotations
@@ -90,14 +92,23 @@ class RolloutCollector(Collector):
                     )
                     rollouts = self.builder.finish(next_value)
                     self._read_episodes(progress)
+                    self._raise_deferred()  # not learning from a bad action's stand-in
                     metrics = self.algo.learn(rollouts)
                     if metrics:  # a replay learner's rollout that took no gradient step: none
                         progress.updates.append(metrics)
             if on_step is not None:
                 on_step(self.venv.num_envs)
         self._read_episodes(progress)
+        self._raise_deferred()
         progress.env_restarts += int(self.batch.worker_restarts.sum() - restarts)
         return progress
+
+    def _raise_deferred(self) -> None:
+        """Raise an invalid action that the vector env checked on its device
+        (``deferred_checks``) since the last look: one read per rollout."""
+        raise_deferred = getattr(self.venv, "raise_deferred", None)
+        if raise_deferred is not None:
+            raise_deferred()
 
     def _record_episodes(self, progress: Progress, batch: Any = None) -> None:
         """As the collector's, but a torch batch's episodes stay on the device until

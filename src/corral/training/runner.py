@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from corral.algos.base import Algorithm, FixedPolicy, resolve_device
+from corral.arrays import Place
 from corral.errors import CheckpointError
 from corral.registry import resolve
 from corral.training import checkpoint
@@ -416,14 +417,16 @@ class Runner:
     def close(self) -> None:
         """Close the envs and the metrics log, give torch its thread count back; the run
         directory stays as it is."""
-        for venv in (getattr(self, "venv", None), getattr(self, "eval_venv", None)):
-            if venv is not None:
-                venv.close()
-        if getattr(self, "metrics", None) is not None:
-            self.metrics.close()
-        if getattr(self, "_threads_before", None) is not None:
-            set_torch_threads(self._threads_before)
-            self._threads_before = None
+        try:  # the training envs last: they may raise an invalid action (deferred_checks)
+            for venv in (getattr(self, "eval_venv", None), getattr(self, "venv", None)):
+                if venv is not None:
+                    venv.close()
+        finally:
+            if getattr(self, "metrics", None) is not None:
+                self.metrics.close()
+            if getattr(self, "_threads_before", None) is not None:
+                set_torch_threads(self._threads_before)
+                self._threads_before = None
 
     def __enter__(self) -> Runner:
         return self
@@ -521,19 +524,22 @@ def build_venv(
     native = run.native if native is None else native
     if options is None:
         options = run.backend_options() if backend == run.backend else {}
+    device = _device(run.device) if array == "torch" else "cpu"
     return make_vec(
         run.env,
         num_envs or run.num_envs,
         backend,
         native=native,
         array=array,
-        device=_device(run.device) if array == "torch" else "cpu",
+        device=device,
         dtype=None if native is False else run.dtype,
         seed=run.seed,
         group_map=run.group_map,
         state=state,
         on_env_error=run.on_env_error,
         check_finite=run.check_finite,
+        # on a device, actions are checked there; the collector raises a bad one per rollout
+        deferred_checks=not Place(array, device).computes_on_host,
         env_kwargs={**run.env_kwargs, **env_kwargs},
         **options,
     )

@@ -6,8 +6,12 @@ the only place that decides an episode ended (after a step, none of the copy's
 agents is alive), records it (``done``, ``final_obs``, ``final_state``,
 ``episode_return``, ``episode_length``), restarts the copy with
 ``reset(where=done)`` in the same step, and keeps masks of agents that are not
-acting all legal. It works in the arrays' own namespace (numpy, or torch on
-their device); a step reads the host only for whether any copy ended.
+acting all legal. It works in the arrays' own namespace: on the host (numpy,
+or torch on the CPU through numpy views) a step reads only whether any copy
+ended; on a device (see :attr:`corral.Place.computes_on_host`) it reads nothing
+back: it calls ``reset(where=done)`` in every step (a copy not selected goes
+on unchanged) and writes what ended and what restarted with masked blends
+(``check_finite``, a debugging aid, still reads each step's values).
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ class Episodes:
         # values at numpy's lower cost per call; the env still sees tensors.
         self._given = arrays
         place = layout.place
-        self._on_host = place.is_torch and place.device == "cpu"
+        self._on_host = place.is_torch and place.computes_on_host
+        self._on_device = not place.computes_on_host  # no host read per step
         if self._on_host:
             arrays = {path: to_numpy(array) for path, array in arrays.items()}
         self.arrays = arrays
@@ -146,8 +151,10 @@ class Episodes:
         a["done"][...] = done
         self._count_restarts(out)
         faults = [*out.faults, *faults]
-        ended = _indices(done)  # one host read: whether (and which) copies ended
-        if len(ended):
+        # On the host, one read: whether (and which) copies ended; on a device, none: every
+        # step restarts the copies ``done`` selects, none or some.
+        ended = done if self._on_device else _indices(done)
+        if self._on_device or len(ended):
             self._end_episodes(ended)
             try:
                 restarted = self._host(self.env.reset(where=self._done))
@@ -316,8 +323,12 @@ class Episodes:
     def _end_episodes(self, ended: Any) -> None:
         """Record the episodes of the copies ``ended`` (a bool mask or indices) as they
         stand."""
-        for final, now in self._finals:
-            final[ended] = now[ended]
+        if self._on_device:
+            for final, now in self._finals:
+                _blend(final, now, ended)
+        else:
+            for final, now in self._finals:
+                final[ended] = now[ended]
         self._zero_running(ended)
 
     def _zero_running(self, rows: Any) -> None:
@@ -432,8 +443,9 @@ def _indices(mask: Any) -> Any:
 
 
 def _put(dst: Any, src: Any, rows: Any) -> None:
-    """``dst[rows] = src[rows]`` (all rows for ``None``; ``rows`` a bool mask or indices);
-    nothing where ``src`` is ``dst`` (or a view of all of its memory)."""
+    """``dst[rows] = src[rows]`` (all rows for ``None``; ``rows`` a bool mask or indices,
+    a tensor: a bool mask, blended in); nothing where ``src`` is ``dst`` (or a view of all of
+    its memory)."""
     if src is dst or (
         isinstance(src, np.ndarray)
         and isinstance(dst, np.ndarray)
@@ -442,15 +454,25 @@ def _put(dst: Any, src: Any, rows: Any) -> None:
         return
     if rows is None:
         dst[...] = src
-    else:
+    elif isinstance(rows, np.ndarray):
         dst[rows] = src[rows]
+    else:
+        _blend(dst, src, rows)
 
 
 def _fill(dst: Any, value: Any, rows: Any) -> None:
     if rows is None:
         dst[...] = value
-    else:
+    elif isinstance(rows, np.ndarray):
         dst[rows] = value
+    else:  # a tensor's bool mask: indexing by it would read it on the host
+        dst.masked_fill_(rows.reshape(-1, *([1] * (dst.ndim - 1))), value)
+
+
+def _blend(dst: Any, src: Any, mask: Any) -> None:
+    """``dst[mask] = src[mask]`` for tensors and a bool mask ``[E]``, without reading the mask
+    on the host (as indexing by it would)."""
+    dst.copy_(src.where(mask.reshape(-1, *([1] * (dst.ndim - 1))), dst))
 
 
 def _bad_cells(value: Any, rows: Any) -> dict[int, int]:

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import import_torch, to_numpy
+from corral.arrays import Place, import_torch, to_numpy
 from corral.batched_env import BatchedStep
 from corral.errors import EnvError
 from corral.values import describe, finite_problem
@@ -171,7 +171,7 @@ def group_problem(space: spaces.Space, array: Any, acting: Any, mask: Any | None
     """The first invalid acting entry of a group's actions (its mask included), or ``None``;
     on numpy arrays, or on torch tensors (checked on their device, read back only to name
     a problem)."""
-    if _is_tensor(acting) and acting.device.type == "cpu":  # numpy views: cheaper calls
+    if _is_tensor(acting) and acting.device.type == "cpu" and Place.numpy_on_cpu:  # cheaper
         acting = to_numpy(acting)
         mask = None if mask is None else to_numpy(mask)
     if not _is_tensor(acting):

@@ -21,6 +21,7 @@ from corral.errors import (
 from corral.groups import GroupMap
 from corral.values import debug_mode
 from corral.vector.backend import EnvFn, backend_class, check_options, check_timeout
+from corral.vector.deferred import DeferredChecks
 from corral.vector.layout import Layout, Role, array_tree, assemble, store
 from corral.vector.sampling import sample_array
 from corral.vector.shards import envs_text
@@ -113,6 +114,14 @@ class VectorEnv:
         array: ``"numpy"`` or ``"torch"``: what the batch's fields are.
         device: where torch fields live (``"cpu"``, ``"cuda"``); not ``"cpu"`` only
             on ``backend="sync"``.
+        deferred_checks: on a device (a natively batched env on ``device="cuda"``),
+            check ``Discrete`` and ``Box`` actions there without reading them back: an
+            invalid entry of an acting agent is replaced by a legal stand-in and the
+            first problem is raised by :meth:`raise_deferred` (which ``reset()`` and
+            ``close()`` call too) instead of by ``step()``. Wrong shapes and dtypes,
+            a missing group and other spaces still raise in ``step()``. Where the
+            layer computes on the host (numpy, torch on the CPU) checks stay
+            immediate.
         **options: backend options (``num_workers``, ``envs_per_worker``,
             ``start_method``, ``timeout``, ``ray_address``...); an option the
             backend does not take raises ``ValueError``.
@@ -143,6 +152,7 @@ class VectorEnv:
         check_finite: bool | None = None,
         array: str = "numpy",
         device: str = "cpu",
+        deferred_checks: bool = False,
         **options: Any,
     ) -> None:
         if on_env_error not in ("raise", "restart"):
@@ -200,7 +210,7 @@ class VectorEnv:
         ]
         # The checks of actions read acting and masks of CPU tensors through numpy views of
         # their memory (numpy's calls cost less at these sizes).
-        self._host_actions = inner.is_torch and inner.device == "cpu"
+        self._host_actions = inner.is_torch and inner.computes_on_host
         view = to_numpy if self._host_actions else (lambda a: a)
         self._action_arrays = {p: view(self._arrays[p]) for p in self.layout.paths(Role.ACTION)}
         self._action_plan = [
@@ -213,6 +223,10 @@ class VectorEnv:
             for name, g in self.layout.groups.items()
         ]
         self._views: Batch | None = None  # with copy=False every batch is the same views
+        self.deferred_checks = bool(deferred_checks)
+        self._deferred = None
+        if deferred_checks and not inner.computes_on_host:
+            self._deferred = DeferredChecks(self.layout, clip_actions)
         space = self.layout.state_space
         self._state_tree = None if space is None else array_tree(space)
         self._pending = _Pending.NONE
@@ -256,6 +270,7 @@ class VectorEnv:
 
     def reset_async(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         self._expect(_Pending.NONE, "reset_async")
+        self.raise_deferred()  # before the reset: a problem of the steps before it
         if seed is None and not self._started:
             seed = self._first_seed
         seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
@@ -344,11 +359,24 @@ class VectorEnv:
         """Every env's frame, in env order."""
         return self.call("render")
 
+    def raise_deferred(self) -> None:
+        """With ``deferred_checks`` on a device: raise the
+        :class:`~corral.errors.InvalidActionError` of the first invalid action since the
+        last call (naming the step, counted from that call), reading the device once;
+        nothing where there was none. Elsewhere it does nothing: ``step()`` raised."""
+        if self._deferred is not None:
+            self._deferred.raise_first()
+
     def close(self) -> None:
-        """Stop the envs and free their resources; calling it again does nothing."""
+        """Stop the envs and free their resources (then raise a deferred problem, see
+        :meth:`raise_deferred`); calling it again does nothing."""
         if self._pending is not _Pending.CLOSED:
-            self._pending = _Pending.CLOSED
-            self._backend.close()
+            self._shut()
+            self.raise_deferred()
+
+    def _shut(self) -> None:
+        self._pending = _Pending.CLOSED
+        self._backend.close()
 
     def __enter__(self) -> VectorEnv:
         return self
@@ -358,7 +386,7 @@ class VectorEnv:
 
     def __del__(self) -> None:
         if getattr(self, "_pending", _Pending.CLOSED) is not _Pending.CLOSED:
-            self.close()
+            self._shut()
 
     # -- internals ----------------------------------------------------------------------
 
@@ -415,6 +443,9 @@ class VectorEnv:
                     f"actions for unknown group {name!r}; the groups are {list(self.groups)}"
                 )
         checked = {}
+        deferred = self._deferred
+        if deferred is not None:
+            deferred.next_step()
         for name, group, acting, mask in self._action_plan:
             if name not in actions:
                 if acting.any():
@@ -425,6 +456,14 @@ class VectorEnv:
                     )
                 continue
             action, clipped = self._in_place(actions[name]), None
+            safe = (
+                None
+                if deferred is None
+                else deferred.check(name, group.action_space, action, acting, mask)
+            )
+            if safe is not None:  # checked on the device, problems kept there
+                checked[name] = (group, *safe)
+                continue
             if self.clip_actions:
                 action, clipped = self._clip(group.action_space, action, acting)
             problem = group_problem(group.action_space, action, acting, mask)
@@ -436,7 +475,9 @@ class VectorEnv:
                 raise InvalidActionError(f"{where}: expected {text}")
             checked[name] = (group, action, clipped)
         for name, (group, action, _) in checked.items():
-            store(group.action_tree, f"action/{name}", self._action_arrays, _host_of(action))
+            if self._host_actions:
+                action = _host_of(action)
+            store(group.action_tree, f"action/{name}", self._action_arrays, action)
         if self.clip_actions:
             for name, counts in self._clipped.items():
                 counts[...] = checked[name][2] if name in checked else 0
@@ -522,6 +563,7 @@ def make_vec(
     clip_actions: bool = False,
     on_env_error: Literal["raise", "restart"] = "raise",
     check_finite: bool | None = None,
+    deferred_checks: bool = False,
     env_kwargs: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> VectorEnv:
@@ -534,7 +576,8 @@ def make_vec(
     live; a native env computes there, in ``dtype`` where it takes one (natively batched
     MPE: ``"float64"``, the default on the CPU, or ``"float32"``). ``seed`` seeds the
     first ``reset()`` (env ``i`` gets ``seed + i``); the env's keyword arguments go in
-    ``env_kwargs``, backend options in ``**options``.
+    ``env_kwargs``, backend options in ``**options``; the other arguments are
+    :class:`VectorEnv`'s.
     """
     from corral.registry import batched_ids, spec
 
@@ -572,6 +615,7 @@ def make_vec(
         clip_actions=clip_actions,
         on_env_error=on_env_error,
         check_finite=check_finite,
+        deferred_checks=deferred_checks,
         **options,
     )
 
