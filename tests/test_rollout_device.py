@@ -390,3 +390,25 @@ def test_fixed_policies_of_groups_not_learned_play_torch_batches_as_numpy_ones(t
     columns = ("env_steps", "train_return", "train_episodes")
     rows = {a: [{c: r.get(c) for c in columns} for r in res.metrics] for a, res in results.items()}
     assert rows["torch"] == rows["numpy"] and len(rows["numpy"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({}, "torch"),  # natively batched, sync, on the GPU: the whole loop there
+        ({"array": "numpy"}, "numpy"),  # said so
+        ({"native": False}, "numpy"),  # dict envs step on the host
+        ({"backend": "subproc"}, "numpy"),  # shards share host memory
+        ({"env": "corral/rps"}, "numpy"),  # no natively batched implementation
+    ],
+)
+def test_on_a_gpu_a_native_run_plays_torch_batches_unless_told(settings, expected, monkeypatch):
+    from corral.training import runner as runner_module
+    from corral.training.config import RunConfig
+
+    monkeypatch.setattr(runner_module, "_device", lambda device: device)  # no GPU needed
+    run = RunConfig(**{"env": "mpe2/simple_spread_v3", "device": "cuda", **settings})
+    assert runner_module.training_array(run) == expected
+    assert runner_module.training_array(RunConfig(**{**settings, "device": "cpu"})) == (
+        settings.get("array", "numpy")
+    )

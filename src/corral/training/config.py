@@ -109,12 +109,14 @@ class RunConfig:
     dtype: Literal["float64", "float32"] | None = None
     """What a natively batched env computes in (``corral.make_vec``'s ``dtype``: natively
     batched MPE takes ``float32`` for speed); ``None``: the env's default."""
-    array: Literal["numpy", "torch"] = "numpy"
+    array: Literal["numpy", "torch"] | None = None
     """Where the training envs' batches live (``corral.make_vec``'s ``array``): NumPy on the
     host, or torch tensors on the run's ``device``, where a natively batched env then
     computes and the learners collect and learn with no host copy per step (MAPPO/IPPO
     from rollouts, DQN/MADDPG from replay memories on that device; not with ``self_play``).
-    Evaluations play on NumPy."""
+    ``None``: torch where the run's device is a GPU and its training envs are one natively
+    batched env on ``sync`` without ``self_play``, NumPy otherwise. Evaluations play on
+    NumPy."""
     check_finite: bool | None = None
     """Stop at a NaN or inf in an observation, reward or state of a training env, naming the
     env, agent and field (see ``VectorEnv``); ``None``: on in debug mode (``CORRAL_DEBUG=1``

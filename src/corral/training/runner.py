@@ -38,7 +38,7 @@ import numpy as np
 from corral.algos.base import Algorithm, FixedPolicy, resolve_device
 from corral.arrays import Place
 from corral.errors import CheckpointError
-from corral.registry import resolve
+from corral.registry import resolve, spec
 from corral.training import checkpoint
 from corral.training.collector import Collector, Progress, evaluate
 from corral.training.config import (
@@ -520,7 +520,7 @@ def build_venv(
     backend's options, by default the run's for its own backend (none for another).
     ``native`` and ``array``: as ``make_vec``'s, else the run's (torch on the run's device)."""
     backend = backend or run.backend
-    array = array or run.array
+    array = array or training_array(run)
     native = run.native if native is None else native
     if options is None:
         options = run.backend_options() if backend == run.backend else {}
@@ -543,6 +543,20 @@ def build_venv(
         env_kwargs={**run.env_kwargs, **env_kwargs},
         **options,
     )
+
+
+def training_array(run: RunConfig) -> str:
+    """The ``array`` of the run's training envs: its setting, else torch where they are one
+    natively batched env on ``sync`` on a GPU (without ``self_play``), else numpy."""
+    if run.array is not None:
+        return run.array
+    on_gpu = _device(run.device) != "cpu"
+    if not on_gpu or run.backend != "sync" or run.self_play:
+        return "numpy"
+    native = run.native
+    if native is None:
+        native = spec(run.env).batched is not None and run.group_map is None
+    return "torch" if native else "numpy"
 
 
 def build_eval_venv(config: TrainConfig) -> VectorEnv:
@@ -568,7 +582,7 @@ def build_algorithm(config: TrainConfig, venv: VectorEnv) -> Algorithm:
     run = config.run
     if run.self_play and not getattr(config.algo_config, "self_play", False):
         raise ConfigError(f"algorithm {config.algo!r} does not support self_play")
-    if run.array == "torch" and getattr(algo_cls, "learns_from", None) != "rollouts":
+    if training_array(run) == "torch" and getattr(algo_cls, "learns_from", None) != "rollouts":
         raise ConfigError(
             f"array='torch' needs an algorithm that learns from rollouts (mappo, ippo, dqn, "
             f"maddpg); "
