@@ -51,6 +51,13 @@ STEP, RESET = 0, 1
 """The calls :attr:`DictEnvs.inside` tells apart."""
 
 
+def call_inside(inside: Any) -> str | None:
+    """The env call that a :attr:`DictEnvs.inside` says (``"env 2's step()"``), if any."""
+    if inside[0] < 0:
+        return None
+    return f"env {inside[0]}'s {'step' if inside[1] == STEP else 'reset'}()"
+
+
 class DictEnvs(BatchedEnv):
     """The envs built by ``env_fns`` (global indices from ``offset``), packed into arrays.
 

@@ -6,6 +6,11 @@ The parent keeps the full arrays: a step sends each actor its rows of the
 actions and copies the rows of the batch that come back into place. What the
 parent makes of a dead or late actor is :mod:`corral.vector.shards`'s to say.
 
+An actor runs its calls one at a time, in the order they were sent, on one
+thread (not the process's main thread, so an env cannot set signal handlers
+there); a second thread (the :data:`WHERE` concurrency group) answers only
+:meth:`RayWorker.where`, so that an actor stuck in an env can still say which.
+
 Ray is optional and imported only when this backend is built.
 """
 
@@ -31,6 +36,7 @@ from corral.vector.backend import (
     guarded,
     set_shard_attrs,
 )
+from corral.vector.dict_envs import DictEnvs, call_inside
 from corral.vector.episodes import Episodes
 from corral.vector.layout import Layout, Role
 from corral.vector.shards import (
@@ -59,6 +65,12 @@ LOOPBACK = "127.0.0.1"
 
 CLOSE_TIMEOUT = 10.0
 """Most seconds ``close()`` waits for the actors to close their envs (less if ``timeout`` is)."""
+
+WHERE = "where"
+"""The concurrency group of :meth:`RayWorker.where`: a thread of its own in each actor."""
+
+WHERE_TIMEOUT = 1.0
+"""Most seconds the parent waits for late actors to say which env call they are stuck in."""
 
 
 def import_ray() -> Any:
@@ -119,6 +131,12 @@ class RayWorker:
         shard, self.shard = self.shard, None
         if shard is not None:
             shard.close()
+
+    def where(self) -> str | None:
+        """The env call the shard is in (``"env 2's step()"``), if its envs tell (dict envs
+        do). Runs in the :data:`WHERE` group, beside a call that may hang."""
+        shard = self.shard
+        return call_inside(shard.inside) if isinstance(shard, DictEnvs) else None
 
     def _run(self, what: str, command: Callable[[], None]) -> Reply:
         try:
@@ -247,7 +265,9 @@ class RayBackend(Backend):
     :mod:`corral.vector.shards` says: in a reset or step within the call (given
     ``start_timeout`` more to start), its episodes ending truncated in that
     batch (``done`` set, ``worker_restarts`` counted, the cut episode's stats
-    kept); after another call, at the next reset or step. An env that fails is
+    kept); after another call, at the next reset or step. A late actor of dict
+    envs is asked which env call it is stuck in, for the
+    :class:`~corral.errors.WorkerTimeoutError` to say. An env that fails is
     restarted by its actor, which returns its shard of the batch with the fault;
     the fault is raised once every shard is copied in.
     """
@@ -285,7 +305,8 @@ class RayBackend(Backend):
                 self._split(split_envs(self.num_envs, workers))
             if self._owns_ray and self._cpus_needed() > ray.cluster_resources().get("CPU", 0):
                 raise WorkerStartError(self._shortage("cannot start"))
-            self._remote = ray.remote(num_cpus=num_cpus_per_worker)(RayWorker)
+            remote = ray.remote(num_cpus=num_cpus_per_worker, concurrency_groups={WHERE: 1})
+            self._remote = remote(RayWorker)
             self._info = self._make_envs()
         except BaseException:
             self._shut(graceful=False)
@@ -508,10 +529,26 @@ class RayBackend(Backend):
                 return "error", _unwrap(err)
 
         try:
-            return gather([self.shards[k] for k in pending], ready, receive, timeout)
+            answers = gather([self.shards[k] for k in pending], ready, receive, timeout)
+            self._ask_where(answers.late)
         except KeyboardInterrupt:
             self._shut(graceful=False)
             raise
+        return answers
+
+    def _ask_where(self, late: list[_Actor]) -> None:
+        """Set the ``stuck_in`` of each late actor's shard: the env call it says it is in,
+        asked for at most :data:`WHERE_TIMEOUT` seconds (an actor that does not say: none)."""
+        ray = self._ray
+        asked = {s.handle.where.options(concurrency_group=WHERE).remote(): s for s in late}
+        for s in late:
+            s.stuck_in = None
+        if not asked:
+            return
+        said, _ = ray.wait(list(asked), num_returns=len(asked), timeout=WHERE_TIMEOUT)
+        for ref in said:
+            with contextlib.suppress(ray.exceptions.RayActorError):  # it died meanwhile
+                asked[ref].stuck_in = ray.get(ref)
 
     def _cpus_needed(self) -> float:
         return len(self.shards) * self.num_cpus_per_worker
