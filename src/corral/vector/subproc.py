@@ -172,6 +172,8 @@ _STEP_PICKLED = ForkingPickler.dumps(_STEP)
 
 SPIN_S = 0.001
 """How long an idle worker watches its pipe before it blocks on it (see :class:`_Inbox`)."""
+LONG_WAITS = 3
+"""After this many waits in a row that outlasted :data:`SPIN_S`, a worker blocks at once."""
 
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
@@ -184,27 +186,31 @@ class _Inbox:
     other workers their command. A worker that has just answered therefore watches its
     pipe for up to :data:`SPIN_S` (yielding its core to any process that wants it) before
     it blocks: a parent that steps again within that moment (a step loop) finds it awake.
-    After a wait that outlasted the watch (a parent busy between steps) the next wait
-    blocks at once, so idle workers do not spin while the parent computes.
+    After :data:`LONG_WAITS` waits in a row that outlasted the watch (a parent busy between
+    steps) it blocks at once, until a wait is short again, so idle workers do not spin
+    while the parent computes.
     """
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self._spin = SPIN_S if hasattr(select, "poll") else 0.0
-        if self._spin:
+        self._poll = None
+        if hasattr(select, "poll"):
             self._poll = select.poll()
             self._poll.register(conn.fileno(), select.POLLIN)
+        self._long_waits = 0  # in a row
 
     def receive(self) -> Any:
         """The next message from the parent (``EOFError`` once the parent is gone)."""
         start = time.perf_counter()
-        if self._spin:
-            deadline = start + self._spin
+        if self._poll is not None and self._long_waits < LONG_WAITS:
+            deadline = start + SPIN_S
             while not self._poll.poll(0) and time.perf_counter() < deadline:
                 _yield()
         message = self.conn.recv()
-        if hasattr(self, "_poll"):
-            self._spin = SPIN_S if time.perf_counter() - start <= SPIN_S else 0.0
+        if time.perf_counter() - start <= SPIN_S:
+            self._long_waits = 0
+        else:
+            self._long_waits += 1
         return message
 
 
