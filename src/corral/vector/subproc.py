@@ -4,7 +4,9 @@ Each worker runs a contiguous shard of the envs in series with an
 :class:`~corral.vector.episodes.Episodes` over its rows of the batch arrays,
 which live in one block of shared memory (:mod:`corral.vector.shared_memory`):
 workers write observations, rewards, masks and state there and the parent
-reads them without copies. Pipes carry only commands and small replies.
+reads them without copies. Pipes carry only commands and small replies; a
+worker that has answered watches its pipe for a moment before it blocks on it
+(:class:`_Inbox`), so a step loop wakes no sleeping worker.
 
 Every command sent to a worker gets exactly one reply, ``("ok", value)`` or
 ``("error", exc)``; the parent collects all replies before raising the first
