@@ -407,3 +407,51 @@ def test_a_worker_dead_before_the_step_is_sent_is_replaced_with_a_warning() -> N
             batch = venv.step(zero_actions(venv))
         assert batch.worker_restarts.tolist() == [0, 0, 1, 1]
         assert batch.truncated["a"][:, 0].tolist() == [False, False, True, True]
+
+
+# -- how commands reach a worker ----------------------------------------------------------
+
+
+def test_a_worker_inbox_hands_over_messages_in_order_then_the_parents_end() -> None:
+    from corral.vector.subproc import _Inbox
+
+    parent, child = mp.Pipe()
+    inbox = _Inbox(child)
+    parent.send(("reset", [0, 1], None))
+    parent.send(("step",))
+    assert inbox.receive() == ("reset", [0, 1], None)  # already there: no watch
+    assert inbox.receive() == ("step",)
+    threading.Timer(0.01, parent.send, (("call", "render", (), {}),)).start()
+    assert inbox.receive() == ("call", "render", (), {})  # sent while it watched or blocked
+    parent.close()
+    with pytest.raises(EOFError):  # an idle worker learns that its parent is gone
+        inbox.receive()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_yield"), reason="watches only where it can yield")
+def test_an_idle_worker_stops_watching_its_pipe_while_the_parent_is_busy() -> None:
+    """After LONG_WAITS waits in a row longer than SPIN_S, a worker blocks at once: a parent
+    that computes between steps does not share its cores with spinning workers."""
+    from corral.vector import subproc as sp
+
+    parent, child = mp.Pipe()
+    inbox = sp._Inbox(child)
+
+    def cpu_of_a_wait(delay: float) -> float:
+        """CPU seconds this thread spends receiving a message sent ``delay`` s later."""
+        timer = threading.Timer(delay, parent.send, (("step",),))
+        timer.start()
+        start = time.thread_time()
+        assert inbox.receive() == ("step",)
+        spent = time.thread_time() - start
+        timer.join()
+        return spent
+
+    for _ in range(sp.LONG_WAITS):
+        cpu_of_a_wait(20 * sp.SPIN_S)
+    # A watch would spend about SPIN_S of CPU here (less on a loaded machine); blocking at
+    # once spends a few microseconds.
+    assert cpu_of_a_wait(20 * sp.SPIN_S) < sp.SPIN_S / 4
+    parent.send(("step",))
+    inbox.receive()  # a short wait: it watches again next time
+    assert inbox._long_waits == 0

@@ -4,7 +4,9 @@ Each worker runs a contiguous shard of the envs in series with an
 :class:`~corral.vector.episodes.Episodes` over its rows of the batch arrays,
 which live in one block of shared memory (:mod:`corral.vector.shared_memory`):
 workers write observations, rewards, masks and state there and the parent
-reads them without copies. Pipes carry only commands and small replies.
+reads them without copies. Pipes carry only commands and small replies; a
+worker that has answered watches its pipe for a moment before it blocks on it
+(:class:`_Inbox`), so a step loop wakes no sleeping worker.
 
 Every command sent to a worker gets exactly one reply, ``("ok", value)`` or
 ``("error", exc)``; the parent collects all replies before raising the first
@@ -23,9 +25,11 @@ those still there (hung in C code that holds the GIL, where no thread runs).
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing as mp
 import os
 import pickle
+import select
 import signal
 import subprocess
 import sys
@@ -35,7 +39,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from multiprocessing.reduction import recv_handle, send_handle
+from multiprocessing.reduction import ForkingPickler, recv_handle, send_handle
 from typing import Any
 
 import cloudpickle
@@ -164,6 +168,54 @@ def _exit_after_parent(handle: int) -> None:
     os._exit(1)
 
 
+_OK = ForkingPickler.dumps(("ok", None))  # the usual reply, pickled once
+_STEP = ("step",)
+_STEP_PICKLED = ForkingPickler.dumps(_STEP)
+
+SPIN_S = 0.001
+"""How long an idle worker watches its pipe before it blocks on it (see :class:`_Inbox`)."""
+LONG_WAITS = 3
+"""After this many waits in a row that outlasted :data:`SPIN_S`, a worker blocks at once."""
+
+_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
+
+
+class _Inbox:
+    """A worker's end of the pipe from the parent, watched for a moment before it blocks.
+
+    Waking a process blocked on a pipe costs tens of microseconds on a busy machine, and
+    more where the woken worker takes the parent's core before the parent has sent the
+    other workers their command. A worker that has just answered therefore watches its
+    pipe for up to :data:`SPIN_S` (yielding its core to any process that wants it) before
+    it blocks: a parent that steps again within that moment (a step loop) finds it awake.
+    After :data:`LONG_WAITS` waits in a row that outlasted the watch (a parent busy between
+    steps) it blocks at once, until a wait is short again, so idle workers do not spin
+    while the parent computes.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._poll = None
+        if hasattr(select, "poll"):
+            self._poll = select.poll()
+            self._poll.register(conn.fileno(), select.POLLIN)
+        self._long_waits = 0  # in a row
+
+    def receive(self) -> Any:
+        """The next message from the parent (``EOFError`` once the parent is gone)."""
+        start = time.perf_counter()
+        if self._poll is not None and self._long_waits < LONG_WAITS:
+            deadline = start + SPIN_S
+            while not self._poll.poll(0) and time.perf_counter() < deadline:
+                _yield()
+        message = self.conn.recv()
+        if time.perf_counter() - start <= SPIN_S:
+            self._long_waits = 0
+        else:
+            self._long_waits += 1
+        return message
+
+
 def _serve(
     conn: Connection, payload: bytes, offset: int, inherited: list[Any], inside: Any
 ) -> None:
@@ -185,9 +237,10 @@ def _serve(
         shard.inside = inside
     conn.send(("ok", EnvInfo.of(shard)))  # the parent lays out the batch from worker 0's
     server = _Server(conn, shard, offset)
+    inbox = _Inbox(conn)
     while True:
         try:
-            command, *args = conn.recv()
+            command, *args = inbox.receive()
         except (EOFError, ConnectionResetError):  # the parent is gone
             break
         if command == "close":
@@ -197,7 +250,10 @@ def _serve(
         except Exception as err:
             reply = ("error", env_error(offset, f"{command}()", err))
         try:
-            conn.send(reply)
+            if reply[1] is None and reply[0] == "ok":
+                conn.send_bytes(_OK)
+            else:
+                conn.send(reply)
         except (BrokenPipeError, ConnectionResetError):  # the parent is gone
             break
         except (pickle.PicklingError, TypeError, AttributeError) as err:
@@ -219,6 +275,8 @@ class _Worker(Shard):
     """The exit code of the last process stopped (negative: the signal that ended it)."""
     inside: Any = None
     """The process's :attr:`DictEnvs.inside <corral.vector.dict_envs.DictEnvs.inside>`."""
+    replied: bool = False
+    """Its pipe was found readable (a reply, or its end) and not read yet."""
 
     def where_stuck(self) -> str | None:
         """The env call the process is in (``"env 2's step()"``), if its envs tell."""
@@ -237,7 +295,7 @@ class _Worker(Shard):
             self.process.close()
         if self.conn is not None:
             self.conn.close()
-        self.process, self.conn, self.dead = None, None, True
+        self.process, self.conn, self.dead, self.replied = None, None, True, False
 
 
 def _shutdown(workers: list[_Worker], fds: list[int], reaper_process: subprocess.Popen) -> None:
@@ -332,7 +390,7 @@ class SubprocBackend(Backend):
 
     def step_async(self) -> None:
         self._clear_step_fields()
-        self._post("step", lambda w: ("step",), None)
+        self._post("step", lambda w: _STEP, None)
 
     def _clear_step_fields(self) -> None:
         """Clear the step fields here too: a worker that dies in the call leaves exactly
@@ -480,7 +538,10 @@ class SubprocBackend(Backend):
                 continue
             command = message(worker)
             try:
-                worker.conn.send(command)
+                if command is _STEP:
+                    worker.conn.send_bytes(_STEP_PICKLED)
+                else:
+                    worker.conn.send(command)
                 if fd is not None:
                     send_handle(worker.conn, fd, worker.process.pid)
             except (BrokenPipeError, ConnectionResetError):  # it died before this call
@@ -502,15 +563,36 @@ class SubprocBackend(Backend):
 
 def _ready(workers: list[_Worker], timeout: float | None) -> list[_Worker]:
     """The workers that replied or died within ``timeout`` seconds."""
-    handles = {w.conn: w for w in workers}
-    handles.update({w.process.sentinel: w for w in workers})
-    return list(dict.fromkeys(handles[h] for h in wait(list(handles), timeout)))
+    conns = {w.conn.fileno(): w for w in workers}
+    sentinels = {w.process.sentinel: w for w in workers}
+    ready = _readable([*conns, *sentinels], timeout)
+    for fd in ready:
+        if fd in conns:
+            conns[fd].replied = True
+    return list(dict.fromkeys(conns.get(fd) or sentinels[fd] for fd in ready))
+
+
+def _readable(fds: list[int], timeout: float | None) -> list[int]:
+    """The file descriptors of ``fds`` readable (or closed) within ``timeout`` seconds."""
+    if not hasattr(select, "poll"):
+        return wait(fds, timeout)
+    poll = select.poll()
+    for fd in fds:
+        poll.register(fd, select.POLLIN)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        ms = None if deadline is None else max(0, math.ceil((deadline - time.monotonic()) * 1000))
+        ready = poll.poll(ms)
+        if ready or ms == 0:
+            return [fd for fd, _ in ready]
 
 
 def _receive(worker: _Worker) -> Answer:
     """The worker's reply, or ``("dead", None)`` (and the worker stopped) if it died."""
+    replied, worker.replied = worker.replied, False
     try:
-        reply = worker.conn.recv() if worker.conn.poll() else None
+        readable = replied or _readable([worker.conn.fileno()], 0)
+        reply = worker.conn.recv() if readable else None
     except (EOFError, OSError):  # the pipe broke with the process
         reply = None
     if reply is None:
