@@ -57,7 +57,7 @@ from corral.vector.backend import (
     env_error,
     set_shard_attrs,
 )
-from corral.vector.dict_envs import STEP, DictEnvs
+from corral.vector.dict_envs import DictEnvs, call_inside
 from corral.vector.episodes import Episodes, clear_step_fields
 from corral.vector.layout import Layout
 from corral.vector.shards import (
@@ -280,9 +280,7 @@ class _Worker(Shard):
 
     def where_stuck(self) -> str | None:
         """The env call the process is in (``"env 2's step()"``), if its envs tell."""
-        if self.inside is None or self.inside[0] < 0:
-            return None
-        return f"env {self.inside[0]}'s {'step' if self.inside[1] == STEP else 'reset'}()"
+        return None if self.inside is None else call_inside(self.inside)
 
     def stop(self, grace: float = 0.0) -> None:
         """End the process (killing it after ``grace`` seconds) and release the pipe."""
