@@ -172,7 +172,7 @@ FACTORIES = (
 )
 """``torch`` functions allocating a tensor: on the host where no ``device`` is given."""
 
-INDEXING = ("__getitem__", "__setitem__", "index_put", "index_put_")
+INDEXING = ("__getitem__", "__setitem__")
 """Tensor methods taking an index: a list or a numpy array there is host data."""
 
 METADATA = (
@@ -218,7 +218,8 @@ def _tensors(values: object) -> list[torch.Tensor]:
 
 
 def _has_numpy(values: object) -> bool:
-    if isinstance(values, (np.ndarray, np.generic)):
+    """Whether ``values`` holds a numpy array (a numpy scalar is a Python number to torch)."""
+    if isinstance(values, np.ndarray):
         return True
     if isinstance(values, (tuple, list)):
         return any(_has_numpy(v) for v in values)
@@ -279,10 +280,10 @@ class _Transfers(TorchFunctionMode):
                 self.count(f"{name}(host tensor)")
             _tag(result, not moves)  # moved: device data (asynchronously with non_blocking)
             return result
-        if name in INDEXING and args and not _is_host_tensor(args[0]):
+        if f"__{name.strip('_')}__" in INDEXING and args and not _is_host_tensor(args[0]):
             if _index_is_host(args[1]):
                 self.count(f"{name}(host index)")
-            elif name == "__setitem__" and any(_is_host_tensor(t) for t in _tensors(args[2:])):
+            elif "setitem" in name and any(_is_host_tensor(t) for t in _tensors(args[2:])):
                 self.count(f"{name}(host value)")
             return result
         tensors = _tensors((args, kwargs))

@@ -27,6 +27,7 @@ import corral  # noqa: E402
 from corral.arrays import Place, to_numpy  # noqa: E402
 from corral.envs.tag_batched import BatchedTag  # noqa: E402
 from corral.errors import InvalidActionError  # noqa: E402
+from corral.sources import _MPE2_BATCHED  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
 CUDA = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
@@ -175,6 +176,22 @@ def test_a_step_copies_nothing_from_the_host_on_a_device(as_on_a_gpu, id, env_kw
             ended.append(venv.step(actions).done)
     venv.close()
     assert sum(int(d.sum()) for d in ended) >= 4 * 3  # several autoresets of every copy
+    assert counts == {}, counts
+
+
+@pytest.mark.parametrize("name", sorted(_MPE2_BATCHED))
+def test_no_native_mpe_scenario_copies_from_the_host_per_step(as_on_a_gpu, name):
+    venv = corral.make_vec(
+        f"mpe2/{name}", 3, array="torch", seed=0, env_kwargs={"max_cycles": 6},
+        deferred_checks=True,
+    )  # fmt: skip
+    batch = venv.reset(seed=0)
+    rng = np.random.default_rng(0)
+    plan = [on("cpu", legal_actions(venv, batch, rng)) for _ in range(14)]
+    with counting_transfers() as counts:
+        for actions in plan:  # two autoresets of every copy
+            venv.step(actions)
+    venv.close()
     assert counts == {}, counts
 
 
