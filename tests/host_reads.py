@@ -8,25 +8,32 @@ one-argument ``torch.where``, indexing by a bool tensor), waits for the device.
 machine checks what ``torch.cuda.set_sync_debug_mode("error")`` checks on a GPU.
 
 The other direction, :func:`counting_transfers`: on a GPU, a tensor made of host
-memory (numpy arrays, lists, Python numbers) copies it to the device with a
-synchronising ``cudaMemcpy``. On the CPU every tensor is host memory, so the
-counter tells host data from device data by where it came from:
+memory (numpy arrays, lists, Python numbers) is copied to the device by a
+``cudaMemcpy`` that synchronises (unless it is asynchronous, from pinned memory).
+On the CPU every tensor is host memory, so the counter tells host data from
+device data by where it came from:
 
-- host data is a numpy array or scalar, a list or tuple (of numbers or arrays), or a
-  Python number given as the data of ``torch.tensor``/``as_tensor``/``asarray``/
-  ``Tensor.new_tensor``; and a *host tensor*: one made by ``torch.from_numpy``, by
-  those calls without a ``device``, or by a factory (``torch.zeros``, ``arange``,
-  ``full``...) without a ``device``, while counting;
-- every other tensor is device data (made on the place's device, or computed from
-  device data);
+- host data is a numpy array, a list or tuple (of numbers or arrays), or a Python
+  number given as the data of ``torch.tensor``/``as_tensor``/``asarray``/
+  ``Tensor.new_tensor``; and a *host tensor*: one made, while counting, by
+  ``torch.from_numpy``, by those calls without a ``device``, by a factory
+  (``torch.zeros``, ``arange``, ``rand``...) without a ``device``, or computed from
+  host tensors alone (host work, as a draw from a CPU generator);
+- every other tensor is device data: made on the place's device, computed from
+  device data, or made before counting began (build the objects first: the
+  constants of a constructor are copied once);
 - a transfer is a tensor made of host data with a ``device`` given (or by
-  ``new_tensor``, which takes its tensor's device), or any torch call that takes
-  host data among its tensor arguments: ``x.to(device)`` or ``torch.as_tensor(x,
-  device=)`` of a host tensor, ``torch.where(mask, x, host_tensor)``, indexing with
-  a list, a numpy array or a host tensor (``x[[0, 2]]``, ``x[np_index] = ...``),
-  writing host data in (``x[mask] = np_array``). Python numbers as operands
-  (``x * 2.0``, ``torch.full(shape, 0.5, device=)``) are kernel arguments, not
-  copies.
+  ``new_tensor``, on its tensor's device), or a call where host data meets device
+  data: ``x.to(device)``/``.cuda()`` or ``torch.as_tensor(x, device=)`` of a host
+  tensor, an operation mixing a host tensor (not a 0-d one: a CPU scalar is a
+  kernel's argument on a GPU) with device tensors (``torch.where(mask, x,
+  host_tensor)``, ``x + host_tensor``, ``x.copy_(host_tensor)``), indexing a device
+  tensor with a list, a numpy array or a host tensor (``x[[0, 2]]``,
+  ``x[np_index] = ...``), writing a host tensor into one, any torch call given a
+  numpy array. Python and numpy numbers as operands (``x * 2.0``,
+  ``torch.full(shape, 0.5, device=)``) are kernel arguments, not copies.
+- a copy with ``non_blocking=True`` is asynchronous (from pinned memory on a GPU, as
+  ``corral.algos.networks.to_device`` makes it): not counted.
 """
 
 from __future__ import annotations

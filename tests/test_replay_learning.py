@@ -100,6 +100,33 @@ def test_as_on_a_gpu_replay_learners_copy_nothing_from_the_host_per_step(name, m
     assert sum(copies[4 * 40].values()) <= 2, copies[4 * 40]
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("name", list(LEARNERS))
+def test_on_cuda_replay_learners_synchronise_a_constant_number_of_times(name):
+    import warnings
+    from collections import Counter
+
+    make, settings, env = LEARNERS[name]
+    syncs = {}
+    for train_freq in (4 * 13, 4 * 40):
+        venv = spread(4, "torch", "cuda", deferred=True, **env)
+        algo = make(venv, "cuda", train_freq=train_freq, **settings)
+        collector = RolloutCollector(venv, algo, seed=0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                collector.run(2 * train_freq)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        venv.close()
+        # a synchronising call (a read back, or a copy from the host that is not
+        # asynchronous) warns from the Python line that made it
+        lines = [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+        syncs[train_freq] = Counter(lines)
+    assert syncs[4 * 13] == syncs[4 * 40], (syncs[4 * 13], syncs[4 * 40])
+
+
 def filled(name, array):
     """The replay rows after 60 vector steps without exploration (deterministic acting)."""
     make, _, env = LEARNERS[name]
