@@ -179,10 +179,6 @@ def test_a_step_copies_nothing_from_the_host_on_a_device(as_on_a_gpu, id, env_kw
     assert counts == {}, counts
 
 
-READ_IN_RESET = {"simple_line_v1": "corral.envs.mpe.simple_line:_second"}
-"""Scenarios whose reset still reads the host (mpe2 turns a landmark until it is inside)."""
-
-
 @pytest.mark.parametrize("name", sorted(_MPE2_BATCHED))
 def test_no_native_mpe_scenario_reads_or_copies_the_host_per_step(as_on_a_gpu, name):
     venv = corral.make_vec(
@@ -196,11 +192,53 @@ def test_no_native_mpe_scenario_reads_or_copies_the_host_per_step(as_on_a_gpu, n
         for actions in plan:  # two autoresets of every copy
             venv.step(actions)
     venv.close()
-    assert copies == {}, copies
-    if name in READ_IN_RESET:
-        assert {key.rpartition(":")[0] for key in reads} == {READ_IN_RESET[name]}, reads
-    else:
-        assert reads == {}, reads
+    assert copies == {} and reads == {}, (copies, reads)
+
+
+def test_simple_lines_second_landmark_on_a_device_is_the_hosts(monkeypatch):
+    # many resets: the landmark turned (up to its most turns) as on the host, read nothing
+    from corral.envs.mpe.simple_line import BatchedSimpleLine
+
+    venvs = [
+        venv_of("mpe2/simple_line_v1", {"dtype": "float64"}, device_path, monkeypatch)
+        for device_path in (False, True)
+    ]
+    on_device, turned = BatchedSimpleLine._second_on_device, []
+
+    def counting_turns(self, first, theta):
+        start = first + self.TOTAL_SEP * torch.stack([theta.cos(), theta.sin()], 1)
+        turned.append((start.abs() >= 1.0).any(1).sum())  # outside before turning
+        return on_device(self, first, theta)
+
+    monkeypatch.setattr(BatchedSimpleLine, "_second_on_device", counting_turns)
+    seeds = range(40)
+    with counting_reads() as reads:
+        states = [venvs[1].reset(seed=seed).state for seed in seeds]
+    assert reads == {}, reads
+    for seed, state in zip(seeds, states, strict=True):
+        np.testing.assert_array_equal(to_numpy(state), to_numpy(venvs[0].reset(seed=seed).state))
+    assert int(sum(turned)) >= 20  # copies whose landmark turned
+    for venv in venvs:
+        venv.close()
+
+
+def test_simple_line_never_needs_more_turns_than_its_device_path_tries():
+    # mpe2's loop, at the corners of the first landmark's square (the longest arcs outside)
+    from corral.envs.mpe.simple_line import BatchedSimpleLine
+
+    most = 0
+    for first in [(0.25, 0.25), (-0.25, 0.25), (0.25, -0.25), (-0.25, -0.25), (0.0, 0.0)]:
+        for theta in np.linspace(0.0, 2 * np.pi, 3600, endpoint=False):
+            turns = 0
+            while True:
+                loc = np.array(first) + BatchedSimpleLine.TOTAL_SEP * np.array(
+                    [np.cos(theta), np.sin(theta)]
+                )
+                if abs(loc[0]) < 1.0 and abs(loc[1]) < 1.0:
+                    break
+                theta, turns = theta + np.radians(5), turns + 1
+            most = max(most, turns)
+    assert 38 <= most <= BatchedSimpleLine.MAX_TURNS
 
 
 @pytest.mark.parametrize(
