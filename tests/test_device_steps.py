@@ -5,8 +5,8 @@ natively batched env ends and restarts episodes with masked blends (no read of
 which copies ended) and, with ``deferred_checks=True``, checks actions without
 reading them back. A CPU-only machine runs that path by setting
 ``Place.numpy_on_cpu = False`` ("as on a GPU"): the tests count the calls that
-would synchronise a GPU (:mod:`host_reads`) and compare the batches with the
-host path's, step by step. CUDA variants run under
+would synchronise a GPU (:mod:`host_reads`), reads back to the host and copies
+from it, and compare the batches with the host path's, step by step. CUDA variants run under
 ``torch.cuda.set_sync_debug_mode("error")`` where a GPU is present.
 """
 
@@ -21,12 +21,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from host_reads import counting_reads  # noqa: E402
+from host_reads import counting_reads, counting_transfers  # noqa: E402
 
 import corral  # noqa: E402
 from corral.arrays import Place, to_numpy  # noqa: E402
 from corral.envs.tag_batched import BatchedTag  # noqa: E402
 from corral.errors import InvalidActionError  # noqa: E402
+from corral.sources import _MPE2_BATCHED  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
 CUDA = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
@@ -96,6 +97,19 @@ STEPPED = [
 ]
 
 
+COPIED = [
+    pytest.param("mpe2/simple_spread_v3", {}, "float32", id="simple_spread-float32"),
+    pytest.param("mpe2/simple_spread_v3", {}, "float64", id="simple_spread-float64"),
+    pytest.param(
+        "mpe2/simple_spread_v3", {"continuous_actions": True}, "float32", id="continuous-float32"
+    ),
+    pytest.param(
+        "mpe2/simple_spread_v3", {"continuous_actions": True}, "float64", id="continuous-float64"
+    ),
+    pytest.param("mdp/climbing", {}, None, id="climbing"),
+]
+
+
 def stepped_reads(id: str, env_kwargs: dict, device: str, steps: int = 100, **settings) -> tuple:
     """The host reads of ``steps`` vector steps of ``id`` (4 copies) with legal actions
     placed on ``device`` beforehand, and how many episodes ended."""
@@ -121,9 +135,11 @@ def test_a_step_reads_nothing_back_on_a_device(as_on_a_gpu, id, env_kwargs):
 
 
 @CUDA
-@pytest.mark.parametrize(("id", "env_kwargs"), STEPPED)
-def test_on_cuda_a_step_never_synchronises(id, env_kwargs):
-    counts, ended = stepped_reads(id, env_kwargs, "cuda", deferred_checks=True)
+@pytest.mark.parametrize(("id", "env_kwargs", "dtype"), COPIED)
+def test_on_cuda_a_step_never_synchronises(id, env_kwargs, dtype):
+    # no read back, and no copy from the host (a copy that is not asynchronous synchronises)
+    settings = {} if dtype is None else {"dtype": dtype}
+    counts, ended = stepped_reads(id, env_kwargs, "cuda", deferred_checks=True, **settings)
     assert ended >= 4 * 3 and counts == {}, counts
 
 
@@ -140,6 +156,126 @@ def test_without_deferred_checks_the_action_checks_read_the_host(as_on_a_gpu):
     counts, _ = stepped_reads("mdp/climbing", {}, "cpu", steps=10)
     assert sum(counts.values()) >= 10
     assert all(key.startswith("corral.vector.validation") for key in counts), counts
+
+
+# -- no copy from the host per step ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("id", "env_kwargs", "dtype"), COPIED)
+def test_a_step_copies_nothing_from_the_host_on_a_device(as_on_a_gpu, id, env_kwargs, dtype):
+    settings = {} if dtype is None else {"dtype": dtype}
+    venv = corral.make_vec(
+        id, 4, array="torch", seed=0, env_kwargs=env_kwargs, deferred_checks=True, **settings
+    )
+    batch = venv.reset(seed=0)
+    rng = np.random.default_rng(0)
+    plan = [on("cpu", legal_actions(venv, batch, rng)) for _ in range(100)]
+    ended = []
+    with counting_transfers() as counts:
+        for actions in plan:
+            ended.append(venv.step(actions).done)
+    venv.close()
+    assert sum(int(d.sum()) for d in ended) >= 4 * 3  # several autoresets of every copy
+    assert counts == {}, counts
+
+
+@pytest.mark.parametrize("name", sorted(_MPE2_BATCHED))
+def test_no_native_mpe_scenario_reads_or_copies_the_host_per_step(as_on_a_gpu, name):
+    venv = corral.make_vec(
+        f"mpe2/{name}", 3, array="torch", seed=0, env_kwargs={"max_cycles": 6},
+        deferred_checks=True,
+    )  # fmt: skip
+    batch = venv.reset(seed=0)
+    rng = np.random.default_rng(0)
+    plan = [on("cpu", legal_actions(venv, batch, rng)) for _ in range(14)]
+    with counting_reads() as reads, counting_transfers() as copies:
+        for actions in plan:  # two autoresets of every copy
+            venv.step(actions)
+    venv.close()
+    assert copies == {} and reads == {}, (copies, reads)
+
+
+def test_simple_lines_second_landmark_on_a_device_is_the_hosts(monkeypatch):
+    # many resets: the landmark turned (up to its most turns) as on the host, read nothing
+    from corral.envs.mpe.simple_line import BatchedSimpleLine
+
+    venvs = [
+        venv_of("mpe2/simple_line_v1", {"dtype": "float64"}, device_path, monkeypatch)
+        for device_path in (False, True)
+    ]
+    on_device, turned = BatchedSimpleLine._second_on_device, []
+
+    def counting_turns(self, first, theta):
+        start = first + self.TOTAL_SEP * torch.stack([theta.cos(), theta.sin()], 1)
+        turned.append((start.abs() >= 1.0).any(1).sum())  # outside before turning
+        return on_device(self, first, theta)
+
+    monkeypatch.setattr(BatchedSimpleLine, "_second_on_device", counting_turns)
+    seeds = range(40)
+    with counting_reads() as reads:
+        states = [venvs[1].reset(seed=seed).state for seed in seeds]
+    assert reads == {}, reads
+    for seed, state in zip(seeds, states, strict=True):
+        np.testing.assert_array_equal(to_numpy(state), to_numpy(venvs[0].reset(seed=seed).state))
+    assert int(sum(turned)) >= 20  # copies whose landmark turned
+    for venv in venvs:
+        venv.close()
+
+
+def test_simple_line_never_needs_more_turns_than_its_device_path_tries():
+    # mpe2's loop, at the corners of the first landmark's square (the longest arcs outside)
+    from corral.envs.mpe.simple_line import BatchedSimpleLine
+
+    most = 0
+    for first in [(0.25, 0.25), (-0.25, 0.25), (0.25, -0.25), (-0.25, -0.25), (0.0, 0.0)]:
+        for theta in np.linspace(0.0, 2 * np.pi, 3600, endpoint=False):
+            turns = 0
+            while True:
+                loc = np.array(first) + BatchedSimpleLine.TOTAL_SEP * np.array(
+                    [np.cos(theta), np.sin(theta)]
+                )
+                if abs(loc[0]) < 1.0 and abs(loc[1]) < 1.0:
+                    break
+                theta, turns = theta + np.radians(5), turns + 1
+            most = max(most, turns)
+    assert 38 <= most <= BatchedSimpleLine.MAX_TURNS
+
+
+@pytest.mark.parametrize(
+    "copy",
+    [
+        lambda t, m: torch.tensor([1.0, 2.0], device=t.device),
+        lambda t, m: torch.tensor(0.5, device=t.device),
+        lambda t, m: torch.as_tensor(np.zeros(3), device=t.device),
+        lambda t, m: torch.from_numpy(np.zeros(3)).to(t.device),
+        lambda t, m: torch.zeros(3).to(t.device),
+        lambda t, m: torch.from_numpy(np.zeros(3)).float().cuda(),
+        lambda t, m: t.new_tensor([1.0]),
+        lambda t, m: t[[0, 2]],
+        lambda t, m: t[np.array([0, 2])],
+        lambda t, m: t[None][:, [0, 1]],
+        lambda t, m: t[torch.tensor([0, 2])],
+        lambda t, m: t.__setitem__(m, torch.from_numpy(np.ones(2, np.float32))),
+        lambda t, m: torch.where(m, t, torch.from_numpy(np.ones(3, np.float32))),
+        lambda t, m: t + torch.ones(3),
+        lambda t, m: t.copy_(torch.from_numpy(np.ones(3, np.float32))),
+    ],
+    ids=lambda _: "",
+)
+def test_the_counter_sees_every_copy_from_the_host(copy, monkeypatch):
+    values, flags = torch.zeros(3), torch.tensor([True, False, True])
+    monkeypatch.setattr(torch.Tensor, "cuda", lambda t: t.to("cpu"), raising=True)
+    with counting_transfers() as counts:
+        copy(values, flags)
+        # not copies: kernels with Python numbers, device indices and device data, work on
+        # the host alone, and asynchronous copies (from pinned memory on a GPU)
+        values * 2.0, torch.where(flags, values, 0.0), values.to(torch.float64)
+        torch.full((2,), 0.5, device="cpu"), torch.arange(3, device="cpu")
+        values[torch.arange(2, device="cpu")], values[0], values[1:], values[flags]
+        torch.as_tensor(values, device="cpu"), torch.zeros(2, device="cpu").shape
+        torch.log(torch.rand(4).clamp_(min=1e-20)), values * torch.tensor(2.0)
+        values + torch.rand(3).to("cpu", non_blocking=True)
+    assert sum(counts.values()) == 1, counts
 
 
 @pytest.mark.parametrize(

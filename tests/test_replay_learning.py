@@ -14,18 +14,19 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_rollout_device import DEVICES, counting_reads, run_settings  # noqa: E402
+from host_reads import counting_transfers  # noqa: E402
+from test_rollout_device import DEVICES, HOST_SIDE, counting_reads, run_settings  # noqa: E402
 
 import corral  # noqa: E402
 from corral.algos.dqn import DQN  # noqa: E402
 from corral.algos.maddpg import MADDPG  # noqa: E402
-from corral.arrays import to_numpy  # noqa: E402
+from corral.arrays import Place, to_numpy  # noqa: E402
 from corral.training.rollout_collector import RolloutCollector  # noqa: E402
 
 SPREAD = "mpe2/simple_spread_v3"
 
 
-def spread(num_envs, array, device="cpu", continuous=False, state=False):
+def spread(num_envs, array, device="cpu", continuous=False, state=False, deferred=False):
     return corral.make_vec(
         SPREAD,
         num_envs,
@@ -36,6 +37,7 @@ def spread(num_envs, array, device="cpu", continuous=False, state=False):
         dtype="float64",
         state=state,
         env_kwargs={"continuous_actions": continuous},
+        deferred_checks=deferred,
     )
 
 
@@ -76,6 +78,53 @@ def test_a_rollout_and_its_gradient_steps_read_the_host_a_constant_number_of_tim
     # the same reads whatever the steps per rollout: none of them is per step
     assert reads[4 * 13] == reads[4 * 40], (reads[4 * 13], reads[4 * 40])
     assert sum(reads[4 * 40].values()) <= 10 * 2, reads[4 * 40]
+
+
+@pytest.mark.parametrize("name", list(LEARNERS))
+def test_as_on_a_gpu_replay_learners_copy_nothing_from_the_host_per_step(name, monkeypatch):
+    # the vector layer on its device path too (Place.numpy_on_cpu = False): copies from the
+    # host are per run at most (an action space's bounds, once), never per step or rollout
+    monkeypatch.setattr(Place, "numpy_on_cpu", False)
+    make, settings, env = LEARNERS[name]
+    copies = {}
+    for train_freq in (4 * 13, 4 * 40):
+        venv = spread(4, "torch", deferred=True, **env)
+        algo = make(venv, "cpu", train_freq=train_freq, **settings)
+        collector = RolloutCollector(venv, algo, seed=0)
+        with counting_transfers(host_side=HOST_SIDE) as counts:
+            progress = collector.run(2 * train_freq)
+        venv.close()
+        assert len(progress.updates) == 2 and progress.episode_returns
+        copies[train_freq] = counts
+    assert copies[4 * 13] == copies[4 * 40], (copies[4 * 13], copies[4 * 40])
+    assert sum(copies[4 * 40].values()) <= 2, copies[4 * 40]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("name", list(LEARNERS))
+def test_on_cuda_replay_learners_synchronise_a_constant_number_of_times(name):
+    import warnings
+    from collections import Counter
+
+    make, settings, env = LEARNERS[name]
+    syncs = {}
+    for train_freq in (4 * 13, 4 * 40):
+        venv = spread(4, "torch", "cuda", deferred=True, **env)
+        algo = make(venv, "cuda", train_freq=train_freq, **settings)
+        collector = RolloutCollector(venv, algo, seed=0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                collector.run(2 * train_freq)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        venv.close()
+        # a synchronising call (a read back, or a copy from the host that is not
+        # asynchronous) warns from the Python line that made it
+        lines = [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+        syncs[train_freq] = Counter(lines)
+    assert syncs[4 * 13] == syncs[4 * 40], (syncs[4 * 13], syncs[4 * 40])
 
 
 def filled(name, array):

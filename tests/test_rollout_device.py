@@ -10,7 +10,8 @@ layer and the envs read nothing per step either (``vector/episodes.py``,
 ``deferred_checks``): with the vector layer taking its device path on the CPU
 (``Place.numpy_on_cpu = False``, as on a GPU) every read is counted, the calls
 that would synchronise a GPU without reading a value included
-(tests/host_reads.py). CUDA variants run where a GPU is present.
+(tests/host_reads.py), and so is every copy from the host to the device. CUDA
+variants run where a GPU is present.
 """
 
 from __future__ import annotations
@@ -142,11 +143,17 @@ def test_as_on_a_gpu_everything_reads_the_host_a_constant_number_of_times_per_ro
     reads = {}
     for steps in (13, 40):  # episodes of 25 steps end in both runs
         venv, algo, collector = torch_collector(algo_cls, "cpu", rollout_steps=steps, deferred=True)
-        with host_reads.counting_reads(host_side=HOST_SIDE) as counts:
+        with (
+            host_reads.counting_reads(host_side=HOST_SIDE) as counts,
+            host_reads.counting_transfers(host_side=HOST_SIDE) as copies,
+        ):
             progress = collector.run(2 * steps * venv.num_envs)
         venv.close()
         assert algo.updates == 2 and progress.episode_returns
         reads[steps] = counts
+        # nor a copy from the host: constants made on the device once, the policy's draws
+        # (from a CPU generator) copied asynchronously
+        assert copies == {}, copies
     assert reads[13] == reads[40], (reads[13], reads[40])
     assert sum(reads[40].values()) <= 12 * 2, reads[40]
     # the one read of the vector layer: the actions' problems, once per rollout

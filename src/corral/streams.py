@@ -71,7 +71,7 @@ class CopyStreams:
         if place.is_torch:
             torch = import_torch()
             self._select = torch.where
-            self._on_host = torch.device(place.device).type == "cpu"
+            self._on_host = place.computes_on_host  # else as on a GPU: no read
         else:
             self._select, self._on_host = np.where, True
 

@@ -710,12 +710,19 @@ def _critic_action(space: spaces.Space, action: Any) -> Any:
     return np.clip(scaled, -1, 1).reshape(*lead, -1).astype(np.float32)
 
 
+_BOUNDS: dict[tuple[int, str], tuple[spaces.Box, torch.Tensor, torch.Tensor]] = {}
+"""``_bounds``' tensors by space and device: copied to a device once, not in every step."""
+
+
 def _bounds(space: spaces.Box, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """A ``Box``'s ``low`` and ``high`` as float tensors on ``device``."""
-    return (
-        torch.as_tensor(space.low, dtype=torch.float32, device=device),
-        torch.as_tensor(space.high, dtype=torch.float32, device=device),
-    )
+    key = (id(space), str(device))
+    cached = _BOUNDS.get(key)
+    if cached is None or cached[0] is not space:
+        low = torch.as_tensor(space.low, dtype=torch.float32, device=device)
+        high = torch.as_tensor(space.high, dtype=torch.float32, device=device)
+        cached = _BOUNDS[key] = (space, low, high)
+    return cached[1], cached[2]
 
 
 def _as_float32(x: Any) -> Any:

@@ -40,7 +40,7 @@ def to_device(x: torch.Tensor, device: str | torch.device) -> torch.Tensor:
     for the GPU's queued work: drawing from a CPU generator then costs no synchronisation."""
     device = torch.device(device)
     if device.type != "cuda":
-        return x.to(device)
+        return x.to(device, non_blocking=True)  # asynchronous, as to a GPU (a no-op on the CPU)
     return x.pin_memory().to(device, non_blocking=True)
 
 

@@ -232,6 +232,7 @@ def _counters(next_: int, size: int, device: Any) -> tuple[Any, Any]:
     import torch
 
     return (
-        torch.tensor(next_, dtype=torch.int64, device=device),
-        torch.tensor(size, dtype=torch.int64, device=device),
+        # filled on the device (torch.tensor would copy from the host)
+        torch.full((), next_, dtype=torch.int64, device=device),
+        torch.full((), size, dtype=torch.int64, device=device),
     )

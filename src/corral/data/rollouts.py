@@ -403,10 +403,9 @@ class RolloutBuilder:
         mask = self._open[g]  # not tested for any(): that would read a device back
         xp = _xp(mask)
         n_env, n = mask.shape
-        env = xp.arange(n_env).reshape(-1, 1)
-        agent = xp.arange(n).reshape(1, -1)
-        if xp is not np:
-            env, agent = env.to(mask.device), agent.to(mask.device)
+        on = {} if xp is np else {"device": mask.device}  # made there: no copy from the host
+        env = xp.arange(n_env, **on).reshape(-1, 1)
+        agent = xp.arange(n, **on).reshape(1, -1)
         keep = [name for name in arrays if name not in _STEP_OUTPUTS and name != "acting"]
         fields = {name: arrays[name][self._row[g], env, agent] for name in keep}
         state = None if self._state is None else self._state[self._row[g], env]

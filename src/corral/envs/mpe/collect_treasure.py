@@ -60,6 +60,9 @@ class BatchedCollectTreasure(BatchedMPE):
         self._one_hot = self.table(np.eye(self.num_types))
         # [deposit type one-hot, held type one-hot] of each deposit: constant.
         self._deposit_code = self.table(np.concatenate([np.eye(d), np.zeros((d, d))], 1))
+        # each copy's first row in _views' flattened tables of a rows (agents) or t (treasures)
+        starts = np.arange(self.num_envs)[:, None, None]
+        self._row_starts = {rows: self.table(starts * rows, np.int64) for rows in {a, t}}
         zeros = self.place.zeros
         self.holding = zeros((self.num_envs, c), np.int64) - 1  # each collector's type, -1: none
         self.kind = zeros((self.num_envs, t), np.int64)  # each treasure's type
@@ -237,7 +240,7 @@ class BatchedCollectTreasure(BatchedMPE):
         ``[E, rows, size]`` (its first two columns positions, made relative to each
         agent's own ``pos``)."""
         e, rows, size = table.shape
-        flat = order + self.place.from_host(np.arange(e)[:, None, None] * rows)
+        flat = order + self._row_starts[rows]
         view = self.ops.take(table.reshape(1, e * rows, size), flat.reshape(-1))
         view = view.reshape(*order.shape, size)  # a fresh array: made relative in place
         view[..., :2] = view[..., :2] - pos[:, :, None]

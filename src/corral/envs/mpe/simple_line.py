@@ -42,6 +42,8 @@ class BatchedSimpleLine(BatchedTargetMatching):
     def _second(self, first: Array, theta: Array, where: Array | None) -> tuple[Array, Array]:
         """The direction and position of the second landmark, as mpe2 turns ``theta``, in
         the copies ``where`` selects."""
+        if not self.place.computes_on_host:  # on a device: every turn at once, no read
+            return self._second_on_device(first, theta)
         ops, step = self.ops, np.radians(5)
         while True:
             direction = ops.stack([ops.cos(theta), ops.sin(theta)], 1)
@@ -52,6 +54,25 @@ class BatchedSimpleLine(BatchedTargetMatching):
             if not bool(to_numpy(outside).any()):
                 return direction, second
             theta = ops.where(outside, theta + step, theta)
+
+    MAX_TURNS = 40
+    """The most turns mpe2 may need: around a first landmark in ``[-0.25, 0.25]^2`` the
+    second lies outside the square on an arc of at most 196.3 degrees (at a corner, where
+    its cosine or sine is at least 0.6), passed in 40 turns of 5 degrees."""
+
+    def _second_on_device(self, first: Array, theta: Array) -> tuple[Array, Array]:
+        """:meth:`_second` by trying ``theta`` and its :data:`MAX_TURNS` turns (added one by
+        one, as mpe2 does) in every copy, and taking each copy's first inside."""
+        torch, step = self.ops.torch, np.radians(5)
+        turns = [theta]
+        for _ in range(self.MAX_TURNS):
+            turns.append(turns[-1] + step)
+        thetas = torch.stack(turns, 1)  # [E, turn]
+        direction = torch.stack([torch.cos(thetas), torch.sin(thetas)], 2)  # [E, turn, 2]
+        second = first[:, None] + self.TOTAL_SEP * direction
+        inside = (abs(second) < 1.0).all(2)
+        chosen = inside.to(torch.uint8).argmax(1)[:, None, None].expand(-1, 1, 2)
+        return direction.gather(1, chosen)[:, 0], second.gather(1, chosen)[:, 0]
 
     def targets(self) -> Array:
         return self._targets

@@ -134,7 +134,7 @@ class BatchedWorld:
         self._keep = table(1 - bodies.damping)
         self._cf = table(bodies.contact_force)
         self._k = table(bodies.contact_margin)
-        self._movable_agent = np.flatnonzero(bodies.movable[:na])
+        self._movable_agent = table(np.flatnonzero(bodies.movable[:na]), np.int64)
         self._zero = table(0.0)
 
     def step(self, u: Array, c: Array) -> None:
