@@ -101,6 +101,11 @@ class BatchedTag(BatchedEnv):
         self._ops = _NumpyOps() if by_numpy else _TorchOps(self.place.device)
         # The arrays given out: the computed ones (fresh copies of them), as the place's.
         self._give = self.place.from_host if by_numpy else (lambda array: array)
+        # The batch's tensors given to write_into, by id: (tensor, its numpy view). A step
+        # gets the same action tensors (and a reset the same ``where``) every time; a torch
+        # call costs several numpy ones, so each is viewed once.
+        self._views_of_tensors = by_numpy and self.place.is_torch
+        self._known: dict[int, tuple[Any, np.ndarray]] = {}
         self._generators = CopyGenerators(self.num_envs)
         self._draws = Choices(self.num_envs, len(tag._free_cells), len(self.possible_agents))
         self._drawing = np.zeros(self.num_envs, bool)  # copies whose generator _draws holds
@@ -207,6 +212,10 @@ class BatchedTag(BatchedEnv):
             if not self._ops.fits(views[path], mine):
                 return False
         self._out, self._given = views, {path: arrays[path] for path in views}
+        if self._views_of_tensors:
+            self._known = {
+                id(a): (a, to_numpy(a)) for a in arrays.values() if _in_place(a, self.place)
+            }
         self._shared = True
         return True
 
@@ -226,7 +235,7 @@ class BatchedTag(BatchedEnv):
     ) -> BatchedStep:
         """Place every agent of the selected copies on distinct free cells drawn from the
         copy's generator; the other copies' episodes go on."""
-        rows = selected_copies(where, self.num_envs)
+        rows = selected_copies(None if where is None else self._computed(where), self.num_envs)
         if seed is None and self._draws.exact and self._drawing[rows].all():
             # Each copy keeps drawing from the generator its last draw came from.
             draws = self._draws.choose(None, rows)
@@ -332,7 +341,7 @@ class BatchedTag(BatchedEnv):
                 f"for the groups {list(self._groups)}"
             )
         value = actions[group]
-        value = self._compute.asarray(to_numpy(value) if self._compute != self.place else value)
+        value = self._compute.asarray(self._computed(value))
         shape = (self.num_envs, len(self._groups[group]))
         if tuple(value.shape) != shape:
             raise ValueError(
@@ -340,6 +349,16 @@ class BatchedTag(BatchedEnv):
                 "(one action per copy and agent of the group)"
             )
         return self._ops.int64(value)
+
+    def _computed(self, array: Array) -> Array:
+        """An array of the env's place as one of where it computes (a numpy view of a CPU
+        tensor)."""
+        if not self._views_of_tensors:
+            return array
+        known = self._known.get(id(array))
+        if known is not None and known[0] is array:
+            return known[1]
+        return to_numpy(array)
 
     def _result(
         self,
