@@ -266,16 +266,19 @@ class Episodes:
         kept so), as is otherwise."""
         if not self._on_host:
             return out
-        views = self._views
+        get = self._views.get
         fields = {}
         for name in _STEP_ATTRIBUTES:
             value = getattr(out, name)
             if type(value) is dict:  # per group: mostly the batch's own tensors
-                value = {
-                    g: views[id(v)] if id(v) in views else _host_tree(v) for g, v in value.items()
-                }
-            elif value is not None:
-                value = views[id(value)] if id(value) in views else _host_tree(value)
+                host = {}
+                for g, v in value.items():
+                    view = get(id(v))
+                    host[g] = _host_tree(v) if view is None else view
+                value = host
+            elif value is not None and not (type(value) is list and not value):
+                view = get(id(value))
+                value = _host_tree(value) if view is None else view
             fields[name] = value
         return BatchedStep(**fields)
 
