@@ -121,6 +121,8 @@ def to_numpy(array: Any) -> np.ndarray:
         return array
     detach = getattr(array, "detach", None)
     if detach is not None:
+        if array.is_cpu and not array.requires_grad:  # one torch call instead of three
+            return array.numpy()
         return detach().cpu().numpy()
     return np.asarray(array)
 

@@ -101,6 +101,11 @@ class BatchedTag(BatchedEnv):
         self._ops = _NumpyOps() if by_numpy else _TorchOps(self.place.device)
         # The arrays given out: the computed ones (fresh copies of them), as the place's.
         self._give = self.place.from_host if by_numpy else (lambda array: array)
+        # The batch's tensors given to write_into, by id: (tensor, its numpy view). A step
+        # gets the same action tensors (and a reset the same ``where``) every time; a torch
+        # call costs several numpy ones, so each is viewed once.
+        self._views_of_tensors = by_numpy and self.place.is_torch
+        self._known: dict[int, tuple[Any, np.ndarray]] = {}
         self._generators = CopyGenerators(self.num_envs)
         self._draws = Choices(self.num_envs, len(tag._free_cells), len(self.possible_agents))
         self._drawing = np.zeros(self.num_envs, bool)  # copies whose generator _draws holds
@@ -207,6 +212,10 @@ class BatchedTag(BatchedEnv):
             if not self._ops.fits(views[path], mine):
                 return False
         self._out, self._given = views, {path: arrays[path] for path in views}
+        if self._views_of_tensors:
+            self._known = {
+                id(a): (a, to_numpy(a)) for a in arrays.values() if _in_place(a, self.place)
+            }
         self._shared = True
         return True
 
@@ -226,7 +235,7 @@ class BatchedTag(BatchedEnv):
     ) -> BatchedStep:
         """Place every agent of the selected copies on distinct free cells drawn from the
         copy's generator; the other copies' episodes go on."""
-        rows = selected_copies(where, self.num_envs)
+        rows = selected_copies(None if where is None else self._computed(where), self.num_envs)
         if seed is None and self._draws.exact and self._drawing[rows].all():
             # Each copy keeps drawing from the generator its last draw came from.
             draws = self._draws.choose(None, rows)
@@ -332,7 +341,7 @@ class BatchedTag(BatchedEnv):
                 f"for the groups {list(self._groups)}"
             )
         value = actions[group]
-        value = self._compute.asarray(to_numpy(value) if self._compute != self.place else value)
+        value = self._compute.asarray(self._computed(value))
         shape = (self.num_envs, len(self._groups[group]))
         if tuple(value.shape) != shape:
             raise ValueError(
@@ -340,6 +349,16 @@ class BatchedTag(BatchedEnv):
                 "(one action per copy and agent of the group)"
             )
         return self._ops.int64(value)
+
+    def _computed(self, array: Array) -> Array:
+        """An array of the env's place as one of where it computes (a numpy view of a CPU
+        tensor)."""
+        if not self._views_of_tensors:
+            return array
+        known = self._known.get(id(array))
+        if known is not None and known[0] is array:
+            return known[1]
+        return to_numpy(array)
 
     def _result(
         self,
@@ -354,13 +373,14 @@ class BatchedTag(BatchedEnv):
         cell, alive = self._cell, self._alive
         if copies is not None:
             cell, alive = ops.columns(cell, copies), ops.columns(alive, copies)
+        # An agent not alive reads its mask table's all-legal rows below its cell.
+        below = ops.multiply(~alive, num_cells)
         for g in self._group_list:
             name = g.name
             ops.put_rows(ops.flat(out[f"obs/{name}"]), values[g.values], copies)
             ops.put_rows(out[f"alive/{name}"], alive[g.agents], copies)
             ops.assign(out[f"acting/{name}"], out[f"alive/{name}"])  # acting is alive here
-            # An agent not alive reads the table's all-legal rows below its cell.
-            key = cell[g.agents] + num_cells * ~alive[g.agents]
+            key = ops.copy_major_sum(cell[g.agents], below[g.agents])
             ops.put_masks(out[f"action_mask/{name}"], g.masks, key, copies)
         if "state" in out:
             ops.put_rows(out["state"], values[self._state_rows], copies)
@@ -430,6 +450,9 @@ class _Group:
 
 class _NumpyOps:
     """The operations whose numpy and torch spellings differ; arrays are agent-major."""
+
+    def __init__(self) -> None:
+        self._columns: dict[int, tuple[np.ndarray, list]] = {}
 
     concatenate, where = staticmethod(np.concatenate), staticmethod(np.where)
     subtract, multiply = staticmethod(np.subtract), staticmethod(np.multiply)
@@ -502,18 +525,45 @@ class _NumpyOps:
         """How many of ``flags`` (``[Y, E]``) hold in each copy, as float64."""
         return flags.sum(0, dtype=np.float64)
 
+    def copy_major_sum(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``(a + b).T`` as a new C-contiguous array, for ``a``, ``b`` ``[n, K]`` (a few ``n``):
+        one strided write per row (a transposing copy of a few values per item is slow)."""
+        out = np.empty(a.shape[::-1], np.result_type(a, b))
+        for j in range(len(a)):
+            np.add(a[j], b[j], out=out[:, j])
+        return out
+
     def put_masks(
         self, out: np.ndarray, table: np.ndarray, key: np.ndarray, copies: np.ndarray | None
     ) -> None:
-        """``out[copies]`` (all for ``None``): the rows ``key`` (``[n, K]``) of a mask
-        table ``[*, n_actions]``, ``out`` being ``[E, n, n_actions]``."""
-        # One item of n_actions bytes per mask: one copy per item, not n_actions.
-        item = f"V{table.shape[1]}"
-        items = table.view(item)[:, 0]
-        if copies is None:
-            np.take(items, key.T, out=out.view(item)[..., 0], mode="clip")
-        else:
-            out.view(item)[copies, :, 0] = np.take(items, key.T)
+        """``out[copies]`` (all for ``None``): the rows ``key`` (``[K, n]``, C-contiguous) of a
+        mask table ``[*, n_actions]`` of bool, ``out`` being ``[E, n, n_actions]``."""
+        if copies is not None:  # one item of n_actions bytes per mask
+            item = f"V{table.shape[1]}"
+            out.view(item)[copies, :, 0] = np.take(table.view(item)[:, 0], key)
+            return
+        # Each mask's bytes as a few unsigned integers (9: 8 + 1) read from tables of them,
+        # written through strided views of out: numpy takes such items at C speed, where
+        # it copies other sizes one call each.
+        e, n, width = out.shape
+        for offset, column in self._mask_columns(table):
+            part = np.ndarray((e, n), column.dtype, out, offset, (n * width, width))
+            np.take(column, key, out=part, mode="clip")
+
+    def _mask_columns(self, table: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """``table``'s rows cut into unsigned integers of 8, 4, 2, 1 bytes: (offset, the
+        column of them), kept for the table."""
+        kept = self._columns.get(id(table))
+        if kept is not None and kept[0] is table:
+            return kept[1]
+        columns, offset, width = [], 0, table.shape[1]
+        for size in (8, 4, 2, 1):
+            while width - offset >= size:
+                part = np.ascontiguousarray(table[:, offset : offset + size])
+                columns.append((offset, part.view(f"u{size}")[:, 0]))
+                offset += size
+        self._columns[id(table)] = (table, columns)
+        return columns
 
 
 class _TorchOps:
@@ -587,8 +637,11 @@ class _TorchOps:
     def count(self, flags: Any) -> Any:
         return flags.sum(0, dtype=self.torch.float64)
 
+    def copy_major_sum(self, a: Any, b: Any) -> Any:
+        return (a + b).T.contiguous()
+
     def put_masks(self, out: Any, table: Any, key: Any, copies: Any | None) -> None:
-        masks = self.take(table, key.T)
+        masks = self.take(table, key)
         if copies is None:
             out.copy_(masks)
         else:
@@ -620,6 +673,14 @@ class Choices:
         self.next = np.zeros(num_copies, np.int64)  # each copy's next unread word
         self.end = np.zeros(num_copies, np.int64)  # and the end of its words
         self.sources: list[np.random.Generator | None] = [None] * num_copies
+        self.sourced = np.zeros(num_copies, bool)
+        # Draws computed ahead from the words, for many copies at once (a reset of a few
+        # copies then reads theirs): [copy, draw, value], each copy's next and end.
+        self.ahead = self.size // max(len(self.bounds), 1)
+        dtype = np.int16 if m <= np.iinfo(np.int16).max else np.int64
+        self.ready = np.zeros((num_copies, self.ahead, n), dtype)
+        self.ready_at = np.zeros(num_copies, np.int64)
+        self.ready_end = np.zeros(num_copies, np.int64)
         # Floyd's algorithm on 32-bit words is numpy's way for these sizes.
         floyd = 0 < n <= m < 2**32 and not (m > 10000 and n > m // 50)
         self.exact = floyd and (not check or _emulation_matches(m, n))
@@ -635,8 +696,59 @@ class Choices:
                 out[k] = generator.choice(self.m, size=self.n, replace=False)
             return out.T
         for i, generator in zip(rows.tolist(), generators or (), strict=generators is not None):
-            if generator is not self.sources[i]:  # a new generator: forget the old words
+            if generator is not self.sources[i]:  # a new generator: forget what was read
                 self.sources[i], self.next[i], self.end[i] = generator, 0, 0
+                self.ready_at[i] = self.ready_end[i] = 0
+                self.sourced[i] = True
+        at = self.ready_at[rows]
+        if (at >= self.ready_end[rows]).any():
+            self._prepare()
+            at = self.ready_at[rows]
+        have = at < self.ready_end[rows]
+        out = self.ready[rows, at].T.astype(np.int64)
+        self.ready_at[rows] = at + have
+        if not have.all():  # a copy whose next draw has a word that Lemire's method rejects
+            lacking = np.flatnonzero(~have)
+            out[:, lacking] = self._direct(rows[lacking])
+        return out
+
+    def _prepare(self) -> None:
+        """Compute ahead the draws of every copy (with a generator) that has half of them or
+        fewer left, those with none among them: one read of words per copy for many draws,
+        and the copies' draws computed together, so that most calls only read draws. A
+        copy's draws stop before one that has a word that Lemire's method rejects
+        (:meth:`_direct` draws that one)."""
+        ahead, d, n = self.ahead, len(self.bounds), self.n
+        left = self.ready_end - self.ready_at
+        batch = np.flatnonzero((left <= ahead // 2) & self.sourced)
+        count = len(batch)
+        kept = left[batch]
+        moved = np.flatnonzero(kept)
+        if len(moved):  # the draws a copy has left, to the front
+            copies = batch[moved]
+            index = np.minimum(self.ready_at[copies][:, None] + np.arange(ahead), ahead - 1)
+            self.ready[copies] = self.ready[copies[:, None], index]
+        for i in batch.tolist():  # every copy's words from its first
+            self._refill(i)
+        room = ahead - kept
+        if d:
+            room = np.minimum(room, self.end[batch] // d)
+        # Each word times its bound's span: the low 32 bits say whether Lemire's method
+        # rejects the word, the high 32 bits are the bounded integer.
+        scaled = self.words[batch, : ahead * d] * np.tile(self.spans, ahead)
+        halves = scaled.astype("<u8", copy=False).view("<u4").reshape(count, ahead, d, 2)
+        rejected = (halves[..., 0] < self.thresholds.astype(np.uint32)).any(2)
+        room = np.minimum(room, np.where(rejected.any(1), rejected.argmax(1), ahead))
+        values = halves[..., 1].astype(np.int64).reshape(count * ahead, d)
+        draws = self._arrange(values).T.reshape(count, ahead, n)
+        b, k = np.nonzero(np.arange(ahead) < room[:, None])
+        self.ready[batch[b], kept[b] + k] = draws[b, k]
+        self.ready_at[batch] = 0
+        self.ready_end[batch] = kept + room
+        self.next[batch] = room * d
+
+    def _direct(self, rows: np.ndarray) -> np.ndarray:
+        """``[n, K]``: the next draw of each copy of ``rows``, read from its words."""
         d = len(self.bounds)
         for i in rows[self.end[rows] - self.next[rows] < d].tolist():
             self._refill(i)
@@ -654,15 +766,23 @@ class Choices:
     def _arrange(self, values: np.ndarray) -> np.ndarray:
         """``[n, K]``: the draws, from each copy's bounded integers ``[K, len(bounds)]``."""
         m, n, k = self.m, self.n, len(values)
-        out, columns, d = np.empty((n, k), np.int64), np.arange(k), 0
+        out, d = np.empty((n, k), np.int64), 0
         for t, j in enumerate(range(m - n, m)):  # Floyd: a value in [0, j], or j if taken
             value = values[:, d] if j else np.zeros(k, np.int64)
             d += j > 0
-            out[t] = np.where((out[:t] == value).any(0), j, value) if t else value
+            if t:
+                taken = out[0] == value
+                for s in range(1, t):  # (numpy's any() along a short axis is slow)
+                    taken |= out[s] == value
+                value = np.where(taken, j, value)
+            out[t] = value
+        flat, columns = out.reshape(-1), np.arange(k)
         for i in range(n - 1, 0, -1):  # the shuffle: swap value i with value [0, i]
-            other = values[:, d]
+            other = values[:, d] * k + columns  # its place in out, flat
             d += 1
-            out[i], out[other, columns] = out[other, columns], out[i].copy()
+            picked = flat[other]
+            flat[other] = out[i]
+            out[i] = picked
         return out
 
     def _one_by_one(self, rows: np.ndarray) -> np.ndarray:
@@ -690,8 +810,7 @@ class Choices:
         raw = self.sources[i].bit_generator.random_raw((self.size - len(left)) // 2)
         end = len(left) + 2 * len(raw)
         self.words[i, : len(left)] = left
-        self.words[i, len(left) : end : 2] = raw & np.uint64(0xFFFFFFFF)
-        self.words[i, len(left) + 1 : end : 2] = raw >> np.uint64(32)
+        self.words[i, len(left) : end] = raw.astype("<u8", copy=False).view("<u4")  # low first
         self.next[i], self.end[i] = 0, end
 
 

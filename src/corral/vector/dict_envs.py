@@ -18,7 +18,6 @@ resets it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -109,13 +108,13 @@ class DictEnvs(BatchedEnv):
         self._packer = _Packer(self.layout, self.arrays, offset, check_finite)
         self._views: dict[str, Any] | None = None  # what every call returns: the arrays
         # The agents of each env that act next.
-        self._acting: list[tuple[str, ...]] = [()] * self.num_envs
+        self._acting: list[Sequence[tuple[str, int, _GroupArrays]]] = [()] * self.num_envs
         # How many agents each env's alive row holds: a step that leaves env.agents with
         # another count had agents join (or break the contract), and alive is read anew.
         self._num_alive = [0] * self.num_envs
         self._to_rebuild: set[int] = set()  # failed: rebuilt at their next reset
         self._broken: set[int] = set()  # could not be restarted: tried again each step
-        self.inside: Any = (ctypes.c_int64 * 2)(-1, -1)
+        self.inside: Any = [-1, -1]
         """``[env, call]``: the global index of the env being stepped (``call`` :data:`STEP`)
         or reset (:data:`RESET`), ``env`` -1 between calls. A backend whose worker may hang
         puts shared memory here, to tell which env it hung in."""
@@ -214,7 +213,7 @@ class DictEnvs(BatchedEnv):
         inside = self.inside
         inside[1] = STEP
         offset, envs, acting, broken = self.offset, self.envs, self._acting, self._broken
-        num_alive, record, place = self._num_alive, packer.record_step, packer.place
+        num_alive, record = self._num_alive, packer.record_step
         state = self.state_space is not None
         packer.keep()
         for i in range(self.num_envs):
@@ -227,8 +226,7 @@ class DictEnvs(BatchedEnv):
                     continue
                 env = envs[i]  # what it raises in here is its step() fault
                 actions = {}
-                for agent in acting[i]:
-                    j, _, _, g = place[agent]
+                for agent, j, g in acting[i]:
                     values = g.actions
                     actions[agent] = g.read_action((i, j)) if values is None else values[i][j]
                 obs, rewards, terminations, truncations, infos = env.step(actions)
@@ -572,8 +570,9 @@ class _Packer:
         truncations: Any,
         infos: Any,
         num_alive: list[int],
-    ) -> list[tuple[str, _GroupArrays, int]]:
-        """Gather env ``i``'s step; the agents that act next."""
+    ) -> Sequence[tuple[str, int, _GroupArrays]]:
+        """Gather env ``i``'s step; the agents that act next (as :meth:`record_obs` gives
+        them)."""
         if not (
             type(obs) is dict
             and type(rewards) is dict
@@ -636,15 +635,18 @@ class _Packer:
 
     def record_obs(
         self, i: int, obs: Any, infos: Any, call: str
-    ) -> list[tuple[str, _GroupArrays, int]]:
-        """Gather the observations (and masks) of env ``i``; the agents that act next."""
+    ) -> list[tuple[str, int, _GroupArrays]]:
+        """Gather the observations (and masks) of env ``i``; the agents that act next, each
+        with its index in its group and its group's arrays."""
         if type(obs) is not dict or type(infos) is not dict:
             self._check_dicts(i, call, {"obs": obs, "infos": infos})
         place = self.place
         if obs:
             self.observed += 1
+        acting = []
         for agent, value in obs.items():
             j, n, got, g = place.get(agent) or self._unknown(i, agent, "obs")
+            acting.append((agent, j, g))
             f = i * n + j
             got.obs_idx.append(f)
             got.obs_val.append(value)
@@ -660,7 +662,7 @@ class _Packer:
                         got.mask_val.append(mask)
                 elif info is not None and type(info) is not dict:
                     self._info(i, infos, agent, "action_mask")  # raises
-        return tuple(obs)
+        return acting
 
     def add_state(self, i: int, value: Any) -> None:
         self.states[0].append(i)

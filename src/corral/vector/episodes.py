@@ -91,6 +91,7 @@ class Episodes:
         ]
         self._finals += [(arrays["final_" + path], arrays[path]) for path in self._state]
         self._finals.append((arrays["episode_length"], arrays["running_length"]))
+        self._finals = [(_as_rows(final), _as_rows(now)) for final, now in self._finals]
         self._step_arrays = [
             (g, *(arrays[f"{field}/{g}"] for field in _STEP_FIELDS)) for g in self.groups
         ]
@@ -273,16 +274,19 @@ class Episodes:
         kept so), as is otherwise."""
         if not self._on_host:
             return out
-        views = self._views
+        get = self._views.get
         fields = {}
         for name in _STEP_ATTRIBUTES:
             value = getattr(out, name)
             if type(value) is dict:  # per group: mostly the batch's own tensors
-                value = {
-                    g: views[id(v)] if id(v) in views else _host_tree(v) for g, v in value.items()
-                }
-            elif value is not None:
-                value = views[id(value)] if id(value) in views else _host_tree(value)
+                host = {}
+                for g, v in value.items():
+                    view = get(id(v))
+                    host[g] = _host_tree(v) if view is None else view
+                value = host
+            elif value is not None and not (type(value) is list and not value):
+                view = get(id(value))
+                value = _host_tree(value) if view is None else view
             fields[name] = value
         return BatchedStep(**fields)
 
@@ -433,6 +437,15 @@ def _any_agent(flags: Any) -> Any:
     for j in range(1, flags.shape[1]):  # a reduction along a short axis is slow in numpy
         out |= flags[:, j]
     return out
+
+
+def _as_rows(array: Any) -> Any:
+    """A C-contiguous numpy array ``[E, ...]`` as ``[E]`` items, each a row's bytes (numpy
+    copies the rows that an index selects an item each, not a value each: a few times
+    faster); other arrays as they are."""
+    if not isinstance(array, np.ndarray) or not array.flags.c_contiguous or not array.size:
+        return array
+    return array.reshape(len(array), -1).view(f"V{array[0].nbytes}")[:, 0]
 
 
 def _indices(mask: Any) -> Any:
