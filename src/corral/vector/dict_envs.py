@@ -387,6 +387,7 @@ class _Gathered:
         "dead",
         "final_idx",
         "final_val",
+        "lists",
         "mask_idx",
         "mask_val",
         "obs_idx",
@@ -410,10 +411,12 @@ class _Gathered:
         self.dead: list[int] = []  # agents that ended
         self.term: list[int] = []
         self.trunc: list[int] = []
+        # Every list above (each is only ever changed in place).
+        self.lists = tuple(getattr(self, name) for name in self.__slots__ if name != "lists")
 
     def clear(self) -> None:
-        for name in self.__slots__:
-            getattr(self, name).clear()
+        for values in self.lists:
+            values.clear()
 
     def drop(self, lo: int, hi: int) -> None:
         """Forget the entries of flat indices ``lo <= f < hi`` (one env's agents)."""
