@@ -203,10 +203,15 @@ def _discrete_fine(space: spaces.Discrete, array: Any, acting: Any, mask: Any | 
         return False
     low, n = int(space.start), int(space.n)
     if isinstance(array, np.ndarray) and array.dtype.kind == "i" and array.size:
-        if array.size <= _FEW_ACTIONS:  # Python's min and max: less per call than numpy's
+        if array.size <= _FEW_ACTIONS:  # as Python integers: less per call than numpy
             values = array.ravel().tolist()
             if min(values) < low or max(values) >= low + n:
                 return False
+            if mask is None:
+                return True
+            if isinstance(mask, np.ndarray):  # each entry's flat index in the mask, as below
+                legal = mask.reshape(-1).item
+                return all(legal(r * n + v - low) for r, v in enumerate(values))
         # In range in one pass: below low, as unsigned, is beyond every bound.
         elif (array - low if low else array).view(f"u{array.dtype.itemsize}").max() >= n:
             return False
