@@ -470,7 +470,7 @@ def _as_rows(array: Any) -> Any:
 def _indices(mask: Any) -> Any:
     """The indices where a bool array ``[E]`` holds, in its namespace."""
     if isinstance(mask, np.ndarray):
-        return np.flatnonzero(mask)
+        return mask.nonzero()[0]  # np.flatnonzero's, without its wrappers
     return mask.nonzero().squeeze(1)
 
 
