@@ -387,6 +387,7 @@ class _Gathered:
         "dead",
         "final_idx",
         "final_val",
+        "lists",
         "mask_idx",
         "mask_val",
         "obs_idx",
@@ -410,10 +411,12 @@ class _Gathered:
         self.dead: list[int] = []  # agents that ended
         self.term: list[int] = []
         self.trunc: list[int] = []
+        # Every list above (each is only ever changed in place).
+        self.lists = tuple(getattr(self, name) for name in self.__slots__ if name != "lists")
 
     def clear(self) -> None:
-        for name in self.__slots__:
-            getattr(self, name).clear()
+        for values in self.lists:
+            values.clear()
 
     def drop(self, lo: int, hi: int) -> None:
         """Forget the entries of flat indices ``lo <= f < hi`` (one env's agents)."""
@@ -467,6 +470,12 @@ class _GroupArrays:
         )
         self.actions: list[list[Any]] | None = None
         self.got = _Gathered()
+        self.every = list(range(len(self.acting)))  # the flat index of every agent, in order
+
+    def rows(self, idx: list[int]) -> list[int] | slice:
+        """Flat indices ``idx`` as a slice where they are every agent in order (a cheaper
+        write), else as they are."""
+        return slice(None) if idx == self.every else idx
 
 
 class _Packer:
@@ -744,7 +753,7 @@ class _Packer:
             if got.trunc:
                 g.truncated[got.trunc] = True
             if got.obs_idx:
-                g.acting[got.obs_idx] = True
+                g.acting[g.rows(got.obs_idx)] = True
             self._flush_rewards(g, faults)
             self._flush_values(g, got.final_idx, got.final_val, g.obs, g.write_obs, g.leaf,
                                "final_obs", faults)  # fmt: skip
@@ -770,7 +779,7 @@ class _Packer:
         except (TypeError, ValueError, OverflowError):
             good = False
         if good:
-            g.reward[idx] = array
+            g.reward[g.rows(idx)] = array
             return
         for f, reward in zip(idx, values, strict=True):
             i, j = divmod(f, g.n)
@@ -795,7 +804,7 @@ class _Packer:
     ) -> None:
         if not idx:
             return
-        if leaf and self._bulk(target, idx, values, finite):
+        if leaf and self._bulk(target, g.rows(idx), values, finite):
             return
         for f, value in zip(idx, values, strict=True):
             i, j = divmod(f, g.n)
@@ -824,7 +833,7 @@ class _Packer:
             except WriteError as err:
                 faults[i] = self._error(i, f"state{err.where}: expected {err.expected}")
 
-    def _bulk(self, target: Any, index: list[int], values: list[Any], finite: bool) -> bool:
+    def _bulk(self, target: Any, index: list[int] | slice, values: list[Any], finite: bool) -> bool:
         """Write ``values`` at ``index`` with one operation, if every one fits; else
         write nothing and return ``False`` (the caller then finds the bad ones)."""
         if set(map(type, values)) != _NDARRAY:

@@ -77,6 +77,18 @@ class Episodes:
         self._state = [] if state is None else [p for p, _ in leaves(array_tree(state), "state")]
         self._masks = {g for g, group in layout.groups.items() if group.num_actions is not None}
         self._alive = [arrays[f"alive/{g}"] for g in self.groups]
+        # What an observation writes per group: (group, obs tree, obs array where one leaf
+        # else None, alive array, acting array).
+        self._observed = [
+            (
+                g,
+                group.obs_tree,
+                None if isinstance(group.obs_tree, (dict, tuple)) else arrays[f"obs/{g}"],
+                arrays[f"alive/{g}"],
+                arrays[f"acting/{g}"],
+            )
+            for g, group in layout.groups.items()
+        ]
         self._live = self._any_alive()
         self._actions = {
             g: assemble(group.action_tree, f"action/{g}", self._given)
@@ -304,11 +316,14 @@ class Episodes:
             self._returned.check(out)
         if self._check_finite and not checked:
             self._check_values(out, rows)
-        for g, group in self.layout.groups.items():
-            for path, value in _leaf_values(group.obs_tree, f"obs/{g}", out.obs[g]):
-                _put(a[path], value, rows)
-            _put(a[f"alive/{g}"], out.alive[g], rows)
-            _put(a[f"acting/{g}"], out.acting[g], rows)
+        for g, obs_tree, obs, alive, acting in self._observed:
+            if obs is not None:  # the observations: one array
+                _put(obs, out.obs[g], rows)
+            else:
+                for path, value in _leaf_values(obs_tree, f"obs/{g}", out.obs[g]):
+                    _put(a[path], value, rows)
+            _put(alive, out.alive[g], rows)
+            _put(acting, out.acting[g], rows)
             if g in self._masks:
                 mask, dst = out.action_mask.get(g), a[f"action_mask/{g}"]
                 if mask is None:
@@ -426,14 +441,18 @@ def _host_tree(value: Any) -> Any:
     return to_numpy(value) if is_tensor(value) else value
 
 
+# Up to this many rows, numpy's reduction along the short axis beats one ``|=`` per column.
+_FEW_ROWS = 32
+
+
 def _any_agent(flags: Any) -> Any:
     """``flags.any(1)`` of a bool array ``[E, n]``, as a new array."""
     n = flags.shape[1]
     if isinstance(flags, np.ndarray) and n in (1, 2, 4, 8) and flags.flags.c_contiguous:
         return flags.view(f"u{n}")[:, 0] != 0  # each row's n bytes as one integer
-    if n > 8 or n == 0:
+    if n > 8 or n == 0 or (len(flags) <= _FEW_ROWS and isinstance(flags, np.ndarray)):
         return flags.any(1)
-    out = flags[:, 0].clone() if hasattr(flags, "clone") else flags[:, 0].copy()
+    out = flags[:, 0].copy() if isinstance(flags, np.ndarray) else flags[:, 0].clone()
     for j in range(1, flags.shape[1]):  # a reduction along a short axis is slow in numpy
         out |= flags[:, j]
     return out
@@ -451,7 +470,7 @@ def _as_rows(array: Any) -> Any:
 def _indices(mask: Any) -> Any:
     """The indices where a bool array ``[E]`` holds, in its namespace."""
     if isinstance(mask, np.ndarray):
-        return np.flatnonzero(mask)
+        return mask.nonzero()[0]  # np.flatnonzero's, without its wrappers
     return mask.nonzero().squeeze(1)
 
 

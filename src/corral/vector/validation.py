@@ -190,6 +190,10 @@ def group_problem(space: spaces.Space, array: Any, acting: Any, mask: Any | None
     return problem
 
 
+# Up to this many actions in a group, they are range-checked as Python integers.
+_FEW_ACTIONS = 16
+
+
 def _discrete_fine(space: spaces.Discrete, array: Any, acting: Any, mask: Any | None) -> bool:
     """Whether integer discrete actions (numpy, or a tensor beside tensors) are all in range
     and legal under ``mask``: one look at the whole group, no closer one where every entry,
@@ -199,12 +203,21 @@ def _discrete_fine(space: spaces.Discrete, array: Any, acting: Any, mask: Any | 
         return False
     low, n = int(space.start), int(space.n)
     if isinstance(array, np.ndarray) and array.dtype.kind == "i" and array.size:
+        if array.size <= _FEW_ACTIONS:  # as Python integers: less per call than numpy
+            values = array.ravel().tolist()
+            if min(values) < low or max(values) >= low + n:
+                return False
+            if mask is None:
+                return True
+            if isinstance(mask, np.ndarray):  # each entry's flat index in the mask, as below
+                legal = mask.reshape(-1).item
+                return all(legal(r * n + v - low) for r, v in enumerate(values))
         # In range in one pass: below low, as unsigned, is beyond every bound.
-        shifted = array - low if low else array
-        if shifted.view(f"u{shifted.dtype.itemsize}").max() >= n:
+        elif (array - low if low else array).view(f"u{array.dtype.itemsize}").max() >= n:
             return False
         if mask is None:
             return True
+        shifted = array - low if low else array
         return bool(mask.reshape(-1).take(_mask_rows(mask, n) + shifted.reshape(-1)).all())
     if _is_tensor(array):
         if array.is_floating_point() or array.is_complex() or array.dtype == acting.dtype:
