@@ -76,17 +76,7 @@ def _caller(skip: tuple[str, ...], host_side: tuple[str, ...]) -> str | None:
     """The innermost ``corral`` function on the stack (:data:`HELPERS` aside), as
     ``module:function``; ``None`` where it is one of ``skip`` or a ``host_side`` module
     comes first (its reads are not counted)."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if module.startswith(host_side):
-            return None
-        if module.startswith("corral.") and module not in HELPERS:
-            if module.startswith(skip):
-                return None
-            return f"{module}:{frame.f_code.co_name}"
-        frame = frame.f_back
-    return "(outside corral)"
+    return _caller_of(sys._getframe(2), skip, host_side)
 
 
 @contextlib.contextmanager
@@ -307,6 +297,7 @@ class _Transfers(TorchFunctionMode):
 
 
 def _caller_of(frame, skip: tuple[str, ...], host_side: tuple[str, ...]) -> str | None:
+    """The innermost ``corral`` function from ``frame`` outwards (see :func:`_caller`)."""
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module.startswith(host_side):

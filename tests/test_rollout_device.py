@@ -16,8 +16,6 @@ variants run where a GPU is present.
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from collections import Counter
 
 import numpy as np
@@ -42,19 +40,6 @@ DEVICES = [
     ),
 ]
 
-READS = (
-    "__bool__",
-    "__int__",
-    "__float__",
-    "__index__",
-    "__array__",
-    "item",
-    "tolist",
-    "numpy",
-    "cpu",
-)
-"""Tensor methods that read a tensor's values back to the host (or, ``cpu``, move it there)."""
-
 NOT_COUNTED = ("corral.vector.", "corral.envs.")
 """Callers whose reads are not the learner's: the vector layer and the envs."""
 
@@ -62,45 +47,11 @@ HOST_SIDE = ("torch.optim.",)
 """Reads of values kept on the host whatever the device: a non-fused optimiser's step
 counts (CPU tensors beside CUDA parameters, read without a device synchronisation)."""
 
-HELPERS = ("corral.arrays",)
-"""Modules whose reads are their caller's (``to_numpy`` reads for whoever calls it)."""
 
-
-@contextlib.contextmanager
 def counting_reads():
-    """Count host reads of tensors by the calling corral module outside :data:`NOT_COUNTED`
-    (the innermost ``corral`` frame on the stack, :data:`HELPERS` aside)."""
-    counts: Counter[str] = Counter()
-    saved = {name: torch.Tensor.__dict__.get(name) for name in READS}
-
-    def wrap(name):
-        original = getattr(torch.Tensor, name)
-
-        def read(self, *args, **kwargs):
-            frame = sys._getframe(1)
-            while frame is not None:
-                module = frame.f_globals.get("__name__", "")
-                if module.startswith(HOST_SIDE):
-                    break
-                if module.startswith("corral.") and module not in HELPERS:
-                    if not module.startswith(NOT_COUNTED):
-                        counts[f"{module}:{frame.f_code.co_name}:{name}"] += 1
-                    break
-                frame = frame.f_back
-            return original(self, *args, **kwargs)
-
-        return read
-
-    for name in READS:
-        setattr(torch.Tensor, name, wrap(name))
-    try:
-        yield counts
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                delattr(torch.Tensor, name)
-            else:
-                setattr(torch.Tensor, name, value)
+    """Count host reads of tensors (:func:`host_reads.counting_reads`) by the learning side:
+    callers outside :data:`NOT_COUNTED`."""
+    return host_reads.counting_reads(skip=NOT_COUNTED, host_side=HOST_SIDE)
 
 
 def torch_collector(algo_cls, device, num_envs=4, rollout_steps=10, deferred=False, **settings):
