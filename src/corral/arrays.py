@@ -127,6 +127,16 @@ def to_numpy(array: Any) -> np.ndarray:
     return np.asarray(array)
 
 
+def tree_to_numpy(value: Any) -> Any:
+    """A nested value (dicts, tuples, lists) with its torch tensors as numpy arrays (views of
+    CPU tensors); other leaves as they are."""
+    if isinstance(value, dict):
+        return {k: tree_to_numpy(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(tree_to_numpy(v) for v in value)
+    return to_numpy(value) if is_tensor(value) else value
+
+
 def is_tensor(array: Any) -> bool:
     """Whether ``array`` is a torch tensor (checked without importing torch)."""
     return type(array).__module__.startswith("torch")

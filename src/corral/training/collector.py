@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from corral.algos.base import Algorithm, FixedPolicy
-from corral.arrays import Place, is_tensor, place_of, to_numpy
+from corral.arrays import Place, is_tensor, place_of, to_numpy, tree_to_numpy
 from corral.data.transitions import TransitionAssembler
 
 
@@ -117,7 +117,7 @@ class Collector:
             # read back (one copy per step), the actions placed where the batch lives
             obs, mask = batch.obs[g], batch.action_mask.get(g)
             if place.is_torch:
-                obs, mask = _to_host(obs), None if mask is None else to_numpy(mask)
+                obs, mask = tree_to_numpy(obs), None if mask is None else to_numpy(mask)
             actions[g] = _placed(place, policy(obs, mask, self.rng))
         return actions, extras
 
@@ -217,15 +217,6 @@ def evaluate(
     progress.agent_returns = {a: r[:episodes] for a, r in progress.agent_returns.items()}
     progress.episode_lengths = progress.episode_lengths[:episodes]
     return progress
-
-
-def _to_host(obs: Any) -> Any:
-    """A group's observations (nested for Dict and Tuple spaces) as numpy arrays."""
-    if isinstance(obs, dict):
-        return {k: _to_host(v) for k, v in obs.items()}
-    if isinstance(obs, tuple):
-        return tuple(_to_host(v) for v in obs)
-    return to_numpy(obs)
 
 
 def _placed(place: Place, actions: Any) -> Any:

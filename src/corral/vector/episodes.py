@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from corral.arrays import is_tensor, to_numpy
+from corral.arrays import to_numpy, tree_to_numpy
 from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
 from corral.vector.backend import env_error, first_fault
@@ -294,11 +294,11 @@ class Episodes:
                 host = {}
                 for g, v in value.items():
                     view = get(id(v))
-                    host[g] = _host_tree(v) if view is None else view
+                    host[g] = tree_to_numpy(v) if view is None else view
                 value = host
             elif value is not None and not (type(value) is list and not value):
                 view = get(id(value))
-                value = _host_tree(value) if view is None else view
+                value = tree_to_numpy(value) if view is None else view
             fields[name] = value
         return BatchedStep(**fields)
 
@@ -430,15 +430,6 @@ def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:
             kv for i, sub in enumerate(tree) for kv in _leaf_values(sub, f"{path}/{i}", value[i])
         ]
     return [(path, value)]
-
-
-def _host_tree(value: Any) -> Any:
-    """A nested value with its tensors as numpy arrays (views of CPU tensors)."""
-    if isinstance(value, dict):
-        return {k: _host_tree(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(_host_tree(v) for v in value)
-    return to_numpy(value) if is_tensor(value) else value
 
 
 # Up to this many rows, numpy's reduction along the short axis beats one ``|=`` per column.

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import Place, import_torch, to_numpy
+from corral.arrays import Place, import_torch, to_numpy, tree_to_numpy
 from corral.batched_env import BatchedStep
 from corral.errors import EnvError
 from corral.values import describe, finite_problem
@@ -175,13 +175,13 @@ def group_problem(space: spaces.Space, array: Any, acting: Any, mask: Any | None
         acting = to_numpy(acting)
         mask = None if mask is None else to_numpy(mask)
     if not _is_tensor(acting):
-        array = _host(array)
+        array = tree_to_numpy(array)
     if isinstance(space, spaces.Discrete) and _discrete_fine(space, array, acting, mask):
         return None
     if _is_tensor(acting):
         if not _tensor_suspect(space, array, acting, mask):
             return None
-        array = _host(array)
+        array = tree_to_numpy(array)
         acting = to_numpy(acting)
         mask = None if mask is None else to_numpy(mask)
     problem = action_array_problem(space, array, acting)
@@ -259,14 +259,6 @@ _MASK_ROWS: dict[tuple, Any] = {}
 
 def _is_tensor(value: Any) -> bool:
     return not isinstance(value, np.ndarray) and hasattr(value, "is_floating_point")
-
-
-def _host(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _host(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(_host(v) for v in value)
-    return to_numpy(value) if _is_tensor(value) else value
 
 
 def _tensor_suspect(space: spaces.Space, array: Any, acting: Any, mask: Any | None) -> bool:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from corral.arrays import Place, is_tensor, to_numpy
+from corral.arrays import Place, to_numpy, tree_to_numpy
 from corral.errors import (
     EnvError,
     EnvRestartWarning,
@@ -476,7 +476,7 @@ class VectorEnv:
             checked[name] = (group, action, clipped)
         for name, (group, action, _) in checked.items():
             if self._host_actions:
-                action = _host_of(action)
+                action = tree_to_numpy(action)
             store(group.action_tree, f"action/{name}", self._action_arrays, action)
         if self.clip_actions:
             for name, counts in self._clipped.items():
@@ -640,17 +640,6 @@ def _in(place: Place, value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return type(value)(_in(place, v) for v in value)
     return place.asarray(value)
-
-
-def _host_of(value: Any) -> Any:
-    """A nested value with its CPU tensors as numpy views (others as they are)."""
-    if isinstance(value, dict):
-        return {k: _host_of(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(_host_of(v) for v in value)
-    if is_tensor(value) and value.device.type == "cpu":
-        return to_numpy(value)
-    return value
 
 
 def _copy_of(value: Any) -> Any:
