@@ -182,7 +182,8 @@ def test_dqn_takes_its_gradient_steps_per_train_freq_env_steps():
     assert algo.rollout_steps == 3  # 9 env steps per rollout
     progress = RolloutCollector(venv, algo, seed=0).run(9 * 7)
     venv.close()
-    # 63 env steps pay for 9 rounds of 2 gradient steps; rollouts without a round learn nothing
+    # 63 env steps pay for 9 rounds of 2 gradient steps; every rollout (9 env steps, more
+    # than train_freq) completes at least one round, so each of the 7 reports an update
     assert algo.gradient_step == 18 and algo.learner.pending_steps == 0
     assert len(progress.updates) == 7
 
