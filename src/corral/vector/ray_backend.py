@@ -184,13 +184,13 @@ class _ResetsInStep:
     def step(self, actions: Any) -> BatchedStep:
         return self._shard.step(actions)
 
-    def reset(self, seed: Any = None, where: Any = None, options: Any = None) -> BatchedStep:
+    def reset(self, *args: Any, **kwargs: Any) -> BatchedStep:
         worker = self._worker
         if not worker.stepping:
-            return self._shard.reset(seed=seed, where=where, options=options)
+            return self._shard.reset(*args, **kwargs)
         worker.resets_in_step += 1
         try:
-            return self._shard.reset(seed=seed, where=where, options=options)
+            return self._shard.reset(*args, **kwargs)
         finally:
             worker.resets_in_step += 1
 
