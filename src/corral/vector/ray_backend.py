@@ -9,7 +9,9 @@ parent makes of a dead or late actor is :mod:`corral.vector.shards`'s to say.
 An actor runs its calls one at a time, in the order they were sent, on one
 thread (not the process's main thread, so an env cannot set signal handlers
 there); a second thread (the :data:`WHERE` concurrency group) answers only
-:meth:`RayWorker.where`, so that an actor stuck in an env can still say which.
+:meth:`RayWorker.where`, so that an actor stuck in an env can still say which,
+and, stuck in the reset that follows a step (its autoreset), hand over the
+step it had finished, as a ``subproc`` worker leaves it in shared memory.
 
 Ray is optional and imported only when this backend is built.
 """
@@ -24,7 +26,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.batched_env import BatchedEnv
+from corral.arrays import is_tensor
+from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError, MissingDependencyError, WorkerStartError
 from corral.vector import reaper
 from corral.vector.backend import (
@@ -59,6 +62,7 @@ _TAKEN_OVER = frozenset({"obs", "state", "alive", "worker_restarts"})
 
 Refs = list[Any]  # the ObjectRefs of one actor's calls, in submission order
 Reply = tuple[Arrays, EnvError | None]  # an actor's rows of the batch, and its envs' fault
+Whereabouts = tuple[str | None, Arrays | None]  # what RayWorker.where says
 
 LOOPBACK = "127.0.0.1"
 """The node address of a Ray that the backend starts itself: it listens on loopback only."""
@@ -91,6 +95,10 @@ class RayWorker:
         self.source = source
         self.offset = offset
         self.shard: BatchedEnv | None = None
+        self.stepping = False  # in a step() call
+        # Odd while the shard resets inside a step() call: the arrays then hold the step
+        # as finished so far, and nothing writes them until the reset returns.
+        self.resets_in_step = 0
 
     def make_envs(self) -> EnvInfo:
         """Build the shard; say what it is."""
@@ -104,7 +112,8 @@ class RayWorker:
         for path, value in restored.items():
             self.arrays[path][...] = value
         self.outputs = layout.paths(Role.STEP, Role.EPISODE, Role.BOOKKEEPING)
-        self.episodes = Episodes(self.shard, layout, self.arrays, self.offset)
+        watched = _ResetsInStep(self.shard, self)
+        self.episodes = Episodes(watched, layout, self.arrays, self.offset)
 
     # These return the envs' fault instead of raising it: raised, it would lose the batch.
 
@@ -114,7 +123,11 @@ class RayWorker:
     def step(self, actions: Arrays) -> Reply:
         for path, value in actions.items():
             self.arrays[path][...] = value
-        return self._run("step()", self.episodes.step)
+        self.stepping = True
+        try:
+            return self._run("step()", self.episodes.step)
+        finally:
+            self.stepping = False
 
     def restart(self) -> Reply:
         """End the episodes a dead predecessor was running (truncated) and reset the envs."""
@@ -132,11 +145,19 @@ class RayWorker:
         if shard is not None:
             shard.close()
 
-    def where(self) -> str | None:
+    def where(self) -> Whereabouts:
         """The env call the shard is in (``"env 2's step()"``), if its envs tell (dict envs
-        do). Runs in the :data:`WHERE` group, beside a call that may hang."""
+        do); and, if it is in a reset inside a step (the autoreset of the copies that
+        ended), the step's batch as finished before that reset. Runs in the :data:`WHERE`
+        group, beside a call that may hang."""
         shard = self.shard
-        return call_inside(shard.inside) if isinstance(shard, DictEnvs) else None
+        said = call_inside(shard.inside) if isinstance(shard, DictEnvs) else None
+        mark = self.resets_in_step
+        if mark % 2 == 0:
+            return said, None
+        finished = {path: _copy(self.arrays[path]) for path in self.outputs}
+        # the reset may have returned meanwhile, and its rows been written: then none
+        return said, finished if self.resets_in_step == mark else None
 
     def _run(self, what: str, command: Callable[[], None]) -> Reply:
         try:
@@ -147,6 +168,36 @@ class RayWorker:
 
     def _batch(self) -> Arrays:
         return {path: self.arrays[path] for path in self.outputs}
+
+
+class _ResetsInStep:
+    """``shard`` as its actor's :class:`Episodes` runs it: counts in ``worker.resets_in_step``
+    each reset that begins or ends inside a step() call, and is ``shard`` otherwise."""
+
+    def __init__(self, shard: BatchedEnv, worker: RayWorker) -> None:
+        self._shard = shard
+        self._worker = worker
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
+
+    def step(self, actions: Any) -> BatchedStep:
+        return self._shard.step(actions)
+
+    def reset(self, *args: Any, **kwargs: Any) -> BatchedStep:
+        worker = self._worker
+        if not worker.stepping:
+            return self._shard.reset(*args, **kwargs)
+        worker.resets_in_step += 1
+        try:
+            return self._shard.reset(*args, **kwargs)
+        finally:
+            worker.resets_in_step += 1
+
+
+def _copy(array: Any) -> Any:
+    """A copy of a numpy array or torch tensor."""
+    return array.clone() if is_tensor(array) else array.copy()
 
 
 class _RaySession:
@@ -231,6 +282,9 @@ class _Actor(Shard):
     setup: Refs = field(default_factory=list)
     """The calls that make a replacement take over from a lost actor; its envs restart
     at the next reset or step (empty: nothing to take over)."""
+    finished: Arrays | None = None
+    """The step a late actor had finished before the reset it was stuck in (an autoreset):
+    its replacement takes the step over, so that it counts (``None``: none)."""
 
 
 class RayBackend(Backend):
@@ -267,7 +321,12 @@ class RayBackend(Backend):
     batch (``done`` set, ``worker_restarts`` counted, the cut episode's stats
     kept); after another call, at the next reset or step. A late actor of dict
     envs is asked which env call it is stuck in, for the
-    :class:`~corral.errors.WorkerTimeoutError` to say. An env that fails is
+    :class:`~corral.errors.WorkerTimeoutError` to say; one stuck in the reset
+    that follows a step (the autoreset of the copies that ended) hands over the
+    step it had finished, which counts (those episodes end as they ended), as
+    on ``subproc``. An actor that dies there loses that step with it (unlike
+    ``subproc``, whose worker leaves it in shared memory): its episodes end
+    where they stood before the step. An env that fails is
     restarted by its actor, which returns its shard of the batch with the fault;
     the fault is raised once every shard is copied in.
     """
@@ -487,14 +546,18 @@ class RayBackend(Backend):
         return faults
 
     def _replace(self, s: _Actor) -> None:
-        """Swap ``s``'s actor for a new one, whose envs restart at its next step or reset."""
+        """Swap ``s``'s actor for a new one, whose envs restart at its next step or reset:
+        after the step its predecessor finished, if it handed one over, else after the
+        last batch."""
         self._ray.kill(s.handle)
         self._spawn(s)
-        restored = {
-            path: self._arrays[path][s.envs.start : s.envs.stop]
-            for path, f in self._layout.fields.items()
-            if f.role is Role.BOOKKEEPING or path.split("/")[0] in _TAKEN_OVER
-        }
+        restored, s.finished = s.finished, None
+        if restored is None:
+            restored = {
+                path: self._arrays[path][s.envs.start : s.envs.stop]
+                for path, f in self._layout.fields.items()
+                if f.role is Role.BOOKKEEPING or path.split("/")[0] in _TAKEN_OVER
+            }
         s.setup = [s.handle.make_envs.remote(), s.handle.start.remote(self._layout, restored)]
 
     def _call(
@@ -537,18 +600,19 @@ class RayBackend(Backend):
         return answers
 
     def _ask_where(self, late: list[_Actor]) -> None:
-        """Set the ``stuck_in`` of each late actor's shard: the env call it says it is in,
-        asked for at most :data:`WHERE_TIMEOUT` seconds (an actor that does not say: none)."""
+        """Set the ``stuck_in`` of each late actor's shard (the env call it says it is in)
+        and its ``finished`` step (if it is stuck in the autoreset that follows one), asked
+        for at most :data:`WHERE_TIMEOUT` seconds (an actor that does not say: none)."""
         ray = self._ray
         asked = {s.handle.where.options(concurrency_group=WHERE).remote(): s for s in late}
         for s in late:
-            s.stuck_in = None
+            s.stuck_in, s.finished = None, None
         if not asked:
             return
         said, _ = ray.wait(list(asked), num_returns=len(asked), timeout=WHERE_TIMEOUT)
         for ref in said:
             with contextlib.suppress(ray.exceptions.RayActorError):  # it died meanwhile
-                asked[ref].stuck_in = ray.get(ref)
+                asked[ref].stuck_in, asked[ref].finished = ray.get(ref)
 
     def _cpus_needed(self) -> float:
         return len(self.shards) * self.num_cpus_per_worker
