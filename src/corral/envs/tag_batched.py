@@ -7,6 +7,7 @@ with exactly the results of ``E`` dict ``Tag`` envs packed by the vector layer
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +119,8 @@ class BatchedTag(BatchedEnv):
         self._streams = None
         if not by_numpy and self._draws.exact:
             self._streams = CopyStreams(self.num_envs, self._compute)
+            m, n, on_host = self._draws.m, self._draws.n, self._compute.computes_on_host
+            self._choose = StreamChoices(self._streams, m, n, check=on_host)
         self._seeded = False  # whether every copy's stream was seeded
         self._build_tables(tag)
 
@@ -281,7 +284,7 @@ class BatchedTag(BatchedEnv):
             host = None if where is None else to_numpy(where).astype(bool)
             streams.seed(copy_seeds(seed, self.num_envs), host)
             self._seeded = self._seeded or where is None
-        draws = stream_choices(streams, self._draws.m, self._draws.n, mask)
+        draws = self._choose(mask)
         cell = ops.take(self._free_cells, draws)
         if mask is None:
             self._cell = cell
@@ -871,29 +874,89 @@ class Choices:
         self.next[i], self.end[i] = 0, end
 
 
-def stream_choices(streams: CopyStreams, m: int, n: int, where: Array | None = None) -> Array:
-    """``[n, E]`` (torch): what each copy's ``Generator.choice(m, size=n, replace=False)``
-    draws where numpy draws it with Floyd's algorithm and a shuffle (see :class:`Choices`;
-    ``Choices(...).exact`` says where), from the copies' ``streams``; the copies ``where``
-    selects (a bool tensor ``[E]``, all for ``None``) advance theirs, the others' values
-    are unspecified (in ``[0, m)``). No host read on a device."""
-    torch = import_torch()
-    out: list[Array] = []
-    for t, j in enumerate(range(m - n, m)):  # Floyd: a value in [0, j], or j if taken
-        value = streams.integers(0, j + 1, where)
-        if t:
-            taken = out[0] == value
-            for s in range(1, t):
-                taken |= out[s] == value
-            value = torch.where(taken, j, value)
-        out.append(value)
-    drawn = torch.stack(out)
-    for i in range(n - 1, 0, -1):  # the shuffle: swap value i with value [0, i]
-        other = streams.integers(0, i + 1, where)[None]
-        picked = drawn.gather(0, other)
-        drawn.scatter_(0, other, drawn[i : i + 1].clone())
-        drawn[i] = picked[0]
-    return drawn
+class StreamChoices:
+    """``Generator.choice(m, size=n, replace=False)`` of every copy's stream at once, in
+    torch, where numpy draws it with Floyd's algorithm and a shuffle (see :class:`Choices`;
+    ``Choices(...).exact`` says where), with no host read or copy.
+
+    The bounded integers of a draw come from words read ahead
+    (:meth:`CopyStreams.peek_words`): enough for every copy unless Lemire's method rejects
+    more of them than is likely in ``2**64`` draws. With ``check``, whether they sufficed
+    is read (and more words are read ahead where not); without, nothing is read."""
+
+    def __init__(self, streams: CopyStreams, m: int, n: int, check: bool = True) -> None:
+        torch = self.torch = import_torch()
+        self.streams, self.m, self.n, self.check = streams, m, n, check
+        # Each bounded integer's range [0, bound]: Floyd's (none for 0), then the shuffle's.
+        bounds = [j for j in range(m - n, m) if j] + list(range(n - 1, 0, -1))
+        sizes = np.array(bounds, np.int64) + 1
+        thresholds = (1 << 32) % sizes  # a word whose low half falls below is skipped
+        chance = float(thresholds.max(initial=0)) / 2**32
+        self.extra = _extra_words(streams.num_envs, len(bounds), chance)
+        place, e = streams.place, streams.num_envs
+        self.sizes, self.thresholds = place.from_host(sizes), place.from_host(thresholds)
+        self.zero = place.zeros((e,), np.int64)
+        self.before = torch.full((e,), -1, dtype=torch.int64, device=self.zero.device)
+
+    def __call__(self, where: Array | None = None) -> Array:
+        """``[n, E]``: each copy's draw; the copies ``where`` selects (a bool tensor
+        ``[E]``, all for ``None``) advance their streams, the others' values are
+        unspecified (in ``[0, m)``)."""
+        torch, m, n = self.torch, self.m, self.n
+        values = self._bounded(where)
+        out: list[Array] = []
+        for t, j in enumerate(range(m - n, m)):  # Floyd: a value in [0, j], or j if taken
+            value = values.pop(0) if j else self.zero
+            if t:
+                taken = out[0] == value
+                for s in range(1, t):
+                    taken |= out[s] == value
+                value = torch.where(taken, j, value)
+            out.append(value)
+        drawn = torch.stack(out)
+        for i in range(n - 1, 0, -1):  # the shuffle: swap value i with value [0, i]
+            other = values.pop(0)[None]
+            picked = drawn.gather(0, other)
+            drawn.scatter_(0, other, drawn[i : i + 1].clone())
+            drawn[i] = picked[0]
+        return drawn
+
+    def _bounded(self, where: Array | None) -> list[Array]:
+        """Each copy's next bounded integers, ``[E]`` int64 each, as numpy's
+        ``random_bounded_uint64`` draws them one after the other (Lemire's method on 32-bit
+        words: the high half of a word times the range's size, a word whose low half falls
+        below ``2**32 % size`` skipped); the copies ``where`` selects draw the words used."""
+        torch, d, extra = self.torch, len(self.sizes), self.extra
+        if not d:
+            return []
+        while True:
+            words = self.streams.peek_words(d + extra)
+            scaled = words[:, :, None] * self.sizes  # the bits of the 64-bit products
+            kept = (scaled & 0xFFFFFFFF) >= self.thresholds
+            positions = torch.arange(d + extra, device=words.device)
+            at, found, out = self.before, None, []
+            for k in range(d):  # the first kept word past the last one used
+                usable = kept[:, :, k] & (positions > at[:, None])
+                if self.check:
+                    found = usable.any(1) if found is None else found & usable.any(1)
+                at = usable.to(torch.int8).argmax(1)
+                out.append((scaled[:, :, k].gather(1, at[:, None])[:, 0] >> 32) & 0xFFFFFFFF)
+            if not self.check or bool(found.all()):
+                break
+            extra = 2 * extra + 1
+        self.streams.skip_words(at + 1, where)
+        return out
+
+
+def _extra_words(copies: int, d: int, chance: float) -> int:
+    """How many words past ``d`` to read ahead so that ``d`` bounded integers of
+    ``copies`` copies, each word skipped with a chance at most ``chance``, need more with
+    a chance below 2**-64 (more than ``x`` skipped among ``d + x`` words: at most
+    ``C(d + x, x + 1) * chance**(x + 1)`` per copy)."""
+    x = 0
+    while chance and copies * math.comb(d + x, x + 1) * chance ** (x + 1) >= 2.0**-64:
+        x += 1
+    return x
 
 
 def _emulation_matches(m: int, n: int) -> bool:
