@@ -144,9 +144,9 @@ class BatchedTabularMDP(_Tables):
         on_device = chance and not self.place.computes_on_host
         self._streams = CopyStreams(num_envs, self.place) if on_device else None
         self._seeded = False  # whether every copy's stream was seeded
-        chance = chance and not on_device
-        width = _EPISODES_PER_DRAW * self._episode_draws if chance else 1
-        self._generators = CopyGenerators(num_envs) if chance else None
+        rows = chance and not on_device  # else no rows of uniforms drawn ahead on the host
+        width = _EPISODES_PER_DRAW * self._episode_draws if rows else 1
+        self._generators = CopyGenerators(num_envs) if rows else None
         # Each copy's coming uniforms, and the position of its next one (past the end: none).
         self._uniforms = self.place.zeros((num_envs, width), np.float64)
         self._next = put(np.full(num_envs, width, dtype=np.int64))

@@ -880,9 +880,10 @@ class StreamChoices:
     ``Choices(...).exact`` says where), with no host read or copy.
 
     The bounded integers of a draw come from words read ahead
-    (:meth:`CopyStreams.peek_words`): enough for every copy unless Lemire's method rejects
-    more of them than is likely in ``2**64`` draws. With ``check``, whether they sufficed
-    is read (and more words are read ahead where not); without, nothing is read."""
+    (:meth:`CopyStreams.peek_words`): as many as make the chance that Lemire's method
+    skips too many of them for some copy in a call fall below ``2**-64``, as
+    :class:`CopyStreams` draws on a device. With ``check`` (on the host), whether they
+    sufficed is read, and more words are read ahead where not; without, nothing is read."""
 
     def __init__(self, streams: CopyStreams, m: int, n: int, check: bool = True) -> None:
         torch = self.torch = import_torch()
