@@ -13,7 +13,7 @@ import pytest
 
 import corral
 import corral.envs.mdp_batched
-from corral.arrays import to_numpy
+from corral.arrays import Place, to_numpy
 from corral.batched_env import BatchedStep
 from corral.envs.mdp import penalty_game
 from corral.envs.mdp_batched import BatchedMatrixGame, BatchedTabularMDP, batch
@@ -32,6 +32,7 @@ def _cuda_available() -> bool:
 PLACES = [
     pytest.param(("numpy", "cpu"), id="numpy"),
     pytest.param(("torch", "cpu"), id="torch-cpu"),
+    pytest.param(("torch", "cpu", "as on a GPU"), id="torch-cpu-device-path"),  # draws on it
     pytest.param(
         ("torch", "cuda"),
         id="torch-cuda",
@@ -41,10 +42,12 @@ PLACES = [
 
 
 @pytest.fixture(params=PLACES)
-def place(request: pytest.FixtureRequest) -> tuple[str, str]:
-    array, device = request.param
+def place(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    array, device = request.param[:2]
     if array == "torch":
         pytest.importorskip("torch")
+    if request.param[2:] == ("as on a GPU",):  # the device path: draws from CopyStreams
+        monkeypatch.setattr(Place, "numpy_on_cpu", False)
     return array, device
 
 

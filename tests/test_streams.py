@@ -125,6 +125,33 @@ def test_a_device_draws_a_fixed_number_of_rounds_with_numpy_results(
     _assert_same_states(streams, generators)
 
 
+@pytest.mark.parametrize(("array", "device"), PLACES)
+def test_words_read_ahead_are_next_uint32s_and_skipping_draws_them(array: str, device: str):
+    place = Place(array, device)
+    seeds = SEEDS[:12]
+    streams = CopyStreams(len(seeds), place)
+    streams.seed(seeds)
+    generators = [np.random.default_rng(s) for s in seeds]
+    chooser = np.random.default_rng(3)
+    for step in range(40):
+        # copies left with a word kept (odd numbers of 32-bit draws) and without
+        name, args = CALLS[chooser.integers(len(CALLS))]
+        where = chooser.random(len(seeds)) < 0.5
+        _draw(streams, name, args, where=place.asarray(where))
+        _expected([g for g, w in zip(generators, where, strict=True) if w], name, args)
+        count = int(chooser.integers(1, 10))
+        ahead = [copy.deepcopy(g) for g in generators]
+        want = np.array([[g.integers(2**32) for _ in range(count)] for g in ahead])
+        np.testing.assert_array_equal(to_numpy(streams.peek_words(count)), want, f"step {step}")
+        used = chooser.integers(0, count + 1, len(seeds))
+        where = None if step % 3 else chooser.random(len(seeds)) < 0.5
+        streams.skip_words(place.asarray(used), None if where is None else place.asarray(where))
+        for i, g in enumerate(generators):
+            if where is None or where[i]:
+                g.integers(2**32, size=used[i])
+        _assert_same_states(streams, generators)
+
+
 @pytest.mark.parametrize(
     "device", [pytest.param("meta", marks=needs_torch), pytest.param("cuda", marks=needs_cuda)]
 )

@@ -12,17 +12,18 @@ import numpy as np
 import pytest
 
 import corral
-from corral.arrays import to_numpy
+from corral.arrays import Place, to_numpy
 from corral.batched_env import BatchedStep
 from corral.envs import tag_batched
 from corral.envs.tag import Tag
-from corral.envs.tag_batched import BatchedTag, Choices
+from corral.envs.tag_batched import BatchedTag, Choices, StreamChoices
 from corral.errors import InvalidActionError
 
 PLACES = [
     pytest.param(("numpy", "cpu"), id="numpy"),
     pytest.param(("torch", "cpu"), id="torch-cpu"),  # computed by numpy on the tensors' memory
-    pytest.param(("torch", "cpu", "by torch"), id="torch-cpu-by-torch"),  # as on a GPU
+    pytest.param(("torch", "cpu", "by torch"), id="torch-cpu-by-torch"),  # draws from streams
+    pytest.param(("torch", "cpu", "as on a GPU"), id="torch-cpu-device-path"),  # and reads none
     pytest.param(("torch", "cuda"), id="torch-cuda"),
 ]
 KWARGS = [
@@ -47,6 +48,8 @@ def place(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tu
             pytest.skip("no CUDA GPU")
     if request.param[2:] == ("by torch",):
         monkeypatch.setattr(BatchedTag, "numpy_on_cpu", False)
+    if request.param[2:] == ("as on a GPU",):  # the env follows the layer's device path
+        monkeypatch.setattr(Place, "numpy_on_cpu", False)
     return request.param[:2]
 
 
@@ -407,6 +410,60 @@ def test_choices_draw_what_generator_choice_draws(m: int, n: int, exact: bool) -
             ours[2], theirs[2] = np.random.default_rng(99), np.random.default_rng(99)
         rows = np.arange(5) if draw % 3 else np.array([1, 2, 4])  # some copies only
         got = choices.choose([ours[i] for i in rows], rows)
+        expected = [theirs[i].choice(m, size=n, replace=False) for i in rows]
+        assert got.tolist() == np.stack(expected, 1).tolist(), f"draw {draw}"
+
+
+def test_on_the_layers_device_path_it_reads_and_copies_nothing_from_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``Place.numpy_on_cpu`` off it computes in torch as on a GPU: steps and unseeded
+    resets of the copies a device mask selects read nothing back and copy nothing over."""
+    torch = pytest.importorskip("torch")
+    from host_reads import counting_reads, counting_transfers
+
+    monkeypatch.setattr(Place, "numpy_on_cpu", False)
+    env = BatchedTag(5, array="torch", max_cycles=4, num_prey=3, size=4)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    plan = [
+        (
+            {g: torch.as_tensor(rng.integers(0, 5, (5, len(a)))) for g, a in env.groups.items()},
+            torch.as_tensor(rng.random(5) < 0.5),
+        )
+        for _ in range(10)
+    ]
+    with counting_reads() as reads, counting_transfers() as copies:
+        for actions, where in plan:
+            env.step(actions)
+            env.reset(where=where)
+    assert reads == {} and copies == {}, (reads, copies)
+
+
+@pytest.mark.parametrize("on_a_device", [False, True], ids=["host", "device-path"])
+@pytest.mark.parametrize(("m", "n"), [(45, 4), (4, 4), (1, 1), (2**31 + 5, 3)])
+def test_stream_choices_draw_what_generator_choice_draws(m: int, n: int, on_a_device: bool) -> None:
+    """Copy by copy, across draws, with copies left out and a reseeded copy, (for 2**31 + 5)
+    through Lemire's rejections: words read ahead until enough on the host, as many as
+    make too few unlikely on a device (where nothing is read)."""
+    torch = pytest.importorskip("torch")
+    from corral.streams import CopyStreams
+
+    streams = CopyStreams(5, Place("torch", "cpu"))
+    streams.seed(list(range(5)))
+    choose = StreamChoices(streams, m, n, check=not on_a_device)
+    if not on_a_device:
+        choose.extra = 0  # too few words at first where one is skipped: more are read
+    elif m == 2**31 + 5:
+        assert choose.extra > 50  # about half the words are skipped
+    theirs = [np.random.default_rng(seed) for seed in range(5)]
+    for draw in range(40):
+        if draw == 20:
+            streams.seed([None, None, 99, None, None])
+            theirs[2] = np.random.default_rng(99)
+        rows = np.arange(5) if draw % 3 else np.array([1, 2, 4])  # some copies only
+        where = torch.from_numpy(np.isin(np.arange(5), rows))
+        got = choose(None if draw % 3 else where).numpy()[:, rows]
         expected = [theirs[i].choice(m, size=n, replace=False) for i in rows]
         assert got.tolist() == np.stack(expected, 1).tolist(), f"draw {draw}"
 

@@ -26,7 +26,7 @@ from corral.arrays import Place, import_torch, to_numpy
 Array = Any  # a numpy array or a torch tensor
 
 MULTIPLIER = 0x2360ED051FC65DA44385DF649FCCF645  # PCG64's 128-bit LCG multiplier
-_MASK32, _MASK64 = (1 << 32) - 1, (1 << 64) - 1
+_MASK32, _MASK64, _MASK128 = (1 << 32) - 1, (1 << 64) - 1, (1 << 128) - 1
 _MIN64 = -(1 << 63)
 _MUL_HI, _MUL_LO = MULTIPLIER >> 64, MULTIPLIER & _MASK64
 _NEGLIGIBLE = 2.0**-64  # on a device, the chance of a rejection past the drawn rounds
@@ -41,6 +41,9 @@ class CopyStreams:
     ``Generator.uniform(low, high, size)`` and ``Generator.integers(low, high)`` draw,
     one row per copy, and advance the streams of the copies ``where`` selects (a bool
     array ``[E]`` of the place, all copies for ``None``) without reading it on the host.
+    :meth:`peek_words` reads ahead the 32-bit words that ``next_uint32`` would give and
+    :meth:`skip_words` draws a number of them per copy (for a draw that consumes as many
+    words as it needs, computed from the words read ahead).
     :meth:`generator` and :meth:`set_generator` move a copy's stream to and from a numpy
     ``Generator``; :meth:`copy_from` copies other streams. Draws of copies that were never
     seeded are unspecified.
@@ -68,6 +71,8 @@ class CopyStreams:
         self._hi, self._lo, self._inc_hi, self._inc_lo, self._buffer = words
         self._buffered = place.zeros((num_envs,), np.bool_)
         self._seeded = np.zeros(num_envs, np.bool_)  # on the host: which copies have a stream
+        self._jump_tables: dict[int, tuple[Array, ...]] = {}
+        self._peeked: tuple = ()
         if place.is_torch:
             torch = import_torch()
             self._select = torch.where
@@ -143,6 +148,78 @@ class CopyStreams:
         else:
             value = self._bounded(span + 1, 32 if span < _MASK32 else 64, chosen)
         return value + low  # wraps to the value in [low, high)
+
+    def peek_words(self, count: int) -> Array:
+        """``[E, count]`` int64: the next ``count`` 32-bit words of each copy's stream, those
+        that ``count`` calls of its ``next_uint32`` would give (a word kept from the last
+        64-bit draw first), without drawing them: :meth:`skip_words` does. All of them are
+        computed at once from the copy's state (its LCG jumped ahead by each step)."""
+        steps = (count + 1) // 2  # 64-bit draws: enough, with or without a word kept
+        jump_hi, jump_lo, add_hi, add_lo = self._jumps(steps)
+        x = (self._hi[:, None], self._lo[:, None])
+        state = _add128(_mul128(x, (jump_hi, jump_lo)), _mul128(
+            (self._inc_hi[:, None], self._inc_lo[:, None]), (add_hi, add_lo)
+        ))  # fmt: skip
+        out = _output(*state)
+        self._peeked = (*state, out)
+        halves = self._stack([out & _MASK32, _shr(out, 32)])  # [E, steps, 2]: low half first
+        fresh = halves.reshape(self.num_envs, 2 * steps)
+        kept = self._concat([self._buffer[:, None], fresh])
+        return self._select(self._buffered[:, None], kept[:, :count], fresh[:, :count])
+
+    def skip_words(self, used: Array, where: Array | None = None) -> None:
+        """Draw ``used`` (``[E]`` int64 of the place, each at most the ``count`` of the last
+        :meth:`peek_words`, with no draw since) of the words read ahead, in the copies
+        ``where`` selects (all for ``None``): their streams are then where ``used`` calls
+        of ``next_uint32`` leave numpy's."""
+        hi, lo, out = self._peeked
+        kept = self._buffered
+        fresh = used - kept * 1  # words of new 64-bit draws (-1: the kept word was not used)
+        steps = (fresh + 1) // 2
+        drew = steps > 0
+        at = (steps - 1) * drew  # the last 64-bit draw made
+        last = [self._take(a, at) for a in (hi, lo, out)]
+        chosen = drew if where is None else drew & where
+        self._hi = self._select(chosen, last[0], self._hi)
+        self._lo = self._select(chosen, last[1], self._lo)
+        # A 64-bit draw keeps its upper half, which an even number of words then used.
+        buffered = self._select(drew, (fresh & 1) == 1, (fresh < 0) & kept)
+        if where is not None:
+            buffered = self._select(where, buffered, kept)
+        self._buffered = buffered
+        self._buffer = self._select(chosen, _shr(last[2], 32), self._buffer)
+
+    def _jumps(self, steps: int) -> tuple[Array, ...]:
+        """``[1, steps]`` each: the 128-bit factors that jump a state ``k`` steps ahead,
+        ``state * MULTIPLIER**k + inc * (MULTIPLIER**(k-1) + ... + 1)``, as 64-bit halves,
+        for ``k`` = 1..``steps`` (kept by ``steps``)."""
+        kept = self._jump_tables.get(steps)
+        if kept is None:
+            jump, add, rows = 1, 0, []
+            for _ in range(steps):
+                add = (add * MULTIPLIER + 1) & _MASK128
+                jump = (jump * MULTIPLIER) & _MASK128
+                rows.append((jump >> 64, jump & _MASK64, add >> 64, add & _MASK64))
+            words = np.array(rows, np.uint64).view(np.int64).T
+            kept = tuple(self.place.from_host(np.ascontiguousarray(w)[None]) for w in words)
+            self._jump_tables[steps] = kept
+        return kept
+
+    def _stack(self, arrays: list[Array]) -> Array:
+        if self.place.is_torch:
+            return import_torch().stack(arrays, -1)
+        return np.stack(arrays, -1)
+
+    def _concat(self, arrays: list[Array]) -> Array:
+        if self.place.is_torch:
+            return import_torch().cat(arrays, 1)
+        return np.concatenate(arrays, 1)
+
+    def _take(self, array: Array, at: Array) -> Array:
+        """``array[i, at[i]]`` for every copy ``i``."""
+        if self.place.is_torch:
+            return array.gather(1, at[:, None])[:, 0]
+        return np.take_along_axis(array, at[:, None], 1)[:, 0]
 
     def generator(self, i: int) -> np.random.Generator:
         """A numpy ``Generator`` in copy ``i``'s current state (the copy keeps its own)."""
@@ -283,10 +360,12 @@ def _below(x: Array, bound: Array | int) -> Array:
     return (x ^ _MIN64) < (bound ^ _MIN64)
 
 
-def _mulhi(x: Array, factor: int) -> Array:
-    """The high 64 bits of the 128-bit product of 64-bit words ``x`` and ``factor``."""
+def _mulhi(x: Array, factor: Array | int) -> Array:
+    """The high 64 bits of the 128-bit product of 64-bit words ``x`` and ``factor`` (an int
+    below 2**64, or words)."""
     # Schoolbook on 32-bit halves; no partial sum passes 2**64 (Hacker's Delight, mulhu).
-    x0, x1, f0, f1 = x & _MASK32, _shr(x, 32), factor & _MASK32, factor >> 32
+    f1 = factor >> 32 if isinstance(factor, int) else _shr(factor, 32)
+    x0, x1, f0 = x & _MASK32, _shr(x, 32), factor & _MASK32
     middle = x1 * f0 + _shr(x0 * f0, 32)
     low = x0 * f1 + (middle & _MASK32)
     return x1 * f1 + _shr(middle, 32) + _shr(low, 32)
@@ -298,6 +377,18 @@ def _step(hi: Array, lo: Array, inc_hi: Array, inc_lo: Array) -> tuple[Array, Ar
     carry = _below(new_lo, inc_lo)  # the low halves' sum wrapped
     new_hi = hi * _MUL_LO + lo * _MUL_HI + _mulhi(lo, _MUL_LO) + inc_hi + carry
     return new_hi, new_lo
+
+
+def _mul128(x: tuple[Array, Array], y: tuple[Array, Array]) -> tuple[Array, Array]:
+    """``x * y`` modulo 2**128, for 128-bit words as (high, low) 64-bit halves."""
+    (x_hi, x_lo), (y_hi, y_lo) = x, y
+    return x_hi * y_lo + x_lo * y_hi + _mulhi(x_lo, y_lo), x_lo * y_lo
+
+
+def _add128(x: tuple[Array, Array], y: tuple[Array, Array]) -> tuple[Array, Array]:
+    """``x + y`` modulo 2**128, for 128-bit words as (high, low) 64-bit halves."""
+    lo = x[1] + y[1]
+    return x[0] + y[0] + _below(lo, y[1]), lo
 
 
 def _output(hi: Array, lo: Array) -> Array:

@@ -16,8 +16,11 @@ next uniform with one indexing operation. The env counts on the host how few
 uniforms any row may have left; only a reset where that may be fewer than an
 episode's (or that reseeds a copy) looks at the rows, and tops up each row
 that is half used (or that starts with too few) from its copy's generator, in
-the generator's order: on a device a reset reads the host once in several
-episodes, not at every call. Envs without chance events have no generators.
+the generator's order. On a device (where the place does not compute on the
+host, see :attr:`corral.Place.computes_on_host`) the copies draw instead from
+:class:`~corral.streams.CopyStreams` there (numpy's generators as arrays): no
+step or unseeded reset reads the host or copies from it. Envs without chance
+events have no generators.
 
 These envs trust their actions (``0 <= action < n`` for every acting agent):
 the vector layer checks them before they arrive.
@@ -33,6 +36,7 @@ from gymnasium import spaces
 from corral.arrays import Place, import_torch, to_numpy
 from corral.batched_env import BatchedEnv, BatchedStep, CopyGenerators, Seed, copy_seeds
 from corral.envs.mdp import MatrixGame, TabularMDP
+from corral.streams import CopyStreams
 
 Array = Any  # a numpy array or a torch tensor
 
@@ -136,8 +140,13 @@ class BatchedTabularMDP(_Tables):
         chance = chance or (env.initial > 0).sum() > 1
         # One uniform at reset and one per step: an episode draws at most this many.
         self._episode_draws = 1 + self.max_episode_steps
-        width = _EPISODES_PER_DRAW * self._episode_draws if chance else 1
-        self._generators = CopyGenerators(num_envs) if chance else None
+        # On a device: the copies' generators as streams there (no rows of uniforms).
+        on_device = chance and not self.place.computes_on_host
+        self._streams = CopyStreams(num_envs, self.place) if on_device else None
+        self._seeded = False  # whether every copy's stream was seeded
+        rows = chance and not on_device  # else no rows of uniforms drawn ahead on the host
+        width = _EPISODES_PER_DRAW * self._episode_draws if rows else 1
+        self._generators = CopyGenerators(num_envs) if rows else None
         # Each copy's coming uniforms, and the position of its next one (past the end: none).
         self._uniforms = self.place.zeros((num_envs, width), np.float64)
         self._next = put(np.full(num_envs, width, dtype=np.int64))
@@ -162,6 +171,9 @@ class BatchedTabularMDP(_Tables):
         mask = self._mask(where)
         if self._generators is not None:
             self._refill(seeds, mask)
+        elif self._streams is not None and (seed is not None or not self._seeded):
+            self._streams.seed(seeds, None if where is None else to_numpy(mask))
+            self._seeded = self._seeded or where is None
         start = _sample(self._initial_cumulative, self._draw(mask))
         self._state = self._xp.where(mask, start, self._state)
         self._started = True
@@ -188,6 +200,8 @@ class BatchedTabularMDP(_Tables):
     def _draw(self, copies: Array) -> Array:
         """The next uniform of each of ``copies`` (a bool array ``[E]``), as the dict env's
         ``rng.random()`` gives it; zeros where the env has no chance events."""
+        if self._streams is not None:
+            return self._streams.uniform(0.0, 1.0, 1, copies)[:, 0]
         if self._generators is None:
             return self.place.zeros((self.num_envs,), np.float64)
         position = self._xp.where(copies, self._next, 0)

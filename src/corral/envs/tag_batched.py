@@ -7,6 +7,7 @@ with exactly the results of ``E`` dict ``Tag`` envs packed by the vector layer
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from corral.batched_env import Array, BatchedEnv, BatchedStep, CopyGenerators, S
 from corral.batched_env import selected as selected_copies
 from corral.envs.tag import CATCH_REWARD, PREDATOR_MOVES, PREY_MOVES, Tag, _mask_table
 from corral.groups import group_agents
+from corral.streams import CopyStreams
 
 
 class BatchedTag(BatchedEnv):
@@ -34,7 +36,11 @@ class BatchedTag(BatchedEnv):
     agents that are not acting are ignored.
 
     ``reset(where=...)`` fills only the rows of the selected copies (the
-    others are not to be read). Every array returned is fresh: the caller may
+    others are not to be read). Where the env computes in torch (on a GPU, or
+    on the CPU with ``numpy_on_cpu`` off), the copies draw from
+    :class:`~corral.streams.CopyStreams` on the device and a reset blends its
+    rows in by ``where``: neither a step nor an unseeded reset reads the host
+    or copies from it. Every array returned is fresh: the caller may
     keep or change it; or, after :meth:`write_into`, the vector layer's own.
     The env cannot render: render the dict env (``make_vec(...,
     native=False)``), hence no ``render_modes``.
@@ -54,7 +60,7 @@ class BatchedTag(BatchedEnv):
     keeps_masks = True  # an agent not alive (not acting) has every action legal
     # Torch tensors on the CPU are computed on by numpy, through views of their memory:
     # bit for bit the same values, at a fraction of torch's cost per call at these sizes.
-    # (False: by torch, as on a GPU; the tests run both.)
+    # (False, or Place.numpy_on_cpu False: by torch, as on a GPU; the tests run both.)
     numpy_on_cpu = True
 
     def __init__(
@@ -96,7 +102,7 @@ class BatchedTag(BatchedEnv):
         grouped = group_agents(self.possible_agents, self.observation_space, self.action_space)
         self._groups = {name: tuple(agents) for name, agents in grouped.items()}
         # Where the env computes: the place, or numpy on a torch CPU place.
-        by_numpy = not self.place.is_torch or (self.numpy_on_cpu and self.place.device == "cpu")
+        by_numpy = not self.place.is_torch or (self.numpy_on_cpu and self.place.computes_on_host)
         self._compute = Place() if by_numpy else self.place
         self._ops = _NumpyOps() if by_numpy else _TorchOps(self.place.device)
         # The arrays given out: the computed ones (fresh copies of them), as the place's.
@@ -109,6 +115,13 @@ class BatchedTag(BatchedEnv):
         self._generators = CopyGenerators(self.num_envs)
         self._draws = Choices(self.num_envs, len(tag._free_cells), len(self.possible_agents))
         self._drawing = np.zeros(self.num_envs, bool)  # copies whose generator _draws holds
+        # In torch: the copies' generators as streams of the place, drawn with no host read.
+        self._streams = None
+        if not by_numpy and self._draws.exact:
+            self._streams = CopyStreams(self.num_envs, self._compute)
+            m, n, on_host = self._draws.m, self._draws.n, self._compute.computes_on_host
+            self._choose = StreamChoices(self._streams, m, n, check=on_host)
+        self._seeded = False  # whether every copy's stream was seeded
         self._build_tables(tag)
 
         # Every copy's state, agent-major ([agent, copy]) so that each operation runs
@@ -235,6 +248,8 @@ class BatchedTag(BatchedEnv):
     ) -> BatchedStep:
         """Place every agent of the selected copies on distinct free cells drawn from the
         copy's generator; the other copies' episodes go on."""
+        if self._streams is not None:
+            return self._reset_by_streams(seed, where)
         rows = selected_copies(None if where is None else self._computed(where), self.num_envs)
         if seed is None and self._draws.exact and self._drawing[rows].all():
             # Each copy keeps drawing from the generator its last draw came from.
@@ -251,6 +266,38 @@ class BatchedTag(BatchedEnv):
         ops.put_columns(self._t, rows, 0)
         values = self._evaluate(cell, True)
         return self._result(values, None if where is None else rows)
+
+    def _reset_by_streams(self, seed: Seed, where: Array | None) -> BatchedStep:
+        """:meth:`reset` in torch: every copy draws from its stream (only the selected ones
+        advance it) and the selected copies' new state and rows are blended in by
+        ``where``, with no host read (but for a reseed, which reads ``where``)."""
+        ops, streams = self._ops, self._streams
+        mask = None
+        if where is not None:
+            mask = self._compute.asarray(where, np.bool_)
+            if tuple(mask.shape) != (self.num_envs,):
+                raise ValueError(
+                    f"where must be a bool array of shape ({self.num_envs},) (one entry per "
+                    f"copy), got shape {tuple(mask.shape)}"
+                )
+        if seed is not None or not self._seeded:
+            host = None if where is None else to_numpy(where).astype(bool)
+            streams.seed(copy_seeds(seed, self.num_envs), host)
+            self._seeded = self._seeded or where is None
+        draws = self._choose(mask)
+        cell = ops.take(self._free_cells, draws)
+        if mask is None:
+            self._cell = cell
+            self._flag.fill_(True)
+            self._alive.fill_(True)
+            self._t.zero_()
+        else:
+            torch = ops.torch
+            self._cell = torch.where(mask, cell, self._cell)
+            self._flag |= mask
+            self._alive = self._alive | mask
+            self._t = torch.where(mask, 0, self._t)
+        return self._result(self._evaluate(cell, True), mask)
 
     def step(self, actions: dict[str, Any]) -> BatchedStep:
         """Move every live agent of every copy, then remove the prey that were caught."""
@@ -366,12 +413,14 @@ class BatchedTag(BatchedEnv):
         copies: Array | None = None,
         outcome: dict[str, dict[str, Array]] | None = None,
     ) -> BatchedStep:
-        """Write the copies ``copies`` (all for ``None``) into the output arrays: their
-        ``values`` (``[R, K]``), the env's state, and ``outcome`` (reward, terminated,
-        truncated; agent-major ``[n_g, E]``). Then the arrays, or fresh copies of them."""
+        """Write the copies ``copies`` (all for ``None``; indices, or in torch a bool array
+        ``[E]`` whose copies' ``values`` of all ``E`` are blended in) into the output
+        arrays: their ``values`` (``[R, K]``), the env's state, and ``outcome`` (reward,
+        terminated, truncated; agent-major ``[n_g, E]``). Then the arrays, or fresh copies
+        of them."""
         ops, out, num_cells = self._ops, self._out, self.size * self.size
         cell, alive = self._cell, self._alive
-        if copies is not None:
+        if copies is not None and not ops.is_mask(copies):
             cell, alive = ops.columns(cell, copies), ops.columns(alive, copies)
         # An agent not alive reads its mask table's all-legal rows below its cell.
         below = ops.multiply(~alive, num_cells)
@@ -462,6 +511,10 @@ class _NumpyOps:
 
     def int64(self, array: np.ndarray) -> np.ndarray:
         return array.astype(np.int64, copy=False)
+
+    def is_mask(self, copies: np.ndarray) -> bool:
+        """Whether ``copies`` selects copies by a bool array ``[E]`` (else: indices)."""
+        return copies.dtype == np.bool_
 
     def int16(self, array: np.ndarray) -> np.ndarray:
         return array.astype(np.int16)
@@ -581,6 +634,9 @@ class _TorchOps:
     def int64(self, array: Any) -> Any:
         return array.long()
 
+    def is_mask(self, copies: Any) -> bool:
+        return copies.dtype == self.torch.bool
+
     def int16(self, array: Any) -> Any:
         return array.short()
 
@@ -617,7 +673,9 @@ class _TorchOps:
         out.copy_(value)
 
     def put_rows(self, out: Any, rows: Any, copies: Any | None) -> None:
-        if copies is not None:
+        if copies is not None and copies.dtype == self.torch.bool:
+            out.copy_(self.torch.where(copies[:, None], rows.T, out))
+        elif copies is not None:
             out.index_copy_(0, copies, rows.T)
         elif len(rows) <= 4:
             for j, row in enumerate(rows):
@@ -644,6 +702,8 @@ class _TorchOps:
         masks = self.take(table, key)
         if copies is None:
             out.copy_(masks)
+        elif copies.dtype == self.torch.bool:
+            out.copy_(self.torch.where(copies[:, None, None], masks, out))
         else:
             out.index_copy_(0, copies, masks)
 
@@ -812,6 +872,92 @@ class Choices:
         self.words[i, : len(left)] = left
         self.words[i, len(left) : end] = raw.astype("<u8", copy=False).view("<u4")  # low first
         self.next[i], self.end[i] = 0, end
+
+
+class StreamChoices:
+    """``Generator.choice(m, size=n, replace=False)`` of every copy's stream at once, in
+    torch, where numpy draws it with Floyd's algorithm and a shuffle (see :class:`Choices`;
+    ``Choices(...).exact`` says where), with no host read or copy.
+
+    The bounded integers of a draw come from words read ahead
+    (:meth:`CopyStreams.peek_words`): as many as make the chance that Lemire's method
+    skips too many of them for some copy in a call fall below ``2**-64``, as
+    :class:`CopyStreams` draws on a device. With ``check`` (on the host), whether they
+    sufficed is read, and more words are read ahead where not; without, nothing is read."""
+
+    def __init__(self, streams: CopyStreams, m: int, n: int, check: bool = True) -> None:
+        torch = self.torch = import_torch()
+        self.streams, self.m, self.n, self.check = streams, m, n, check
+        # Each bounded integer's range [0, bound]: Floyd's (none for 0), then the shuffle's.
+        bounds = [j for j in range(m - n, m) if j] + list(range(n - 1, 0, -1))
+        sizes = np.array(bounds, np.int64) + 1
+        thresholds = (1 << 32) % sizes  # a word whose low half falls below is skipped
+        chance = float(thresholds.max(initial=0)) / 2**32
+        self.extra = _extra_words(streams.num_envs, len(bounds), chance)
+        place, e = streams.place, streams.num_envs
+        self.sizes, self.thresholds = place.from_host(sizes), place.from_host(thresholds)
+        self.zero = place.zeros((e,), np.int64)
+        self.before = torch.full((e,), -1, dtype=torch.int64, device=self.zero.device)
+
+    def __call__(self, where: Array | None = None) -> Array:
+        """``[n, E]``: each copy's draw; the copies ``where`` selects (a bool tensor
+        ``[E]``, all for ``None``) advance their streams, the others' values are
+        unspecified (in ``[0, m)``)."""
+        torch, m, n = self.torch, self.m, self.n
+        values = self._bounded(where)
+        out: list[Array] = []
+        for t, j in enumerate(range(m - n, m)):  # Floyd: a value in [0, j], or j if taken
+            value = values.pop(0) if j else self.zero
+            if t:
+                taken = out[0] == value
+                for s in range(1, t):
+                    taken |= out[s] == value
+                value = torch.where(taken, j, value)
+            out.append(value)
+        drawn = torch.stack(out)
+        for i in range(n - 1, 0, -1):  # the shuffle: swap value i with value [0, i]
+            other = values.pop(0)[None]
+            picked = drawn.gather(0, other)
+            drawn.scatter_(0, other, drawn[i : i + 1].clone())
+            drawn[i] = picked[0]
+        return drawn
+
+    def _bounded(self, where: Array | None) -> list[Array]:
+        """Each copy's next bounded integers, ``[E]`` int64 each, as numpy's
+        ``random_bounded_uint64`` draws them one after the other (Lemire's method on 32-bit
+        words: the high half of a word times the range's size, a word whose low half falls
+        below ``2**32 % size`` skipped); the copies ``where`` selects draw the words used."""
+        torch, d, extra = self.torch, len(self.sizes), self.extra
+        if not d:
+            return []
+        while True:
+            words = self.streams.peek_words(d + extra)
+            scaled = words[:, :, None] * self.sizes  # the bits of the 64-bit products
+            kept = (scaled & 0xFFFFFFFF) >= self.thresholds
+            positions = torch.arange(d + extra, device=words.device)
+            at, found, out = self.before, None, []
+            for k in range(d):  # the first kept word past the last one used
+                usable = kept[:, :, k] & (positions > at[:, None])
+                if self.check:
+                    found = usable.any(1) if found is None else found & usable.any(1)
+                at = usable.to(torch.int8).argmax(1)
+                out.append((scaled[:, :, k].gather(1, at[:, None])[:, 0] >> 32) & 0xFFFFFFFF)
+            if not self.check or bool(found.all()):
+                break
+            extra = 2 * extra + 1
+        self.streams.skip_words(at + 1, where)
+        return out
+
+
+def _extra_words(copies: int, d: int, chance: float) -> int:
+    """How many words past ``d`` to read ahead so that ``d`` bounded integers of
+    ``copies`` copies, each word skipped with a chance at most ``chance``, need more with
+    a chance below 2**-64 (more than ``x`` skipped among ``d + x`` words: at most
+    ``C(d + x, x + 1) * chance**(x + 1)`` per copy)."""
+    x = 0
+    while chance and copies * math.comb(d + x, x + 1) * chance ** (x + 1) >= 2.0**-64:
+        x += 1
+    return x
 
 
 def _emulation_matches(m: int, n: int) -> bool:
