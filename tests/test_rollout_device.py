@@ -28,6 +28,7 @@ import host_reads  # noqa: E402
 import corral  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
 from corral.arrays import Place  # noqa: E402
+from corral.envs.tag_batched import BatchedTag  # noqa: E402
 from corral.errors import InvalidActionError  # noqa: E402
 from corral.training.collector import DecisionCounter  # noqa: E402
 from corral.training.rollout_collector import RolloutCollector  # noqa: E402
@@ -54,15 +55,25 @@ def counting_reads():
     return host_reads.counting_reads(skip=NOT_COUNTED, host_side=HOST_SIDE)
 
 
-def torch_collector(algo_cls, device, num_envs=4, rollout_steps=10, deferred=False, **settings):
+def torch_collector(
+    algo_cls,
+    device,
+    num_envs=4,
+    rollout_steps=10,
+    deferred=False,
+    env=("mpe2/simple_spread_v3", {}),
+    **settings,
+):
+    env_id, env_kwargs = env
     venv = corral.make_vec(
-        "mpe2/simple_spread_v3",
+        env_id,
         num_envs,
         array="torch",
         device=device,
         seed=0,
         state=algo_cls.uses_state,
         deferred_checks=deferred,
+        env_kwargs=env_kwargs,
     )
     config = algo_cls.Config(rollout_steps=rollout_steps, epochs=2, seed=0, **settings)
     algo = algo_cls(venv, config, device=device)
@@ -85,15 +96,28 @@ def test_a_rollout_and_update_read_the_host_a_constant_number_of_times(algo_cls,
     assert sum(reads[40].values()) <= 10 * 2, reads[40]
 
 
+# Natively batched envs of each kind: MPE; dying agents and resets that place agents at
+# random (tag); chance drawn per step (a tabular mdp). Episodes end in every rollout.
+DEVICE_ENVS = {
+    "spread": ("mpe2/simple_spread_v3", {}),
+    "tag": ("corral/tag", {"size": 4, "max_cycles": 12}),
+    "nmdp": ("mdp/multi_round_nmdp", {}),
+}
+
+
+@pytest.mark.parametrize("env", list(DEVICE_ENVS.values()), ids=list(DEVICE_ENVS))
 @pytest.mark.parametrize("algo_cls", [MAPPO, IPPO], ids=["mappo", "ippo"])
 def test_as_on_a_gpu_everything_reads_the_host_a_constant_number_of_times_per_rollout(
-    algo_cls, monkeypatch
+    algo_cls, env, monkeypatch
 ):
     # the vector layer and the envs counted too: nothing of theirs is per step
     monkeypatch.setattr(Place, "numpy_on_cpu", False)
+    monkeypatch.setattr(BatchedTag, "numpy_on_cpu", False)
     reads = {}
-    for steps in (13, 40):  # episodes of 25 steps end in both runs
-        venv, algo, collector = torch_collector(algo_cls, "cpu", rollout_steps=steps, deferred=True)
+    for steps in (13, 40):
+        venv, algo, collector = torch_collector(
+            algo_cls, "cpu", rollout_steps=steps, deferred=True, env=env
+        )
         with (
             host_reads.counting_reads(host_side=HOST_SIDE) as counts,
             host_reads.counting_transfers(host_side=HOST_SIDE) as copies,
