@@ -70,6 +70,7 @@ from torch.distributions import Distribution, Independent, Normal
 from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
 from corral.algos.networks import (
     as_input,
+    clip_grad_norm,
     flat_dim,
     frozen_copy,
     loaded_copy,
@@ -564,31 +565,35 @@ class MAPPOLearner(Learner):
         old_log_prob = tensor(old_log_prob)
 
         size = -(-len(advantage) // cfg.minibatches)
+        rows = [actor_in, critic_in, sample, old_log_prob, advantage, target, old_value]
+        if mask is not None:
+            rows.append(mask)
+        actor_params, critic_params = list(nets.actor.parameters()), list(nets.critic.parameters())
         history = []
         for _ in range(cfg.epochs):
-            for index in torch.randperm(len(advantage), generator=self.policy.generator).split(
-                size
-            ):
-                index = to_device(index, device)
-                dist = nets.actor(actor_in[index], None if mask is None else mask[index])
-                log_ratio = dist.log_prob(sample[index]) - old_log_prob[index]
+            perm = torch.randperm(len(advantage), generator=self.policy.generator)
+            perm = to_device(perm, device)
+            # one gather per epoch: its minibatches are contiguous slices of the shuffled rows
+            shuffled = [x.index_select(0, perm).split(size) for x in rows]
+            for batch in zip(*shuffled, strict=True):
+                a_in, c_in, smp, old_lp, adv, tgt, old = batch[:7]
+                dist = nets.actor(a_in, batch[7] if mask is not None else None)
+                log_ratio = dist.log_prob(smp) - old_lp
                 ratio = log_ratio.exp()
-                adv = advantage[index]
                 clipped = ratio.clamp(1 - cfg.clip, 1 + cfg.clip)
                 policy_loss = -torch.min(ratio * adv, clipped * adv).mean()
-                value = nets.critic(critic_in[index]).squeeze(-1)
-                value_loss = (value - target[index]) ** 2
+                value = nets.critic(c_in).squeeze(-1)
+                value_loss = (value - tgt) ** 2
                 if cfg.value_clip is not None:
-                    old = old_value[index]
                     value_clipped = old + (value - old).clamp(-cfg.value_clip, cfg.value_clip)
-                    value_loss = torch.max(value_loss, (value_clipped - target[index]) ** 2)
+                    value_loss = torch.max(value_loss, (value_clipped - tgt) ** 2)
                 value_loss = 0.5 * value_loss.mean()
                 entropy = dist.entropy().mean()
                 loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
                 self.optimizers[g].zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(nets.actor.parameters(), cfg.max_grad_norm)
-                nn.utils.clip_grad_norm_(nets.critic.parameters(), cfg.max_grad_norm)
+                clip_grad_norm(actor_params, cfg.max_grad_norm)
+                clip_grad_norm(critic_params, cfg.max_grad_norm)
                 self.optimizers[g].step()
                 with torch.no_grad():
                     approx_kl = ((ratio - 1) - log_ratio).mean()
