@@ -340,25 +340,32 @@ class MAPPOPolicy(Policy):
                 critic_in = flat_dim(seen) + (config.time_scale is not None) + ids
                 nets = GroupNets(actor_in, critic_in, self.action_space[g], config)
                 self.nets[g] = nets.to(device)
+        # each agent's one-hot id, the rows of an identity (the same numbers as one_hot)
+        self._ids = {
+            g: torch.eye(len(agents), device=device)
+            for g, agents in self.groups.items()
+            if config.agent_id and len(agents) > 1
+        }
         self.generator = torch.Generator().manual_seed(config.seed)
         """The policy's random stream (samples; the learner's minibatches draw from it too)."""
 
     # -- inputs ------------------------------------------------------------------
 
-    def _with_id(self, g: str, x: torch.Tensor, agent: Any) -> torch.Tensor:
-        """``x`` with a one-hot of ``agent`` appended; ``None`` means ``x`` is ``[E, n, ...]``."""
-        n = len(self.groups[g])
-        if not self.config.agent_id or n == 1:
-            return x
-        if agent is None:
-            index = torch.arange(n, device=self.device).expand(x.shape[:-1])
-        else:
-            index = torch.as_tensor(agent, device=self.device, dtype=torch.long)
-        return torch.cat([x, nn.functional.one_hot(index, n).float()], dim=-1)
+    def _with_id(self, g: str, parts: list[torch.Tensor], agent: Any) -> torch.Tensor:
+        """``parts`` concatenated on the last axis, with a one-hot of ``agent`` appended;
+        ``None`` means they are ``[E, n, ...]``."""
+        ids = self._ids.get(g)
+        if ids is not None:
+            if agent is None:
+                ids = ids.expand(*parts[0].shape[:-2], *ids.shape)
+            else:
+                ids = ids[torch.as_tensor(agent, device=self.device, dtype=torch.long)]
+            parts = [*parts, ids]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
     def actor_input(self, g: str, obs: Any, agent: Any) -> torch.Tensor:
         """Actor inputs of rows (``agent`` given) or of a batch's ``[E, n]`` agents (``None``)."""
-        return self._with_id(g, as_input(obs, self.observation_space[g], self.device), agent)
+        return self._with_id(g, [as_input(obs, self.observation_space[g], self.device)], agent)
 
     def critic_input(self, g: str, obs: Any, state: Any, decision: Any, agent: Any) -> torch.Tensor:
         """Critic inputs of rows (``agent`` given) or of a batch's ``[E, n]`` agents (``None``).
@@ -372,10 +379,11 @@ class MAPPOPolicy(Policy):
                 x = x.unsqueeze(1).expand(-1, len(self.groups[g]), -1)
         else:
             x = as_input(obs, self.observation_space[g], self.device)
+        parts = [x]
         if self.config.time_scale is not None:
             time = torch.as_tensor(decision, device=self.device, dtype=torch.float32)
-            x = torch.cat([x, (time * self.config.time_scale).unsqueeze(-1)], dim=-1)
-        return self._with_id(g, x, agent)
+            parts.append((time * self.config.time_scale).unsqueeze(-1))
+        return self._with_id(g, parts, agent)
 
     def mask(self, mask: Any) -> torch.Tensor | None:
         """An action mask as a boolean tensor on the policy's device (``None`` stays)."""
@@ -569,6 +577,7 @@ class MAPPOLearner(Learner):
         if mask is not None:
             rows.append(mask)
         actor_params, critic_params = list(nets.actor.parameters()), list(nets.critic.parameters())
+        params = [p for group in self.optimizers[g].param_groups for p in group["params"]]
         history = []
         for _ in range(cfg.epochs):
             perm = torch.randperm(len(advantage), generator=self.policy.generator)
@@ -590,7 +599,8 @@ class MAPPOLearner(Learner):
                 value_loss = 0.5 * value_loss.mean()
                 entropy = dist.entropy().mean()
                 loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-                self.optimizers[g].zero_grad()
+                for p in params:  # the optimiser's zero_grad(), without its per-call overhead
+                    p.grad = None
                 loss.backward()
                 clip_grad_norm(actor_params, cfg.max_grad_norm)
                 clip_grad_norm(critic_params, cfg.max_grad_norm)
