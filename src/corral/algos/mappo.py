@@ -342,7 +342,7 @@ class MAPPOPolicy(Policy):
                 self.nets[g] = nets.to(device)
         # each agent's one-hot id, the rows of an identity (the same numbers as one_hot)
         self._ids = {
-            g: torch.eye(len(agents), device=device)
+            g: torch.eye(len(agents), dtype=torch.float32, device=device)
             for g, agents in self.groups.items()
             if config.agent_id and len(agents) > 1
         }
