@@ -415,3 +415,116 @@ def test_the_categorical_policy_matches_torch_s_distribution_with_masks() -> Non
     assert torch.allclose(ours.log_prob(actions), theirs.log_prob(actions), atol=1e-6)
     assert torch.allclose(ours.entropy(), theirs.entropy(), atol=1e-6)
     assert (ours.probs[~mask] == 0).all()
+
+
+# -- the update's numbers ------------------------------------------------------------------------
+
+
+def textbook_ppo(learner, g: str, rows: dict) -> dict[str, float]:
+    """PPO epochs written plainly: each minibatch indexed from the rows, the optimiser's
+    ``zero_grad`` and torch's ``clip_grad_norm_``; what :meth:`MAPPOLearner.ppo` must equal."""
+    cfg, nets = learner.config, learner.policy.nets[g]
+    f32 = {"dtype": torch.float32}
+    advantage = torch.as_tensor(rows["advantage"], **f32)
+    returns = torch.as_tensor(rows["returns"], **f32)
+    nets.value_norm.update(returns, nets.critic[-1])
+    target = nets.value_norm.normalize(returns)
+    old_value = nets.value_norm.normalize(torch.as_tensor(rows["old_value"], **f32))
+    advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+    mask = learner.policy.mask(rows["mask"])
+    sample = torch.as_tensor(rows["sample"])
+    old_log_prob = torch.as_tensor(rows["old_log_prob"], **f32)
+    optimizer, history = learner.optimizers[g], []
+    size = -(-len(advantage) // cfg.minibatches)
+    for _ in range(cfg.epochs):
+        for index in torch.randperm(len(advantage), generator=learner.policy.generator).split(size):
+            dist = nets.actor(rows["actor_in"][index], None if mask is None else mask[index])
+            log_ratio = dist.log_prob(sample[index]) - old_log_prob[index]
+            ratio, adv = log_ratio.exp(), advantage[index]
+            clipped = ratio.clamp(1 - cfg.clip, 1 + cfg.clip)
+            policy_loss = -torch.min(ratio * adv, clipped * adv).mean()
+            value = nets.critic(rows["critic_in"][index]).squeeze(-1)
+            old = old_value[index]
+            value_clipped = old + (value - old).clamp(-cfg.value_clip, cfg.value_clip)
+            value_loss = torch.max(
+                (value - target[index]) ** 2, (value_clipped - target[index]) ** 2
+            )
+            value_loss = 0.5 * value_loss.mean()
+            entropy = dist.entropy().mean()
+            loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(nets.actor.parameters(), cfg.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(nets.critic.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            with torch.no_grad():
+                approx_kl = ((ratio - 1) - log_ratio).mean()
+                clip_frac = ((ratio - 1).abs() > cfg.clip).float().mean()
+                history.append(
+                    torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_frac])
+                )
+    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
+    return dict(zip(names, torch.stack(history).mean(dim=0).tolist(), strict=True))
+
+
+@pytest.mark.parametrize(
+    ("env_id", "settings", "minibatches"),
+    [
+        ("mpe2/simple_spread_v3", {}, 4),
+        ("mpe2/simple_spread_v3", {"continuous_actions": True}, 3),  # a last, shorter minibatch
+        ("pettingzoo/classic/tictactoe_v3", {}, 2),  # action masks that mask
+    ],
+    ids=["discrete", "continuous", "masked"],
+)
+def test_the_update_gives_the_numbers_of_the_textbook_minibatch_loop(
+    env_id, settings, minibatches
+) -> None:
+    # bit for bit: the learner's shortcuts (one gather per epoch, its own gradient clearing
+    # and clipping) must leave the networks, the optimiser and the draws as they were
+    pytest.importorskip(env_id.split("/")[0] if env_id.startswith("mpe2") else "pettingzoo")
+    from corral.training.rollout_collector import RolloutCollector
+
+    venv = corral.make_vec(env_id, 8, seed=0, state=True, env_kwargs=settings)
+    config = Config(rollout_steps=10, epochs=3, minibatches=minibatches, seed=0)
+    algo = MAPPO(venv, config)
+    rollouts = {}
+    algo.learn = rollouts.update  # keep the first rollout instead of learning from it
+    RolloutCollector(venv, algo, seed=0).run(8 * 10)
+    venv.close()
+    (g,) = rollouts
+    rows = algo.learner.rollout_rows(g, rollouts[g])
+    assert rows is not None
+    if env_id.startswith("pettingzoo"):
+        assert not rows["mask"].all()  # some actions are illegal
+    twin = copy.deepcopy(algo)
+    metrics = algo.learner.ppo(g, **rows)
+    assert metrics == textbook_ppo(twin.learner, g, rows)
+    mine, theirs = algo.learner.state_dict(), twin.learner.state_dict()
+    for name, value in mine["nets"][g].items():
+        assert torch.equal(value, theirs["nets"][g][name]), name
+    for state, other in zip(
+        mine["optimizers"][g]["state"].values(),
+        theirs["optimizers"][g]["state"].values(),
+        strict=True,
+    ):
+        assert all(torch.equal(state[k], other[k]) for k in state)
+    assert torch.equal(mine["generator"], theirs["generator"])
+
+
+def test_clip_grad_norm_scales_as_torch_s_clip_grad_norm() -> None:
+    from corral.algos.networks import clip_grad_norm, mlp
+
+    gen = torch.Generator().manual_seed(0)
+    for max_norm in (0.5, 1e6):  # clipping, and not
+        net = mlp(7, 3, [16, 16])
+        net[0].bias.requires_grad_(False)  # a parameter without a gradient is skipped
+        twin = copy.deepcopy(net)
+        x = torch.randn(32, 7, generator=gen)
+        for n in (net, twin):
+            n(x).pow(2).sum().backward()
+        clip_grad_norm(list(net.parameters()), max_norm)
+        torch.nn.utils.clip_grad_norm_(twin.parameters(), max_norm)
+        for p, q in zip(net.parameters(), twin.parameters(), strict=True):
+            assert (p.grad is None and q.grad is None) or torch.equal(p.grad, q.grad)
+        assert net[0].bias.grad is None
+        assert not torch.equal(net[0].weight.grad, torch.zeros(16, 7))

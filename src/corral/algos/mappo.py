@@ -70,6 +70,7 @@ from torch.distributions import Distribution, Independent, Normal
 from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
 from corral.algos.networks import (
     as_input,
+    clip_grad_norm,
     flat_dim,
     frozen_copy,
     loaded_copy,
@@ -339,25 +340,32 @@ class MAPPOPolicy(Policy):
                 critic_in = flat_dim(seen) + (config.time_scale is not None) + ids
                 nets = GroupNets(actor_in, critic_in, self.action_space[g], config)
                 self.nets[g] = nets.to(device)
+        # each agent's one-hot id, the rows of an identity (the same numbers as one_hot)
+        self._ids = {
+            g: torch.eye(len(agents), dtype=torch.float32, device=device)
+            for g, agents in self.groups.items()
+            if config.agent_id and len(agents) > 1
+        }
         self.generator = torch.Generator().manual_seed(config.seed)
         """The policy's random stream (samples; the learner's minibatches draw from it too)."""
 
     # -- inputs ------------------------------------------------------------------
 
-    def _with_id(self, g: str, x: torch.Tensor, agent: Any) -> torch.Tensor:
-        """``x`` with a one-hot of ``agent`` appended; ``None`` means ``x`` is ``[E, n, ...]``."""
-        n = len(self.groups[g])
-        if not self.config.agent_id or n == 1:
-            return x
-        if agent is None:
-            index = torch.arange(n, device=self.device).expand(x.shape[:-1])
-        else:
-            index = torch.as_tensor(agent, device=self.device, dtype=torch.long)
-        return torch.cat([x, nn.functional.one_hot(index, n).float()], dim=-1)
+    def _with_id(self, g: str, parts: list[torch.Tensor], agent: Any) -> torch.Tensor:
+        """``parts`` concatenated on the last axis, with a one-hot of ``agent`` appended;
+        ``None`` means they are ``[E, n, ...]``."""
+        ids = self._ids.get(g)
+        if ids is not None:
+            if agent is None:
+                ids = ids.expand(*parts[0].shape[:-2], *ids.shape)
+            else:
+                ids = ids[torch.as_tensor(agent, device=self.device, dtype=torch.long)]
+            parts = [*parts, ids]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
     def actor_input(self, g: str, obs: Any, agent: Any) -> torch.Tensor:
         """Actor inputs of rows (``agent`` given) or of a batch's ``[E, n]`` agents (``None``)."""
-        return self._with_id(g, as_input(obs, self.observation_space[g], self.device), agent)
+        return self._with_id(g, [as_input(obs, self.observation_space[g], self.device)], agent)
 
     def critic_input(self, g: str, obs: Any, state: Any, decision: Any, agent: Any) -> torch.Tensor:
         """Critic inputs of rows (``agent`` given) or of a batch's ``[E, n]`` agents (``None``).
@@ -371,10 +379,11 @@ class MAPPOPolicy(Policy):
                 x = x.unsqueeze(1).expand(-1, len(self.groups[g]), -1)
         else:
             x = as_input(obs, self.observation_space[g], self.device)
+        parts = [x]
         if self.config.time_scale is not None:
             time = torch.as_tensor(decision, device=self.device, dtype=torch.float32)
-            x = torch.cat([x, (time * self.config.time_scale).unsqueeze(-1)], dim=-1)
-        return self._with_id(g, x, agent)
+            parts.append((time * self.config.time_scale).unsqueeze(-1))
+        return self._with_id(g, parts, agent)
 
     def mask(self, mask: Any) -> torch.Tensor | None:
         """An action mask as a boolean tensor on the policy's device (``None`` stays)."""
@@ -564,31 +573,37 @@ class MAPPOLearner(Learner):
         old_log_prob = tensor(old_log_prob)
 
         size = -(-len(advantage) // cfg.minibatches)
+        rows = [actor_in, critic_in, sample, old_log_prob, advantage, target, old_value]
+        if mask is not None:
+            rows.append(mask)
+        actor_params, critic_params = list(nets.actor.parameters()), list(nets.critic.parameters())
+        params = [p for group in self.optimizers[g].param_groups for p in group["params"]]
         history = []
         for _ in range(cfg.epochs):
-            for index in torch.randperm(len(advantage), generator=self.policy.generator).split(
-                size
-            ):
-                index = to_device(index, device)
-                dist = nets.actor(actor_in[index], None if mask is None else mask[index])
-                log_ratio = dist.log_prob(sample[index]) - old_log_prob[index]
+            perm = torch.randperm(len(advantage), generator=self.policy.generator)
+            perm = to_device(perm, device)
+            # one gather per epoch: its minibatches are contiguous slices of the shuffled rows
+            shuffled = [x.index_select(0, perm).split(size) for x in rows]
+            for batch in zip(*shuffled, strict=True):
+                a_in, c_in, smp, old_lp, adv, tgt, old = batch[:7]
+                dist = nets.actor(a_in, batch[7] if mask is not None else None)
+                log_ratio = dist.log_prob(smp) - old_lp
                 ratio = log_ratio.exp()
-                adv = advantage[index]
                 clipped = ratio.clamp(1 - cfg.clip, 1 + cfg.clip)
                 policy_loss = -torch.min(ratio * adv, clipped * adv).mean()
-                value = nets.critic(critic_in[index]).squeeze(-1)
-                value_loss = (value - target[index]) ** 2
+                value = nets.critic(c_in).squeeze(-1)
+                value_loss = (value - tgt) ** 2
                 if cfg.value_clip is not None:
-                    old = old_value[index]
                     value_clipped = old + (value - old).clamp(-cfg.value_clip, cfg.value_clip)
-                    value_loss = torch.max(value_loss, (value_clipped - target[index]) ** 2)
+                    value_loss = torch.max(value_loss, (value_clipped - tgt) ** 2)
                 value_loss = 0.5 * value_loss.mean()
                 entropy = dist.entropy().mean()
                 loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-                self.optimizers[g].zero_grad()
+                for p in params:  # the optimiser's zero_grad(), without its per-call overhead
+                    p.grad = None
                 loss.backward()
-                nn.utils.clip_grad_norm_(nets.actor.parameters(), cfg.max_grad_norm)
-                nn.utils.clip_grad_norm_(nets.critic.parameters(), cfg.max_grad_norm)
+                clip_grad_norm(actor_params, cfg.max_grad_norm)
+                clip_grad_norm(critic_params, cfg.max_grad_norm)
                 self.optimizers[g].step()
                 with torch.no_grad():
                     approx_kl = ((ratio - 1) - log_ratio).mean()
