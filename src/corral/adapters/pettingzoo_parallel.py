@@ -205,12 +205,15 @@ class ParallelEnvAdapter(PettingZooAdapter):
             if agent not in raw_obs:
                 continue
             info = info_of(agent)
-            info = {} if info is None else dict(info)  # a copy: the mask may be added
-            obs[agent], mask = unpack(raw_obs[agent], info)
+            infos[agent] = info = {} if info is None else dict(info)  # the mask may be added
+            value = raw_obs[agent]
+            if type(value) is np.ndarray and MASK_KEY not in info:  # no mask: cheaply
+                obs[agent] = value
+                continue
+            obs[agent], mask = unpack(value, info)
             if mask is not None:
                 info[MASK_KEY] = mask
                 masks[agent] = mask
-            infos[agent] = info
         for agent in ended:
             info = dict(raw_infos.get(agent, {}))
             if agent in raw_obs:
