@@ -17,7 +17,8 @@ on unchanged) and writes what ended and what restarted with masked blends
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, NoReturn
 
 import numpy as np
@@ -76,7 +77,7 @@ class Episodes:
         state = layout.state_space
         self._state = [] if state is None else [p for p, _ in leaves(array_tree(state), "state")]
         self._masks = {g for g, group in layout.groups.items() if group.num_actions is not None}
-        self._alive = [arrays[f"alive/{g}"] for g in self.groups]
+        self._rows_any = [_rows_any(arrays[f"alive/{g}"]) for g in self.groups]
         # What an observation writes per group: (group, obs tree, obs array where one leaf
         # else None, alive array, acting array, action mask array or None).
         self._observed = [
@@ -314,9 +315,12 @@ class Episodes:
         return BatchedStep(**fields)
 
     def _any_alive(self) -> Any:
-        alive = _any_agent(self._alive[0])
-        for more in self._alive[1:]:
-            alive |= _any_agent(more)
+        """Whether any agent of each copy is alive: a new bool array ``[E]``."""
+        rows_any = self._rows_any
+        alive = rows_any[0]()
+        if len(rows_any) > 1:
+            for more in rows_any[1:]:
+                alive |= more()
         return alive
 
     def _write_observed(self, out: BatchedStep, rows: Any, checked: bool = False) -> None:
@@ -453,17 +457,23 @@ def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:
 _FEW_ROWS = 32
 
 
-def _any_agent(flags: Any) -> Any:
-    """``flags.any(1)`` of a bool array ``[E, n]``, as a new array."""
+def _rows_any(flags: Any) -> Callable[[], Any]:
+    """A function returning ``flags.any(1)`` of a bool array ``[E, n]`` (as a new array),
+    the cheapest way for its kind and shape, chosen once."""
     n = flags.shape[1]
     if isinstance(flags, np.ndarray) and n in (1, 2, 4, 8) and flags.flags.c_contiguous:
-        return flags.view(f"u{n}")[:, 0] != 0  # each row's n bytes as one integer
+        words = flags.view(f"u{n}")[:, 0]  # each row's n bytes as one integer
+        return partial(np.not_equal, words, 0)
     if n > 8 or n == 0 or (len(flags) <= _FEW_ROWS and isinstance(flags, np.ndarray)):
-        return flags.any(1)
-    out = flags[:, 0].copy() if isinstance(flags, np.ndarray) else flags[:, 0].clone()
-    for j in range(1, flags.shape[1]):  # a reduction along a short axis is slow in numpy
-        out |= flags[:, j]
-    return out
+        return partial(flags.any, 1)
+
+    def by_columns() -> Any:  # a reduction along a short axis is slow in numpy
+        out = flags[:, 0].copy() if isinstance(flags, np.ndarray) else flags[:, 0].clone()
+        for j in range(1, n):
+            out |= flags[:, j]
+        return out
+
+    return by_columns
 
 
 def _as_rows(array: Any) -> Any:
