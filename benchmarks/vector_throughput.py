@@ -22,6 +22,17 @@ half the envs, started together (the sum of their env-steps/s), in
 alternating rounds (the median of each and their ratio are printed):
 
     python benchmarks/vector_throughput.py --ceiling [--rounds 3] [--num-envs 16 64]
+
+``--compare`` measures two source trees in one run: "before" (``--before-src``, by
+default the untouched worktree of commit 026751b) and "after" (``--after-src``, by
+default the ``src`` of the tree this script lives in). The script runs itself in a
+subprocess with ``PYTHONPATH`` set to each tree, alternating (before, after, before,
+after, ...) for ``--rounds`` rounds, each subprocess timing every backend and
+num_envs and the raw loop (the same code in both trees: its ratio shows the noise),
+and prints each tree's median env-steps/s and ``after / before`` with each round's:
+
+    python benchmarks/vector_throughput.py --compare [--rounds 3] [--backends sync]
+        [--num-envs 1 2 4] [--before-src PATH] [--after-src PATH]
 """
 
 from __future__ import annotations
@@ -30,15 +41,19 @@ import argparse
 import contextlib
 import importlib.util
 import inspect
+import json
 import multiprocessing
 import os
 import platform
 import queue
 import resource
+import subprocess
+import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,6 +64,10 @@ CHECK_FINITE_ENVS = {"mpe2/simple_spread_v3": ENV_KWARGS, "corral/tag": {}}
 CEILING_TARGET = 0.85
 # How long the parent waits for the ceiling's processes to build their envs.
 CEILING_START_TIMEOUT = 120.0
+HERE = Path(__file__).resolve()
+DEFAULT_BEFORE = "/work/wt/baseline/src"
+DEFAULT_AFTER = str(HERE.parents[1] / "src")
+RESULT_PREFIX = "RESULT "
 
 
 def raw_env():
@@ -273,6 +292,84 @@ def bench_supersuit(num_envs: int, seconds: float) -> float:
         venv.close()
 
 
+def compare_child(backends: list[str], num_envs: list[int], seconds: float) -> None:
+    """Time the tree on ``PYTHONPATH`` (the raw loop, then each backend at each num_envs)
+    and print one ``RESULT`` JSON line."""
+    import corral
+
+    rates: dict[str, dict[str, float]] = {"raw": {"1": bench_raw(seconds)}}
+    ray = "ray" in backends and importlib.util.find_spec("ray") is not None
+    if ray:
+        import ray as ray_module
+
+        ray_module.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    for backend in backends:
+        if backend != "ray" or ray:
+            rates[backend] = {str(n): bench_corral(backend, n, seconds) for n in num_envs}
+    if ray:
+        ray_module.shutdown()
+    result = {"corral": str(Path(corral.__file__).resolve()), "rates": rates}
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+def run_tree(src: str, backends: list[str], num_envs: list[int], seconds: float) -> dict:
+    """One round of the tree ``src``, in a fresh interpreter: backend -> num_envs -> rate."""
+    command = [sys.executable, str(HERE), "--compare-child", "--seconds", str(seconds)]
+    command += ["--backends", *backends, "--num-envs", *map(str, num_envs)]
+    out = subprocess.run(
+        command, env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True
+    )
+    lines = [line for line in out.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"measuring {src} failed (exit {out.returncode}):\n{out.stderr}")
+    result = json.loads(lines[-1][len(RESULT_PREFIX) :])
+    if not Path(result["corral"]).is_relative_to(Path(src).resolve()):
+        raise RuntimeError(f"PYTHONPATH={src} imported corral from {result['corral']}")
+    return result["rates"]
+
+
+def describe_tree(src: str) -> str:
+    """``src`` with its git commit (and ``+changes`` when its worktree has some)."""
+    git = ["git", "-C", src]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        return src
+    dirty = subprocess.run([*git, "status", "--porcelain", "--", "."], capture_output=True)
+    return f"{src} ({head.stdout.strip()}{'+changes' if dirty.stdout.strip() else ''})"
+
+
+def compare_trees(
+    trees: dict[str, str], backends: list[str], num_envs: list[int], seconds: float, rounds: int
+) -> None:
+    """Print each tree's median env-steps/s per backend and num_envs, and after / before
+    with each round's ratio."""
+    for name, src in trees.items():
+        print(f"{name}: {describe_tree(src)}")
+    print(
+        f"mpe2 simple_spread_v3, copy=False, median of {rounds} alternating rounds of "
+        f"{seconds:g} s per measurement; env-steps/s"
+    )
+    runs: dict[str, list[dict]] = {name: [] for name in trees}
+    for _ in range(rounds):
+        for name, src in trees.items():
+            runs[name].append(run_tree(src, backends, num_envs, seconds))
+    print(f"\n{'backend':<10}{'num_envs':>9}{'before':>10}{'after':>10}{'after/before':>14}")
+    columns = {"raw": ["1"], **{b: [str(n) for n in num_envs] for b in backends}}
+    for backend, ns in columns.items():
+        if backend not in runs["after"][0] or backend not in runs["before"][0]:
+            print(f"{backend:<10}  (not measured: not installed)")
+            continue
+        for n in ns:
+            before, after = ([r[backend][n] for r in runs[t]] for t in ("before", "after"))
+            ratio = float(np.median(after)) / float(np.median(before))
+            per_round = " ".join(f"{a / b:.2f}" for b, a in zip(before, after, strict=True))
+            label = "raw loop" if backend == "raw" else backend
+            print(
+                f"{label:<10}{n:>9}{np.median(before):>10,.0f}{np.median(after):>10,.0f}"
+                f"{ratio:>14.3f}  (rounds: {per_round})"
+            )
+
+
 def peak_memory_mib() -> tuple[float, float]:
     """Peak resident memory of this process and of its largest finished child, in MiB."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -294,16 +391,32 @@ def main() -> None:
         "--ceiling", action="store_true", help="compare subproc to the 2-core ceiling"
     )
     parser.add_argument(
-        "--rounds", type=int, help="rounds of --check-finite (default 5) or --ceiling (3)"
+        "--compare", action="store_true", help="compare two source trees, alternating"
+    )
+    parser.add_argument("--before-src", default=DEFAULT_BEFORE, help="--compare's before")
+    parser.add_argument("--after-src", default=DEFAULT_AFTER, help="--compare's after")
+    parser.add_argument("--compare-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help="rounds of --check-finite (default 5), --ceiling (3) or --compare (3)",
     )
     args = parser.parse_args()
-    if args.check_finite and args.ceiling:
-        parser.error("--check-finite and --ceiling are separate runs")
+    if args.check_finite + args.ceiling + args.compare > 1:
+        parser.error("--check-finite, --ceiling and --compare are separate runs")
     if args.num_envs is None:
         args.num_envs = [16, 64] if args.ceiling else [1, 2, 4, 8, 16, 32, 64]
     if args.ceiling and min(args.num_envs) < 2:
         parser.error("--ceiling splits the envs between two processes: --num-envs must be >= 2")
-    if args.check_finite or args.ceiling:
+    if args.compare_child:
+        compare_child(args.backends, args.num_envs, args.seconds)
+        return
+    if args.compare:
+        trees = {"before": args.before_src, "after": args.after_src}
+        for name, src in trees.items():
+            if not (Path(src) / "corral" / "__init__.py").is_file():
+                parser.error(f"--{name}-src {src} holds no corral package")
+    if args.check_finite or args.ceiling or args.compare:
         print(
             f"machine: {platform.machine()}, {platform.processor() or '?'}, "
             f"python {platform.python_version()}, {_cpus()} cores, load average "
@@ -311,6 +424,8 @@ def main() -> None:
         )
         if args.check_finite:
             compare_check_finite(args.num_envs, args.seconds, args.rounds or 5)
+        elif args.compare:
+            compare_trees(trees, args.backends, args.num_envs, args.seconds, args.rounds or 3)
         else:
             compare_ceiling(args.num_envs, args.seconds, args.rounds or 3)
         print("load average at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))

@@ -59,6 +59,22 @@ def test_the_ceiling_runs_two_processes_together(monkeypatch: pytest.MonkeyPatch
     assert vector_throughput.bench_ceiling(2, 0.05) > 0
 
 
+def test_the_tree_comparison_times_each_tree_in_its_own_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("mpe2")
+    vector_throughput = script("vector_throughput", monkeypatch)
+    src = str(BENCHMARKS.parent / "src")
+    # a tree without corral: not measured (whether corral is installed elsewhere or not)
+    with pytest.raises(RuntimeError, match=r"imported corral from|failed"):
+        vector_throughput.run_tree(str(BENCHMARKS), ["sync"], [1], 0.01)
+    trees = {"before": src, "after": src}
+    vector_throughput.compare_trees(trees, ["sync"], [1, 2], 0.02, rounds=1)
+    rows = re.findall(r"^(raw loop|sync) +(\d+) +[\d,]+ +[\d,]+ +[\d.]+  \(rounds: [\d.]+\)$",
+                      capsys.readouterr().out, re.MULTILINE)  # fmt: skip
+    assert rows == [("raw loop", "1"), ("sync", "1"), ("sync", "2")]
+
+
 def batched_mpe(*args: str) -> tuple[str, dict[tuple[int, str], tuple[float, str, int]]]:
     """The output of batched_mpe.py at E=1 and 8 for a few hundredths of a second per cell,
     and its table: (E, implementation) -> (env-steps/s, ratio to mpe2's loop, obs/env)."""

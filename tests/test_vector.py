@@ -252,6 +252,8 @@ def rps_venv():
         ({"player": np.zeros((2, 2), dtype=np.float32)}, "integer actions"),
         ({"player": np.array([[0, 0], [5, 0]])}, "env 1, agent 'player_0'"),
         ({"player": np.array([[0, 0], [-1, 0]])}, "an integer in [0, 2]"),
+        ({"player": [[0, 0], [5, 0]]}, "env 1, agent 'player_0'"),
+        ({"player": [[0, 0], [1]]}, "group 'player': expected an array [env, agent"),
     ],
 )
 def test_bad_actions_raise_before_stepping(rps_venv, actions, message) -> None:
@@ -261,6 +263,28 @@ def test_bad_actions_raise_before_stepping(rps_venv, actions, message) -> None:
     assert message in str(info.value)
     after = venv.step({"player": np.zeros((2, 2), dtype=np.int64)})
     assert after.acting["player"].tolist() == [[False, True]] * 2
+
+
+@pytest.mark.parametrize("array", ["numpy", "torch"])
+def test_actions_given_as_nested_lists_step_as_their_arrays(array: str) -> None:
+    if array == "torch":
+        pytest.importorskip("torch")
+    venvs = [make_vec("corral/rps", 2, seed=0, array=array) for _ in range(2)]
+    for venv in venvs:
+        venv.reset()
+    actions = [[1, 0], [2, 0]], [[0, 2], [0, 1]]
+    for step in actions:
+        as_lists, as_arrays = (
+            venvs[0].step({"player": step}),
+            venvs[1].step({"player": np.array(step)}),
+        )
+        for field in ("reward", "acting"):
+            assert np.array_equal(
+                getattr(as_lists, field)["player"], getattr(as_arrays, field)["player"]
+            )
+    assert np.asarray(as_lists.reward["player"]).any()
+    for venv in venvs:
+        venv.close()
 
 
 def test_out_of_range_entries_of_non_acting_agents_are_ignored(rps_venv) -> None:

@@ -79,7 +79,7 @@ def store_exactly(target: np.ndarray, index: Any, values: np.ndarray) -> None:
     an integer. Casts that hold every value (``float32`` into ``float64``) cost nothing more.
     """
     source, dtype = values.dtype, target.dtype
-    if source == dtype or np.can_cast(source, dtype, "safe"):
+    if source == dtype or _holds(source, dtype):
         target[index] = values
         return
     if dtype.kind in "iu" and source.kind in "iu" and values.size:
@@ -87,10 +87,25 @@ def store_exactly(target: np.ndarray, index: Any, values: np.ndarray) -> None:
         if values.min() < info.min or values.max() > info.max:
             raise OverflowError(f"values beyond the range of {dtype}")
     try:
-        with np.errstate(over="raise", invalid="raise"):
-            target[index] = values
+        _store_raising(target, index, values)
     except FloatingPointError as err:
         raise OverflowError(f"{err} to {dtype}") from None
+
+
+# (dtype of the values, dtype of the array) -> whether the array's dtype holds every value.
+_HOLDS: dict[tuple[np.dtype, np.dtype], bool] = {}
+
+
+def _holds(source: np.dtype, dtype: np.dtype) -> bool:
+    holds = _HOLDS.get((source, dtype))
+    if holds is None:
+        holds = _HOLDS[source, dtype] = bool(np.can_cast(source, dtype, "safe"))
+    return holds
+
+
+@np.errstate(over="raise", invalid="raise")  # as a decorator: less per call than a with
+def _store_raising(target: np.ndarray, index: Any, values: np.ndarray) -> None:
+    target[index] = values
 
 
 def _at(bad: np.ndarray) -> str:

@@ -166,15 +166,31 @@ class ParallelEnvAdapter(PettingZooAdapter):
     def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
         if self.check_actions:
             validate_actions(actions, self._acting, self.action_space, self._masks, self._step)
-        alive = list(self.agents)
-        raw_obs, raw_rewards, raw_terms, raw_truncs, raw_infos = self.env.step(dict(actions))
+        alive = self.agents  # replaced below, never changed in place
+        raw_obs, raw_rewards, raw_terms, raw_truncs, raw_infos = self.env.step(
+            actions if type(actions) is dict else dict(actions)
+        )
         self._step += 1
-        keys = list(dict.fromkeys([*alive, *raw_rewards, *raw_terms, *raw_truncs]))
-        rewards = {a: raw_rewards.get(a, 0.0) for a in keys}
-        terms: BoolDict = {a: bool(raw_terms.get(a, False)) for a in keys}
-        truncs: BoolDict = {a: bool(raw_truncs.get(a, False)) for a in keys}
-        ended = [a for a in alive if terms[a] or truncs[a]]
-        self.agents = [a for a in self.env.agents if a not in ended]
+        # Every agent alive before the step, then any other that the env reports.
+        keys: Any = dict.fromkeys(alive)
+        keys.update(raw_rewards)
+        keys.update(raw_terms)
+        keys.update(raw_truncs)
+        rewards: dict[AgentID, Any] = {}
+        terms: BoolDict = {}
+        truncs: BoolDict = {}
+        ended = []
+        reward_of, term_of, trunc_of = raw_rewards.get, raw_terms.get, raw_truncs.get
+        for k, agent in enumerate(keys):
+            rewards[agent] = reward_of(agent, 0.0)
+            term = terms[agent] = bool(term_of(agent, False))
+            trunc = truncs[agent] = bool(trunc_of(agent, False))
+            if (term or trunc) and k < len(alive):
+                ended.append(agent)
+        if ended:
+            self.agents = [a for a in self.env.agents if a not in ended]
+        else:
+            self.agents = list(self.env.agents)
         obs, infos = self._observe(raw_obs, raw_infos or {}, ended)
         return obs, rewards, terms, truncs, infos
 
@@ -183,14 +199,21 @@ class ParallelEnvAdapter(PettingZooAdapter):
     ) -> tuple[ObsDict, InfoDict]:
         obs: ObsDict = {}
         infos: InfoDict = {}
-        self._masks = {}
-        for agent in [a for a in self.agents if a in raw_obs]:
-            info = dict(raw_infos.get(agent, {}))
-            obs[agent], mask = unpack(raw_obs[agent], info)
+        self._masks = masks = {}
+        info_of = raw_infos.get
+        for agent in self.agents:
+            if agent not in raw_obs:
+                continue
+            info = info_of(agent)
+            infos[agent] = info = {} if info is None else dict(info)  # the mask may be added
+            value = raw_obs[agent]
+            if type(value) is np.ndarray and MASK_KEY not in info:  # no mask: cheaply
+                obs[agent] = value
+                continue
+            obs[agent], mask = unpack(value, info)
             if mask is not None:
                 info[MASK_KEY] = mask
-                self._masks[agent] = mask
-            infos[agent] = info
+                masks[agent] = mask
         for agent in ended:
             info = dict(raw_infos.get(agent, {}))
             if agent in raw_obs:

@@ -17,7 +17,8 @@ on unchanged) and writes what ended and what restarted with masked blends
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, NoReturn
 
 import numpy as np
@@ -76,9 +77,9 @@ class Episodes:
         state = layout.state_space
         self._state = [] if state is None else [p for p, _ in leaves(array_tree(state), "state")]
         self._masks = {g for g, group in layout.groups.items() if group.num_actions is not None}
-        self._alive = [arrays[f"alive/{g}"] for g in self.groups]
+        self._rows_any = [_rows_any(arrays[f"alive/{g}"]) for g in self.groups]
         # What an observation writes per group: (group, obs tree, obs array where one leaf
-        # else None, alive array, acting array).
+        # else None, alive array, acting array, action mask array or None).
         self._observed = [
             (
                 g,
@@ -86,9 +87,12 @@ class Episodes:
                 None if isinstance(group.obs_tree, (dict, tuple)) else arrays[f"obs/{g}"],
                 arrays[f"alive/{g}"],
                 arrays[f"acting/{g}"],
+                arrays[f"action_mask/{g}"] if g in self._masks else None,
             )
             for g, group in layout.groups.items()
         ]
+        self._done_array = arrays["done"]  # the done array as the bookkeeping writes it
+        self._running_length = arrays["running_length"]
         self._live = self._any_alive()
         self._actions = {
             g: assemble(group.action_tree, f"action/{g}", self._given)
@@ -142,13 +146,14 @@ class Episodes:
         if self._broken:  # its last restart failed: try again instead
             self._restart_broken()
             return
-        a = self.arrays
         before = self._live  # the copies with an episode running
         try:
-            out = self._host(self.env.step(self._actions))
+            out = self.env.step(self._actions)
+            if self._on_host:
+                out = self._host(out)
             if self._returned is not None:  # every array of out, before any is used
                 self._returned.check(out)
-            bad, faults = self._bad_copies(out) if self._check_finite else (None, [])
+            bad, faults = self._bad_copies(out) if self._check_finite else (None, None)
             self._write_step(out, bad)
         except Exception as err:
             self._fail("step()", err, stepped=False)
@@ -157,13 +162,14 @@ class Episodes:
         failed = out.failed  # copies whose step did not happen
         if bad is not None:
             failed = bad if failed is None else failed | bad
-            a["worker_restarts"] += bad
-        a["running_length"] += before if failed is None else before & ~failed
+            self.arrays["worker_restarts"] += bad
+        self._running_length += before if failed is None else before & ~failed
         live = self._any_alive()
-        done = before & ~live
-        a["done"][...] = done
-        self._count_restarts(out)
-        faults = [*out.faults, *faults]
+        done = self._done_array
+        done[...] = before > live  # had an episode running, has none now
+        if out.restarted is not None:
+            self.arrays["worker_restarts"] += out.restarted
+        faults = [*out.faults, *faults] if faults else out.faults
         # On the host, one read: whether (and which) copies ended; on a device, none: every
         # step restarts the copies ``done`` selects, none or some.
         ended = done if self._on_device else _indices(done)
@@ -178,16 +184,22 @@ class Episodes:
             faults = [*faults, *restarted.faults]
             live = self._any_alive()
         self._live = live
-        _raise_first(faults)
+        if faults:
+            raise first_fault(faults)
 
     def _write_step(self, out: BatchedStep, bad: Any) -> None:
         """Copy the step ``out`` into the arrays; the copies ``bad`` (a bool mask, or
         ``None``) returned bad values: their step did not happen, their episode is cut."""
         a = self.arrays
+        rewards, terminations, truncations = out.reward, out.terminated, out.truncated
         for g, reward, terminated, truncated, _ in self._step_arrays:
-            _put(reward, out.reward[g], None)
-            _put(terminated, out.terminated[g], None)
-            _put(truncated, out.truncated[g], None)
+            # A source that writes into the arrays returns them: nothing to copy.
+            if (value := rewards[g]) is not reward:
+                _put(reward, value, None)
+            if (value := terminations[g]) is not terminated:
+                _put(terminated, value, None)
+            if (value := truncations[g]) is not truncated:
+                _put(truncated, value, None)
             if bad is not None:  # cut where it stood before the step
                 reward[bad] = 0
                 terminated[bad] = False
@@ -303,9 +315,12 @@ class Episodes:
         return BatchedStep(**fields)
 
     def _any_alive(self) -> Any:
-        alive = _any_agent(self._alive[0])
-        for more in self._alive[1:]:
-            alive |= _any_agent(more)
+        """Whether any agent of each copy is alive: a new bool array ``[E]``."""
+        rows_any = self._rows_any
+        alive = rows_any[0]()
+        if len(rows_any) > 1:
+            for more in rows_any[1:]:
+                alive |= more()
         return alive
 
     def _write_observed(self, out: BatchedStep, rows: Any, checked: bool = False) -> None:
@@ -316,23 +331,29 @@ class Episodes:
             self._returned.check(out)
         if self._check_finite and not checked:
             self._check_values(out, rows)
-        for g, obs_tree, obs, alive, acting in self._observed:
+        observed, alives, actings, masks = out.obs, out.alive, out.acting, out.action_mask
+        # A source that writes into the arrays returns them: nothing to copy there.
+        for g, obs_tree, obs, alive, acting, dst in self._observed:
             if obs is not None:  # the observations: one array
-                _put(obs, out.obs[g], rows)
+                if (value := observed[g]) is not obs:
+                    _put(obs, value, rows)
             else:
-                for path, value in _leaf_values(obs_tree, f"obs/{g}", out.obs[g]):
+                for path, value in _leaf_values(obs_tree, f"obs/{g}", observed[g]):
                     _put(a[path], value, rows)
-            _put(alive, out.alive[g], rows)
-            _put(acting, out.acting[g], rows)
-            if g in self._masks:
-                mask, dst = out.action_mask.get(g), a[f"action_mask/{g}"]
+            if (value := alives[g]) is not alive:
+                _put(alive, value, rows)
+            if (value := actings[g]) is not acting:
+                _put(acting, value, rows)
+            if dst is not None:  # the group's action masks
+                mask = masks.get(g)
                 if mask is None:
                     _fill(dst, True, rows)
                     continue
-                _put(dst, mask, rows)
+                if mask is not dst:
+                    _put(dst, mask, rows)
                 if not self._keeps_masks:  # agents that are not acting have every action legal
                     # in place over every row: the rows not written kept the rule already
-                    dst |= ~a[f"acting/{g}"][..., None]
+                    dst |= ~acting[..., None]
         if self._state:
             for path, value in _leaf_values(
                 array_tree(self.layout.state_space), "state", out.state
@@ -436,17 +457,23 @@ def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:
 _FEW_ROWS = 32
 
 
-def _any_agent(flags: Any) -> Any:
-    """``flags.any(1)`` of a bool array ``[E, n]``, as a new array."""
+def _rows_any(flags: Any) -> Callable[[], Any]:
+    """A function returning ``flags.any(1)`` of a bool array ``[E, n]`` (as a new array),
+    the cheapest way for its kind and shape, chosen once."""
     n = flags.shape[1]
     if isinstance(flags, np.ndarray) and n in (1, 2, 4, 8) and flags.flags.c_contiguous:
-        return flags.view(f"u{n}")[:, 0] != 0  # each row's n bytes as one integer
+        words = flags.view(f"u{n}")[:, 0]  # each row's n bytes as one integer
+        return partial(np.not_equal, words, 0)
     if n > 8 or n == 0 or (len(flags) <= _FEW_ROWS and isinstance(flags, np.ndarray)):
-        return flags.any(1)
-    out = flags[:, 0].copy() if isinstance(flags, np.ndarray) else flags[:, 0].clone()
-    for j in range(1, flags.shape[1]):  # a reduction along a short axis is slow in numpy
-        out |= flags[:, j]
-    return out
+        return partial(flags.any, 1)
+
+    def by_columns() -> Any:  # a reduction along a short axis is slow in numpy
+        out = flags[:, 0].copy() if isinstance(flags, np.ndarray) else flags[:, 0].clone()
+        for j in range(1, n):
+            out |= flags[:, j]
+        return out
+
+    return by_columns
 
 
 def _as_rows(array: Any) -> Any:

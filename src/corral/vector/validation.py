@@ -171,14 +171,16 @@ def group_problem(space: spaces.Space, array: Any, acting: Any, mask: Any | None
     """The first invalid acting entry of a group's actions (its mask included), or ``None``;
     on numpy arrays, or on torch tensors (checked on their device, read back only to name
     a problem)."""
-    if _is_tensor(acting) and acting.device.type == "cpu" and Place.numpy_on_cpu:  # cheaper
+    tensor = _is_tensor(acting)
+    if tensor and acting.device.type == "cpu" and Place.numpy_on_cpu:  # cheaper
         acting = to_numpy(acting)
         mask = None if mask is None else to_numpy(mask)
-    if not _is_tensor(acting):
+        tensor = False
+    if not tensor and type(array) is not np.ndarray:
         array = tree_to_numpy(array)
     if isinstance(space, spaces.Discrete) and _discrete_fine(space, array, acting, mask):
         return None
-    if _is_tensor(acting):
+    if tensor:
         if not _tensor_suspect(space, array, acting, mask):
             return None
         array = tree_to_numpy(array)
@@ -199,7 +201,10 @@ def _discrete_fine(space: spaces.Discrete, array: Any, acting: Any, mask: Any | 
     and legal under ``mask``: one look at the whole group, no closer one where every entry,
     acting or not, holds a legal action. ``False``: some entry may not (the checks above
     look closer, at the acting ones)."""
-    if _is_tensor(acting) != _is_tensor(array) or tuple(array.shape) != tuple(acting.shape):
+    if isinstance(array, np.ndarray):
+        if not isinstance(acting, np.ndarray) or array.shape != acting.shape:
+            return False
+    elif not (_is_tensor(array) and _is_tensor(acting)) or array.shape != acting.shape:
         return False
     low, n = int(space.start), int(space.n)
     if isinstance(array, np.ndarray) and array.dtype.kind == "i" and array.size:
@@ -210,8 +215,11 @@ def _discrete_fine(space: spaces.Discrete, array: Any, acting: Any, mask: Any | 
             if mask is None:
                 return True
             if isinstance(mask, np.ndarray):  # each entry's flat index in the mask, as below
-                legal = mask.reshape(-1).item
-                return all(legal(r * n + v - low) for r, v in enumerate(values))
+                legal = mask.item  # by flat index, in C order
+                for r, v in enumerate(values):  # noqa: SIM110 (a generator costs more)
+                    if not legal(r * n + v - low):
+                        return False
+                return True
         # In range in one pass: below low, as unsigned, is beyond every bound.
         elif (array - low if low else array).view(f"u{array.dtype.itemsize}").max() >= n:
             return False

@@ -19,10 +19,10 @@ from corral.errors import (
     WorkerTimeoutError,
 )
 from corral.groups import GroupMap
-from corral.values import debug_mode
+from corral.values import debug_mode, describe
 from corral.vector.backend import EnvFn, backend_class, check_options, check_timeout
 from corral.vector.deferred import DeferredChecks
-from corral.vector.layout import Layout, Role, array_tree, assemble, store
+from corral.vector.layout import ArraySpec, Layout, Role, array_tree, assemble, store
 from corral.vector.sampling import sample_array
 from corral.vector.shards import envs_text
 from corral.vector.sources import NativeSource, Source, as_source
@@ -213,12 +213,19 @@ class VectorEnv:
         self._host_actions = inner.is_torch and inner.computes_on_host
         view = to_numpy if self._host_actions else (lambda a: a)
         self._action_arrays = {p: view(self._arrays[p]) for p in self.layout.paths(Role.ACTION)}
+        # An action array given as numpy is checked and stored as it is (else converted).
+        self._numpy_actions = not inner.is_torch or self._host_actions
+        # Per group: its name, the group, its acting and mask arrays (as the checks read
+        # them) and the action array it is stored in where its actions are one array.
         self._action_plan = [
             (
                 name,
                 g,
                 view(self._arrays[f"acting/{name}"]),
                 None if g.num_actions is None else view(self._arrays[f"action_mask/{name}"]),
+                self._action_arrays[f"action/{name}"]
+                if isinstance(g.action_tree, ArraySpec)
+                else None,
             )
             for name, g in self.layout.groups.items()
         ]
@@ -437,8 +444,9 @@ class VectorEnv:
                 f"actions must be a dict keyed by group ({list(self.groups)}), "
                 f"got {type(actions).__name__}"
             )
+        groups = self.layout.groups
         for name in actions:
-            if name not in self.layout.groups:
+            if name not in groups:
                 raise InvalidActionError(
                     f"actions for unknown group {name!r}; the groups are {list(self.groups)}"
                 )
@@ -446,7 +454,7 @@ class VectorEnv:
         deferred = self._deferred
         if deferred is not None:
             deferred.next_step()
-        for name, group, acting, mask in self._action_plan:
+        for name, group, acting, mask, target in self._action_plan:
             if name not in actions:
                 if acting.any():
                     env, j = (int(x) for x in np.argwhere(to_numpy(acting))[0])
@@ -455,14 +463,16 @@ class VectorEnv:
                         f"agent {group.agents[j]!r} must act"
                     )
                 continue
-            action, clipped = self._in_place(actions[name]), None
+            action, clipped = actions[name], None
+            if type(action) is not np.ndarray or not self._numpy_actions:
+                action = self._in_place(name, group.action_tree, action)
             safe = (
                 None
                 if deferred is None
                 else deferred.check(name, group.action_space, action, acting, mask)
             )
             if safe is not None:  # checked on the device, problems kept there
-                checked[name] = (group, *safe)
+                checked[name] = (group, *safe, target)
                 continue
             if self.clip_actions:
                 action, clipped = self._clip(group.action_space, action, acting)
@@ -473,24 +483,43 @@ class VectorEnv:
                     f", env {env}, agent {group.agents[j]!r}" if env >= 0 else ""
                 )
                 raise InvalidActionError(f"{where}: expected {text}")
-            checked[name] = (group, action, clipped)
-        for name, (group, action, _) in checked.items():
+            checked[name] = (group, action, clipped, target)
+        for name, (group, action, _, target) in checked.items():
             if self._host_actions:
                 action = tree_to_numpy(action)
-            store(group.action_tree, f"action/{name}", self._action_arrays, action)
+            if target is None:
+                store(group.action_tree, f"action/{name}", self._action_arrays, action)
+            else:
+                target[...] = action
         if self.clip_actions:
             for name, counts in self._clipped.items():
                 counts[...] = checked[name][2] if name in checked else 0
 
-    def _in_place(self, action: Any) -> Any:
-        """``action`` (nested as its space) as arrays of the layout's place."""
-        if isinstance(action, dict):
-            return {k: self._in_place(v) for k, v in action.items()}
-        if isinstance(action, (tuple, list)):
-            return type(action)(self._in_place(v) for v in action)
-        if self.layout.place.is_torch and not self._host_actions:
-            return self.layout.place.asarray(action)
-        return to_numpy(action)  # on the CPU, checked and stored through numpy views
+    def _in_place(self, group: str, tree: Any, action: Any) -> Any:
+        """``action``, nested as the action tree ``tree``, as arrays of the layout's place
+        (a nested list where the tree has one array: that array); a value that does not
+        follow the tree is left for the checks to name."""
+        if isinstance(tree, dict):
+            if not isinstance(action, dict):
+                return action
+            return {
+                k: self._in_place(group, tree[k], v) if k in tree else v for k, v in action.items()
+            }
+        if isinstance(tree, tuple):
+            if not isinstance(action, (tuple, list)) or len(action) != len(tree):
+                return action
+            return type(action)(
+                self._in_place(group, t, v) for t, v in zip(tree, action, strict=True)
+            )
+        try:
+            if self.layout.place.is_torch and not self._host_actions:
+                return self.layout.place.asarray(action)
+            return to_numpy(action)  # on the CPU, checked and stored through numpy views
+        except (TypeError, ValueError) as err:
+            raise InvalidActionError(
+                f"group {group!r}: expected an array [env, agent, *action_shape], got "
+                f"{describe(action)} ({err})"
+            ) from None
 
     def _clip(self, space: Any, action: Any, acting: Any) -> tuple[Any, Any]:
         if not self.layout.place.is_torch:
