@@ -163,7 +163,7 @@ class DictEnvs(BatchedEnv):
         offset, envs, acting, num_alive = self.offset, self.envs, self._acting, self._num_alive
         broken, to_rebuild = self._broken, self._to_rebuild
         state = self.state_space is not None
-        record, alive_as_acting = packer.record_obs, packer.alive_as_acting
+        record, alive_as_acting = packer.record, packer.alive_as_acting
         for i in rows.tolist():
             inside[0] = offset + i
             try:
@@ -175,7 +175,7 @@ class DictEnvs(BatchedEnv):
                         restarted.add(i)
                 env = envs[i]
                 obs, infos = env.reset(seeds[i], options)  # what it raises: its reset() fault
-                acting[i] = keys = record(i, obs, infos, "reset()")
+                acting[i] = keys = record(i, obs, infos)
                 agents = env.agents
                 if keys and len(agents) == len(keys):  # the same agents: each alive one acts
                     num_alive[i] = len(keys)
@@ -213,7 +213,7 @@ class DictEnvs(BatchedEnv):
         inside = self.inside
         inside[1] = STEP
         offset, envs, acting, broken = self.offset, self.envs, self._acting, self._broken
-        num_alive, record = self._num_alive, packer.record_step
+        num_alive, record = self._num_alive, packer.record
         state = self.state_space is not None
         packer.keep()
         for i in range(self.num_envs):
@@ -227,10 +227,9 @@ class DictEnvs(BatchedEnv):
                 env = envs[i]  # what it raises in here is its step() fault
                 actions = {}
                 for agent, f, g in acting[i]:
-                    values = g.actions
-                    actions[agent] = g.read_action(divmod(f, g.n)) if values is None else values[f]
+                    actions[agent] = g.actions[f]
                 obs, rewards, terminations, truncations, infos = env.step(actions)
-                acting[i] = record(i, obs, rewards, terminations, truncations, infos, num_alive)
+                acting[i] = record(i, obs, infos, rewards, terminations, truncations, num_alive)
                 if state:
                     packer.add_state(i, guarded(offset + i, "state()", env.state))
                 agents = env.agents
@@ -260,7 +259,7 @@ class DictEnvs(BatchedEnv):
         obs, infos = env.reset(seed, options)  # what it raises is its reset() fault
         packer = self._packer
         packer.clear_obs(i)
-        self._acting[i] = packer.record_obs(i, obs, infos, "reset()")
+        self._acting[i] = packer.record(i, obs, infos)
         self._num_alive[i] = packer.read_alive(i, env.agents)
         if self.state_space is not None:
             packer.add_state(i, guarded(self.offset + i, "state()", env.state))
@@ -418,6 +417,18 @@ class _Gathered:
             idx[:] = [f for f in idx if not lo <= f < hi]
 
 
+class _ReadActions:
+    """A group's actions read from its action arrays, by flat index ``env * n + agent``."""
+
+    __slots__ = ("n", "read")
+
+    def __init__(self, read: Callable[[tuple[int, int]], Any], n: int) -> None:
+        self.read, self.n = read, n
+
+    def __getitem__(self, f: int) -> Any:
+        return self.read(divmod(f, self.n))
+
+
 class _GroupArrays:
     """A group's arrays, each also as a flat view ``[E * n, ...]``, and its gathered values."""
 
@@ -449,16 +460,20 @@ class _GroupArrays:
                 ArraySpec((group.num_actions,), np.dtype(bool)), f"action_mask/{name}", arrays
             )
         )
-        self.read_action = reader(group.action_tree, f"action/{name}", arrays)
+        self.read_actions = _ReadActions(
+            reader(group.action_tree, f"action/{name}", arrays), self.n
+        )
         self.action_leaf = (
             isinstance(group.action_tree, ArraySpec) and group.action_tree.shape == ()
         )
-        self.actions: list[Any] | None = None  # by flat index
+        self.actions: list[Any] | _ReadActions = self.read_actions  # by flat index
         self.got = _Gathered()
-        # A step's rewards by flat index, each agent's 0.0 unless its env gave one: a
-        # store per reward (no index to keep), and one array of them all to write.
-        self.no_rewards = [0.0] * len(self.reward)
-        self.rewards = list(self.no_rewards)
+        # A step's rewards: for each agent, a list by env, 0.0 unless the env gave one (a
+        # store per reward, no index to keep, and one array of them all to write).
+        num_envs = layout.num_envs
+        self.no_rewards = [0.0] * num_envs
+        self.rewards = [list(self.no_rewards) for _ in self.agents]
+        self.reward_rows = arrays[f"reward/{name}"]  # [E, n]
         self.every = list(range(len(self.acting)))  # the flat index of every agent, in order
 
     def rows(self, idx: list[int]) -> np.ndarray | slice:
@@ -482,6 +497,7 @@ class _Packer:
         self.slot = {a: (by_name[g], j, by_name[g].n) for a, (g, j) in layout.position.items()}
         # agent -> (its index, its group's size, its group's gathered values, the group)
         self.place = {a: (j, g.n, g.got, g) for a, (g, j, _) in self.slot.items()}
+        self.rewards_of = {a: g.rewards[j] for a, (g, j, _) in self.slot.items()}
         state = layout.state_space
         self._state_tree = None if state is None else array_tree(state)
         self._state_write = (
@@ -511,7 +527,8 @@ class _Packer:
         for g in self.groups:
             g.got.clear()
             if rows is None:
-                g.rewards[:] = g.no_rewards
+                for rewards in g.rewards:
+                    rewards[:] = g.no_rewards
                 g.acting.fill(False)
                 if g.mask is not None:
                     g.mask.fill(True)
@@ -560,55 +577,85 @@ class _Packer:
         g = self.by_name[group]
         tree = self.layout.groups[group].action_tree
         if g.action_leaf and isinstance(value, np.ndarray):
-            g.actions = value.reshape(-1).tolist()  # by flat index
+            g.actions = value.reshape(-1).tolist()
         else:
-            g.actions = None
+            g.actions = g.read_actions
             store(tree, f"action/{group}", self.arrays, value)
 
     # -- gathering ----------------------------------------------------------------------
 
-    def record_step(
+    def record(
         self,
         i: int,
         obs: Any,
-        rewards: Any,
-        terminations: Any,
-        truncations: Any,
         infos: Any,
-        num_alive: list[int],
+        rewards: Any = None,
+        terminations: Any = None,
+        truncations: Any = None,
+        num_alive: list[int] | None = None,
     ) -> Sequence[tuple[str, int, _GroupArrays]]:
-        """Gather env ``i``'s step; the agents that act next (as :meth:`record_obs` gives
-        them)."""
-        if not (
-            type(obs) is dict
-            and type(rewards) is dict
-            and type(terminations) is dict
-            and type(truncations) is dict
-            and type(infos) is dict
-        ):
-            parts = {"obs": obs, "rewards": rewards, "terminations": terminations}
-            parts.update(truncations=truncations, infos=infos)
-            self._check_dicts(i, "step()", parts)
-        place = self.place
-        for agent, reward in rewards.items():
+        """Gather what env ``i`` returned: from a step, ``rewards``, ``terminations`` and
+        ``truncations`` too (its ended agents counted off ``num_alive[i]``); from a reset,
+        none of them. The agents that act next, each with its flat index in its group and
+        its group's arrays."""
+        if rewards is None:
+            if type(obs) is not dict or type(infos) is not dict:
+                self._check_dicts(i, "reset()", {"obs": obs, "infos": infos})
+        else:
+            if not (
+                type(obs) is dict
+                and type(rewards) is dict
+                and type(terminations) is dict
+                and type(truncations) is dict
+                and type(infos) is dict
+            ):
+                parts = {"obs": obs, "rewards": rewards, "terminations": terminations}
+                parts.update(truncations=truncations, infos=infos)
+                self._check_dicts(i, "step()", parts)
+            rewards_of = self.rewards_of
+            for agent, reward in rewards.items():
+                try:
+                    rewards_of[agent][i] = reward
+                except KeyError:
+                    self._unknown(i, agent, "rewards")
+            try:  # whether any flag may be set: a truthy one, or one whose truth is not plain
+                ends = any(terminations.values())
+            except (ValueError, TypeError):
+                ends = True
+            if ends:
+                self._gather_ends(i, terminations, infos, True, num_alive)
             try:
-                j, n, _, g = place[agent]
+                ends = any(truncations.values())
+            except (ValueError, TypeError):
+                ends = True
+            if ends:
+                self._gather_ends(i, truncations, infos, False, num_alive)
+            if not obs:
+                return ()
+        place = self.place
+        acting = []
+        for agent, value in obs.items():
+            try:
+                j, n, got, g = place[agent]
             except KeyError:
-                self._unknown(i, agent, "rewards")
-            g.rewards[i * n + j] = reward
-        try:  # whether any flag may be set: a truthy one, or one whose truth is not plain
-            ends = any(terminations.values())
-        except (ValueError, TypeError):
-            ends = True
-        if ends:
-            self._gather_ends(i, terminations, infos, True, num_alive)
-        try:
-            ends = any(truncations.values())
-        except (ValueError, TypeError):
-            ends = True
-        if ends:
-            self._gather_ends(i, truncations, infos, False, num_alive)
-        return self._gather_obs(i, obs, infos) if obs else ()
+                self._unknown(i, agent, "obs")
+            f = i * n + j
+            acting.append((agent, f, g))
+            got.obs_idx.append(f)
+            got.obs_val.append(value)
+            if g.mask is not None:
+                info = infos.get(agent)
+                if info:
+                    try:
+                        mask = info.get("action_mask")
+                    except AttributeError:
+                        mask = self._info(i, infos, agent, "action_mask")  # raises
+                    if mask is not None:
+                        got.mask_idx.append(f)
+                        got.mask_val.append(mask)
+                elif info is not None and type(info) is not dict:
+                    self._info(i, infos, agent, "action_mask")  # raises
+        return acting
 
     def _gather_ends(
         self, i: int, flags: Mapping[str, Any], infos: Any, terminated: bool, num_alive: list[int]
@@ -641,41 +688,6 @@ class _Packer:
             elif info is not None and type(info) is not dict:
                 self._info(i, infos, agent, "final_obs")  # raises
         num_alive[i] -= ended  # checked against env.agents after the step
-
-    def record_obs(
-        self, i: int, obs: Any, infos: Any, call: str
-    ) -> list[tuple[str, int, _GroupArrays]]:
-        """Gather the observations (and masks) of env ``i``; the agents that act next, each
-        with its flat index in its group and its group's arrays."""
-        if type(obs) is not dict or type(infos) is not dict:
-            self._check_dicts(i, call, {"obs": obs, "infos": infos})
-        return self._gather_obs(i, obs, infos)
-
-    def _gather_obs(self, i: int, obs: Any, infos: Any) -> list[tuple[str, int, _GroupArrays]]:
-        place = self.place
-        acting = []
-        for agent, value in obs.items():
-            try:
-                j, n, got, g = place[agent]
-            except KeyError:
-                self._unknown(i, agent, "obs")
-            f = i * n + j
-            acting.append((agent, f, g))
-            got.obs_idx.append(f)
-            got.obs_val.append(value)
-            if g.mask is not None:
-                info = infos.get(agent)
-                if info:
-                    try:
-                        mask = info.get("action_mask")
-                    except AttributeError:
-                        mask = self._info(i, infos, agent, "action_mask")  # raises
-                    if mask is not None:
-                        got.mask_idx.append(f)
-                        got.mask_val.append(mask)
-                elif info is not None and type(info) is not dict:
-                    self._info(i, infos, agent, "action_mask")  # raises
-        return acting
 
     def add_state(self, i: int, value: Any) -> None:
         self.states[0].append(i)
@@ -730,7 +742,8 @@ class _Packer:
             self.alive_obs.remove(i)
         for g in self.groups:
             g.got.drop(i * g.n, (i + 1) * g.n)
-            g.rewards[i * g.n : (i + 1) * g.n] = g.no_rewards[: g.n]
+            for rewards in g.rewards:
+                rewards[i] = 0.0
         if i in self.states[0]:
             keep = [k for k, e in enumerate(self.states[0]) if e != i]
             self.states = ([self.states[0][k] for k in keep], [self.states[1][k] for k in keep])
@@ -776,26 +789,25 @@ class _Packer:
         return faults
 
     def _flush_rewards(self, g: _GroupArrays, faults: dict[int, EnvError]) -> None:
-        values = g.rewards
         try:
-            array = np.asarray(values)
-            good = array.shape == (len(values),) and array.dtype.kind in "biuf"
+            array = np.asarray(g.rewards)  # [n, E]
+            good = array.shape == g.reward_rows.shape[::-1] and array.dtype.kind in "biuf"
             if good:
                 array = array.astype(np.float64, copy=False)
                 good = not self.check_finite or bool(np.isfinite(array).all())
         except (TypeError, ValueError, OverflowError):
             good = False
         if good:
-            g.reward[:] = array
+            g.reward_rows[...] = array.T
             return
-        for f, reward in enumerate(values):
-            i, j = divmod(f, g.n)
-            if i in faults:
-                continue
-            try:
-                g.reward[f] = self._real(i, g.agents[j], reward)
-            except EnvError as err:
-                faults[i] = err
+        for i, rewards in enumerate(zip(*g.rewards, strict=True)):
+            for j, reward in enumerate(rewards):
+                if i in faults:
+                    break
+                try:
+                    g.reward_rows[i, j] = self._real(i, g.agents[j], reward)
+                except EnvError as err:
+                    faults[i] = err
 
     def _flush_values(
         self,
