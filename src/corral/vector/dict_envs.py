@@ -498,6 +498,7 @@ class _Packer:
         # agent -> (its index, its group's size, its group's gathered values, the group)
         self.place = {a: (j, g.n, g.got, g) for a, (g, j, _) in self.slot.items()}
         self.rewards_of = {a: g.rewards[j] for a, (g, j, _) in self.slot.items()}
+        self.unset = dict.fromkeys(self.slot, False)  # no agent's end flag set
         state = layout.state_space
         self._state_tree = None if state is None else array_tree(state)
         self._state_write = (
@@ -618,14 +619,17 @@ class _Packer:
                     rewards_of[agent][i] = reward
                 except KeyError:
                     self._unknown(i, agent, "rewards")
-            try:  # whether any flag may be set: a truthy one, or one whose truth is not plain
-                ends = any(terminations.values())
+            # Whether any flag may be set: a truthy one, or one whose truth is not plain.
+            # Every agent's flag False, the common case, is one comparison.
+            unset = self.unset
+            try:
+                ends = terminations != unset and any(terminations.values())
             except (ValueError, TypeError):
                 ends = True
             if ends:
                 self._gather_ends(i, terminations, infos, True, num_alive)
             try:
-                ends = any(truncations.values())
+                ends = truncations != unset and any(truncations.values())
             except (ValueError, TypeError):
                 ends = True
             if ends:
