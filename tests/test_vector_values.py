@@ -254,7 +254,13 @@ def test_float32_overflow_in_obs_raises(venvs, backend, check_finite) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("bad", "check_finite"),
-    [("obs_shape", False), ("obs_nan", True), ("reward_nan", True), ("final_obs_inf", True)],
+    [
+        ("obs_shape", False),
+        ("obs_nan", True),
+        ("reward_nan", True),
+        ("final_obs_inf", True),
+        ("unknown_agent", False),  # raised while its good rewards were being gathered
+    ],
 )
 def test_a_bad_value_cuts_the_episode_where_it_stood_before_the_step(
     venvs, backend, bad, check_finite
@@ -359,6 +365,34 @@ def test_numpy_scalars_and_one_element_arrays_are_rewards() -> None:
     venv.reset(seed=0)
     batch = venv.step({"agent": np.zeros((1, 2, 2), np.float32)})
     assert batch.reward["agent"].tolist() == [[0.5, 2.0]]
+    venv.close()
+
+
+@pytest.mark.parametrize(
+    ("flags", "ended"),
+    [
+        ({"agent_0": np.False_, "agent_1": 0}, []),
+        ({"agent_0": np.bool_(True), "agent_1": False}, ["agent_0"]),
+        ({"agent_0": 0, "agent_1": np.array([1])}, ["agent_1"]),
+        ({"agent_0": 1, "agent_1": np.True_}, ["agent_0", "agent_1"]),
+    ],
+)
+def test_numpy_bools_zero_one_and_one_element_arrays_are_end_flags(flags, ended) -> None:
+    class Ending(ValueEnv):
+        def step(self, actions):
+            obs, rewards, _, truncs, infos = super().step(actions)
+            self.agents = [a for a in self.possible_agents if a not in ended]
+            obs = {a: v for a, v in obs.items() if a not in ended}
+            return obs, rewards, dict(flags), truncs, infos
+
+    venv = VectorEnv([Ending] * 2)
+    venv.reset(seed=0)
+    batch = venv.step({"agent": np.zeros((2, 2, 2), np.float32)})
+    expected = [a in ended for a in ValueEnv.possible_agents]
+    assert batch.terminated["agent"].tolist() == [expected] * 2
+    done = all(expected)  # then both restart: every agent alive again
+    assert batch.done.tolist() == [done] * 2
+    assert batch.alive["agent"].tolist() == [[done or not e for e in expected]] * 2
     venv.close()
 
 
