@@ -163,7 +163,12 @@ class DictEnvs(BatchedEnv):
         offset, envs, acting, num_alive = self.offset, self.envs, self._acting, self._num_alive
         broken, to_rebuild = self._broken, self._to_rebuild
         state = self.state_space is not None
-        record, alive_as_acting = packer.record, packer.alive_as_acting
+        record, alive_as_acting, alive_as_all = (
+            packer.record,
+            packer.alive_as_acting,
+            packer.alive_as_all,
+        )
+        every_agent = self.possible_agents
         for i in rows.tolist():
             inside[0] = offset + i
             try:
@@ -180,6 +185,9 @@ class DictEnvs(BatchedEnv):
                 if keys and len(agents) == len(keys):  # the same agents: each alive one acts
                     num_alive[i] = len(keys)
                     alive_as_acting(i)
+                elif agents == every_agent:
+                    num_alive[i] = len(agents)
+                    alive_as_all(i)
                 else:
                     num_alive[i] = packer.gather_alive(i, agents)
                 if state:
@@ -452,6 +460,7 @@ class _GroupArrays:
             flat("truncated"),
         )
         self.alive, self.acting, self.mask = flat("alive"), flat("acting"), flat("action_mask")
+        self.alive_rows = arrays[f"alive/{name}"]  # [E, n]
         self.write_obs = writer(group.obs_tree, f"obs/{name}", arrays, check_finite)
         self.write_mask = (
             None
@@ -477,9 +486,15 @@ class _GroupArrays:
         self.every = list(range(len(self.acting)))  # the flat index of every agent, in order
 
     def rows(self, idx: list[int]) -> np.ndarray | slice:
-        """Flat indices ``idx`` as a slice where they are every agent in order (a cheaper
-        write), else as an index array (converted once for every write)."""
-        return slice(None) if idx == self.every else np.array(idx, np.intp)
+        """Flat indices ``idx`` as a slice where they are every agent, or the same agent of
+        every env, in order (a cheaper write), else as an index array (converted once for
+        every write)."""
+        if idx == self.every:
+            return slice(None)
+        n = self.n
+        if len(idx) * n == len(self.every) and idx[0] < n and idx == self.every[idx[0] :: n]:
+            return slice(idx[0], None, n)
+        return np.array(idx, np.intp)
 
 
 class _Packer:
@@ -545,7 +560,10 @@ class _Packer:
         self.alive_obs: list[int] = []  # envs whose alive agents are those they observe
         # At a reset, env i's alive agents are those it observes (some): see flush.
         self.alive_as_acting = self.alive_obs.append
-        # Whether an env's alive agents were set otherwise (or its values forgotten).
+        self.alive_all: list[int] = []  # envs whose every agent is alive
+        self.alive_as_all = self.alive_all.append
+        # Whether an env's alive agents were set otherwise than by alive_as_acting or
+        # alive_as_all (or its values forgotten).
         self.alive_elsewhere = False
         self.alive_read: set[int] = set()  # envs whose alive row was set by read_alive
         self.rewarded = rows is None  # a step: it writes every reward gathered
@@ -744,6 +762,8 @@ class _Packer:
         self.alive_elsewhere = True
         while i in self.alive_obs:
             self.alive_obs.remove(i)
+        while i in self.alive_all:
+            self.alive_all.remove(i)
         for g in self.groups:
             g.got.drop(i * g.n, (i + 1) * g.n)
             for rewards in g.rewards:
@@ -770,6 +790,8 @@ class _Packer:
                 ] = True
             if got.alive:
                 g.alive[got.alive] = True
+            if self.alive_all:
+                g.alive_rows[self.alive_all if len(self.alive_all) < self.num_envs else ...] = True
             for flags, ended in ((g.terminated, got.term), (g.truncated, got.trunc)):
                 if ended:
                     rows = g.rows(ended)
