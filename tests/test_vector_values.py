@@ -354,6 +354,26 @@ def test_rewards_that_are_not_real_numbers_raise_without_check_finite(reward, go
     venv.close()
 
 
+@pytest.mark.parametrize("part", ["rewards", "terminations"])
+def test_a_step_that_returns_none_for_a_dict_names_it(part) -> None:
+    class Missing(ValueEnv):
+        def step(self, actions):
+            returned = dict(zip(["obs", "rewards", "terminations", "truncations", "infos"],
+                                super().step(actions), strict=True))  # fmt: skip
+            returned[part] = None
+            return tuple(returned.values())
+
+    venv = VectorEnv([Missing])
+    venv.reset(seed=0)
+    with pytest.raises(EnvError) as info:
+        venv.step({"agent": np.zeros((1, 2, 2), np.float32)})
+    assert "step() must return 5 dicts (obs, rewards, terminations, truncations, infos)" in (
+        str(info.value)
+    )
+    assert f"but {part} is NoneType None" in str(info.value)
+    venv.close()
+
+
 def test_numpy_scalars_and_one_element_arrays_are_rewards() -> None:
     class Rewarding(ValueEnv):
         def step(self, actions):

@@ -46,6 +46,7 @@ from corral.vector.layout import (
 )
 
 EnvFn = Callable[[], Any]
+_NO_REWARDS: Any = object()  # what _Packer.record takes for the rewards of a reset (none)
 STEP, RESET = 0, 1
 """The calls :attr:`DictEnvs.inside` tells apart."""
 
@@ -185,7 +186,7 @@ class DictEnvs(BatchedEnv):
                 if keys and len(agents) == len(keys):  # the same agents: each alive one acts
                     num_alive[i] = len(keys)
                     alive_as_acting(i)
-                elif agents == every_agent:
+                elif type(agents) is list and agents == every_agent:
                     num_alive[i] = len(agents)
                     alive_as_all(i)
                 else:
@@ -608,7 +609,7 @@ class _Packer:
         i: int,
         obs: Any,
         infos: Any,
-        rewards: Any = None,
+        rewards: Any = _NO_REWARDS,
         terminations: Any = None,
         truncations: Any = None,
         num_alive: list[int] | None = None,
@@ -617,7 +618,7 @@ class _Packer:
         ``truncations`` too (its ended agents counted off ``num_alive[i]``); from a reset,
         none of them. The agents that act next, each with its flat index in its group and
         its group's arrays."""
-        if rewards is None:
+        if rewards is _NO_REWARDS:
             if type(obs) is not dict or type(infos) is not dict:
                 self._check_dicts(i, "reset()", {"obs": obs, "infos": infos})
         else:
