@@ -254,7 +254,13 @@ def test_float32_overflow_in_obs_raises(venvs, backend, check_finite) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("bad", "check_finite"),
-    [("obs_shape", False), ("obs_nan", True), ("reward_nan", True), ("final_obs_inf", True)],
+    [
+        ("obs_shape", False),
+        ("obs_nan", True),
+        ("reward_nan", True),
+        ("final_obs_inf", True),
+        ("unknown_agent", False),  # raised while its good rewards were being gathered
+    ],
 )
 def test_a_bad_value_cuts_the_episode_where_it_stood_before_the_step(
     venvs, backend, bad, check_finite
@@ -348,6 +354,26 @@ def test_rewards_that_are_not_real_numbers_raise_without_check_finite(reward, go
     venv.close()
 
 
+@pytest.mark.parametrize("part", ["rewards", "terminations"])
+def test_a_step_that_returns_none_for_a_dict_names_it(part) -> None:
+    class Missing(ValueEnv):
+        def step(self, actions):
+            returned = dict(zip(["obs", "rewards", "terminations", "truncations", "infos"],
+                                super().step(actions), strict=True))  # fmt: skip
+            returned[part] = None
+            return tuple(returned.values())
+
+    venv = VectorEnv([Missing])
+    venv.reset(seed=0)
+    with pytest.raises(EnvError) as info:
+        venv.step({"agent": np.zeros((1, 2, 2), np.float32)})
+    assert "step() must return 5 dicts (obs, rewards, terminations, truncations, infos)" in (
+        str(info.value)
+    )
+    assert f"but {part} is NoneType None" in str(info.value)
+    venv.close()
+
+
 def test_numpy_scalars_and_one_element_arrays_are_rewards() -> None:
     class Rewarding(ValueEnv):
         def step(self, actions):
@@ -359,6 +385,34 @@ def test_numpy_scalars_and_one_element_arrays_are_rewards() -> None:
     venv.reset(seed=0)
     batch = venv.step({"agent": np.zeros((1, 2, 2), np.float32)})
     assert batch.reward["agent"].tolist() == [[0.5, 2.0]]
+    venv.close()
+
+
+@pytest.mark.parametrize(
+    ("flags", "ended"),
+    [
+        ({"agent_0": np.False_, "agent_1": 0}, []),
+        ({"agent_0": np.bool_(True), "agent_1": False}, ["agent_0"]),
+        ({"agent_0": 0, "agent_1": np.array([1])}, ["agent_1"]),
+        ({"agent_0": 1, "agent_1": np.True_}, ["agent_0", "agent_1"]),
+    ],
+)
+def test_numpy_bools_zero_one_and_one_element_arrays_are_end_flags(flags, ended) -> None:
+    class Ending(ValueEnv):
+        def step(self, actions):
+            obs, rewards, _, truncs, infos = super().step(actions)
+            self.agents = [a for a in self.possible_agents if a not in ended]
+            obs = {a: v for a, v in obs.items() if a not in ended}
+            return obs, rewards, dict(flags), truncs, infos
+
+    venv = VectorEnv([Ending] * 2)
+    venv.reset(seed=0)
+    batch = venv.step({"agent": np.zeros((2, 2, 2), np.float32)})
+    expected = [a in ended for a in ValueEnv.possible_agents]
+    assert batch.terminated["agent"].tolist() == [expected] * 2
+    done = all(expected)  # then both restart: every agent alive again
+    assert batch.done.tolist() == [done] * 2
+    assert batch.alive["agent"].tolist() == [[done or not e for e in expected]] * 2
     venv.close()
 
 

@@ -46,6 +46,7 @@ from corral.vector.layout import (
 )
 
 EnvFn = Callable[[], Any]
+_NO_REWARDS: Any = object()  # what _Packer.record takes for the rewards of a reset (none)
 STEP, RESET = 0, 1
 """The calls :attr:`DictEnvs.inside` tells apart."""
 
@@ -107,7 +108,7 @@ class DictEnvs(BatchedEnv):
         }
         self._packer = _Packer(self.layout, self.arrays, offset, check_finite)
         self._views: dict[str, Any] | None = None  # what every call returns: the arrays
-        # The agents of each env that act next.
+        # The agents of each env that act next, each with its flat index in its group.
         self._acting: list[Sequence[tuple[str, int, _GroupArrays]]] = [()] * self.num_envs
         # How many agents each env's alive row holds: a step that leaves env.agents with
         # another count had agents join (or break the contract), and alive is read anew.
@@ -163,7 +164,12 @@ class DictEnvs(BatchedEnv):
         offset, envs, acting, num_alive = self.offset, self.envs, self._acting, self._num_alive
         broken, to_rebuild = self._broken, self._to_rebuild
         state = self.state_space is not None
-        record = packer.record_obs
+        record, alive_as_acting, alive_as_all = (
+            packer.record,
+            packer.alive_as_acting,
+            packer.alive_as_all,
+        )
+        every_agent = self.possible_agents
         for i in rows.tolist():
             inside[0] = offset + i
             try:
@@ -175,11 +181,14 @@ class DictEnvs(BatchedEnv):
                         restarted.add(i)
                 env = envs[i]
                 obs, infos = env.reset(seeds[i], options)  # what it raises: its reset() fault
-                acting[i] = keys = record(i, obs, infos, "reset()")
+                acting[i] = keys = record(i, obs, infos)
                 agents = env.agents
                 if keys and len(agents) == len(keys):  # the same agents: each alive one acts
                     num_alive[i] = len(keys)
-                    packer.alive_as_acting(i)
+                    alive_as_acting(i)
+                elif type(agents) is list and agents == every_agent:
+                    num_alive[i] = len(agents)
+                    alive_as_all(i)
                 else:
                     num_alive[i] = packer.gather_alive(i, agents)
                 if state:
@@ -213,7 +222,7 @@ class DictEnvs(BatchedEnv):
         inside = self.inside
         inside[1] = STEP
         offset, envs, acting, broken = self.offset, self.envs, self._acting, self._broken
-        num_alive, record = self._num_alive, packer.record_step
+        num_alive, record = self._num_alive, packer.record
         state = self.state_space is not None
         packer.keep()
         for i in range(self.num_envs):
@@ -226,11 +235,10 @@ class DictEnvs(BatchedEnv):
                     continue
                 env = envs[i]  # what it raises in here is its step() fault
                 actions = {}
-                for agent, j, g in acting[i]:
-                    values = g.actions
-                    actions[agent] = g.read_action((i, j)) if values is None else values[i][j]
+                for agent, f, g in acting[i]:
+                    actions[agent] = g.actions[f]
                 obs, rewards, terminations, truncations, infos = env.step(actions)
-                acting[i] = record(i, obs, rewards, terminations, truncations, infos, num_alive)
+                acting[i] = record(i, obs, infos, rewards, terminations, truncations, num_alive)
                 if state:
                     packer.add_state(i, guarded(offset + i, "state()", env.state))
                 agents = env.agents
@@ -254,23 +262,14 @@ class DictEnvs(BatchedEnv):
 
     # -- one env ----------------------------------------------------------------------
 
-    def _reset_env(
-        self, i: int, seed: int | None, options: dict[str, Any] | None, cleared: bool = True
-    ) -> None:
-        """Reset env ``i``; ``cleared``: its rows were cleared by the call's ``begin``."""
+    def _reset_env(self, i: int, seed: int | None, options: dict[str, Any] | None) -> None:
+        """Reset env ``i`` (its rows were not cleared by the call's ``begin``)."""
         env = self.envs[i]
         obs, infos = env.reset(seed, options)  # what it raises is its reset() fault
         packer = self._packer
-        if not cleared:
-            packer.clear_obs(i)
-        self._acting[i] = keys = packer.record_obs(i, obs, infos, "reset()")
-        if cleared and keys and len(env.agents) == len(keys):  # the same agents, all acting
-            packer.alive_as_acting(i)
-            self._num_alive[i] = len(keys)
-        elif cleared:
-            self._num_alive[i] = packer.gather_alive(i, env.agents)
-        else:
-            self._num_alive[i] = packer.read_alive(i, env.agents)
+        packer.clear_obs(i)
+        self._acting[i] = packer.record(i, obs, infos)
+        self._num_alive[i] = packer.read_alive(i, env.agents)
         if self.state_space is not None:
             packer.add_state(i, guarded(self.offset + i, "state()", env.state))
 
@@ -302,7 +301,7 @@ class DictEnvs(BatchedEnv):
         self._packer.forget(i)
         try:
             self._rebuild(i)
-            self._reset_env(i, seed, options, cleared=False)
+            self._reset_env(i, seed, options)
         except Exception as again:
             self._give_up(i)
             failed = env_error(self.offset + i, "reset() of the rebuilt env", again)
@@ -380,11 +379,11 @@ class DictEnvs(BatchedEnv):
 
 
 class _Gathered:
-    """One group's values gathered in a call, by flat index ``env * n + agent``."""
+    """One group's values gathered in a call, by flat index ``env * n + agent`` (rewards:
+    see :attr:`_GroupArrays.rewards`)."""
 
     __slots__ = (
         "alive",
-        "dead",
         "final_idx",
         "final_val",
         "lists",
@@ -392,8 +391,6 @@ class _Gathered:
         "mask_val",
         "obs_idx",
         "obs_val",
-        "rew_idx",
-        "rew_val",
         "term",
         "trunc",
     )
@@ -405,10 +402,7 @@ class _Gathered:
         self.final_val: list[Any] = []
         self.mask_idx: list[int] = []
         self.mask_val: list[Any] = []
-        self.rew_idx: list[int] = []
-        self.rew_val: list[Any] = []
         self.alive: list[int] = []  # agents alive at a reset
-        self.dead: list[int] = []  # agents that ended
         self.term: list[int] = []
         self.trunc: list[int] = []
         # Every list above (each is only ever changed in place).
@@ -424,13 +418,24 @@ class _Gathered:
             (self.obs_idx, self.obs_val),
             (self.final_idx, self.final_val),
             (self.mask_idx, self.mask_val),
-            (self.rew_idx, self.rew_val),
         ):
             keep = [k for k, f in enumerate(idx) if not lo <= f < hi]
             if len(keep) != len(idx):
                 idx[:], val[:] = [idx[k] for k in keep], [val[k] for k in keep]
-        for idx in (self.alive, self.dead, self.term, self.trunc):
+        for idx in (self.alive, self.term, self.trunc):
             idx[:] = [f for f in idx if not lo <= f < hi]
+
+
+class _ReadActions:
+    """A group's actions read from its action arrays, by flat index ``env * n + agent``."""
+
+    __slots__ = ("n", "read")
+
+    def __init__(self, read: Callable[[tuple[int, int]], Any], n: int) -> None:
+        self.read, self.n = read, n
+
+    def __getitem__(self, f: int) -> Any:
+        return self.read(divmod(f, self.n))
 
 
 class _GroupArrays:
@@ -456,6 +461,7 @@ class _GroupArrays:
             flat("truncated"),
         )
         self.alive, self.acting, self.mask = flat("alive"), flat("acting"), flat("action_mask")
+        self.alive_rows = arrays[f"alive/{name}"]  # [E, n]
         self.write_obs = writer(group.obs_tree, f"obs/{name}", arrays, check_finite)
         self.write_mask = (
             None
@@ -464,18 +470,32 @@ class _GroupArrays:
                 ArraySpec((group.num_actions,), np.dtype(bool)), f"action_mask/{name}", arrays
             )
         )
-        self.read_action = reader(group.action_tree, f"action/{name}", arrays)
+        self.read_actions = _ReadActions(
+            reader(group.action_tree, f"action/{name}", arrays), self.n
+        )
         self.action_leaf = (
             isinstance(group.action_tree, ArraySpec) and group.action_tree.shape == ()
         )
-        self.actions: list[list[Any]] | None = None
+        self.actions: list[Any] | _ReadActions = self.read_actions  # by flat index
         self.got = _Gathered()
+        # A step's rewards: for each agent, a list by env, 0.0 unless the env gave one (a
+        # store per reward, no index to keep, and one array of them all to write).
+        num_envs = layout.num_envs
+        self.no_rewards = [0.0] * num_envs
+        self.rewards = [list(self.no_rewards) for _ in self.agents]
+        self.reward_rows = arrays[f"reward/{name}"]  # [E, n]
         self.every = list(range(len(self.acting)))  # the flat index of every agent, in order
 
-    def rows(self, idx: list[int]) -> list[int] | slice:
-        """Flat indices ``idx`` as a slice where they are every agent in order (a cheaper
-        write), else as they are."""
-        return slice(None) if idx == self.every else idx
+    def rows(self, idx: list[int]) -> np.ndarray | slice:
+        """Flat indices ``idx`` as a slice where they are every agent, or the same agent of
+        every env, in order (a cheaper write), else as an index array (converted once for
+        every write)."""
+        if idx == self.every:
+            return slice(None)
+        n = self.n
+        if len(idx) * n == len(self.every) and idx[0] < n and idx == self.every[idx[0] :: n]:
+            return slice(idx[0], None, n)
+        return np.array(idx, np.intp)
 
 
 class _Packer:
@@ -485,6 +505,7 @@ class _Packer:
         self, layout: Layout, arrays: dict[str, np.ndarray], offset: int, check_finite: bool
     ) -> None:
         self.layout, self.arrays, self.offset = layout, arrays, offset
+        self.num_envs = layout.num_envs
         self.check_finite = check_finite
         self.groups = [_GroupArrays(g, layout, arrays, check_finite) for g in layout.groups]
         self.by_name = by_name = {g.name: g for g in self.groups}
@@ -492,6 +513,8 @@ class _Packer:
         self.slot = {a: (by_name[g], j, by_name[g].n) for a, (g, j) in layout.position.items()}
         # agent -> (its index, its group's size, its group's gathered values, the group)
         self.place = {a: (j, g.n, g.got, g) for a, (g, j, _) in self.slot.items()}
+        self.rewards_of = {a: g.rewards[j] for a, (g, j, _) in self.slot.items()}
+        self.unset = dict.fromkeys(self.slot, False)  # no agent's end flag set
         state = layout.state_space
         self._state_tree = None if state is None else array_tree(state)
         self._state_write = (
@@ -516,9 +539,13 @@ class _Packer:
         every action is legal until an env says otherwise. A reset (``rows`` given) also
         clears their observations and alive agents."""
         a = self.arrays
+        if rows is not None and len(rows) == self.num_envs:
+            rows = slice(None)  # every row (a cheaper write)
         for g in self.groups:
             g.got.clear()
             if rows is None:
+                for rewards in g.rewards:
+                    rewards[:] = g.no_rewards
                 g.acting.fill(False)
                 if g.mask is not None:
                     g.mask.fill(True)
@@ -532,8 +559,15 @@ class _Packer:
                 a[path][rows] = 0
         self.states: tuple[list[int], list[Any]] = ([], [])
         self.alive_obs: list[int] = []  # envs whose alive agents are those they observe
-        self.observed = 0  # envs whose observations were gathered
-        self.dropped = False  # whether an env's values were forgotten
+        # At a reset, env i's alive agents are those it observes (some): see flush.
+        self.alive_as_acting = self.alive_obs.append
+        self.alive_all: list[int] = []  # envs whose every agent is alive
+        self.alive_as_all = self.alive_all.append
+        # Whether an env's alive agents were set otherwise than by alive_as_acting or
+        # alive_as_all (or its values forgotten).
+        self.alive_elsewhere = False
+        self.alive_read: set[int] = set()  # envs whose alive row was set by read_alive
+        self.rewarded = rows is None  # a step: it writes every reward gathered
 
     def keep(self) -> None:
         """Copy how every env stands before a step (see :meth:`put_back`)."""
@@ -558,105 +592,78 @@ class _Packer:
             g.truncated.fill(False)
 
     def store_actions(self, group: str, value: Any) -> None:
-        """The group's actions as Python values ``[env][agent]`` where a leaf array, else via
-        the action arrays."""
+        """The group's actions as Python values by flat index ``env * n + agent`` where a leaf
+        array, else via the action arrays."""
         g = self.by_name[group]
         tree = self.layout.groups[group].action_tree
         if g.action_leaf and isinstance(value, np.ndarray):
-            g.actions = value.tolist()
+            g.actions = value.reshape(-1).tolist()
         else:
-            g.actions = None
+            g.actions = g.read_actions
             store(tree, f"action/{group}", self.arrays, value)
 
     # -- gathering ----------------------------------------------------------------------
 
-    def record_step(
+    def record(
         self,
         i: int,
         obs: Any,
-        rewards: Any,
-        terminations: Any,
-        truncations: Any,
         infos: Any,
-        num_alive: list[int],
+        rewards: Any = _NO_REWARDS,
+        terminations: Any = None,
+        truncations: Any = None,
+        num_alive: list[int] | None = None,
     ) -> Sequence[tuple[str, int, _GroupArrays]]:
-        """Gather env ``i``'s step; the agents that act next (as :meth:`record_obs` gives
-        them)."""
-        if not (
-            type(obs) is dict
-            and type(rewards) is dict
-            and type(terminations) is dict
-            and type(truncations) is dict
-            and type(infos) is dict
-        ):
-            parts = {"obs": obs, "rewards": rewards, "terminations": terminations}
-            parts.update(truncations=truncations, infos=infos)
-            self._check_dicts(i, "step()", parts)
-        place = self.place
-        for agent, reward in rewards.items():
-            j, n, got, _ = place.get(agent) or self._unknown(i, agent, "rewards")
-            got.rew_idx.append(i * n + j)
-            got.rew_val.append(reward)
-        try:  # whether any flag may be set: a truthy one, or one whose truth is not plain
-            ends = any(terminations.values())
-        except (ValueError, TypeError):
-            ends = True
-        if ends:
-            self._gather_ends(i, terminations, infos, True, num_alive)
-        try:
-            ends = any(truncations.values())
-        except (ValueError, TypeError):
-            ends = True
-        if ends:
-            self._gather_ends(i, truncations, infos, False, num_alive)
-        return self.record_obs(i, obs, infos, "step()") if obs else ()
-
-    def _gather_ends(
-        self, i: int, flags: Mapping[str, Any], infos: Any, terminated: bool, num_alive: list[int]
-    ) -> None:
-        """Gather the agents of env ``i`` whose flag is set (terminated or truncated)."""
-        place = self.place
-        for agent, flag in flags.items():
-            if flag is not True:
-                if flag is False:
-                    continue
-                ended = "terminated" if terminated else "truncated"
-                if not self._flag(i, agent, ended, flag):
-                    continue
-            j, n, got, _ = place.get(agent) or self._unknown(
-                i, agent, "terminations" if terminated else "truncations"
-            )
-            f = i * n + j
-            (got.term if terminated else got.trunc).append(f)
-            got.dead.append(f)
-            num_alive[i] -= 1  # checked against env.agents after the step
-            info = infos.get(agent)
-            if info:
+        """Gather what env ``i`` returned: from a step, ``rewards``, ``terminations`` and
+        ``truncations`` too (its ended agents counted off ``num_alive[i]``); from a reset,
+        none of them. The agents that act next, each with its flat index in its group and
+        its group's arrays."""
+        if rewards is _NO_REWARDS:
+            if type(obs) is not dict or type(infos) is not dict:
+                self._check_dicts(i, "reset()", {"obs": obs, "infos": infos})
+        else:
+            if not (
+                type(obs) is dict
+                and type(rewards) is dict
+                and type(terminations) is dict
+                and type(truncations) is dict
+                and type(infos) is dict
+            ):
+                parts = {"obs": obs, "rewards": rewards, "terminations": terminations}
+                parts.update(truncations=truncations, infos=infos)
+                self._check_dicts(i, "step()", parts)
+            rewards_of = self.rewards_of
+            for agent, reward in rewards.items():
                 try:
-                    final = info.get("final_obs")
-                except AttributeError:
-                    final = self._info(i, infos, agent, "final_obs")  # raises
-                if final is not None:
-                    got.final_idx.append(f)
-                    got.final_val.append(final)
-            elif info is not None and type(info) is not dict:
-                self._info(i, infos, agent, "final_obs")  # raises
-
-    def record_obs(
-        self, i: int, obs: Any, infos: Any, call: str
-    ) -> list[tuple[str, int, _GroupArrays]]:
-        """Gather the observations (and masks) of env ``i``; the agents that act next, each
-        with its index in its group and its group's arrays."""
-        if type(obs) is not dict or type(infos) is not dict:
-            self._check_dicts(i, call, {"obs": obs, "infos": infos})
+                    rewards_of[agent][i] = reward
+                except KeyError:
+                    self._unknown(i, agent, "rewards")
+            # Whether any flag may be set: a truthy one, or one whose truth is not plain.
+            # Every agent's flag False, the common case, is one comparison.
+            unset = self.unset
+            try:
+                ends = terminations != unset and any(terminations.values())
+            except (ValueError, TypeError):
+                ends = True
+            if ends:
+                self._gather_ends(i, terminations, infos, True, num_alive)
+            try:
+                ends = truncations != unset and any(truncations.values())
+            except (ValueError, TypeError):
+                ends = True
+            if ends:
+                self._gather_ends(i, truncations, infos, False, num_alive)
+            if not obs:
+                return ()
         place = self.place
-        if obs:
-            self.observed += 1
         acting = []
         for agent, value in obs.items():
-            j, n, got, g = place.get(agent) or self._unknown(i, agent, "obs")
-            acting.append((agent, j, g))
+            try:
+                j, n, got, g = place[agent]
+            except KeyError:
+                self._unknown(i, agent, "obs")
             f = i * n + j
+            acting.append((agent, f, g))
             got.obs_idx.append(f)
             got.obs_val.append(value)
             if g.mask is not None:
@@ -673,16 +680,45 @@ class _Packer:
                     self._info(i, infos, agent, "action_mask")  # raises
         return acting
 
+    def _gather_ends(
+        self, i: int, flags: Mapping[str, Any], infos: Any, terminated: bool, num_alive: list[int]
+    ) -> None:
+        """Gather the agents of env ``i`` whose flag is set (terminated or truncated)."""
+        place = self.place
+        ended = 0
+        for agent, flag in flags.items():
+            if flag is not True:
+                if flag is False:
+                    continue
+                if not self._flag(i, agent, "terminated" if terminated else "truncated", flag):
+                    continue
+            try:
+                j, n, got, _ = place[agent]
+            except KeyError:
+                self._unknown(i, agent, "terminations" if terminated else "truncations")
+            f = i * n + j
+            (got.term if terminated else got.trunc).append(f)
+            ended += 1
+            info = infos.get(agent)
+            if info:
+                try:
+                    final = info.get("final_obs")
+                except AttributeError:
+                    final = self._info(i, infos, agent, "final_obs")  # raises
+                if final is not None:
+                    got.final_idx.append(f)
+                    got.final_val.append(final)
+            elif info is not None and type(info) is not dict:
+                self._info(i, infos, agent, "final_obs")  # raises
+        num_alive[i] -= ended  # checked against env.agents after the step
+
     def add_state(self, i: int, value: Any) -> None:
         self.states[0].append(i)
         self.states[1].append(value)
 
-    def alive_as_acting(self, i: int) -> None:
-        """At a reset, env ``i``'s alive agents are those it observes (some)."""
-        self.alive_obs.append(i)
-
     def gather_alive(self, i: int, agents: Sequence[str]) -> int:
         """Gather env ``i``'s alive agents at a reset (its row was cleared); how many."""
+        self.alive_elsewhere = True
         place = self.place
         for agent in agents:
             j, n, got, _ = place.get(agent) or self._unknown(i, agent, "env.agents")
@@ -692,9 +728,10 @@ class _Packer:
     def read_alive(self, i: int, agents: Sequence[str]) -> int:
         """Set env ``i``'s alive row to exactly ``agents`` now (agents that joined
         included); how many."""
+        self.alive_elsewhere = True
+        self.alive_read.add(i)  # its agents that ended are not cleared again by flush
         for g in self.groups:
             g.alive[i * g.n : (i + 1) * g.n] = False
-            g.got.dead[:] = [f for f in g.got.dead if f // g.n != i]
         for agent in agents:
             g, j, n = self.slot.get(agent) or self._unknown(i, agent, "env.agents")
             g.alive[i * n + j] = True
@@ -723,11 +760,15 @@ class _Packer:
 
     def _drop(self, i: int) -> None:
         """Forget what env ``i`` gathered in this call (after its fault)."""
-        self.dropped = True
+        self.alive_elsewhere = True
         while i in self.alive_obs:
             self.alive_obs.remove(i)
+        while i in self.alive_all:
+            self.alive_all.remove(i)
         for g in self.groups:
             g.got.drop(i * g.n, (i + 1) * g.n)
+            for rewards in g.rewards:
+                rewards[i] = 0.0
         if i in self.states[0]:
             keep = [k for k, e in enumerate(self.states[0]) if e != i]
             self.states = ([self.states[0][k] for k in keep], [self.states[1][k] for k in keep])
@@ -739,26 +780,34 @@ class _Packer:
         not fit, by env."""
         faults: dict[int, EnvError] = {}
         alive_obs = self.alive_obs
-        every = len(alive_obs) == self.observed and not self.dropped  # every env observed
         for g in self.groups:
             got = g.got
-            if alive_obs and got.obs_idx:
-                g.alive[got.obs_idx if every else _of_envs(got.obs_idx, alive_obs, g.n)] = True
+            observed = g.rows(got.obs_idx) if got.obs_idx else None
+            if alive_obs and observed is not None:
+                # every env that observed takes its alive agents from its observations
+                # unless some set them otherwise
+                g.alive[
+                    _of_envs(got.obs_idx, alive_obs, g.n) if self.alive_elsewhere else observed
+                ] = True
             if got.alive:
                 g.alive[got.alive] = True
-            if got.dead:
-                g.alive[got.dead] = False
-            if got.term:
-                g.terminated[got.term] = True
-            if got.trunc:
-                g.truncated[got.trunc] = True
-            if got.obs_idx:
-                g.acting[g.rows(got.obs_idx)] = True
-            self._flush_rewards(g, faults)
+            if self.alive_all:
+                g.alive_rows[self.alive_all if len(self.alive_all) < self.num_envs else ...] = True
+            for flags, ended in ((g.terminated, got.term), (g.truncated, got.trunc)):
+                if ended:
+                    rows = g.rows(ended)
+                    flags[rows] = True
+                    if self.alive_read:  # not those whose alive row was read after the step
+                        rows = [f for f in ended if f // g.n not in self.alive_read]
+                    g.alive[rows] = False
+            if observed is not None:
+                g.acting[observed] = True
+            if self.rewarded:
+                self._flush_rewards(g, faults)
             self._flush_values(g, got.final_idx, got.final_val, g.obs, g.write_obs, g.leaf,
                                "final_obs", faults)  # fmt: skip
             self._flush_values(g, got.obs_idx, got.obs_val, g.obs, g.write_obs, g.leaf,
-                               "observation", faults)  # fmt: skip
+                               "observation", faults, rows=observed)  # fmt: skip
             if g.mask is not None:
                 self._flush_values(g, got.mask_idx, got.mask_val, g.mask, g.write_mask, True,
                                    "action_mask", faults, finite=False)  # fmt: skip
@@ -767,28 +816,25 @@ class _Packer:
         return faults
 
     def _flush_rewards(self, g: _GroupArrays, faults: dict[int, EnvError]) -> None:
-        idx, values = g.got.rew_idx, g.got.rew_val
-        if not idx:
-            return
         try:
-            array = np.asarray(values)
-            good = array.shape == (len(values),) and array.dtype.kind in "biuf"
+            array = np.asarray(g.rewards)  # [n, E]
+            good = array.shape == g.reward_rows.shape[::-1] and array.dtype.kind in "biuf"
             if good:
-                array = array.astype(np.float64)
+                array = array.astype(np.float64, copy=False)
                 good = not self.check_finite or bool(np.isfinite(array).all())
         except (TypeError, ValueError, OverflowError):
             good = False
         if good:
-            g.reward[g.rows(idx)] = array
+            g.reward_rows[...] = array.T
             return
-        for f, reward in zip(idx, values, strict=True):
-            i, j = divmod(f, g.n)
-            if i in faults:
-                continue
-            try:
-                g.reward[f] = self._real(i, g.agents[j], reward)
-            except EnvError as err:
-                faults[i] = err
+        for i, rewards in enumerate(zip(*g.rewards, strict=True)):
+            for j, reward in enumerate(rewards):
+                if i in faults:
+                    break
+                try:
+                    g.reward_rows[i, j] = self._real(i, g.agents[j], reward)
+                except EnvError as err:
+                    faults[i] = err
 
     def _flush_values(
         self,
@@ -801,10 +847,12 @@ class _Packer:
         field: str,
         faults: dict[int, EnvError],
         finite: bool = True,
+        rows: np.ndarray | slice | None = None,
     ) -> None:
+        """Write ``values`` at flat indices ``idx`` (``rows``: the same, as from ``g.rows``)."""
         if not idx:
             return
-        if leaf and self._bulk(target, g.rows(idx), values, finite):
+        if leaf and self._bulk(target, g.rows(idx) if rows is None else rows, values, finite):
             return
         for f, value in zip(idx, values, strict=True):
             i, j = divmod(f, g.n)
