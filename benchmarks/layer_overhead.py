@@ -29,24 +29,21 @@ Only public API that exists in both trees is used (``corral.VectorEnv``,
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from source_trees import describe_tree, print_result, run_child
 
 HERE = Path(__file__).resolve()
 DEFAULT_BEFORE = "/work/wt/baseline/src"
 DEFAULT_AFTER = str(HERE.parents[1] / "src")
 DEFAULT_IDS = ["mdp/climbing", "corral/rps"]
 TARGET = 0.33
-RESULT_PREFIX = "RESULT "
 
 
 class Clock:
@@ -216,7 +213,7 @@ def child(args: argparse.Namespace) -> None:
 
     import corral
 
-    result: dict[str, Any] = {"corral": str(Path(corral.__file__).resolve()), "layer": {}}
+    result: dict[str, Any] = {"layer": {}}
     for id in args.ids:
         result["layer"][id] = {
             str(copy): measure_layer(id, args.num_envs, copy, args.seconds)
@@ -224,32 +221,13 @@ def child(args: argparse.Namespace) -> None:
         }
     if "native" in inspect.signature(corral.make_vec).parameters:
         result["native"] = {id: measure_native(id, args.num_envs, args.seconds) for id in args.ids}
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    print_result(result)
 
 
 def run_tree(src: str, args: argparse.Namespace) -> dict[str, Any]:
     """One round of measurements of the tree ``src``, in a fresh interpreter."""
-    env = {**os.environ, "PYTHONPATH": src}
-    command = [sys.executable, str(HERE), "--child", "--seconds", str(args.seconds)]
-    command += ["--num-envs", str(args.num_envs), "--ids", *args.ids]
-    out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    lines = [line for line in out.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
-    if out.returncode != 0 or not lines:
-        raise RuntimeError(f"measuring {src} failed (exit {out.returncode}):\n{out.stderr}")
-    result = json.loads(lines[-1][len(RESULT_PREFIX) :])
-    if not Path(result["corral"]).is_relative_to(Path(src).resolve()):
-        raise RuntimeError(f"PYTHONPATH={src} imported corral from {result['corral']}")
-    return result
-
-
-def describe_tree(src: str) -> str:
-    """``src`` with its git commit (and ``+changes`` when its worktree has some)."""
-    git = ["git", "-C", src]
-    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    if head.returncode != 0:
-        return src
-    dirty = subprocess.run([*git, "status", "--porcelain", "--", "."], capture_output=True)
-    return f"{src} ({head.stdout.strip()}{'+changes' if dirty.stdout.strip() else ''})"
+    command = ["--child", "--seconds", str(args.seconds), "--num-envs", str(args.num_envs)]
+    return run_child(src, HERE, [*command, "--ids", *args.ids])
 
 
 def report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> None:

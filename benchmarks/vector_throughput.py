@@ -41,14 +41,11 @@ import argparse
 import contextlib
 import importlib.util
 import inspect
-import json
 import multiprocessing
 import os
 import platform
 import queue
 import resource
-import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -57,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from source_trees import describe_tree, print_result, run_child
 
 ENV_KWARGS = {"N": 3, "max_cycles": 25, "continuous_actions": False}
 NUM_ACTIONS = 5
@@ -67,7 +65,6 @@ CEILING_START_TIMEOUT = 120.0
 HERE = Path(__file__).resolve()
 DEFAULT_BEFORE = "/work/wt/baseline/src"
 DEFAULT_AFTER = str(HERE.parents[1] / "src")
-RESULT_PREFIX = "RESULT "
 
 
 def raw_env():
@@ -295,8 +292,6 @@ def bench_supersuit(num_envs: int, seconds: float) -> float:
 def compare_child(backends: list[str], num_envs: list[int], seconds: float) -> None:
     """Time the tree on ``PYTHONPATH`` (the raw loop, then each backend at each num_envs)
     and print one ``RESULT`` JSON line."""
-    import corral
-
     rates: dict[str, dict[str, float]] = {"raw": {"1": bench_raw(seconds)}}
     ray = "ray" in backends and importlib.util.find_spec("ray") is not None
     if ray:
@@ -308,34 +303,13 @@ def compare_child(backends: list[str], num_envs: list[int], seconds: float) -> N
             rates[backend] = {str(n): bench_corral(backend, n, seconds) for n in num_envs}
     if ray:
         ray_module.shutdown()
-    result = {"corral": str(Path(corral.__file__).resolve()), "rates": rates}
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    print_result({"rates": rates})
 
 
 def run_tree(src: str, backends: list[str], num_envs: list[int], seconds: float) -> dict:
     """One round of the tree ``src``, in a fresh interpreter: backend -> num_envs -> rate."""
-    command = [sys.executable, str(HERE), "--compare-child", "--seconds", str(seconds)]
-    command += ["--backends", *backends, "--num-envs", *map(str, num_envs)]
-    out = subprocess.run(
-        command, env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True
-    )
-    lines = [line for line in out.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
-    if out.returncode != 0 or not lines:
-        raise RuntimeError(f"measuring {src} failed (exit {out.returncode}):\n{out.stderr}")
-    result = json.loads(lines[-1][len(RESULT_PREFIX) :])
-    if not Path(result["corral"]).is_relative_to(Path(src).resolve()):
-        raise RuntimeError(f"PYTHONPATH={src} imported corral from {result['corral']}")
-    return result["rates"]
-
-
-def describe_tree(src: str) -> str:
-    """``src`` with its git commit (and ``+changes`` when its worktree has some)."""
-    git = ["git", "-C", src]
-    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    if head.returncode != 0:
-        return src
-    dirty = subprocess.run([*git, "status", "--porcelain", "--", "."], capture_output=True)
-    return f"{src} ({head.stdout.strip()}{'+changes' if dirty.stdout.strip() else ''})"
+    command = ["--compare-child", "--seconds", str(seconds), "--backends", *backends]
+    return run_child(src, HERE, [*command, "--num-envs", *map(str, num_envs)])["rates"]
 
 
 def compare_trees(
