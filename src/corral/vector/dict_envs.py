@@ -415,7 +415,8 @@ class _Gathered:
 
     def clear(self) -> None:
         for values in self.lists:
-            values.clear()
+            if values:
+                values.clear()
 
     def drop(self, lo: int, hi: int) -> None:
         """Forget the entries of flat indices ``lo <= f < hi`` (one env's agents)."""
@@ -885,8 +886,9 @@ class _Packer:
     def _bulk(self, target: Any, index: list[int] | slice, values: list[Any], finite: bool) -> bool:
         """Write ``values`` at ``index`` with one operation, if every one fits; else
         write nothing and return ``False`` (the caller then finds the bad ones)."""
-        if set(map(type, values)) != _NDARRAY:
-            return False
+        for value in values:
+            if type(value) is not np.ndarray:
+                return False
         try:
             stacked = np.asarray(values)
             if stacked.shape != (len(values), *target.shape[1:]):
@@ -967,9 +969,6 @@ _END_FLAGS = {
     "terminated": ("terminations", "termination"),
     "truncated": ("truncations", "truncation"),
 }
-
-
-_NDARRAY = {np.ndarray}
 
 
 def _of_envs(idx: list[int], envs: list[int], n: int) -> Any:
