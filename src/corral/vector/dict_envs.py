@@ -107,7 +107,8 @@ class DictEnvs(BatchedEnv):
             if f.role in (Role.STEP, Role.ACTION)
         }
         self._packer = _Packer(self.layout, self.arrays, offset, check_finite)
-        self._views: dict[str, Any] | None = None  # what every call returns: the arrays
+        # What every step and every reset returns (see _output).
+        self._views: tuple[BatchedStep, BatchedStep] | None = None
         # The agents of each env that act next, each with its flat index in its group.
         self._acting: list[Sequence[tuple[str, int, _GroupArrays]]] = [()] * self.num_envs
         # How many agents each env's alive row holds: a step that leaves env.agents with
@@ -213,7 +214,6 @@ class DictEnvs(BatchedEnv):
     def step(self, actions: Mapping[str, Any]) -> BatchedStep:
         packer = self._packer
         packer.begin(None)
-        packer.clear_step()
         for name, value in actions.items():
             packer.store_actions(name, value)
         restarted: set[int] = set()
@@ -252,7 +252,8 @@ class DictEnvs(BatchedEnv):
             failed.append(i)
             faults.append(self._bad_value(i, fault))
         out = self._output(restarted, faults, step=True)
-        out.failed = self._mask(failed)
+        if failed:
+            out.failed = self._mask(failed)
         return out
 
     def close(self) -> None:
@@ -352,6 +353,8 @@ class DictEnvs(BatchedEnv):
         return mask
 
     def _output(self, restarted: set[int], faults: list, step: bool) -> BatchedStep:
+        """What the call returns: one :class:`BatchedStep` per kind of call, kept (its
+        arrays are the same at every call), with this call's restarts and faults."""
         if self._views is None:
             a, layout = self.arrays, self.layout
 
@@ -359,7 +362,7 @@ class DictEnvs(BatchedEnv):
                 return {g: a[f"{field}/{g}"] for g in layout.groups}
 
             state = self.state_space
-            self._views = {
+            views = {
                 "obs": {g: assemble(gr.obs_tree, f"obs/{g}", a) for g, gr in layout.groups.items()},
                 "alive": per_group("alive"),
                 "acting": per_group("acting"),
@@ -368,14 +371,16 @@ class DictEnvs(BatchedEnv):
                 },
                 "state": None if state is None else assemble(array_tree(state), "state", a),
             }
-            self._ends = {f: per_group(f) for f in ("reward", "terminated", "truncated")}
-        ends = self._ends if step else dict.fromkeys(self._ends)
-        return BatchedStep(
-            **self._views,
-            **ends,
-            restarted=self._mask(restarted),
-            faults=faults,
-        )
+            ends = {f: per_group(f) for f in ("reward", "terminated", "truncated")}
+            self._views = (
+                BatchedStep(**views, **ends),
+                BatchedStep(**views, **dict.fromkeys(ends)),
+            )
+        out = self._views[0 if step else 1]
+        out.restarted = self._mask(restarted)
+        out.faults = faults
+        out.failed = None
+        return out
 
 
 class _Gathered:
@@ -410,7 +415,8 @@ class _Gathered:
 
     def clear(self) -> None:
         for values in self.lists:
-            values.clear()
+            if values:
+                values.clear()
 
     def drop(self, lo: int, hi: int) -> None:
         """Forget the entries of flat indices ``lo <= f < hi`` (one env's agents)."""
@@ -535,7 +541,8 @@ class _Packer:
     # -- a call -------------------------------------------------------------------
 
     def begin(self, rows: np.ndarray | None) -> None:
-        """Start a call that writes ``rows`` (all for ``None``): nothing acts there yet, and
+        """Start a call that writes ``rows`` (all for ``None``, a step: no agent ended yet, and
+        no reward until an env gives one): nothing acts there yet, and
         every action is legal until an env says otherwise. A reset (``rows`` given) also
         clears their observations and alive agents."""
         a = self.arrays
@@ -543,10 +550,12 @@ class _Packer:
             rows = slice(None)  # every row (a cheaper write)
         for g in self.groups:
             g.got.clear()
-            if rows is None:
+            if rows is None:  # a step: flush writes every reward, and sets the end flags
                 for rewards in g.rewards:
                     rewards[:] = g.no_rewards
                 g.acting.fill(False)
+                g.terminated.fill(False)
+                g.truncated.fill(False)
                 if g.mask is not None:
                     g.mask.fill(True)
                 continue
@@ -584,12 +593,6 @@ class _Packer:
             g.reward[row] = 0
             g.terminated[row] = False
             g.truncated[row] = False
-
-    def clear_step(self) -> None:
-        for g in self.groups:
-            g.reward.fill(0)
-            g.terminated.fill(False)
-            g.truncated.fill(False)
 
     def store_actions(self, group: str, value: Any) -> None:
         """The group's actions as Python values by flat index ``env * n + agent`` where a leaf
@@ -817,10 +820,9 @@ class _Packer:
 
     def _flush_rewards(self, g: _GroupArrays, faults: dict[int, EnvError]) -> None:
         try:
-            array = np.asarray(g.rewards)  # [n, E]
+            array = np.array(g.rewards)  # [n, E]
             good = array.shape == g.reward_rows.shape[::-1] and array.dtype.kind in "biuf"
             if good:
-                array = array.astype(np.float64, copy=False)
                 good = not self.check_finite or bool(np.isfinite(array).all())
         except (TypeError, ValueError, OverflowError):
             good = False
@@ -884,8 +886,9 @@ class _Packer:
     def _bulk(self, target: Any, index: list[int] | slice, values: list[Any], finite: bool) -> bool:
         """Write ``values`` at ``index`` with one operation, if every one fits; else
         write nothing and return ``False`` (the caller then finds the bad ones)."""
-        if set(map(type, values)) != _NDARRAY:
-            return False
+        for value in values:
+            if type(value) is not np.ndarray:
+                return False
         try:
             stacked = np.asarray(values)
             if stacked.shape != (len(values), *target.shape[1:]):
@@ -966,9 +969,6 @@ _END_FLAGS = {
     "terminated": ("terminations", "termination"),
     "truncated": ("truncations", "truncation"),
 }
-
-
-_NDARRAY = {np.ndarray}
 
 
 def _of_envs(idx: list[int], envs: list[int], n: int) -> Any:

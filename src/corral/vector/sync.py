@@ -40,7 +40,10 @@ class SyncBackend(Backend):
         self._pending = lambda: guarded(0, "reset()", lambda: self.episodes.reset(seeds, options))
 
     def step_async(self) -> None:
-        self._pending = lambda: guarded(0, "step()", self.episodes.step)
+        self._pending = self._guarded_step
+
+    def _guarded_step(self) -> None:
+        guarded(0, "step()", self.episodes.step)
 
     def _run_pending(self) -> None:
         pending, self._pending = self._pending, None
