@@ -39,8 +39,10 @@ class Episodes:
     slice's rows of a field of ``layout``.
 
     ``share``: a source that can write straight into ``arrays`` may (one copy less per
-    step). Not where a worker can die in a step: its replacement reads the arrays as they
-    stood before the step.
+    step). A worker that dies in a step then leaves what its source had written of the
+    step there, which its replacement reports (:meth:`restart_all`): packed dict envs
+    write only once every env stepped, a natively batched env as it computes (the cut
+    episodes' ``final_obs`` may then hold part of the lost step).
 
     A fault of a copy that the env restarts itself (packed dict envs: an env that raised
     or returned a bad value) leaves the other copies' step complete; the first fault, by
