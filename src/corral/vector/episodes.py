@@ -169,8 +169,7 @@ class Episodes:
         live = self._any_alive()
         done = self._done_array
         done[...] = before > live  # had an episode running, has none now
-        if out.restarted is not None:
-            self.arrays["worker_restarts"] += out.restarted
+        self._count_restarts(out)
         faults = [*out.faults, *faults] if faults else out.faults
         # On the host, one read: whether (and which) copies ended; on a device, none: every
         # step restarts the copies ``done`` selects, none or some.
@@ -186,8 +185,7 @@ class Episodes:
             faults = [*faults, *restarted.faults]
             live = self._any_alive()
         self._live = live
-        if faults:
-            raise first_fault(faults)
+        _raise_first(faults)
 
     def _write_step(self, out: BatchedStep, bad: Any) -> None:
         """Copy the step ``out`` into the arrays; the copies ``bad`` (a bool mask, or
