@@ -72,22 +72,28 @@ def finite_problem(value: Any, dtype: np.dtype) -> str | None:
 
 
 def store_exactly(target: np.ndarray, index: Any, values: np.ndarray) -> None:
-    """``target[index] = values``, or an ``OverflowError`` where that would change a
-    number beyond rounding (numpy does so silently): a float beyond the range of a
-    narrower float dtype (stored as inf), an integer outside an integer dtype's range
-    (wrapped around: 300 as ``uint8`` is 44), a NaN, inf or out-of-range float stored as
-    an integer. Casts that hold every value (``float32`` into ``float64``) cost nothing more.
-    """
-    source, dtype = values.dtype, target.dtype
+    """``target[index] = values``, or an ``OverflowError`` (nothing written) where that
+    would change a number beyond rounding (numpy does so silently): a float beyond the
+    range of a narrower float dtype (stored as inf), an integer outside an integer dtype's
+    range (wrapped around: 300 as ``uint8`` is 44), a NaN, inf or out-of-range float stored
+    as an integer. Casts that hold every value (``float32`` into ``float64``) cost nothing
+    more."""
+    target[index] = exactly_as(values, target.dtype)
+
+
+def exactly_as(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``values`` to store in an array of ``dtype``: themselves where ``dtype`` holds every
+    value of theirs, else cast to it; an ``OverflowError`` where a number would change
+    beyond rounding (see :func:`store_exactly`)."""
+    source = values.dtype
     if source == dtype or _holds(source, dtype):
-        target[index] = values
-        return
+        return values
     if dtype.kind in "iu" and source.kind in "iu" and values.size:
         info = np.iinfo(dtype)
         if values.min() < info.min or values.max() > info.max:
             raise OverflowError(f"values beyond the range of {dtype}")
     try:
-        _store_raising(target, index, values)
+        return _cast_raising(values, dtype)
     except FloatingPointError as err:
         raise OverflowError(f"{err} to {dtype}") from None
 
@@ -104,8 +110,8 @@ def _holds(source: np.dtype, dtype: np.dtype) -> bool:
 
 
 @np.errstate(over="raise", invalid="raise")  # as a decorator: less per call than a with
-def _store_raising(target: np.ndarray, index: Any, values: np.ndarray) -> None:
-    target[index] = values
+def _cast_raising(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return values.astype(dtype)
 
 
 def _at(bad: np.ndarray) -> str:

@@ -30,7 +30,7 @@ from corral.batched_env import BatchedEnv, BatchedStep, Seed, copy_seeds, select
 from corral.env import MultiAgentEnv
 from corral.errors import EnvError
 from corral.groups import GroupMap
-from corral.values import describe, store_exactly
+from corral.values import describe, exactly_as
 from corral.vector.backend import env_error, guarded
 from corral.vector.layout import (
     ArraySpec,
@@ -224,7 +224,6 @@ class DictEnvs(BatchedEnv):
         offset, envs, acting, broken = self.offset, self.envs, self._acting, self._broken
         num_alive, record = self._num_alive, packer.record
         state = self.state_space is not None
-        packer.keep()
         for i in range(self.num_envs):
             inside[0] = offset + i
             try:
@@ -377,7 +376,7 @@ class DictEnvs(BatchedEnv):
                 BatchedStep(**views, **dict.fromkeys(ends)),
             )
         out = self._views[0 if step else 1]
-        out.restarted = self._mask(restarted)
+        out.restarted = self._mask(restarted) if restarted else None
         out.faults = faults
         out.failed = None
         return out
@@ -412,11 +411,6 @@ class _Gathered:
         self.trunc: list[int] = []
         # Every list above (each is only ever changed in place).
         self.lists = tuple(getattr(self, name) for name in self.__slots__ if name != "lists")
-
-    def clear(self) -> None:
-        for values in self.lists:
-            if values:
-                values.clear()
 
     def drop(self, lo: int, hi: int) -> None:
         """Forget the entries of flat indices ``lo <= f < hi`` (one env's agents)."""
@@ -537,6 +531,21 @@ class _Packer:
         if state is not None:
             kept += [path for path, _ in leaves(self._state_tree, "state")]
         self._kept = [(arrays[path], np.empty_like(arrays[path])) for path in kept]
+        # What a call gathers besides each group's values (see begin), made once.
+        self.states: tuple[list[int], list[Any]] = ([], [])  # envs and their state()
+        self.alive_obs: list[int] = []  # envs whose alive agents are those they observe
+        self.alive_as_acting = self.alive_obs.append
+        self.alive_all: list[int] = []  # envs whose every agent is alive
+        self.alive_as_all = self.alive_all.append
+        self.alive_read: dict[int, list[np.ndarray]] = {}  # see read_alive
+        # Everything a call gathers, emptied by the next begin.
+        self._gathered = (
+            *self.states,
+            self.alive_obs,
+            self.alive_all,
+            self.alive_read,
+            *(values for g in self.groups for values in g.got.lists),
+        )
 
     # -- a call -------------------------------------------------------------------
 
@@ -548,8 +557,9 @@ class _Packer:
         a = self.arrays
         if rows is not None and len(rows) == self.num_envs:
             rows = slice(None)  # every row (a cheaper write)
+        for gathered in filter(None, self._gathered):  # those not empty
+            gathered.clear()
         for g in self.groups:
-            g.got.clear()
             if rows is None:  # a step: flush writes every reward, and sets the end flags
                 for rewards in g.rewards:
                     rewards[:] = g.no_rewards
@@ -566,28 +576,30 @@ class _Packer:
         if rows is not None:
             for path in self._obs_paths:
                 a[path][rows] = 0
-        self.states: tuple[list[int], list[Any]] = ([], [])
-        self.alive_obs: list[int] = []  # envs whose alive agents are those they observe
-        # At a reset, env i's alive agents are those it observes (some): see flush.
-        self.alive_as_acting = self.alive_obs.append
-        self.alive_all: list[int] = []  # envs whose every agent is alive
-        self.alive_as_all = self.alive_all.append
         # Whether an env's alive agents were set otherwise than by alive_as_acting or
         # alive_as_all (or its values forgotten).
         self.alive_elsewhere = False
-        self.alive_read: set[int] = set()  # envs whose alive row was set by read_alive
         self.rewarded = rows is None  # a step: it writes every reward gathered
+        self.kept = False  # whether keep() copied how the envs stand (see put_back)
 
     def keep(self) -> None:
-        """Copy how every env stands before a step (see :meth:`put_back`)."""
+        """Copy how every env stands before the call writes anything (see :meth:`put_back`):
+        what :meth:`flush` does first where a value does not fit."""
         for array, copy in self._kept:
             np.copyto(copy, array)
+        self.kept = True
 
     def put_back(self, i: int) -> None:
         """Env ``i``'s step did not happen: its observations, alive agents and state are
-        put back as they stood before it, with no reward and no agent ended."""
-        for array, copy in self._kept:
-            array[i] = copy[i]
+        put back as they stood before it, with no reward and no agent ended. Until
+        :meth:`flush` writes, they stand so, but for an alive row read after the step."""
+        if self.kept:
+            for array, copy in self._kept:
+                array[i] = copy[i]
+        saved = self.alive_read.get(i)
+        if saved is not None:
+            for g, row in zip(self.groups, saved, strict=True):
+                g.alive_rows[i] = row
         for g in self.groups:
             row = slice(i * g.n, (i + 1) * g.n)
             g.reward[row] = 0
@@ -731,12 +743,15 @@ class _Packer:
     def read_alive(self, i: int, agents: Sequence[str]) -> int:
         """Set env ``i``'s alive row to exactly ``agents`` now (agents that joined
         included); how many."""
+        slots = [self.slot.get(agent) or self._unknown(i, agent, "env.agents") for agent in agents]
         self.alive_elsewhere = True
-        self.alive_read.add(i)  # its agents that ended are not cleared again by flush
+        # Its agents that ended are not cleared again by flush; the row as it stood before
+        # (see put_back), where not read already in this call.
+        if i not in self.alive_read:
+            self.alive_read[i] = [g.alive_rows[i].copy() for g in self.groups]
         for g in self.groups:
             g.alive[i * g.n : (i + 1) * g.n] = False
-        for agent in agents:
-            g, j, n = self.slot.get(agent) or self._unknown(i, agent, "env.agents")
+        for g, j, n in slots:
             g.alive[i * n + j] = True
         return len(agents)
 
@@ -772,39 +787,72 @@ class _Packer:
             g.got.drop(i * g.n, (i + 1) * g.n)
             for rewards in g.rewards:
                 rewards[i] = 0.0
-        if i in self.states[0]:
-            keep = [k for k, e in enumerate(self.states[0]) if e != i]
-            self.states = ([self.states[0][k] for k in keep], [self.states[1][k] for k in keep])
+        envs, values = self.states
+        if i in envs:
+            keep = [k for k, e in enumerate(envs) if e != i]
+            envs[:], values[:] = [envs[k] for k in keep], [values[k] for k in keep]
 
     # -- writing --------------------------------------------------------------------------
 
     def flush(self) -> dict[int, EnvError]:
         """Write what was gathered; the fault of each env that returned a value that does
         not fit, by env."""
-        faults: dict[int, EnvError] = {}
-        alive_obs = self.alive_obs
+        ready = self._stacked()
+        if ready is None:  # some value does not fit
+            return self._flush_judging()
+        for g, observed, rewards, writes in ready:
+            self._write_ends(g, observed)
+            if rewards is not None:
+                g.reward_rows[...] = rewards.T
+            for target, index, values in writes:
+                target[index] = values
+        return {}
+
+    def _stacked(self) -> list[tuple[_GroupArrays, Any, Any, list[tuple[Any, Any, Any]]]] | None:
+        """What was gathered as arrays that fit, writing nothing: by group, the group, its
+        observed rows, its rewards ``[n, E]`` (``None`` at a reset) and its values as
+        ``(array, index, values)``; ``None`` where some value does not fit."""
+        ready = []
         for g in self.groups:
             got = g.got
             observed = g.rows(got.obs_idx) if got.obs_idx else None
-            if alive_obs and observed is not None:
-                # every env that observed takes its alive agents from its observations
-                # unless some set them otherwise
-                g.alive[
-                    _of_envs(got.obs_idx, alive_obs, g.n) if self.alive_elsewhere else observed
-                ] = True
-            if got.alive:
-                g.alive[got.alive] = True
-            if self.alive_all:
-                g.alive_rows[self.alive_all if len(self.alive_all) < self.num_envs else ...] = True
-            for flags, ended in ((g.terminated, got.term), (g.truncated, got.trunc)):
-                if ended:
-                    rows = g.rows(ended)
-                    flags[rows] = True
-                    if self.alive_read:  # not those whose alive row was read after the step
-                        rows = [f for f in ended if f // g.n not in self.alive_read]
-                    g.alive[rows] = False
-            if observed is not None:
-                g.acting[observed] = True
+            rewards = None
+            if self.rewarded:
+                rewards = self._rewards(g)
+                if rewards is None:
+                    return None
+            writes = []
+            for idx, values, target, leaf, finite in (
+                (got.final_idx, got.final_val, g.obs, g.leaf, True),
+                (got.obs_idx, got.obs_val, g.obs, g.leaf, True),
+                (got.mask_idx, got.mask_val, g.mask, True, False),
+            ):
+                if idx:
+                    stacked = self._stack(target, values, finite) if leaf else None
+                    if stacked is None:
+                        return None
+                    writes.append(
+                        (target, observed if idx is got.obs_idx else g.rows(idx), stacked)
+                    )
+            ready.append((g, observed, rewards, writes))
+        envs, values = self.states
+        if envs:
+            state = self.arrays.get("state")
+            stacked = None if state is None else self._stack(state, values, True)
+            if stacked is None:
+                return None
+            ready[-1][3].append((state, envs, stacked))
+        return ready
+
+    def _flush_judging(self) -> dict[int, EnvError]:
+        """Write what was gathered, judging the values one by one where an array of them does
+        not fit: the fault of each env that returned a value that does not, by env."""
+        self.keep()  # before anything is written: an env at fault is put back
+        faults: dict[int, EnvError] = {}
+        for g in self.groups:
+            got = g.got
+            observed = g.rows(got.obs_idx) if got.obs_idx else None
+            self._write_ends(g, observed)
             if self.rewarded:
                 self._flush_rewards(g, faults)
             self._flush_values(g, got.final_idx, got.final_val, g.obs, g.write_obs, g.leaf,
@@ -818,15 +866,46 @@ class _Packer:
             self._flush_states(faults)
         return faults
 
-    def _flush_rewards(self, g: _GroupArrays, faults: dict[int, EnvError]) -> None:
+    def _write_ends(self, g: _GroupArrays, observed: Any) -> None:
+        """Write group ``g``'s alive agents, end flags and acting agents (``observed``: the
+        rows it observed, as from ``g.rows``, or ``None``)."""
+        got = g.got
+        if self.alive_obs and observed is not None:
+            # every env that observed takes its alive agents from its observations
+            # unless some set them otherwise
+            g.alive[
+                _of_envs(got.obs_idx, self.alive_obs, g.n) if self.alive_elsewhere else observed
+            ] = True
+        if got.alive:
+            g.alive[got.alive] = True
+        if self.alive_all:
+            g.alive_rows[self.alive_all if len(self.alive_all) < self.num_envs else ...] = True
+        for flags, ended in ((g.terminated, got.term), (g.truncated, got.trunc)):
+            if ended:
+                rows = g.rows(ended)
+                flags[rows] = True
+                if self.alive_read:  # not those whose alive row was read after the step
+                    rows = [f for f in ended if f // g.n not in self.alive_read]
+                g.alive[rows] = False
+        if observed is not None:
+            g.acting[observed] = True
+
+    def _rewards(self, g: _GroupArrays) -> np.ndarray | None:
+        """Group ``g``'s rewards as an array ``[n, E]``, if every one is a real number (finite
+        with ``check_finite``); else ``None``."""
         try:
-            array = np.array(g.rewards)  # [n, E]
-            good = array.shape == g.reward_rows.shape[::-1] and array.dtype.kind in "biuf"
-            if good:
-                good = not self.check_finite or bool(np.isfinite(array).all())
+            array = np.array(g.rewards)
         except (TypeError, ValueError, OverflowError):
-            good = False
-        if good:
+            return None
+        if array.shape != g.reward_rows.shape[::-1] or array.dtype.kind not in "biuf":
+            return None
+        if self.check_finite and not np.isfinite(array).all():
+            return None
+        return array
+
+    def _flush_rewards(self, g: _GroupArrays, faults: dict[int, EnvError]) -> None:
+        array = self._rewards(g)
+        if array is not None:
             g.reward_rows[...] = array.T
             return
         for i, rewards in enumerate(zip(*g.rewards, strict=True)):
@@ -886,24 +965,29 @@ class _Packer:
     def _bulk(self, target: Any, index: list[int] | slice, values: list[Any], finite: bool) -> bool:
         """Write ``values`` at ``index`` with one operation, if every one fits; else
         write nothing and return ``False`` (the caller then finds the bad ones)."""
+        stacked = self._stack(target, values, finite)
+        if stacked is not None:
+            target[index] = stacked
+        return stacked is not None
+
+    def _stack(self, target: Any, values: list[Any], finite: bool) -> np.ndarray | None:
+        """``values`` (arrays) as one array to write into rows of ``target``, if every one
+        fits: the right shape, real numbers its dtype holds (finite with ``check_finite``
+        where ``finite``); else ``None``."""
         for value in values:
             if type(value) is not np.ndarray:
-                return False
+                return None
         try:
             stacked = np.asarray(values)
             if stacked.shape != (len(values), *target.shape[1:]):
-                return False
+                return None
             if stacked.dtype.kind not in "biuf":
-                return False
-            if finite and self.check_finite and stacked.dtype.kind == "f":
-                with np.errstate(over="ignore"):
-                    cast = stacked.astype(target.dtype)
-                if not np.isfinite(cast).all():
-                    return False
-            store_exactly(target, index, stacked)
+                return None
+            stacked = exactly_as(stacked, target.dtype)
         except (TypeError, ValueError, OverflowError, RuntimeWarning):
-            return False
-        return True
+            return None
+        finite = finite and self.check_finite and stacked.dtype.kind == "f"
+        return None if finite and not np.isfinite(stacked).all() else stacked
 
     # -- judging an env's values ---------------------------------------------------------
 

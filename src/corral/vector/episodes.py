@@ -79,7 +79,8 @@ class Episodes:
         state = layout.state_space
         self._state = [] if state is None else [p for p, _ in leaves(array_tree(state), "state")]
         self._masks = {g for g, group in layout.groups.items() if group.num_actions is not None}
-        self._rows_any = [_rows_any(arrays[f"alive/{g}"]) for g in self.groups]
+        self._any_alive = _any_alive([_rows_any(arrays[f"alive/{g}"]) for g in self.groups])
+        """Whether any agent of each copy is alive: a new bool array ``[E]``."""
         # What an observation writes per group: (group, obs tree, obs array where one leaf
         # else None, alive array, acting array, action mask array or None).
         self._observed = [
@@ -124,8 +125,12 @@ class Episodes:
         # not where its values are judged after the step (check_finite cuts a copy that
         # returned NaN where it stood before the step).
         write_into = getattr(env, "write_into", None)
-        if write_into is not None and share and not self._check_finite:
-            write_into(self._given)
+        shared = write_into is not None and share and not self._check_finite
+        shared = shared and bool(write_into(self._given))
+        # It then writes every step and reset there and returns those arrays (the
+        # protocol's promise): with its masks kept too, and numpy arrays, what it returns
+        # needs no look.
+        self._written = shared and self._keeps_masks and not self._on_host
         self._returned = None if keeps_rules else ReturnedArrays(layout, arrays, offset)
         self._broken = False  # its last restart failed: tried again at each step
 
@@ -149,14 +154,11 @@ class Episodes:
             self._restart_broken()
             return
         before = self._live  # the copies with an episode running
+        bad = faults = None
         try:
             out = self.env.step(self._actions)
-            if self._on_host:
-                out = self._host(out)
-            if self._returned is not None:  # every array of out, before any is used
-                self._returned.check(out)
-            bad, faults = self._bad_copies(out) if self._check_finite else (None, None)
-            self._write_step(out, bad)
+            if not self._written:
+                out, bad, faults = self._take_step(out)
         except Exception as err:
             self._fail("step()", err, stepped=False)
         for _, reward, _, _, running in self._step_arrays:
@@ -173,12 +175,14 @@ class Episodes:
         faults = [*out.faults, *faults] if faults else out.faults
         # On the host, one read: whether (and which) copies ended; on a device, none: every
         # step restarts the copies ``done`` selects, none or some.
-        ended = done if self._on_device else _indices(done)
+        ended = done if self._on_device else done.nonzero()[0]  # on the host: numpy
         if self._on_device or len(ended):
             self._end_episodes(ended)
             try:
-                restarted = self._host(self.env.reset(where=self._done))
-                self._write_observed(restarted, ended)
+                restarted = self.env.reset(where=self._done)
+                if not self._written:
+                    restarted = self._host(restarted)
+                    self._write_observed(restarted, ended)
             except Exception as err:
                 self._fail("reset()", err, stepped=True, also=faults)
             self._count_restarts(restarted)
@@ -186,6 +190,18 @@ class Episodes:
             live = self._any_alive()
         self._live = live
         _raise_first(faults)
+
+    def _take_step(self, out: BatchedStep) -> tuple[BatchedStep, Any, list[EnvError] | None]:
+        """Check the step ``out`` and copy it into the arrays: ``out`` on the host, the
+        copies that returned bad values (``check_finite``: a bool mask, or ``None``) and the
+        fault of each."""
+        if self._on_host:
+            out = self._host(out)
+        if self._returned is not None:  # every array of out, before any is used
+            self._returned.check(out)
+        bad, faults = self._bad_copies(out) if self._check_finite else (None, None)
+        self._write_step(out, bad)
+        return out, bad, faults
 
     def _write_step(self, out: BatchedStep, bad: Any) -> None:
         """Copy the step ``out`` into the arrays; the copies ``bad`` (a bool mask, or
@@ -313,15 +329,6 @@ class Episodes:
                 value = tree_to_numpy(value) if view is None else view
             fields[name] = value
         return BatchedStep(**fields)
-
-    def _any_alive(self) -> Any:
-        """Whether any agent of each copy is alive: a new bool array ``[E]``."""
-        rows_any = self._rows_any
-        alive = rows_any[0]()
-        if len(rows_any) > 1:
-            for more in rows_any[1:]:
-                alive |= more()
-        return alive
 
     def _write_observed(self, out: BatchedStep, rows: Any, checked: bool = False) -> None:
         """Copy what ``out`` observed into the arrays (only ``rows``, a bool mask or indices,
@@ -457,6 +464,21 @@ def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:
 _FEW_ROWS = 32
 
 
+def _any_alive(rows_any: list[Callable[[], Any]]) -> Callable[[], Any]:
+    """A function returning whether any of each copy's agents is alive (a new bool array
+    ``[E]``) from each group's ``rows_any`` (see :func:`_rows_any`)."""
+    if len(rows_any) == 1:
+        return rows_any[0]
+
+    def any_alive() -> Any:
+        alive = rows_any[0]()
+        for more in rows_any[1:]:
+            alive |= more()
+        return alive
+
+    return any_alive
+
+
 def _rows_any(flags: Any) -> Callable[[], Any]:
     """A function returning ``flags.any(1)`` of a bool array ``[E, n]`` (as a new array),
     the cheapest way for its kind and shape, chosen once."""
@@ -483,13 +505,6 @@ def _as_rows(array: Any) -> Any:
     if not isinstance(array, np.ndarray) or not array.flags.c_contiguous or not array.size:
         return array
     return array.reshape(len(array), -1).view(f"V{array[0].nbytes}")[:, 0]
-
-
-def _indices(mask: Any) -> Any:
-    """The indices where a bool array ``[E]`` holds, in its namespace."""
-    if isinstance(mask, np.ndarray):
-        return mask.nonzero()[0]  # np.flatnonzero's, without its wrappers
-    return mask.nonzero().squeeze(1)
 
 
 def _put(dst: Any, src: Any, rows: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from corral.vector.backend import Arrays, Backend, EnvInfo, call_shard, guarded, set_shard_attrs
@@ -24,7 +25,7 @@ class SyncBackend(Backend):
     def __init__(self, source: Source) -> None:
         super().__init__(source)
         self.shard = source.build(0)
-        self._pending: Callable[[], None] | None = None
+        self._pending: tuple[Callable[[], None], str] | None = None  # a call and its name
 
     def env_info(self) -> EnvInfo:
         return EnvInfo.of(self.shard)
@@ -37,24 +38,18 @@ class SyncBackend(Backend):
     # A natively batched env's exception is its copies' EnvError, as on the other backends.
 
     def reset_async(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> None:
-        self._pending = lambda: guarded(0, "reset()", lambda: self.episodes.reset(seeds, options))
+        self._pending = (partial(self.episodes.reset, seeds, options), "reset()")
 
     def step_async(self) -> None:
-        self._pending = self._guarded_step
+        self._pending = (self.episodes.step, "step()")
 
-    def _guarded_step(self) -> None:
-        guarded(0, "step()", self.episodes.step)
+    def _run_pending(self, timeout: float | None = None) -> None:
+        if self._pending is None:
+            return
+        (call, what), self._pending = self._pending, None
+        guarded(0, what, call)
 
-    def _run_pending(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending()
-
-    def reset_wait(self, timeout: float | None) -> None:
-        self._run_pending()
-
-    def step_wait(self, timeout: float | None) -> None:
-        self._run_pending()
+    reset_wait = step_wait = _run_pending
 
     def call(
         self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None

@@ -13,7 +13,8 @@ envs judge each value themselves, naming the agent).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from functools import singledispatch
 from typing import Any, NoReturn
 
@@ -27,6 +28,7 @@ from corral.values import describe, finite_problem
 from corral.vector.layout import ArraySpec, Layout, Tree, array_tree
 
 Problem = tuple[int, int, str] | None
+FineCheck = Callable[[Any, Any], bool]
 
 
 def _first(bad: np.ndarray, text: str) -> Problem:
@@ -208,20 +210,10 @@ def _discrete_fine(space: spaces.Discrete, array: Any, acting: Any, mask: Any | 
         return False
     low, n = int(space.start), int(space.n)
     if isinstance(array, np.ndarray) and array.dtype.kind == "i" and array.size:
-        if array.size <= _FEW_ACTIONS:  # as Python integers: less per call than numpy
-            values = array.ravel().tolist()
-            if min(values) < low or max(values) >= low + n:
-                return False
-            if mask is None:
-                return True
-            if isinstance(mask, np.ndarray):  # each entry's flat index in the mask, as below
-                legal = mask.item  # by flat index, in C order
-                for r, v in enumerate(values):  # noqa: SIM110 (a generator costs more)
-                    if not legal(r * n + v - low):
-                        return False
-                return True
+        if array.size <= _FEW_ACTIONS and (mask is None or isinstance(mask, np.ndarray)):
+            return _few_legal(array.ravel().tolist(), low, n, mask)
         # In range in one pass: below low, as unsigned, is beyond every bound.
-        elif (array - low if low else array).view(f"u{array.dtype.itemsize}").max() >= n:
+        if (array - low if low else array).view(f"u{array.dtype.itemsize}").max() >= n:
             return False
         if mask is None:
             return True
@@ -246,6 +238,37 @@ def _discrete_fine(space: spaces.Discrete, array: Any, acting: Any, mask: Any | 
     # Each entry's flat index in the mask: its row of n actions, then the action.
     index = _mask_rows(mask, n) + (array - low if low else array).reshape(-1)
     return bool(mask.reshape(-1)[index].all())
+
+
+def few_discrete_check(space: spaces.Space, shape: tuple[int, ...]) -> FineCheck | None:
+    """For a group of a few discrete actions (``shape``: ``[E, n]``) checked on numpy,
+    :func:`group_problem`'s first look at less cost per call: ``fine(array, mask)`` says
+    whether every entry, acting or not, holds a legal action (``False``: some may not,
+    and ``group_problem`` looks closer); ``None`` for other groups."""
+    size = math.prod(shape)
+    if not isinstance(space, spaces.Discrete) or not 0 < size <= _FEW_ACTIONS:
+        return None
+    low, n = int(space.start), int(space.n)
+
+    def fine(array: Any, mask: np.ndarray | None) -> bool:
+        if type(array) is not np.ndarray or array.shape != shape or array.dtype.kind != "i":
+            return False
+        return _few_legal(array.ravel().tolist(), low, n, mask)
+
+    return fine
+
+
+def _few_legal(values: list[int], low: int, n: int, mask: np.ndarray | None) -> bool:
+    """Whether a few discrete actions (Python integers, in C order) are all in range
+    ``[low, low + n)`` and legal under ``mask`` (numpy): less per call than numpy's."""
+    if min(values) < low or max(values) >= low + n:
+        return False
+    if mask is not None:
+        legal = mask.item  # by flat index, in C order: each entry's row of n, then its action
+        for r, v in enumerate(values):
+            if not legal(r * n + v - low):
+                return False
+    return True
 
 
 def _mask_rows(mask: Any, n: int) -> Any:

@@ -26,7 +26,7 @@ from corral.vector.layout import ArraySpec, Layout, Role, array_tree, assemble, 
 from corral.vector.sampling import sample_array
 from corral.vector.shards import envs_text
 from corral.vector.sources import NativeSource, Source, as_source
-from corral.vector.validation import clip_to_space, group_problem
+from corral.vector.validation import clip_to_space, few_discrete_check, group_problem
 
 
 @dataclass
@@ -216,19 +216,20 @@ class VectorEnv:
         # An action array given as numpy is checked and stored as it is (else converted).
         self._numpy_actions = not inner.is_torch or self._host_actions
         # Per group: its name, the group, its acting and mask arrays (as the checks read
-        # them) and the action array it is stored in where its actions are one array.
-        self._action_plan = [
-            (
-                name,
-                g,
-                view(self._arrays[f"acting/{name}"]),
-                None if g.num_actions is None else view(self._arrays[f"action_mask/{name}"]),
+        # them), the action array it is stored in where its actions are one array, and a
+        # cheaper first look at its actions where there is one.
+        self._action_plan = []
+        for name, g in self.layout.groups.items():
+            acting = view(self._arrays[f"acting/{name}"])
+            mask = None if g.num_actions is None else view(self._arrays[f"action_mask/{name}"])
+            target = (
                 self._action_arrays[f"action/{name}"]
                 if isinstance(g.action_tree, ArraySpec)
-                else None,
+                else None
             )
-            for name, g in self.layout.groups.items()
-        ]
+            host = isinstance(acting, np.ndarray) and isinstance(mask, (np.ndarray, type(None)))
+            fine = few_discrete_check(g.action_space, acting.shape) if host else None
+            self._action_plan.append((name, g, acting, mask, target, fine))
         self._views: Batch | None = None  # with copy=False every batch is the same views
         self.deferred_checks = bool(deferred_checks)
         self._deferred = None
@@ -307,7 +308,8 @@ class VectorEnv:
         return self.step_wait()
 
     def step_async(self, actions: Mapping[str, Any]) -> None:
-        self._expect(_Pending.NONE, "step_async")
+        if self._pending is not _Pending.NONE:
+            self._expect(_Pending.NONE, "step_async")
         if not self._started:
             raise VectorStateError("step_async() before reset(): call reset() first")
         self._write_actions(actions)
@@ -315,8 +317,10 @@ class VectorEnv:
         self._pending = _Pending.STEP
 
     def step_wait(self, timeout: float | None = None) -> Batch:
-        self._expect(_Pending.STEP, "step_wait")
-        check_timeout(self.backend_name, timeout)
+        if self._pending is not _Pending.STEP:
+            self._expect(_Pending.STEP, "step_wait")
+        if timeout is not None:
+            check_timeout(self.backend_name, timeout)
         self._pending = _Pending.NONE
         try:
             self._backend.step_wait(timeout)
@@ -454,7 +458,7 @@ class VectorEnv:
         deferred = self._deferred
         if deferred is not None:
             deferred.next_step()
-        for name, group, acting, mask, target in self._action_plan:
+        for name, group, acting, mask, target, fine in self._action_plan:
             if name not in actions:
                 if acting.any():
                     env, j = (int(x) for x in np.argwhere(to_numpy(acting))[0])
@@ -476,6 +480,9 @@ class VectorEnv:
                 continue
             if self.clip_actions:
                 action, clipped = self._clip(group.action_space, action, acting)
+            if fine is not None and fine(action, mask):
+                checked[name] = (group, action, clipped, target)
+                continue
             problem = group_problem(group.action_space, action, acting, mask)
             if problem is not None:
                 env, j, text = problem
