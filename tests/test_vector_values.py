@@ -708,6 +708,7 @@ def test_store_exactly_refuses_to_change_a_number(values, dtype) -> None:
     target = np.zeros(2, dtype)
     with pytest.raises(OverflowError):
         store_exactly(target, slice(None), values)
+    assert target.tolist() == [0, 0]  # nothing of them stored
     store_exactly(target, slice(None), values[:1])  # what the dtype holds is stored
     assert target.tolist() == [1, 1]
     wide = np.zeros(2)

@@ -62,6 +62,10 @@ class BatchedStep:
     this call, the copies whose step raised (it did not happen: the episode's
     length does not count it), and the :class:`~corral.errors.EnvError` of each
     failure.
+
+    ``same_alive``: a step's promise that every copy's ``alive`` is as it was
+    before the step (no agent ended or joined): the vector layer then looks for
+    no ended episode. ``False`` (the default) promises nothing.
     """
 
     obs: dict[str, Any]
@@ -75,6 +79,7 @@ class BatchedStep:
     restarted: Array | None = None
     failed: Array | None = None
     faults: list[Any] = field(default_factory=list)
+    same_alive: bool = False
 
 
 class BatchedEnv:

@@ -379,6 +379,7 @@ class DictEnvs(BatchedEnv):
         out.restarted = self._mask(restarted) if restarted else None
         out.faults = faults
         out.failed = None
+        out.same_alive = step and self._packer.same_alive()
         return out
 
 
@@ -484,14 +485,28 @@ class _GroupArrays:
         self.no_rewards = [0.0] * num_envs
         self.rewards = [list(self.no_rewards) for _ in self.agents]
         self.reward_rows = arrays[f"reward/{name}"]  # [E, n]
+        self.reward_cols = self.reward_rows.T  # [n, E], as the rewards are gathered
         self.every = list(range(len(self.acting)))  # the flat index of every agent, in order
+        got = self.got
+        # Each kind of value gathered: (its indices, its values, its array, whether a leaf
+        # array, whether it must be finite with check_finite).
+        self.values = (
+            (got.final_idx, got.final_val, self.obs, self.leaf, True),
+            (got.obs_idx, got.obs_val, self.obs, self.leaf, True),
+            (got.mask_idx, got.mask_val, self.mask, True, False),
+        )
+        self.ends = ((self.terminated, got.term), (self.truncated, got.trunc))
+        # False only while every end flag is False (every action legal): a step clears
+        # them only then. A reset sets them: it may follow writes of the vector layer's
+        # own (the flags of the episodes it cut, in the same arrays).
+        self.flags_set = self.masks_set = True
 
     def rows(self, idx: list[int]) -> np.ndarray | slice:
         """Flat indices ``idx`` as a slice where they are every agent, or the same agent of
         every env, in order (a cheaper write), else as an index array (converted once for
         every write)."""
         if idx == self.every:
-            return slice(None)
+            return _EVERY
         n = self.n
         if len(idx) * n == len(self.every) and idx[0] < n and idx == self.every[idx[0] :: n]:
             return slice(idx[0], None, n)
@@ -513,6 +528,12 @@ class _Packer:
         self.slot = {a: (by_name[g], j, by_name[g].n) for a, (g, j) in layout.position.items()}
         # agent -> (its index, its group's size, its group's gathered values, the group)
         self.place = {a: (j, g.n, g.got, g) for a, (g, j, _) in self.slot.items()}
+        # agent -> what record does with its observation: (its index, its group's size, the
+        # appends of the group's gathered observations, the group, whether it has masks)
+        self.observe = {
+            a: (j, n, g.got.obs_idx.append, g.got.obs_val.append, g, g.mask is not None)
+            for a, (g, j, n) in self.slot.items()
+        }
         self.rewards_of = {a: g.rewards[j] for a, (g, j, _) in self.slot.items()}
         self.unset = dict.fromkeys(self.slot, False)  # no agent's end flag set
         state = layout.state_space
@@ -551,9 +572,9 @@ class _Packer:
 
     def begin(self, rows: np.ndarray | None) -> None:
         """Start a call that writes ``rows`` (all for ``None``, a step: no agent ended yet, and
-        no reward until an env gives one): nothing acts there yet, and
-        every action is legal until an env says otherwise. A reset (``rows`` given) also
-        clears their observations and alive agents."""
+        no reward until an env gives one; flush writes who acts anew): nothing acts there
+        yet, and every action is legal until an env says otherwise. A reset (``rows``
+        given) also clears their observations and alive agents."""
         a = self.arrays
         if rows is not None and len(rows) == self.num_envs:
             rows = slice(None)  # every row (a cheaper write)
@@ -563,12 +584,15 @@ class _Packer:
             if rows is None:  # a step: flush writes every reward, and sets the end flags
                 for rewards in g.rewards:
                     rewards[:] = g.no_rewards
-                g.acting.fill(False)
-                g.terminated.fill(False)
-                g.truncated.fill(False)
-                if g.mask is not None:
+                if g.flags_set:
+                    g.terminated.fill(False)
+                    g.truncated.fill(False)
+                    g.flags_set = False
+                if g.masks_set and g.mask is not None:
                     g.mask.fill(True)
+                    g.masks_set = False
                 continue
+            g.flags_set = g.masks_set = True
             a[f"acting/{g.name}"][rows] = False
             a[f"alive/{g.name}"][rows] = False
             if g.mask is not None:
@@ -581,6 +605,16 @@ class _Packer:
         self.alive_elsewhere = False
         self.rewarded = rows is None  # a step: it writes every reward gathered
         self.kept = False  # whether keep() copied how the envs stand (see put_back)
+
+    def same_alive(self) -> bool:
+        """Whether this call left every env's alive agents as they were (a step in which
+        no agent ended or joined, and no env failed)."""
+        if self.alive_elsewhere:
+            return False
+        for g in self.groups:  # noqa: SIM110 (a generator costs more)
+            if g.got.term or g.got.trunc:
+                return False
+        return True
 
     def keep(self) -> None:
         """Copy how every env stands before the call writes anything (see :meth:`put_back`):
@@ -670,18 +704,19 @@ class _Packer:
                 self._gather_ends(i, truncations, infos, False, num_alive)
             if not obs:
                 return ()
-        place = self.place
+        observe = self.observe
         acting = []
         for agent, value in obs.items():
             try:
-                j, n, got, g = place[agent]
+                j, n, add_index, add_value, g, masked = observe[agent]
             except KeyError:
                 self._unknown(i, agent, "obs")
             f = i * n + j
             acting.append((agent, f, g))
-            got.obs_idx.append(f)
-            got.obs_val.append(value)
-            if g.mask is not None:
+            add_index(f)
+            add_value(value)
+            if masked:
+                got = g.got
                 info = infos.get(agent)
                 if info:
                     try:
@@ -759,6 +794,7 @@ class _Packer:
         """End env ``i``'s episode where it stands: its live agents are truncated."""
         for g in self.groups:
             row = slice(i * g.n, (i + 1) * g.n)
+            g.flags_set = True
             g.truncated[row] |= g.alive[row]
             g.alive[row] = False
             g.acting[row] = False
@@ -803,7 +839,7 @@ class _Packer:
         for g, observed, rewards, writes in ready:
             self._write_ends(g, observed)
             if rewards is not None:
-                g.reward_rows[...] = rewards.T
+                g.reward_cols[...] = rewards
             for target, index, values in writes:
                 target[index] = values
         return {}
@@ -822,11 +858,7 @@ class _Packer:
                 if rewards is None:
                     return None
             writes = []
-            for idx, values, target, leaf, finite in (
-                (got.final_idx, got.final_val, g.obs, g.leaf, True),
-                (got.obs_idx, got.obs_val, g.obs, g.leaf, True),
-                (got.mask_idx, got.mask_val, g.mask, True, False),
-            ):
+            for idx, values, target, leaf, finite in g.values:
                 if idx:
                     stacked = self._stack(target, values, finite) if leaf else None
                     if stacked is None:
@@ -868,7 +900,7 @@ class _Packer:
 
     def _write_ends(self, g: _GroupArrays, observed: Any) -> None:
         """Write group ``g``'s alive agents, end flags and acting agents (``observed``: the
-        rows it observed, as from ``g.rows``, or ``None``)."""
+        rows it observed, as from ``g.rows``, or ``None``), before its values."""
         got = g.got
         if self.alive_obs and observed is not None:
             # every env that observed takes its alive agents from its observations
@@ -880,13 +912,21 @@ class _Packer:
             g.alive[got.alive] = True
         if self.alive_all:
             g.alive_rows[self.alive_all if len(self.alive_all) < self.num_envs else ...] = True
-        for flags, ended in ((g.terminated, got.term), (g.truncated, got.trunc)):
+        if got.mask_idx:
+            g.masks_set = True
+        for flags, ended in g.ends:
             if ended:
+                g.flags_set = True
                 rows = g.rows(ended)
                 flags[rows] = True
                 if self.alive_read:  # not those whose alive row was read after the step
                     rows = [f for f in ended if f // g.n not in self.alive_read]
                 g.alive[rows] = False
+        if self.rewarded:  # a step: acting is written anew (see begin)
+            if observed is _EVERY:
+                g.acting.fill(True)
+                return
+            g.acting.fill(False)
         if observed is not None:
             g.acting[observed] = True
 
@@ -897,7 +937,7 @@ class _Packer:
             array = np.array(g.rewards)
         except (TypeError, ValueError, OverflowError):
             return None
-        if array.shape != g.reward_rows.shape[::-1] or array.dtype.kind not in "biuf":
+        if array.shape != g.reward_cols.shape or array.dtype.kind not in "biuf":
             return None
         if self.check_finite and not np.isfinite(array).all():
             return None
@@ -906,7 +946,7 @@ class _Packer:
     def _flush_rewards(self, g: _GroupArrays, faults: dict[int, EnvError]) -> None:
         array = self._rewards(g)
         if array is not None:
-            g.reward_rows[...] = array.T
+            g.reward_cols[...] = array
             return
         for i, rewards in enumerate(zip(*g.rewards, strict=True)):
             for j, reward in enumerate(rewards):
@@ -983,7 +1023,8 @@ class _Packer:
                 return None
             if stacked.dtype.kind not in "biuf":
                 return None
-            stacked = exactly_as(stacked, target.dtype)
+            if stacked.dtype != target.dtype:
+                stacked = exactly_as(stacked, target.dtype)
         except (TypeError, ValueError, OverflowError, RuntimeWarning):
             return None
         finite = finite and self.check_finite and stacked.dtype.kind == "f"
@@ -1047,6 +1088,8 @@ class _Packer:
                 i, f"info of agent {agent!r}: expected a dict, got {describe(info)}"
             ) from None
 
+
+_EVERY = slice(None)  # every row of an array
 
 # The batch array of each end flag -> the dict that holds it and its name in messages.
 _END_FLAGS = {

@@ -168,15 +168,20 @@ class Episodes:
             failed = bad if failed is None else failed | bad
             self.arrays["worker_restarts"] += bad
         self._running_length += before if failed is None else before & ~failed
-        live = self._any_alive()
         done = self._done_array
-        done[...] = before > live  # had an episode running, has none now
+        if out.same_alive and bad is None:  # no episode ended (the source says so)
+            live = before
+            _fill(done, False, None)
+            ended = None
+        else:
+            live = self._any_alive()
+            done[...] = before > live  # had an episode running, has none now
+            # On the host, one read: whether (and which) copies ended; on a device, none:
+            # every step restarts the copies ``done`` selects, none or some.
+            ended = done if self._on_device else done.nonzero()[0]  # on the host: numpy
         self._count_restarts(out)
         faults = [*out.faults, *faults] if faults else out.faults
-        # On the host, one read: whether (and which) copies ended; on a device, none: every
-        # step restarts the copies ``done`` selects, none or some.
-        ended = done if self._on_device else done.nonzero()[0]  # on the host: numpy
-        if self._on_device or len(ended):
+        if ended is not None and (self._on_device or len(ended)):
             self._end_episodes(ended)
             try:
                 restarted = self.env.reset(where=self._done)

@@ -6,7 +6,15 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from corral.vector.backend import Arrays, Backend, EnvInfo, call_shard, guarded, set_shard_attrs
+from corral.errors import EnvError
+from corral.vector.backend import (
+    Arrays,
+    Backend,
+    EnvInfo,
+    call_shard,
+    env_error,
+    set_shard_attrs,
+)
 from corral.vector.episodes import Episodes
 from corral.vector.layout import Layout
 from corral.vector.sources import Source
@@ -47,7 +55,12 @@ class SyncBackend(Backend):
         if self._pending is None:
             return
         (call, what), self._pending = self._pending, None
-        guarded(0, what, call)
+        try:
+            call()
+        except EnvError:
+            raise
+        except Exception as err:  # as guarded() says, with a function call less per step
+            raise env_error(0, what, err) from err
 
     reset_wait = step_wait = _run_pending
 
