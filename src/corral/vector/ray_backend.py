@@ -97,7 +97,8 @@ class RayWorker:
         self.shard: BatchedEnv | None = None
         self.stepping = False  # in a step() call
         # Odd while the shard resets inside a step() call: the arrays then hold the step
-        # as finished so far, and nothing writes them until the reset returns.
+        # as finished so far; until the reset returns, nothing writes them but the reset
+        # itself, in the rows of the copies that ended (a replacement restarts them).
         self.resets_in_step = 0
 
     def make_envs(self) -> EnvInfo:
@@ -113,7 +114,9 @@ class RayWorker:
             self.arrays[path][...] = value
         self.outputs = layout.paths(Role.STEP, Role.EPISODE, Role.BOOKKEEPING)
         watched = _ResetsInStep(self.shard, self)
-        self.episodes = Episodes(watched, layout, self.arrays, self.offset)
+        # The shard may write into the arrays (they die with the actor; a replacement
+        # starts from the parent's copy, or from the step handed over by where()).
+        self.episodes = Episodes(watched, layout, self.arrays, self.offset, share=True)
 
     # These return the envs' fault instead of raising it: raised, it would lose the batch.
 
@@ -377,6 +380,7 @@ class RayBackend(Backend):
     def start(self, layout: Layout) -> Arrays:
         self._layout = layout
         self._arrays = layout.allocate()
+        self._actions = {p: self._arrays[p] for p in layout.paths(Role.ACTION)}
         self._call(lambda s: [s.handle.start.remote(layout, {})], "start()", self.timeout)
         return self._arrays
 
@@ -390,7 +394,7 @@ class RayBackend(Backend):
         self._post("reset()", submit)
 
     def step_async(self) -> None:
-        actions = {p: self._arrays[p] for p in self._layout.paths(Role.ACTION)}
+        actions = self._actions
 
         def submit(s: _Actor) -> Refs:
             restart = self._take_restart(s)
