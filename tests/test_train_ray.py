@@ -160,16 +160,16 @@ def test_a_ray_of_our_own_that_cannot_hold_the_workers_fails_at_once(
 
 
 def test_ctrl_c_while_workers_wait_for_cpus_kills_them_at_once() -> None:
-    guard = threading.Timer(30, os.kill, (os.getpid(), signal.SIGINT))  # ends a hang
     interrupt = threading.Timer(2, os.kill, (os.getpid(), signal.SIGINT))
-    guard.start()
     interrupt.start()
     started = time.monotonic()
     try:
+        # The workers wait for CPUs until Ctrl-C; the start timeout only bounds the test
+        # where the signal is lost (once seen in a full suite: SIGINT ignored by the
+        # whole process, cause unknown), which would otherwise hang it.
         with pytest.raises(KeyboardInterrupt):
-            make_vec("corral/rps", 4, "ray", num_workers=CPUS + 1, start_timeout=None)
+            make_vec("corral/rps", 4, "ray", num_workers=CPUS + 1, start_timeout=60)
     finally:
-        guard.cancel()
         interrupt.join()
     assert time.monotonic() - started < 10
     assert free_cpus_within(30)
