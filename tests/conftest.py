@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -17,6 +18,15 @@ def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(registry, "_specs", dict(registry._specs))
     monkeypatch.setattr(registry, "_namespaces", dict(registry._namespaces))
     yield
+
+
+@pytest.fixture
+def ctrl_c() -> Iterator[None]:
+    """Ctrl-C (SIGINT) raises ``KeyboardInterrupt`` in the test, as in a terminal, also
+    where the suite runs with it ignored (a shell's background job inherits SIG_IGN)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="module")

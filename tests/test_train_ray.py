@@ -159,20 +159,26 @@ def test_a_ray_of_our_own_that_cannot_hold_the_workers_fails_at_once(
     assert _RaySession.users == 1  # its hold on the Ray was let go
 
 
-def test_ctrl_c_while_workers_wait_for_cpus_kills_them_at_once() -> None:
+def test_ctrl_c_while_workers_wait_for_cpus_kills_them_at_once(ctrl_c) -> None:
     interrupt = threading.Timer(2, os.kill, (os.getpid(), signal.SIGINT))
     interrupt.start()
     started = time.monotonic()
     try:
         # The workers wait for CPUs until Ctrl-C; the start timeout only bounds the test
-        # where the signal is lost (once seen in a full suite: SIGINT ignored by the
-        # whole process, cause unknown), which would otherwise hang it.
+        # where the signal is lost, which would otherwise hang it.
         with pytest.raises(KeyboardInterrupt):
             make_vec("corral/rps", 4, "ray", num_workers=CPUS + 1, start_timeout=60)
     finally:
         interrupt.join()
     assert time.monotonic() - started < 10
     assert free_cpus_within(30)
+
+
+def heed_ctrl_c() -> None:
+    """For ``subprocess.Popen(preexec_fn=...)``: the child starts with SIGINT's default
+    disposition (Python then turns it into ``KeyboardInterrupt``), not a SIG_IGN inherited
+    from a suite run as a shell's background job."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_ctrl_c_ends_a_ray_training_run_within_seconds(tmp_path: Path) -> None:
@@ -191,6 +197,7 @@ def test_ctrl_c_ends_a_ray_training_run_within_seconds(tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's Ctrl-C reaches it
+        preexec_fn=heed_ctrl_c,
         env=env,
     ) as process:
         reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)

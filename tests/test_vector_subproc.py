@@ -266,7 +266,7 @@ def test_hanging_worker_times_out_and_is_replaced_within_the_step() -> None:
         assert batch.obs["a"][:, 0, 0].tolist() == [1.0] * 5
 
 
-def test_keyboard_interrupt_while_waiting_closes_the_workers() -> None:
+def test_keyboard_interrupt_while_waiting_closes_the_workers(ctrl_c) -> None:
     venv = subproc(count_envs(3, env2="hang"))
     venv.reset(seed=0)
     venv.step(zero_actions(venv))
