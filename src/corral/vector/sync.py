@@ -6,15 +6,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from corral.errors import EnvError
-from corral.vector.backend import (
-    Arrays,
-    Backend,
-    EnvInfo,
-    call_shard,
-    env_error,
-    set_shard_attrs,
-)
+from corral.vector.backend import Arrays, Backend, EnvInfo, call_shard, guarded, set_shard_attrs
 from corral.vector.episodes import Episodes
 from corral.vector.layout import Layout
 from corral.vector.sources import Source
@@ -55,12 +47,7 @@ class SyncBackend(Backend):
         if self._pending is None:
             return
         (call, what), self._pending = self._pending, None
-        try:
-            call()
-        except EnvError:
-            raise
-        except Exception as err:  # as guarded() says, with a function call less per step
-            raise env_error(0, what, err) from err
+        guarded(0, what, call)
 
     reset_wait = step_wait = _run_pending
 
