@@ -547,7 +547,8 @@ class _Packer:
             for path, _ in leaves(group.obs_tree, f"obs/{g}")
         ]
         # What a step changes of how an env stands (observations, alive agents, state),
-        # with a copy of each as it stood before the step: see put_back.
+        # with room for a copy of each as it stood before flush wrote, taken only where a
+        # value does not fit (keep): see put_back.
         kept = [*self._obs_paths, *(f"alive/{g}" for g in layout.groups)]
         if state is not None:
             kept += [path for path, _ in leaves(self._state_tree, "state")]
