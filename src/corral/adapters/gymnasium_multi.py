@@ -10,6 +10,13 @@ the env's ``terminated`` (a bool, or a list that must be all true, as gymma
 reads it) or ``truncated`` is true. Gymnasium's ``info`` dict is every agent's
 ``infos`` entry.
 
+LBF and RWARE end at their own step limit with the same ``terminated`` flag as
+at a real end. A *time-limit rule*, ``rule(env.unwrapped) -> bool`` asked after
+a step that the env calls done, tells the two apart: where it is true the end
+is reported as a truncation. This module holds the rules of LBF and RWARE, by
+package; an env of another package has its ``terminated`` reported as is unless
+the adapter is given a rule.
+
 ``corral.adapt(gymnasium.make("Foraging-8x8-2p-3f-v3"))`` picks this adapter;
 a Gymnasium env that declares several agents without following the convention
 is refused with an :class:`~corral.errors.UnsupportedEnvError` saying what is
@@ -19,7 +26,7 @@ missing. The ``lbf/...`` and ``rware/...`` ids are in :mod:`corral.sources`.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium
@@ -30,6 +37,9 @@ from corral.adapters import SourceAdapter, register_adapter
 from corral.adapters.gymnasium import declares_agents, make_gymnasium, time_limit
 from corral.env import AgentID, InfoDict, ObsDict, StepResult, validate_actions
 from corral.errors import UnsupportedEnvError
+
+TimeLimitRule = Callable[[gymnasium.Env], bool]
+"""Whether an env (the unwrapped one), done after its last step, stopped at a time limit."""
 
 CONVENTION = (
     "one Gymnasium env for all agents, as EPyMARL's gymma reads it: an int "
@@ -46,11 +56,19 @@ class MultiAgentGymnasiumAdapter(SourceAdapter):
     ``n_agents`` entries), and in ``step`` if the env returns observations or
     rewards that are not one per agent. Attributes the adapter lacks are read
     from the Gymnasium env and the wrappers inside it (``adapter.n_agents``).
+
+    ``time_limit_reached(env.unwrapped)``, asked after a step whose
+    ``terminated`` is true, says whether the env stopped at a time limit: the
+    end is then a truncation (``truncated`` true, ``terminated`` false). Left
+    out, it is this module's rule for the package that defines the unwrapped
+    env's class (LBF's and RWARE's), if any; with none, ``terminated`` is
+    reported as the env gives it. A picklable rule (a module-level function)
+    keeps the adapter picklable.
     """
 
     simultaneous = True  # every agent acts at every step
 
-    def __init__(self, env: gymnasium.Env) -> None:
+    def __init__(self, env: gymnasium.Env, time_limit_reached: TimeLimitRule | None = None) -> None:
         problem = convention_problem(env)
         if problem is not None:
             raise UnsupportedEnvError(
@@ -69,6 +87,9 @@ class MultiAgentGymnasiumAdapter(SourceAdapter):
         self.render_mode = env.render_mode
         self.agents = []
         self._step = 0
+        if time_limit_reached is None:
+            time_limit_reached = _TIME_LIMIT_RULES.get(_package(env))
+        self.time_limit_reached = time_limit_reached
 
     @property
     def max_episode_steps(self) -> int | None:  # type: ignore[override]
@@ -101,6 +122,8 @@ class MultiAgentGymnasiumAdapter(SourceAdapter):
         rewards = self._per_agent(rewards, "rewards")
         self._step += 1
         ended_by = _all_true(terminated), _all_true(truncated)
+        if ended_by[0] and self._stopped_at_time_limit():
+            ended_by = False, True
         infos = {agent: dict(info) for agent in agents}
         obs = dict(zip(agents, observations, strict=True))
         if any(ended_by):
@@ -121,6 +144,10 @@ class MultiAgentGymnasiumAdapter(SourceAdapter):
 
     def close(self) -> None:
         self.env.close()
+
+    def _stopped_at_time_limit(self) -> bool:
+        rule = self.time_limit_reached
+        return rule is not None and bool(rule(self.env.unwrapped))
 
     def _per_agent(self, values: Any, what: str) -> Sequence[Any]:
         """``values`` if it holds one entry per agent, else an ``UnsupportedEnvError``."""
@@ -157,6 +184,28 @@ def make_from_package(package: str, name: str, **kwargs: Any) -> SourceAdapter:
     importlib.import_module(package)
     kwargs.setdefault("disable_env_checker", True)
     return make_gymnasium(name, **kwargs)
+
+
+def _lbf_food_left(env: Any) -> bool:
+    """LBF 2.0 is done when no food is left or at ``max_episode_steps``: food left, a time limit."""
+    return bool(env.field.any())
+
+
+def _rware_no_terminal_state(env: Any) -> bool:
+    """RWARE 2.0 is done only at ``max_steps`` or after ``max_inactivity_steps`` idle steps."""
+    return True
+
+
+# Whether a done env stopped at a time limit, by the top-level package of its class.
+_TIME_LIMIT_RULES: dict[str, TimeLimitRule] = {
+    "lbforaging": _lbf_food_left,
+    "rware": _rware_no_terminal_state,
+}
+
+
+def _package(env: gymnasium.Env) -> str:
+    """The top-level package of the module that defines the unwrapped env's class."""
+    return type(env.unwrapped).__module__.partition(".")[0]
 
 
 def _all_true(flag: Any) -> bool:
