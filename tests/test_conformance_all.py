@@ -35,7 +35,12 @@ KNOWN_FAILURES = {
 }
 
 # One id per open-ended namespace, since registered_ids() cannot list them.
-NAMESPACE_EXAMPLES = {"gym": "gym/Blackjack-v1", "openspiel": "openspiel/tiny_hanabi"}
+NAMESPACE_EXAMPLES = {
+    "gym": "gym/Blackjack-v1",
+    "openspiel": "openspiel/tiny_hanabi",
+    "lbf": "lbf/Foraging-7x7-2p-2f-coop-v3",
+    "rware": "rware/rware-tiny-1ag-easy-v2",
+}
 
 IDS = [
     pytest.param(env_id, marks=pytest.mark.xfail(reason=KNOWN_FAILURES[env_id], strict=True))

@@ -50,7 +50,9 @@ class ExportError(CorralError, ValueError):
 
 
 class UnsupportedEnvError(CorralError, ValueError):
-    """An algorithm asked to learn an env it cannot handle (MADDPG on a turn-based game)."""
+    """An env corral cannot play as asked: an algorithm asked to learn an env it cannot
+    handle (MADDPG on a turn-based game), or a Gymnasium env that declares several agents
+    without following the convention of EPyMARL's envs (``n_agents``, Tuple spaces)."""
 
 
 class CheckpointError(CorralError, ValueError):

@@ -1,4 +1,4 @@
-"""The ids of the other libraries' envs: mpe2, PettingZoo, Gymnasium and OpenSpiel.
+"""The ids of the other libraries' envs: mpe2, PettingZoo, Gymnasium, LBF, RWARE and OpenSpiel.
 
 Each id names where its env lives and the ``pip install corral[extra]`` that provides
 it; the env is built (its library imported) only by ``corral.make``. The registry
@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import partial
 
 from corral.adapters.gymnasium import make_gymnasium
+from corral.adapters.gymnasium_multi import make_from_package
 from corral.adapters.openspiel import OpenSpielEnv
 from corral.adapters.pettingzoo_aec import build_classic
 from corral.adapters.pettingzoo_parallel import build, build_unchecked
@@ -115,6 +116,32 @@ _GYMNASIUM_IDS = (
 for _name in _GYMNASIUM_IDS:
     register(f"gym/{_name}", make_gymnasium, name=_name)
 register_namespace("gym", make_gymnasium)
+
+# -- EPyMARL's benchmarks: Gymnasium envs of several agents -------------------------------
+
+# (id prefix and pip extra, the package whose import registers the Gymnasium ids, ids
+# listed by `corral list`: the tasks of EPyMARL's benchmark); any other id of the
+# package loads through the namespace.
+_MULTI_AGENT_GYMNASIUM = (
+    (
+        "lbf",
+        "lbforaging",
+        (
+            "Foraging-8x8-2p-2f-coop-v3",
+            "Foraging-2s-8x8-2p-2f-coop-v3",
+            "Foraging-10x10-3p-3f-v3",
+            "Foraging-2s-10x10-3p-3f-v3",
+            "Foraging-15x15-4p-3f-v3",
+        ),
+    ),
+    ("rware", "rware", ("rware-tiny-2ag-v2", "rware-tiny-4ag-v2", "rware-small-4ag-v2")),
+)
+
+for _prefix, _package, _names in _MULTI_AGENT_GYMNASIUM:
+    _factory = partial(make_from_package, _package)
+    for _name in _names:
+        register(f"{_prefix}/{_name}", _factory, extra=_prefix, name=_name)
+    register_namespace(_prefix, _factory, extra=_prefix)
 
 # -- OpenSpiel ----------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ _BUILTIN_MODULES = (
     "corral.adapters.pettingzoo_parallel",
     "corral.adapters.pettingzoo_aec",
     "corral.adapters.gymnasium",
+    "corral.adapters.gymnasium_multi",
     "corral.adapters.openspiel",
 )
 

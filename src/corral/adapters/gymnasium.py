@@ -3,7 +3,9 @@
 ``corral.make("gym/CartPole-v1")`` builds ``gymnasium.make("CartPole-v1")``
 (any Gymnasium id works, keyword arguments go to ``gymnasium.make``), and
 ``corral.adapt(gym_env)`` wraps an existing ``gymnasium.Env``. The one agent is
-``agent_0``; Gymnasium's ``info`` dict becomes ``infos["agent_0"]``.
+``agent_0``; Gymnasium's ``info`` dict becomes ``infos["agent_0"]``. An env that
+declares several agents (:func:`declares_agents`) is left to
+:mod:`corral.adapters.gymnasium_multi`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from corral.adapters import SourceAdapter, register_adapter
+from corral.adapters import SourceAdapter, adapt, register_adapter
 from corral.env import AgentID, InfoDict, ObsDict, StepResult, validate_actions
 
 AGENT = "agent_0"
@@ -46,11 +48,7 @@ class GymnasiumEnvAdapter(SourceAdapter):
     @property
     def max_episode_steps(self) -> int | None:  # type: ignore[override]
         """The Gymnasium env's time limit (its ``TimeLimit`` wrapper), or ``None``."""
-        steps = getattr(self.env.spec, "max_episode_steps", None)
-        if steps is None:  # a TimeLimit around an env registered nowhere has no spec
-            with contextlib.suppress(AttributeError):
-                steps = self.env.get_wrapper_attr("_max_episode_steps")
-        return steps
+        return time_limit(self.env)
 
     def observation_space(self, agent: AgentID) -> spaces.Space:
         return self.env.observation_space
@@ -103,13 +101,34 @@ class GymnasiumEnvAdapter(SourceAdapter):
         return info
 
 
-def make_gymnasium(name: str, **kwargs: Any) -> GymnasiumEnvAdapter:
-    """``gymnasium.make(name, **kwargs)`` as a corral env."""
-    return GymnasiumEnvAdapter(gymnasium.make(name, **kwargs))
+def time_limit(env: gymnasium.Env) -> int | None:
+    """The time limit of a Gymnasium env (its ``TimeLimit`` wrapper), or ``None``."""
+    steps = getattr(env.spec, "max_episode_steps", None)
+    if steps is None:  # a TimeLimit around an env registered nowhere has no spec
+        with contextlib.suppress(AttributeError):
+            steps = env.get_wrapper_attr("_max_episode_steps")
+    return steps
 
 
-def _is_gymnasium_env(env: Any) -> bool:
-    return isinstance(env, gymnasium.Env)
+def declares_agents(env: gymnasium.Env) -> bool:
+    """Whether a Gymnasium env says it plays several agents at once.
+
+    It does by declaring ``n_agents`` (EPyMARL's convention), or by having
+    ``Tuple`` observation and action spaces.
+    """
+    return hasattr(env.unwrapped, "n_agents") or (
+        isinstance(env.observation_space, spaces.Tuple)
+        and isinstance(env.action_space, spaces.Tuple)
+    )
 
 
-register_adapter(_is_gymnasium_env, GymnasiumEnvAdapter)
+def make_gymnasium(name: str, **kwargs: Any) -> SourceAdapter:
+    """``gymnasium.make(name, **kwargs)`` as a corral env, by the adapter that fits it."""
+    return adapt(gymnasium.make(name, **kwargs))
+
+
+def _is_single_agent_env(env: Any) -> bool:
+    return isinstance(env, gymnasium.Env) and not declares_agents(env)
+
+
+register_adapter(_is_single_agent_env, GymnasiumEnvAdapter)
