@@ -55,7 +55,15 @@ from corral.errors import (
     WorkerTimeoutError,
 )
 from corral.ranges import Range
-from corral.registry import batched_ids, make, namespaces, registered_ids, resolve, spec
+from corral.registry import (
+    batched_ids,
+    make,
+    namespace,
+    namespaces,
+    registered_ids,
+    resolve,
+    spec,
+)
 from corral.settings import parse_settings
 
 BROKEN_PIPE = 141
@@ -197,7 +205,7 @@ def _list(args: argparse.Namespace) -> int:
             native = "  (natively batched)" if spec(id).batched is not None else ""
             print(f"  {id}{native}{_extra_note(spec(id).extra)}")
     for prefix in prefixes:
-        note = _extra_note(spec(f"{prefix}/<name>").extra)
+        note = _extra_note(namespace(prefix).extra)
         print(f"{prefix}/<name>  (namespace: any name that {prefix} knows){note}")
     return 0
 
