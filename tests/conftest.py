@@ -13,10 +13,12 @@ from corral import registry
 
 @pytest.fixture
 def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Ids and namespaces registered inside the test are forgotten after it."""
+    """Ids, namespaces and entry points registered or loaded inside the test are forgotten
+    after it."""
     registry._load_builtins()  # the builtins must be in the copy, not loaded into it
     monkeypatch.setattr(registry, "_specs", dict(registry._specs))
     monkeypatch.setattr(registry, "_namespaces", dict(registry._namespaces))
+    monkeypatch.setattr(registry, "_plugins", set(registry._plugins))
     yield
 
 

@@ -8,13 +8,16 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from test_registry import installed_package, plugin_module
 
 from corral import cli, settings
+from corral.env import MultiAgentEnv
 from corral.registry import namespaces, register, registered_ids
 from corral.settings import parse_value
 
@@ -201,6 +204,118 @@ def test_module_attr_id_from_the_current_directory(
         sys.modules.pop("examples", None)
     assert code == 0, out
     assert out.startswith("examples.custom_env:Nim (")
+
+
+def user_module(directory: Path) -> str:
+    """A module of the user's in ``directory``, of a new name ``NAME``, that registers the
+    id ``NAME/rps`` when imported."""
+    name = f"mine_{uuid.uuid4().hex[:10]}"
+    (directory / f"{name}.py").write_text(
+        "import corral\n\n"
+        f"corral.register('{name}/rps', 'corral.envs.rps:RockPaperScissors', num_rounds=2)\n"
+    )
+    return name
+
+
+@pytest.fixture
+def in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``tmp_path`` as the current directory, not on ``sys.path``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    return tmp_path
+
+
+def test_import_makes_a_module_s_ids_known_to_list_check_and_play(
+    capsys: pytest.CaptureFixture[str], in_tmp_dir: Path
+) -> None:
+    module = source = user_module(in_tmp_dir)
+    try:
+        code, _, err = run(capsys, "check", f"{source}/rps")
+        assert code == 2 and f"No env of source '{source}' is registered" in err
+        assert "--import MODULE" in err
+        code, out, err = run(capsys, "list", source, "--import", module)
+        assert code == 0 and f"  {source}/rps" in out.splitlines(), err
+        code, out, err = run(capsys, "check", f"{source}/rps", "--import", module)
+        assert code == 0 and out.startswith(f"{source}/rps ("), err
+        code, out, err = run(capsys, "play", f"{source}/rps", "--import", module, "--episodes", "1")
+        assert code == 0 and out.startswith("episode 0: length 4,"), err  # 2 rounds, 2 turns
+    finally:
+        sys.modules.pop(module, None)
+
+
+def test_list_and_check_know_an_installed_package_s_ids_without_import(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = f"plug{uuid.uuid4().hex[:8]}"
+    module = f"{source}_envs"
+    installed_package(tmp_path, {source: module}, {module: plugin_module(source)})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        code, out, err = run(capsys, "check", f"{source}/rps")  # loaded on the first miss
+        assert code == 0 and out.startswith(f"{source}/rps ("), err
+        code, out, err = run(capsys, "list", source)
+        assert code == 0 and out.splitlines() == [f"{source} (1)", f"  {source}/rps"], err
+    finally:
+        sys.modules.pop(module, None)
+
+
+def test_a_package_whose_entry_point_cannot_be_loaded_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    installed_package(tmp_path, {"broken": "no_such_plugin_module_xyz"}, {})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, err = run(capsys, "list")
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1
+    assert err.startswith("corral: error: the entry point 'broken = no_such_plugin_module_xyz'")
+
+
+def test_an_import_that_fails_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "check", "corral/rps", "--import", "no_such_module_xyz")
+    assert (code, out) == (2, "")
+    assert err == (
+        "corral: error: cannot import the module 'no_such_module_xyz': "
+        "No module named 'no_such_module_xyz'\n"
+    )
+
+
+@pytest.mark.parametrize("command", ["check", "play"])
+@pytest.mark.parametrize(
+    ("env_id", "suggestion"),
+    [("gym/CartPol-v1", "gym/CartPole-v1"), ("openspiel/kuhn_pokr", "openspiel/kuhn_poker")],
+)
+def test_a_misspelt_namespace_id_is_one_line_with_a_suggestion(
+    capsys: pytest.CaptureFixture[str], command: str, env_id: str, suggestion: str
+) -> None:
+    if env_id.startswith("openspiel/"):
+        pytest.importorskip("pyspiel")
+    code, out, err = run(capsys, command, env_id)
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"corral: error: unknown env id '{env_id}'")
+    assert f"Did you mean {suggestion}" in err
+
+
+class Refusing(MultiAgentEnv):
+    """An env whose constructor refuses its argument."""
+
+    def __init__(self, size: int = 1) -> None:
+        if size < 2:
+            raise ValueError(f"size must be at least 2,\ngot {size}")
+
+
+@pytest.mark.parametrize("command", ["check", "play"])
+def test_a_constructor_that_raises_is_one_line(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    register("test/refusing", Refusing)
+    code, out, err = run(capsys, command, "test/refusing", "--set", "size=0")
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(
+        "corral: error: cannot build 'test/refusing' with {'size': 0}: ValueError: size must be "
+        f"at least 2, got 0 (raised at {__file__}:"
+    )
 
 
 def test_parse_kwargs_reads_the_settings_grammar() -> None:

@@ -1,6 +1,7 @@
 """A run directory's ``config.yaml`` runs no code: its ``algo``, ``opponent`` and ``env`` may
-name registered things only, unless the command line allows a ``module:attr``
-(``--allow-import``); and a config file that cannot be read is one error naming the file."""
+name registered things only, and its ``imports`` no module, unless the command line allows
+a ``module:attr`` or module (``--allow-import``); and a config file that cannot be read is
+one error naming the file."""
 
 from __future__ import annotations
 
@@ -179,6 +180,27 @@ def test_an_env_id_that_would_import_a_module_is_refused(
     with pytest.raises(Exception, match="Nothing"):
         corral.make(env)
     assert marker.exists()
+
+
+@pytest.mark.parametrize("command", [["eval"], ["train", "--resume"]])
+def test_a_run_config_s_imports_are_refused_unless_allowed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, modules: Path, command: list[str]
+) -> None:
+    name, marker = marker_module(modules)
+    run = crafted_run(tmp_path / "run", imports=[name])
+    code, err = run_cli(capsys, *command, str(run))
+    assert code == 2 and len(err.splitlines()) == 1, err
+    for part in (str(run / "config.yaml"), f"imports {name!r}", f"--allow-import {name}"):
+        assert part in err
+    for read in (
+        lambda **kw: read_run_config(run, **kw),
+        lambda **kw: load_run(run, **kw),
+        lambda **kw: Runner.resume(run, progress=False, **kw),
+    ):
+        with pytest.raises(ConfigError, match=f"imports '{name}' would import the module"):
+            read()
+    assert not marker.exists()
+    assert read_run_config(run, allow_imports=[name]).run.imports == (name,)
 
 
 def test_registered_names_need_no_allowance(tmp_path: Path) -> None:

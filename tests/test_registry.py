@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import ast
 import doctest
+import re
 import subprocess
 import sys
+import uuid
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ import pytest
 import corral
 from corral import groups, registry
 from corral.env import MultiAgentEnv
+from corral.envs.rps import RockPaperScissors
 from corral.errors import MissingDependencyError, RegistrationError, UnknownEnvError
 from corral.registry import make, namespaces, register, register_namespace, registered_ids, spec
 
@@ -167,6 +171,175 @@ def test_namespace_missing_dependency_names_its_extra() -> None:
     register_namespace("fancyns", factory, extra="fancy")
     with pytest.raises(MissingDependencyError, match=r"corral\[fancy\]"):
         make("fancyns/anything")
+
+
+def test_a_name_its_namespace_does_not_know_is_unknown_before_anything_is_built() -> None:
+    def names(name: str) -> list[str] | None:
+        return None if name == "known-v0" else ["known-v0", "other-v0"]
+
+    built = []
+    register_namespace(
+        "testns", lambda name, **kw: built.append(name) or Recorder(name), names=names
+    )
+    with pytest.raises(UnknownEnvError) as err:
+        spec("testns/knwn-v0")
+    assert str(err.value).startswith("unknown env id 'testns/knwn-v0': testns knows no env")
+    assert "Did you mean testns/known-v0" in str(err.value)
+    assert built == []
+    assert make("testns/known-v0").args == ("known-v0",)
+
+
+def test_a_misspelt_gymnasium_id_is_an_unknown_env_error_naming_the_closest() -> None:
+    with pytest.raises(UnknownEnvError, match="Did you mean gym/CartPole-v1") as err:
+        make("gym/CartPol-v1")
+    assert isinstance(err.value, LookupError)
+    with pytest.raises(UnknownEnvError, match="'gym/NoSuchEnv-v0': gym knows no env"):
+        make("gym/NoSuchEnv-v0")
+
+
+GYMNASIUM_NAMES = [
+    "CartPole-v1",
+    "CartPole-v0",
+    "CartPole",  # the latest version
+    "Blackjack-v1",
+    "phys2d/CartPole-v1",  # known, though it needs jax to build
+    "CartPol-v1",
+    "cartpole-v1",
+    "CartPole-v9",
+    "ALE/Pong-v5",  # a namespace that is not installed
+    "NoSuchEnv-v0",
+]
+
+
+@pytest.mark.parametrize("name", GYMNASIUM_NAMES)
+def test_gym_ids_are_unknown_exactly_where_gymnasium_make_finds_no_env(name: str) -> None:
+    import gymnasium
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an old or unversioned id
+            gymnasium.make(name).close()
+    except gymnasium.error.UnregisteredEnv:
+        found = False
+    except ImportError:  # found, but its dependencies are not installed
+        found = True
+    else:
+        found = True
+    if found:
+        assert spec(f"gym/{name}").id == f"gym/{name}"
+    else:
+        with pytest.raises(UnknownEnvError):
+            spec(f"gym/{name}")
+
+
+OPENSPIEL_NAMES = ["kuhn_poker", "kuhn_poker(players=3)", "goofspiel", "kuhn_pokr", "tictactoe"]
+
+
+@pytest.mark.parametrize("name", OPENSPIEL_NAMES)
+def test_openspiel_ids_are_unknown_exactly_where_openspiel_has_no_game(name: str) -> None:
+    pyspiel = pytest.importorskip("pyspiel")
+    try:
+        pyspiel.load_game(name)
+    except pyspiel.SpielError:
+        with pytest.raises(UnknownEnvError, match=f"openspiel knows no env '{re.escape(name)}'"):
+            spec(f"openspiel/{name}")
+    else:
+        assert spec(f"openspiel/{name}").id == f"openspiel/{name}"
+
+
+def test_a_misspelt_openspiel_game_names_the_closest() -> None:
+    pytest.importorskip("pyspiel")
+    with pytest.raises(UnknownEnvError, match="Did you mean openspiel/kuhn_poker"):
+        make("openspiel/kuhn_pokr")
+
+
+def test_an_entry_point_id_builds_what_it_names() -> None:
+    env = make("corral.envs.rps:RockPaperScissors", num_rounds=2)
+    assert type(env) is RockPaperScissors and env.num_rounds == 2
+    assert spec("corral.envs.rps:RockPaperScissors").batched is None
+    native = spec("corral.envs.tag_batched:BatchedTag")
+    assert native.entry_point is None and native.batched is not None
+    venv = corral.make_vec("corral.envs.tag_batched:BatchedTag", 2, seed=0)
+    try:
+        assert venv.native and venv.num_envs == 2
+    finally:
+        venv.close()
+
+
+def test_an_entry_point_id_that_cannot_be_found_is_unknown() -> None:
+    with pytest.raises(UnknownEnvError, match="cannot import 'no_such_module_anywhere'"):
+        spec("no_such_module_anywhere:Env")
+    with pytest.raises(UnknownEnvError, match="has no attribute 'Nope'"):
+        spec("corral.envs.rps:Nope")
+
+
+def test_an_id_of_an_unknown_source_says_how_to_make_it_known() -> None:
+    with pytest.raises(UnknownEnvError) as err:
+        spec("mine/new_env_mas")
+    message = str(err.value)
+    assert "No env of source 'mine' is registered" in message
+    assert "--import MODULE" in message and "'corral.envs'" in message
+
+
+def test_import_modules_names_a_module_that_cannot_be_imported() -> None:
+    with pytest.raises(RegistrationError, match="cannot import the module 'no_such_mod_xyz'"):
+        registry.import_modules(["no_such_mod_xyz"])
+
+
+def installed_package(directory: Path, entry_points: dict[str, str], modules: dict[str, str]):
+    """A package as ``pip install`` leaves it in ``directory`` (a dist-info with the
+    ``corral.envs`` entry points, and its modules); put ``directory`` on ``sys.path``."""
+    dist = f"plugin_{uuid.uuid4().hex[:8]}"
+    info = directory / f"{dist}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    lines = [f"{name} = {value}" for name, value in entry_points.items()]
+    (info / "entry_points.txt").write_text("[corral.envs]\n" + "\n".join(lines) + "\n")
+    for name, text in modules.items():
+        (directory / f"{name}.py").write_text(text)
+    return dist
+
+
+def plugin_module(source: str) -> str:
+    """A module that registers ``SOURCE/rps`` on import and ``SOURCE/more`` in ``more()``."""
+    return (
+        "import corral\n\n"
+        f"corral.register('{source}/rps', 'corral.envs.rps:RockPaperScissors')\n\n\n"
+        "def more():\n"
+        f"    corral.register('{source}/more', 'corral.envs.rps:RockPaperScissors')\n"
+    )
+
+
+def test_an_installed_package_s_ids_load_through_its_entry_points(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = f"plug{uuid.uuid4().hex[:8]}"
+    module = f"{source}_envs"
+    points = {source: module, f"{source}-more": f"{module}:more"}
+    installed_package(tmp_path, points, {module: plugin_module(source)})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert spec("corral/rps").id == "corral/rps"
+        assert module not in sys.modules  # loaded only when an id is not found
+        assert type(make(f"{source}/rps")) is RockPaperScissors
+        assert module in sys.modules
+        assert registered_ids(source) == [f"{source}/more", f"{source}/rps"]  # more() ran
+    finally:
+        sys.modules.pop(module, None)
+
+
+def test_an_entry_point_that_cannot_be_loaded_names_its_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dist = installed_package(tmp_path, {"broken": "no_such_plugin_module_xyz"}, {})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(RegistrationError) as err:
+        spec("mine/anything")
+    message = str(err.value)
+    assert f"'broken = no_such_plugin_module_xyz' of package '{dist}'" in message
+    assert "group corral.envs" in message and "no_such_plugin_module_xyz" in message
+    with pytest.raises(UnknownEnvError):  # tried once
+        spec("mine/anything")
 
 
 def test_registered_id_wins_over_its_namespace() -> None:

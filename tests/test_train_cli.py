@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -11,16 +15,18 @@ import pytest
 
 pytest.importorskip("yaml")
 
+import yaml
 from test_runner import TabularQ
 
 import corral
-from corral import cli
+from corral import cli, registry
 from corral.envs.mdp import climbing_game
 from corral.training.metrics import COLUMNS, read_metrics
 
 TINY = f"{TabularQ.__module__}:TabularQ"
 ALLOW = ["--allow-import", TINY]  # a run's config.yaml imports TabularQ only when allowed
 FAST = ["num_envs=2", "eval_episodes=4", "log_every=20", "device=cpu", "tensorboard=false"]
+SRC = Path(corral.__file__).parent.parent
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -356,3 +362,186 @@ def test_eval_baselines_of_an_env_without_any_is_one_line(
     code, _, err = run(capsys, "eval", str(tmp_path / "r"), "--baselines", *ALLOW)
     assert code == 2
     assert "no reference baselines for 'mdp/climbing'" in err
+
+
+# -- the user's own env; ids that do not exist -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env_id", "suggestion"),
+    [
+        ("gym/CartPol-v1", "gym/CartPole-v1"),
+        ("openspiel/kuhn_pokr", "openspiel/kuhn_poker"),
+        ("mpe2/simple_spred_v3", "mpe2/simple_spread_v3"),
+    ],
+)
+def test_a_misspelt_env_id_is_one_line_and_makes_no_run_directory(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    env_id: str,
+    suggestion: str,
+) -> None:
+    pytest.importorskip("torch")
+    if env_id.startswith("openspiel/"):
+        pytest.importorskip("pyspiel")
+    monkeypatch.chdir(tmp_path)  # where runs/ would be made
+    code, out, err = run(capsys, "train", "dqn", "--env", env_id, "--total-steps", "80")
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"corral: error: unknown env id '{env_id}'")
+    assert f"Did you mean {suggestion}" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+class Unbuildable:
+    """An env whose constructor fails as a simulator that is not running would."""
+
+    def __init__(self) -> None:
+        raise RuntimeError("the simulator is not running")
+
+
+def test_an_env_fault_before_any_checkpoint_gives_no_resume_advice(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, isolated_registry: None
+) -> None:
+    corral.register("test/unbuildable", Unbuildable)
+    code, _, err = train(capsys, tmp_path / "r", env="test/unbuildable")
+    assert code == 1
+    assert "training stopped: env 0: building the env raised RuntimeError" in err
+    assert not (tmp_path / "r" / "checkpoint.pt").exists()
+    assert "holds the last checkpoint" not in err and "--resume" not in err
+    assert f"no checkpoint was written in {tmp_path / 'r'}: there is nothing to resume" in err
+
+
+def user_module(directory: Path) -> str:
+    """A module of the user's in ``directory``, of a new name ``NAME``, that registers the
+    id ``NAME/climbing`` when imported."""
+    name = f"mine_{uuid.uuid4().hex[:10]}"
+    (directory / f"{name}.py").write_text(
+        f"import corral\n\ncorral.register('{name}/climbing', 'corral.envs.mdp:climbing_game')\n"
+    )
+    return name
+
+
+def forget(module: str) -> None:
+    """As if this process had never imported ``module`` (nor registered its id)."""
+    sys.modules.pop(module, None)
+    registry._specs.pop(f"{module}/climbing", None)
+
+
+@pytest.fixture
+def in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``tmp_path`` as the current directory, not on ``sys.path`` (as for ``corral``)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    return tmp_path
+
+
+def test_a_user_env_trains_evaluates_and_resumes_with_import(
+    capsys: pytest.CaptureFixture[str], in_tmp_dir: Path, isolated_registry: None
+) -> None:
+    module = user_module(in_tmp_dir)
+    env, run_dir = f"{module}/climbing", in_tmp_dir / "r"
+    try:
+        code, _, err = train(capsys, run_dir, env=env)
+        assert code == 2 and "--import MODULE" in err and "Traceback" not in err
+        assert not run_dir.exists()
+        code, _, err = train(capsys, run_dir, "--import", module, env=env)
+        assert code == 0, err
+        assert yaml.safe_load((run_dir / "config.yaml").read_text())["run"]["imports"] == [module]
+
+        forget(module)  # a new process: the run directory says what to import
+        code, _, err = run(capsys, "eval", str(run_dir), *ALLOW)
+        assert code == 2 and len(err.splitlines()) == 1
+        assert f"imports '{module}' would import the module '{module}'" in err
+        assert f"--allow-import {module}" in err
+        assert module not in sys.modules
+        for allowed in (["--allow-import", module], ["--import", module]):
+            forget(module)
+            code, out, err = run(capsys, "eval", str(run_dir), "--episodes", "2", *ALLOW, *allowed)
+            assert code == 0 and "mean return" in out, err
+        forget(module)
+        resume = ["train", "--resume", str(run_dir), "--total-steps", "120", "--no-progress"]
+        code, out, err = run(capsys, *resume, *ALLOW, "--import", module)
+        assert code == 0 and "120 env steps" in out, err
+    finally:
+        forget(module)
+
+
+def test_a_run_that_did_not_record_its_import_says_which_flag_to_pass(
+    capsys: pytest.CaptureFixture[str], in_tmp_dir: Path, isolated_registry: None
+) -> None:
+    module = user_module(in_tmp_dir)
+    env, run_dir = f"{module}/climbing", in_tmp_dir / "r"
+    try:
+        assert train(capsys, run_dir, "--import", module, env=env)[0] == 0
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        del config["run"]["imports"]  # as an older corral wrote it
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+        forget(module)
+        code, _, err = run(capsys, "eval", str(run_dir), *ALLOW)
+        assert code == 2 and len(err.splitlines()) == 1
+        assert f"unknown env id '{env}'" in err and "--import MODULE" in err
+        resume = ["train", "--resume", str(run_dir), "--total-steps", "120", "--no-progress"]
+        code, _, err = run(capsys, *resume, *ALLOW, "--import", module)
+        assert code == 0, err
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert config["run"]["imports"] == [module]  # recorded from now on
+        forget(module)
+        code, _, err = run(capsys, "eval", str(run_dir), *ALLOW, "--allow-import", module)
+        assert code == 0, err
+    finally:
+        forget(module)
+
+
+def test_python_trains_and_resumes_a_user_env_with_imports(
+    in_tmp_dir: Path, isolated_registry: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = user_module(in_tmp_dir)
+    monkeypatch.syspath_prepend(str(in_tmp_dir))  # as for a script in that directory
+    settings = {k: v for k, _, v in (s.partition("=") for s in FAST)}
+    try:
+        results = corral.train(
+            TINY, env=f"{module}/climbing", imports=[module], total_steps=40, progress=False,
+            run_dir="r", **settings,
+        )  # fmt: skip
+        assert results.config.run.imports == (module,)
+        forget(module)
+        with pytest.raises(corral.training.ConfigError, match=f"--allow-import {module}"):
+            corral.train(TINY, resume="r", total_steps=60, progress=False)
+        forget(module)
+        results = corral.train(TINY, resume="r", total_steps=60, progress=False, imports=[module])
+        assert results.env_steps == 60 and results.config.run.imports == (module,)
+    finally:
+        forget(module)
+
+
+def test_train_and_eval_take_an_env_module_attr(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    env = "corral.envs.mdp:climbing_game"
+    code, _, err = train(capsys, tmp_path / "r", env=env)
+    assert code == 0, err
+    code, _, err = run(capsys, "eval", str(tmp_path / "r"), *ALLOW)
+    assert code == 2 and f"--allow-import {env}" in err
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), *ALLOW, "--allow-import", env)
+    assert code == 0 and "mean return" in out, err
+
+
+def test_a_fresh_process_trains_and_evaluates_a_user_env(tmp_path: Path) -> None:
+    module = user_module(tmp_path)
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(tests)])}
+    corral_cli = [sys.executable, "-m", "corral"]
+    argv = ["train", TINY, "--env", f"{module}/climbing", "--import", module, "--total-steps"]
+    argv += ["40", "--run-dir", "r", "--no-progress", "--set", *FAST]
+    done = subprocess.run(
+        [*corral_cli, *argv], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    argv = ["eval", "r", "--episodes", "2", "--import", module, *ALLOW]
+    done = subprocess.run(
+        [*corral_cli, *argv], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert re.match(r"r \(best checkpoint, \d+ env steps\): mean return", done.stdout)

@@ -1,20 +1,27 @@
 """The ``corral`` command line: list, check and play envs; train, evaluate and plot runs.
 
-    corral list [SOURCE]
+    corral list [SOURCE] [--import MODULE ...]
     corral check ID [--seed S] [--steps N] [--step-cap N] [--num-envs E] [--native-only]
-                    [--set key=value ...]
-    corral play ID [--episodes N] [--seed S] [--set key=value ...]
+                    [--set key=value ...] [--import MODULE ...]
+    corral play ID [--episodes N] [--seed S] [--set key=value ...] [--import MODULE ...]
     corral train ALGO --env ID [--num-envs N] [--total-steps N] [--set key=value ...]
-    corral train --resume RUN [--total-steps N] [--allow-import MODULE:ATTR ...]
-    corral eval RUN [--episodes N] [--opponent random|RUN] [--gif out.gif] [--allow-import ...]
+                 [--import MODULE ...]
+    corral train --resume RUN [--total-steps N] [--import MODULE ...]
+                 [--allow-import MODULE:ATTR|MODULE ...]
+    corral eval RUN [--episodes N] [--opponent random|RUN] [--gif out.gif] [--import ...]
+                [--allow-import ...]
     corral plot RUN [RUN ...] [--metric COLUMN] [--reference NAME=VALUE ...] [--baselines]
                 -o curves.png
 
 ``ID`` is a registered id (``mpe2/simple_spread_v3``) or an entry point
 ``module:attr`` (``examples.custom_env:Nim``, importable from the current
-directory). A run directory's ``config.yaml`` is read by ``--resume``, ``eval``
-and ``eval_opponent``; a ``module:attr`` there (code to import) is refused unless
-``--allow-import MODULE:ATTR`` names it. ``check`` also checks an id's natively
+directory). ``--import MODULE`` imports a module of yours (from the current
+directory too) before the id is looked up, so that the ids it registers are
+known; ``train`` records it in the run's ``config.yaml``. A run directory's
+``config.yaml`` is read by ``--resume``, ``eval`` and ``eval_opponent``; a
+``module:attr`` there (code to import) is refused unless ``--allow-import
+MODULE:ATTR`` names it, and a module in its ``imports`` unless ``--allow-import
+MODULE`` or ``--import MODULE`` names it. ``check`` also checks an id's natively
 batched implementation, if it has one: in numpy, and in torch (on the CPU, and on a GPU
 if torch sees one) where torch is installed, each copy compared with the dict env. Exit
 codes: 0 success, 1 contract violations, 2 an id, source or argument that cannot be used,
@@ -34,13 +41,13 @@ import math
 import os
 import re
 import sys
+import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from itertools import groupby
 from typing import Any
 
 from corral.batched_checker import NUM_ENVS
-from corral.batched_env import BatchedEnv
 from corral.checker import STEP_CAP, CheckReport, RandomPolicy, check_env
 from corral.errors import (
     CheckIncompleteWarning,
@@ -55,7 +62,15 @@ from corral.errors import (
     WorkerTimeoutError,
 )
 from corral.ranges import Range
-from corral.registry import batched_ids, make, namespaces, registered_ids, resolve, spec
+from corral.registry import (
+    batched_ids,
+    import_modules,
+    make,
+    namespace,
+    namespaces,
+    registered_ids,
+    spec,
+)
 from corral.settings import parse_settings
 
 BROKEN_PIPE = 141
@@ -70,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (``sys.argv[1:]`` by default); returns the exit code."""
     args = _parser().parse_args(argv)
     try:
+        _import_user_code(args)
         code = args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
         return code
@@ -92,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("list", help="list the registered env ids")
     listing.add_argument("source", nargs="?", help="only the ids of this source, e.g. mpe2")
+    _add_imports(listing)
     listing.set_defaults(run=_list)
 
     check = commands.add_parser("check", help="check an env against the env contract")
@@ -135,6 +152,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_env_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", help="a registered env id, or module:attr")
+    _add_imports(parser)
     parser.add_argument("--seed", type=_int(AT_LEAST_0), default=0, help="seed of the first reset")
     parser.add_argument(
         "--set",
@@ -156,36 +174,66 @@ def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
         raise UsageError(str(err)) from None
 
 
+def _add_imports(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import this module of yours first (it registers env ids with corral.register), "
+        "from the current directory or the path; repeatable",
+    )
+
+
+def _import_user_code(args: argparse.Namespace) -> None:
+    """Import the modules of ``--import``. The current directory goes on the path only where
+    the command line names code of the user's (``--import``, ``--allow-import``, a
+    ``module:attr``): a file there is not imported for a run directory's sake."""
+    named = [getattr(args, name, None) for name in ("id", "env", "algo")]
+    user_code = [*getattr(args, "imports", []), *getattr(args, "allow_imports", [])]
+    names_code = user_code or any(isinstance(n, str) and ":" in n for n in named)
+    if names_code and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` would, for user modules
+    try:
+        import_modules(getattr(args, "imports", []))
+    except RegistrationError as err:
+        raise UsageError(str(err)) from err
+
+
 def build_env(id: str, kwargs: dict[str, Any]) -> Any:
     """The env named by a registered id or by ``module:attr``, built with ``kwargs``."""
-    from corral.adapters import adapt
-
     with _usage_errors(id, kwargs):
-        return adapt(_resolve(id)(**kwargs)) if ":" in id else make(id, **kwargs)
-
-
-def _resolve(id: str) -> Any:
-    """What ``module:attr`` names, importable from the current directory."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as `python -m` would, for user modules
-    return resolve(id)
+        return make(id, **kwargs)
 
 
 @contextlib.contextmanager
 def _usage_errors(id: str, kwargs: dict[str, Any]) -> Iterator[None]:
-    """Turn the errors of building ``id`` with ``kwargs`` into :class:`UsageError`."""
+    """Turn the errors of looking up and building ``id`` with ``kwargs`` into one line: a
+    :class:`UsageError`."""
+    with_kwargs = f" with {kwargs}" if kwargs else ""
     try:
         yield
     except (UnknownEnvError, MissingDependencyError, RegistrationError) as err:
         raise UsageError(str(err)) from err
-    except (ImportError, AttributeError) as err:
-        raise UsageError(f"cannot load {id!r}: {err}") from err
-    except TypeError as err:
-        raise UsageError(f"cannot build {id!r} with {kwargs}: {err}") from err
+    except Exception as err:  # the env's module or constructor failed, in its own words
+        said = " ".join(str(err).split())
+        raise UsageError(
+            f"cannot build {id!r}{with_kwargs}: {type(err).__name__}: {said}{_raised_at(err)}"
+        ) from err
+
+
+def _raised_at(err: BaseException) -> str:
+    """`` (raised at FILE:LINE)``: where ``err`` was raised, in place of its traceback."""
+    frames = traceback.extract_tb(err.__traceback__)
+    return f" (raised at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
 def _list(args: argparse.Namespace) -> int:
-    ids = registered_ids(args.source)
+    try:
+        ids = registered_ids(args.source)  # installed packages' too
+    except RegistrationError as err:  # a package's entry point that cannot be loaded
+        raise UsageError(str(err)) from err
     prefixes = [p for p in namespaces() if args.source in (None, p)]
     if not ids and not prefixes:
         sources = sorted({i.split("/")[0] for i in registered_ids()} | set(namespaces()))
@@ -197,7 +245,7 @@ def _list(args: argparse.Namespace) -> int:
             native = "  (natively batched)" if spec(id).batched is not None else ""
             print(f"  {id}{native}{_extra_note(spec(id).extra)}")
     for prefix in prefixes:
-        note = _extra_note(spec(f"{prefix}/<name>").extra)
+        note = _extra_note(namespace(prefix).extra)
         print(f"{prefix}/<name>  (namespace: any name that {prefix} knows){note}")
     return 0
 
@@ -259,11 +307,6 @@ def _implementations(id: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
     natively batched implementation; ``None`` for the one it lacks. A ``module:attr`` is one
     or the other (a :class:`corral.BatchedEnv` subclass is batched)."""
     with _usage_errors(id, kwargs):
-        if ":" in id:
-            target = _resolve(id)
-            if isinstance(target, type) and issubclass(target, BatchedEnv):
-                return None, target
-            return functools.partial(build_env, id, kwargs), None
         found = spec(id)
     dict_env = functools.partial(make, id, **kwargs) if found.entry_point else None
     return dict_env, found.make_batched if found.batched else None
@@ -344,7 +387,7 @@ def _format(values: dict[Any, float]) -> str:
 def _add_training_commands(commands: Any) -> None:
     train = commands.add_parser("train", help="train an algorithm on an env (corral[train])")
     train.add_argument("algo", nargs="?", help="mappo, ippo, maddpg, dqn, or module:attr")
-    train.add_argument("--env", metavar="ID", help="a registered env id")
+    train.add_argument("--env", metavar="ID", help="a registered env id, or module:attr")
     train.add_argument(
         "--resume", metavar="RUN", help="continue the run in this directory (its ALGO and env)"
     )
@@ -375,6 +418,7 @@ def _add_training_commands(commands: Any) -> None:
         help="any run or algorithm setting (env_kwargs.N=3 sets one env keyword argument)",
     )
     train.add_argument("--no-progress", action="store_true", help="log lines, no progress bar")
+    _add_imports(train)
     _add_allow_import(train)
     train.set_defaults(run=_train)
 
@@ -401,6 +445,7 @@ def _add_training_commands(commands: Any) -> None:
         help="also score the env's reference baselines (random and a scripted heuristic, where "
         "corral has them) on the same measure and episodes",
     )
+    _add_imports(evaluate)
     _add_allow_import(evaluate)
     evaluate.set_defaults(run=_eval)
 
@@ -472,8 +517,9 @@ def _add_allow_import(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="MODULE:ATTR",
         help="let a run directory's config.yaml (its algo, opponent or env, or those of "
-        "eval_opponent's run) import exactly this module:attr; repeatable. Without it, "
-        "such a config may name only registered algorithms and envs",
+        "eval_opponent's run) import exactly this module:attr, or this module of its imports "
+        "(as --import does); repeatable. Without it, such a config may name only registered "
+        "algorithms and envs",
     )
 
 
@@ -491,7 +537,7 @@ def _train(args: argparse.Namespace) -> int:
             overrides.update(
                 {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k) is not None}
             )
-            progress, allowed = not args.no_progress, args.allow_imports
+            progress, allowed = not args.no_progress, [*args.allow_imports, *args.imports]
             if args.resume and args.algo:
                 raise UsageError(
                     f"--resume takes the algorithm from {args.resume}/config.yaml: "
@@ -499,11 +545,17 @@ def _train(args: argparse.Namespace) -> int:
                 )
             if args.resume:
                 runner = Runner.resume(
-                    args.resume, progress=progress, allow_imports=allowed, **overrides
+                    args.resume,
+                    progress=progress,
+                    allow_imports=allowed,
+                    imports=args.imports,
+                    **overrides,
                 )
             elif not args.algo or not args.env:
                 raise UsageError("give ALGO and --env ID, or --resume RUN")
             else:
+                if args.imports:
+                    overrides["imports"] = [*_modules(overrides.get("imports")), *args.imports]
                 config = load_config(args.algo, args.env, overrides)
                 runner = Runner(config, progress=progress, allow_imports=allowed)
         with _console_logging(), runner:
@@ -516,8 +568,7 @@ def _train(args: argparse.Namespace) -> int:
         run_dir = args.resume or (config and config.run.run_dir)
         print(f"corral: error: training stopped: {err}", file=sys.stderr)
         print(
-            f"checkpoint.pt in {run_dir} holds the last checkpoint: `corral train --resume "
-            f"{run_dir}` goes on from it; `--set on_env_error=restart` restarts a faulty env "
+            f"{_resume_advice(run_dir)}; `--set on_env_error=restart` restarts a faulty env "
             "and trains on",
             file=sys.stderr,
         )
@@ -531,12 +582,36 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _modules(setting: Any) -> list[str]:
+    """The modules of an ``imports`` setting given with ``--set`` (none where unset)."""
+    from corral.training.config import coerce
+
+    if setting is None:
+        return []
+    try:
+        return list(coerce(setting, tuple[str, ...]))
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"setting imports={setting!r}: {err}") from None
+
+
 def _interrupted(run_dir: str | None) -> str:
     from corral.training.runner import LATEST
 
     if run_dir and os.path.isfile(os.path.join(run_dir, LATEST)):
         return f"interrupted: resume from the last checkpoint with corral train --resume {run_dir}"
     return "interrupted before the first checkpoint: nothing to resume"
+
+
+def _resume_advice(run_dir: str | None) -> str:
+    """How to go on from ``run_dir``: its latest checkpoint, where one was written."""
+    from corral.training.runner import LATEST
+
+    if run_dir and os.path.isfile(os.path.join(run_dir, LATEST)):
+        return (
+            f"{LATEST} in {run_dir} holds the last checkpoint: `corral train --resume "
+            f"{run_dir}` goes on from it"
+        )
+    return f"no checkpoint was written in {run_dir}: there is nothing to resume"
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -546,9 +621,10 @@ def _eval(args: argparse.Namespace) -> int:
     from corral.training.scoring import RETURN, VERSUS
     from corral.training.threads import set_torch_threads, torch_threads
 
+    allowed = [*args.allow_imports, *args.imports]
     with _training_errors():
         config, algo, saved = load_run(
-            args.run_dir, args.checkpoint, device=args.device, allow_imports=args.allow_imports
+            args.run_dir, args.checkpoint, device=args.device, allow_imports=allowed
         )
     set_torch_threads(torch_threads(config.run.torch_threads))
     try:
@@ -558,7 +634,7 @@ def _eval(args: argparse.Namespace) -> int:
             args.episodes,
             seed=args.seed,
             opponent=args.opponent,
-            allow_imports=args.allow_imports,
+            allow_imports=allowed,
         )
     except (ConfigError, CheckpointError) as err:  # an --opponent that cannot be used
         raise UsageError(str(err)) from err

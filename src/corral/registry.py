@@ -6,17 +6,28 @@ registry imports those modules the first time it is asked for an id, so
 
 Ids read ``source/name`` (``mpe2/simple_spread_v3``, ``openspiel/kuhn_poker``).
 A *namespace* registers a whole source at once: ``gym/<any Gymnasium id>``.
+An id may also be an entry point ``module:attr`` naming an env class or
+function (or a :class:`corral.BatchedEnv` subclass) directly.
+
+Installed packages make their ids known through the entry-point group
+``corral.envs``: when an id is not registered, the registry loads the group's
+entry points it has not loaded yet (each a module whose import registers ids,
+or a function of no arguments that does), then looks again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
-from collections.abc import Callable
+import importlib.metadata
+import types
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from corral.adapters import adapt
+from corral.batched_env import BatchedEnv
 from corral.errors import MissingDependencyError, RegistrationError, UnknownEnvError
 
 EntryPoint = Callable[..., Any] | str
@@ -29,6 +40,8 @@ _BUILTIN_MODULES = (
     "corral.envs.mdp",
     "corral.sources",
 )
+ENTRY_POINT_GROUP = "corral.envs"
+"""The entry-point group through which installed packages register their ids."""
 
 
 @dataclass(frozen=True)
@@ -73,11 +86,16 @@ class Namespace:
     prefix: str
     factory: EntryPoint
     extra: str | None = None
+    names: EntryPoint | None = None
+    """Which names the source knows: ``names(name)`` returns ``None`` where it knows
+    ``name``, else the names it knows (the error suggests the closest); ``None``: any."""
 
 
 _specs: dict[str, EnvSpec] = {}
 _namespaces: dict[str, Namespace] = {}
 _builtins_loaded = False
+_plugins: set[str] = set()
+"""The entry points of :data:`ENTRY_POINT_GROUP` loaded so far (``name = value``)."""
 
 
 def resolve(entry_point: EntryPoint) -> Callable[..., Any]:
@@ -129,11 +147,32 @@ def register(
     _specs[id] = EnvSpec(id, entry_point, dict(kwargs), extra, batched)
 
 
-def register_namespace(prefix: str, factory: EntryPoint, *, extra: str | None = None) -> None:
-    """Make every id ``prefix/name`` build ``factory(name, **kwargs)``."""
+def register_namespace(
+    prefix: str,
+    factory: EntryPoint,
+    *,
+    extra: str | None = None,
+    names: EntryPoint | None = None,
+) -> None:
+    """Make every id ``prefix/name`` build ``factory(name, **kwargs)``.
+
+    ``names``, where given, says which names the source knows, so that a misspelt
+    one is an :class:`UnknownEnvError` before anything is built: ``names(name)``
+    returns ``None`` for a name the source knows, else the names it knows.
+    """
     if prefix in _namespaces:
         raise RegistrationError(f"namespace {prefix!r} is already registered")
-    _namespaces[prefix] = Namespace(prefix, factory, extra)
+    _namespaces[prefix] = Namespace(prefix, factory, extra, names)
+
+
+def import_modules(modules: Iterable[str]) -> None:
+    """Import each of ``modules`` (modules of yours that register ids, say); a
+    :class:`RegistrationError` names a module that cannot be imported."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise RegistrationError(f"cannot import the module {module!r}: {err}") from err
 
 
 def _load_builtins() -> None:
@@ -144,9 +183,31 @@ def _load_builtins() -> None:
             importlib.import_module(module)
 
 
+def _load_plugins() -> None:
+    """Load the entry points of :data:`ENTRY_POINT_GROUP` not loaded yet."""
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        key = f"{entry.name} = {entry.value}"
+        if key in _plugins:
+            continue
+        _plugins.add(key)  # loaded once, also where it fails
+        try:
+            target = entry.load()
+        except (ImportError, AttributeError) as err:
+            dist = f"package {entry.dist.name!r}" if entry.dist else "an installed package"
+            raise RegistrationError(
+                f"the entry point '{key}' of {dist} (group {ENTRY_POINT_GROUP}) cannot be "
+                f"loaded: {err}"
+            ) from err
+        if not isinstance(target, types.ModuleType):
+            target()
+
+
 def registered_ids(source: str | None = None) -> list[str]:
-    """Every registered id, sorted; only those of ``source`` (e.g. ``"mpe2"``) if given."""
+    """Every registered id, sorted; only those of ``source`` (e.g. ``"mpe2"``) if given.
+
+    Installed packages' ids (:data:`ENTRY_POINT_GROUP`) included."""
     _load_builtins()
+    _load_plugins()
     ids = sorted(_specs)
     return [i for i in ids if i.split("/", 1)[0] == source] if source else ids
 
@@ -154,31 +215,99 @@ def registered_ids(source: str | None = None) -> list[str]:
 def batched_ids() -> list[str]:
     """Every registered id that has a natively batched implementation, sorted."""
     _load_builtins()
+    _load_plugins()
     return sorted(i for i, s in _specs.items() if s.batched is not None)
 
 
 def namespaces() -> list[str]:
     """The prefixes of open-ended sources (``gym``: any Gymnasium id)."""
     _load_builtins()
+    _load_plugins()
     return sorted(_namespaces)
 
 
-def spec(id: str) -> EnvSpec:
-    """The spec of ``id``; an :class:`UnknownEnvError` naming the closest ids otherwise."""
+def namespace(prefix: str) -> Namespace:
+    """The namespace ``prefix`` (see :func:`namespaces`); a ``KeyError`` if there is none."""
     _load_builtins()
+    _load_plugins()
+    return _namespaces[prefix]
+
+
+def spec(id: str) -> EnvSpec:
+    """The spec of ``id``: a registered id, ``prefix/name`` of a namespace, or an entry
+    point ``module:attr``; an :class:`UnknownEnvError` naming the closest ids otherwise.
+
+    An id not registered yet is looked up again after loading the entry points of
+    :data:`ENTRY_POINT_GROUP`.
+    """
+    _load_builtins()
+    if is_entry_point(id):
+        return _entry_point_spec(id)
+    if id not in _specs:
+        _load_plugins()
     if id in _specs:
         return _specs[id]
     prefix, _, name = id.partition("/")
     if prefix in _namespaces and name:
-        ns = _namespaces[prefix]
-        return EnvSpec(id, _NamespaceEntry(ns.factory, name), {}, ns.extra)
-    close = difflib.get_close_matches(id, list(_specs), n=5, cutoff=0.6)
-    close += [i for i in _specs if id and id.lower() in i.lower() and i not in close][:5]
+        return _namespace_spec(id, _namespaces[prefix], name)
+    raise _unknown(id, _specs)
+
+
+def is_entry_point(id: str) -> bool:
+    """Whether ``id`` reads ``module:attr`` rather than ``source/name``."""
+    module, colon, attr = id.partition(":")
+    return bool(colon and module and attr) and "/" not in module
+
+
+def _entry_point_spec(id: str) -> EnvSpec:
+    """The spec of the entry point ``module:attr``: natively batched where it names a
+    :class:`corral.BatchedEnv` subclass."""
+    module = id.partition(":")[0]
+    try:
+        target = resolve(id)
+    except ModuleNotFoundError as err:
+        if not err.name or not (module == err.name or module.startswith(err.name + ".")):
+            raise  # the module imports one that is missing: its own error says which
+        raise UnknownEnvError(
+            f"cannot import {module!r} of the entry point {id!r}: {err} (run from the "
+            "directory that holds it, or put that directory on PYTHONPATH)"
+        ) from err
+    except AttributeError as err:
+        raise UnknownEnvError(f"cannot load the entry point {id!r}: {err}") from err
+    if isinstance(target, type) and issubclass(target, BatchedEnv):
+        return EnvSpec(id, None, batched=id)
+    return EnvSpec(id, id)
+
+
+def _namespace_spec(id: str, ns: Namespace, name: str) -> EnvSpec:
+    if ns.names is not None:
+        with _dependency(id, ns.extra):
+            known = resolve(ns.names)(name)
+        if known is not None:
+            raise _unknown(id, [f"{ns.prefix}/{n}" for n in known], _specs)
+    return EnvSpec(id, _NamespaceEntry(ns.factory, name), {}, ns.extra)
+
+
+def _unknown(id: str, *candidates: Collection[str]) -> UnknownEnvError:
+    """The error for ``id``, suggesting the closest of ``candidates`` (ids)."""
+    pool = list(dict.fromkeys(i for ids in candidates for i in ids))
+    close = difflib.get_close_matches(id, pool, n=5, cutoff=0.6)
+    close += [i for i in pool if id and id.lower() in i.lower() and i not in close][:5]
     hint = f" Did you mean {', '.join(close)}?" if close else ""
+    prefix, _, name = id.partition("/")
+    if prefix in _namespaces and name:
+        return UnknownEnvError(f"unknown env id {id!r}: {prefix} knows no env {name!r}.{hint}")
     sources = {i.split("/")[0] for i in _specs} | set(_namespaces)
     known = ", ".join(f"{p}/..." for p in sorted(sources))
-    raise UnknownEnvError(
-        f"unknown env id {id!r}.{hint} Sources: {known}. Run `corral list` to see every id."
+    mine = ""
+    if prefix not in sources:
+        mine = (
+            f" No env of source {prefix!r} is registered: if a module of yours registers it, "
+            "import that module first (on the command line: --import MODULE; an installed "
+            f"package: its entry points in the group {ENTRY_POINT_GROUP!r})."
+        )
+    return UnknownEnvError(
+        f"unknown env id {id!r}.{hint}{mine} Sources: {known}. Run `corral list` to see every id."
     )
 
 
@@ -205,8 +334,15 @@ def make(id: str, **kwargs: Any) -> Any:
 
 
 def _call(id: str, extra: str | None, entry_point: EntryPoint, kwargs: dict[str, Any]) -> Any:
-    try:
+    with _dependency(id, extra):
         return resolve(entry_point)(**kwargs)
+
+
+@contextlib.contextmanager
+def _dependency(id: str, extra: str | None) -> Iterator[None]:
+    """A module missing in the block is a :class:`MissingDependencyError` naming ``extra``."""
+    try:
+        yield
     except ModuleNotFoundError as err:
         missing = (err.name or "").split(".")[0]
         if extra is None or missing in ("", "corral"):

@@ -8,6 +8,7 @@ built and wrapped is its adapter's business (:mod:`corral.adapters`).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from functools import partial
 
 from corral.adapters.gymnasium import make_gymnasium
@@ -113,9 +114,24 @@ _GYMNASIUM_IDS = (
     "Taxi-v4",
 )
 
+
+def gymnasium_names(name: str) -> Collection[str] | None:
+    """``None`` where ``gymnasium.make(name)`` finds ``name`` (or imports the module of
+    ``module:Env-v0``, which may register it), else every id Gymnasium knows."""
+    if ":" in name:
+        return None
+    import gymnasium
+    from gymnasium.envs.registration import get_env_id, parse_env_id
+
+    ids = set(gymnasium.envs.registry)
+    # gymnasium.make takes an id without its version for the latest one
+    unversioned = {get_env_id(*parse_env_id(i)[:2], None) for i in ids}
+    return None if name in ids | unversioned else sorted(ids)
+
+
 for _name in _GYMNASIUM_IDS:
     register(f"gym/{_name}", make_gymnasium, name=_name)
-register_namespace("gym", make_gymnasium)
+register_namespace("gym", make_gymnasium, names=gymnasium_names)
 
 # -- EPyMARL's benchmarks: Gymnasium envs of several agents -------------------------------
 
@@ -159,6 +175,16 @@ _OPENSPIEL_GAMES = (
     "matrix_rps",
 )
 
+
+def openspiel_names(name: str) -> Collection[str] | None:
+    """``None`` where OpenSpiel has the game ``name`` (``kuhn_poker(players=3)`` with its
+    parameters), else every game it has."""
+    import pyspiel
+
+    games = pyspiel.registered_names()
+    return None if name.partition("(")[0] in games else games
+
+
 for _name in _OPENSPIEL_GAMES:
     register(f"openspiel/{_name}", OpenSpielEnv, extra="openspiel", game=_name)
-register_namespace("openspiel", OpenSpielEnv, extra="openspiel")
+register_namespace("openspiel", OpenSpielEnv, extra="openspiel", names=openspiel_names)

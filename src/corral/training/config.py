@@ -16,7 +16,8 @@ next to its field (:mod:`corral.ranges`) and checked when a config is built.
 
 A run's ``config.yaml`` is read back by ``--resume``, ``corral eval`` and
 ``eval_opponent``: settings read from such a file may not import code
-(:func:`check_imports`) unless the command line allows it (``--allow-import``).
+(:func:`check_imports`) unless the command line allows it (``--allow-import``,
+or ``--import`` for a module in ``imports``).
 """
 
 from __future__ import annotations
@@ -75,9 +76,13 @@ class RunConfig:
     """What a training run does around the algorithm: env, budget, evaluation, output."""
 
     env: str = ""
-    """Registered env id, e.g. ``mpe2/simple_spread_v3``."""
+    """Registered env id, e.g. ``mpe2/simple_spread_v3``, or ``module:attr`` of an env class."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the env."""
+    imports: tuple[str, ...] = ()
+    """Modules imported before ``env`` is looked up: those of yours that register it with
+    ``corral.register``. Read from a run's ``config.yaml``, only those the command line
+    allows are imported (see :func:`check_imports`)."""
     num_envs: Annotated[int, Range(ge=1, le=MAX_NUM_ENVS)] = 8
     """Envs stepped in parallel."""
     backend: str = "sync"
@@ -281,7 +286,8 @@ def check_imports(data: Mapping[str, Any], source: str, allow_imports: Collectio
     Code given by ``module:attr`` in a file runs on reading that file: a run
     directory from someone else could run anything under ``corral eval``. So
     ``algo``, ``env`` and ``opponent`` (:data:`IMPORTING`) read from the file
-    ``source`` may hold a colon only where ``allow_imports`` names the value.
+    ``source`` may hold a colon only where ``allow_imports`` names the value,
+    and each module in ``imports`` must be named there.
     """
     run = data.get("run")
     run = run if isinstance(run, Mapping) else {}
@@ -293,6 +299,18 @@ def check_imports(data: Mapping[str, Any], source: str, allow_imports: Collectio
                 f" and a setting read from a file may only name {allowed}. If you trust it,"
                 f" allow it on the command line: --allow-import {value}"
                 f" (Python: allow_imports=[{value!r}])"
+            )
+    try:  # read as the config will be, so that what is checked is what is imported
+        modules = coerce(run.get("imports") or (), tuple[str, ...])
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{source}: setting imports={run['imports']!r}: {err}") from None
+    for module in modules:
+        if module not in allow_imports:
+            raise ConfigError(
+                f"{source}: imports {module!r} would import the module {module!r} (for the "
+                f"run's env {run.get('env')!r}), and a setting read from a file may import no "
+                f"module. If you trust it, allow it on the command line: --allow-import "
+                f"{module} (Python: allow_imports=[{module!r}])"
             )
 
 

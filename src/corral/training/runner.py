@@ -25,9 +25,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import re
 import sys
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,7 +39,7 @@ import numpy as np
 from corral.algos.base import Algorithm, FixedPolicy, resolve_device
 from corral.arrays import Place
 from corral.errors import CheckpointError
-from corral.registry import resolve, spec
+from corral.registry import EnvSpec, import_modules, resolve, spec
 from corral.training import checkpoint
 from corral.training.collector import Collector, Progress, evaluate
 from corral.training.config import (
@@ -126,6 +127,7 @@ class Runner:
     ) -> None:
         run = config.run
         run.check_workers()
+        env_spec(run)  # an unknown env id makes no run directory
         self.config = config
         self.allow_imports = tuple(allow_imports)
         self.show_bar = progress
@@ -184,15 +186,19 @@ class Runner:
         *,
         progress: bool = True,
         allow_imports: Collection[str] = (),
+        imports: Sequence[str] = (),
         **schedule: Any,
     ) -> Runner:
         """The run in ``run_dir``, restored from its latest checkpoint.
 
         ``schedule`` may change settings of :data:`RESUMABLE` (e.g. a larger
         ``total_steps`` to train on). ``allow_imports``: the ``module:attr``
-        values its config may import (see :func:`read_run_config`).
+        values and modules its config may import (see :func:`read_run_config`).
+        ``imports``: modules to import before its env is looked up, added to the
+        run's ``imports`` (and allowed there).
         """
         run_dir = Path(run_dir)
+        allow_imports = [*allow_imports, *imports]
         config = read_run_config(run_dir, allow_imports)
         fixed = sorted(set(schedule) - RESUMABLE)
         if fixed:
@@ -206,7 +212,8 @@ class Runner:
                 "a resumed run joins a cluster only when the command line names it again: "
                 f"--set ray_address={config.run.ray_address}"
             )
-        config.run = replace_run(config.run, **schedule)
+        added = [m for m in imports if m not in config.run.imports]
+        config.run = replace_run(config.run, **schedule, imports=[*config.run.imports, *added])
         if not (run_dir / LATEST).is_file():
             raise ConfigError(f"{run_dir} has no {LATEST} to resume from")
         config.run.run_dir = str(run_dir)
@@ -494,7 +501,11 @@ def train(
     if resume is not None:
         if isinstance(algo, type) or ":" in algo:
             allowed.append(algorithm_spec(algo)[0])  # the caller's own algorithm
-        runner = Runner.resume(resume, progress=progress, allow_imports=allowed, **overrides)
+        imports = overrides.pop("imports", ())
+        imports = [imports] if isinstance(imports, str) else list(imports)
+        runner = Runner.resume(
+            resume, progress=progress, allow_imports=allowed, imports=imports, **overrides
+        )
     else:
         config = load_config(algo, env, overrides)
         runner = Runner(config, progress=progress, allow_imports=allowed)
@@ -519,6 +530,7 @@ def build_venv(
     """The vector env of ``run`` (``env_kwargs`` are added to the run's). ``options``: the
     backend's options, by default the run's for its own backend (none for another).
     ``native`` and ``array``: as ``make_vec``'s, else the run's (torch on the run's device)."""
+    env_spec(run)  # imports the modules that register the env
     backend = backend or run.backend
     array = array or training_array(run)
     native = run.native if native is None else native
@@ -555,8 +567,14 @@ def training_array(run: RunConfig) -> str:
         return "numpy"
     native = run.native
     if native is None:
-        native = spec(run.env).batched is not None and run.group_map is None
+        native = env_spec(run).batched is not None and run.group_map is None
     return "torch" if native else "numpy"
+
+
+def env_spec(run: RunConfig) -> EnvSpec:
+    """The spec of the run's env, looked up after importing the run's ``imports``."""
+    import_modules(run.imports)
+    return spec(run.env)
 
 
 def build_eval_venv(config: TrainConfig) -> VectorEnv:
@@ -745,7 +763,8 @@ def read_run_config(run_dir: str | Path, allow_imports: Collection[str] = ()) ->
     A file may come from anyone, so its ``algo``, ``opponent`` and ``env`` may
     name registered algorithms and envs and ``random`` only: a ``module:attr``
     there (code to import) raises :class:`ConfigError` unless ``allow_imports``
-    names it (``corral eval --allow-import MODULE:ATTR``).
+    names it (``corral eval --allow-import MODULE:ATTR``), and so does a module
+    in its ``imports`` (``--allow-import MODULE`` or ``--import MODULE``).
     """
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
@@ -833,7 +852,8 @@ def _prepare_run_dir(config: TrainConfig, *, resuming: bool) -> Path:
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         name = config.algo.rpartition(":")[2].lower()
-        base = Path("runs") / f"{name}-{run.env.replace('/', '_')}-s{run.seed}-{stamp}"
+        env = re.sub(r"[^\w.-]+", "_", run.env)  # no '/' or ':' (module:attr) in the name
+        base = Path("runs") / f"{name}-{env}-s{run.seed}-{stamp}"
         path, n = base, 1
         while path.exists():
             n += 1
