@@ -326,6 +326,19 @@ def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
             corral.make(f"{source}/anything-v0")
 
 
+@pytest.mark.parametrize(
+    ("env_id", "suggested"),
+    [
+        ("lbf/Foraging-8x8-2p-3f-v9", "lbf/Foraging-8x8-2p-3f-v3"),
+        ("rware/rware-tiny-2ag-v9", "rware/rware-tiny-2ag-v2"),
+    ],
+)
+def test_a_misspelt_id_is_unknown_with_the_closest_ids(env_id: str, suggested: str) -> None:
+    pytest.importorskip(PACKAGES[env_id.split("/")[0]])
+    with pytest.raises(corral.UnknownEnvError, match=f"Did you mean {suggested}"):
+        corral.make(env_id)
+
+
 # -- envs that declare several agents but break the convention ----------------------------
 
 

@@ -8,6 +8,7 @@ built and wrapped is its adapter's business (:mod:`corral.adapters`).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Collection
 from functools import partial
 
@@ -153,11 +154,26 @@ _MULTI_AGENT_GYMNASIUM = (
     ("rware", "rware", ("rware-tiny-2ag-v2", "rware-tiny-4ag-v2", "rware-small-4ag-v2")),
 )
 
+
+def package_names(package: str, name: str) -> Collection[str] | None:
+    """``None`` where importing ``package`` registers the Gymnasium id ``name``, else every
+    id it registers."""
+    importlib.import_module(package)
+    import gymnasium
+
+    ids = {
+        i
+        for i, spec in gymnasium.envs.registry.items()
+        if isinstance(spec.entry_point, str) and spec.entry_point.startswith(package + ".")
+    }
+    return None if name in ids else sorted(ids)
+
+
 for _prefix, _package, _names in _MULTI_AGENT_GYMNASIUM:
     _factory = partial(make_from_package, _package)
     for _name in _names:
         register(f"{_prefix}/{_name}", _factory, extra=_prefix, name=_name)
-    register_namespace(_prefix, _factory, extra=_prefix)
+    register_namespace(_prefix, _factory, extra=_prefix, names=partial(package_names, _package))
 
 # -- OpenSpiel ----------------------------------------------------------------------------
 
