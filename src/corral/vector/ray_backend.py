@@ -140,8 +140,8 @@ class RayWorker:
     def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
         return call_shard(self.shard, self.offset, name, args, kwargs)
 
-    def set_attr(self, name: str, values: Sequence[Any]) -> None:
-        set_shard_attrs(self.shard, self.offset, name, values)
+    def set_attr(self, name: str, values: Sequence[Any]) -> int | None:
+        return set_shard_attrs(self.shard, self.offset, name, values)
 
     def close(self) -> None:
         shard, self.shard = self.shard, None
@@ -421,13 +421,14 @@ class RayBackend(Backend):
         )
         return [value for s in self.shards for value in results[s.index]]
 
-    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
+    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> int | None:
         values = list(values)
-        self._call(
+        results = self._call(
             lambda s: [s.handle.set_attr.remote(name, values[s.envs.start : s.envs.stop])],
             f"set_attr({name!r})",
             timeout,
         )
+        return results[0]
 
     def close(self) -> None:
         self._shut(graceful=True)

@@ -131,8 +131,8 @@ class _Server:
     def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
         return call_shard(self.shard, self.offset, name, args, kwargs)
 
-    def set_attr(self, name: str, values: list[Any]) -> None:
-        set_shard_attrs(self.shard, self.offset, name, values)
+    def set_attr(self, name: str, values: list[Any]) -> int | None:
+        return set_shard_attrs(self.shard, self.offset, name, values)
 
 
 def _exit_with_parent() -> None:
@@ -442,13 +442,14 @@ class SubprocBackend(Backend):
         )
         return [value for reply in replies for value in reply]
 
-    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
+    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> int | None:
         values = list(values)
-        self._request(
+        replies = self._request(
             lambda w: ("set_attr", name, values[w.envs.start : w.envs.stop]),
             f"set_attr({name!r})",
             timeout,
         )
+        return replies[0]
 
     def close(self) -> None:
         self._finalizer()

@@ -56,8 +56,8 @@ class SyncBackend(Backend):
     ) -> list[Any]:
         return call_shard(self.shard, 0, name, args, kwargs)
 
-    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
-        set_shard_attrs(self.shard, 0, name, values)
+    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> int | None:
+        return set_shard_attrs(self.shard, 0, name, values)
 
     def close(self) -> None:
         self.shard.close()

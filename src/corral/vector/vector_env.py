@@ -357,14 +357,19 @@ class VectorEnv:
         return self._backend.call(name, None, {}, timeout)
 
     def set_attr(self, name: str, values: Any, timeout: float | None = None) -> None:
-        """Set attribute ``name`` of env ``i`` to ``values[i]`` (or every env to ``values``)."""
+        """Set attribute ``name`` of env ``i`` to ``values[i]`` (or every env to ``values``),
+        on the object :meth:`get_attr` reads it from: an adapter's source env, where it
+        holds ``name``. A natively batched env takes one value for all its copies, for the
+        attributes it lists in ``settable_attributes``."""
         self._expect(_Pending.NONE, "set_attr")
         check_timeout(self.backend_name, timeout)
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
             raise ValueError(f"set_attr needs {self.num_envs} values, got {len(values)}")
-        self._backend.set_attr(name, values, timeout)
+        if self.native:
+            _one_value(name, values)
+        self._max_episode_steps = self._backend.set_attr(name, values, timeout)
 
     def render(self) -> list:
         """Every env's frame, in env order."""
@@ -676,6 +681,23 @@ def _in(place: Place, value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return type(value)(_in(place, v) for v in value)
     return place.asarray(value)
+
+
+def _one_value(name: str, values: Sequence[Any]) -> None:
+    """Raise a ``ValueError`` unless every entry of ``values`` is the same value: a natively
+    batched env has one of each attribute for all its copies."""
+    first = values[0]
+    for i, value in enumerate(values):
+        try:
+            same = value is first or bool(value == first)
+        except (TypeError, ValueError):  # an array's comparison has no single truth
+            same = False
+        if not same:
+            raise ValueError(
+                f"set_attr({name!r}): a natively batched env has one value of {name!r} for "
+                f"all its copies, but env {i} got {describe(value)} and env 0 "
+                f"{describe(first)}; give one value, or use native=False for one per env"
+            )
 
 
 def _copy_of(value: Any) -> Any:
