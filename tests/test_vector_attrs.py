@@ -1,9 +1,13 @@
-"""``set_attr`` reaches the env that ``get_attr`` reads, for every adapter and backend."""
+"""``set_attr`` reaches the env that ``get_attr`` reads, for every adapter and backend; and
+the names of AgileRL's vector API (``call_async``/``call_wait``, ``close(terminate=...)``,
+spaces per agent) with errors that show the groups."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,7 +16,13 @@ from gymnasium import spaces
 
 import corral
 from corral.adapters import set_env_attr
-from corral.errors import EnvError, MissingDependencyError
+from corral.errors import (
+    EnvError,
+    InvalidActionError,
+    MissingDependencyError,
+    UnknownAgentError,
+    VectorStateError,
+)
 from corral.vector import VectorEnv, make_vec
 
 
@@ -126,6 +136,15 @@ class PayingCorral(Paying, corral.MultiAgentEnv):
     simultaneous = True
 
 
+class Closing(PayingCorral):
+    """Writes a file named ``marker`` when closed."""
+
+    marker = ""
+
+    def close(self) -> None:
+        Path(self.marker).write_text("closed")
+
+
 # -- set_attr reaches the env: one case per adapter, on every backend -------------------
 
 
@@ -231,3 +250,89 @@ def test_a_write_goes_where_the_read_comes_from() -> None:
     assert vars(env)["_step"] == 9
     set_env_attr(env, "check_actions", False)  # the adapter's own
     assert vars(env)["check_actions"] is False and not hasattr(raw, "check_actions")
+
+
+# -- AgileRL's names ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_call_async_and_call_wait(backend: str, options: Any) -> None:
+    with VectorEnv([PayingCorral] * 3, backend, **options(backend)) as venv:
+        venv.reset(seed=0)
+        venv.call_async("observation_space", "a_1")
+        with pytest.raises(VectorStateError, match=r"step_async\(\) while a call_async"):
+            venv.step({"a": np.zeros((3, 2), np.int64)})
+        with pytest.raises(VectorStateError, match=r"call_async\(\) while a call_async"):
+            venv.call_async("observation_space", "a_1")
+        assert venv.call_wait() == [spaces.Box(0.0, 10.0, (1,), np.float32)] * 3
+        with pytest.raises(VectorStateError, match=r"call_wait\(\) without a pending call"):
+            venv.call_wait()
+        venv.call_async("level")  # an attribute: its value
+        assert venv.call_wait() == [1.0] * 3
+        venv.call_async("no_such_method")
+        with pytest.raises(EnvError, match="no_such_method"):
+            venv.call_wait()
+        venv.step({"a": np.zeros((3, 2), np.int64)})  # usable after it
+
+
+@pytest.mark.parametrize("terminate", [False, True])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_close_terminate_skips_closing_the_envs_of_workers(
+    backend: str, terminate: bool, options: Any, tmp_path: Path
+) -> None:
+    markers = [tmp_path / f"env{i}" for i in range(2)]
+    fns = [lambda m=m: _closing(str(m)) for m in markers]
+    venv = VectorEnv(fns, backend, **options(backend))
+    venv.reset(seed=0)
+    pids = venv._backend.worker_pids if backend == "subproc" else []
+    venv.close(terminate=terminate)
+    venv.close(terminate=terminate)  # idempotent
+    closed = [m.exists() for m in markers]
+    assert closed == [not terminate or backend == "sync"] * 2  # sync closes its envs anyway
+    for pid in pids:  # gone, and reaped
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    with pytest.raises(VectorStateError, match="closed"):
+        venv.reset()
+
+
+def _closing(marker: str) -> Closing:
+    env = Closing()
+    env.marker = marker
+    return env
+
+
+def test_spaces_by_agent_or_group_and_errors_that_show_the_groups() -> None:
+    venv = _make_vec("mpe2/simple_speaker_listener_v4", 2, "sync", lambda _: {})
+    with venv:
+        for key, group in (("speaker_0", "speaker"), ("listener_0", "listener")):
+            assert venv.action_space(key) == venv.action_space(group)
+            assert venv.single_action_space(key) == venv.action_space(group)
+            assert venv.observation_space(key) == venv.observation_space(group)
+            assert venv.single_observation_space(key) == venv.observation_space(group)
+        assert venv.single_action_space("speaker_0") == spaces.Discrete(3)
+        assert venv.single_observation_space("listener_0").shape == (11,)
+        groups = "the groups, with their agents: 'speaker' (speaker_0), 'listener' (listener_0)"
+        for lookup in (
+            venv.action_space,
+            venv.observation_space,
+            venv.single_action_space,
+            venv.single_observation_space,
+        ):
+            with pytest.raises(UnknownAgentError) as unknown:
+                lookup("speaker_1")
+            assert str(unknown.value) == f"no group or agent 'speaker_1'; {groups}"
+            assert isinstance(unknown.value, KeyError)  # what a dict lookup raised before
+        batch = venv.reset(seed=0)
+        actions = venv.sample_actions(batch)
+        with pytest.raises(InvalidActionError) as by_agent:
+            venv.step({"speaker_0": actions["speaker"][:, 0], "listener": actions["listener"]})
+        assert str(by_agent.value) == (
+            "actions for unknown group 'speaker_0': 'speaker_0' is an agent, and actions are "
+            "keyed by group, one array [env, agent, *action_shape] per group; its actions go "
+            f"in actions['speaker'][:, 0]; {groups}"
+        )
+        with pytest.raises(InvalidActionError) as unknown_key:
+            venv.step({"nobody": actions["speaker"], **actions})
+        assert str(unknown_key.value) == f"actions for unknown group 'nobody'; {groups}"
+        venv.step(actions)  # still usable

@@ -115,6 +115,15 @@ class Backend:
         self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None
     ) -> list[Any]:
         """:func:`call_env` on every env, in order; an env's exception as :class:`EnvError`."""
+        self.call_async(name, args, kwargs)
+        return self.call_wait(timeout)
+
+    def call_async(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> None:
+        """Start :meth:`call`; :meth:`call_wait` returns its values."""
+        raise NotImplementedError
+
+    def call_wait(self, timeout: float | None) -> list[Any]:
+        """Finish the call started by :meth:`call_async`: every env's value, in order."""
         raise NotImplementedError
 
     def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> int | None:
@@ -122,8 +131,9 @@ class Backend:
         return the first env's ``max_episode_steps`` after the write."""
         raise NotImplementedError
 
-    def close(self) -> None:
-        """Release everything; safe to call twice."""
+    def close(self, terminate: bool = False) -> None:
+        """Release everything; safe to call twice. ``terminate``: end the workers at once,
+        without letting them close their envs."""
 
 
 def backend_class(name: str) -> type[Backend]:
