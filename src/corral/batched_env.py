@@ -89,7 +89,9 @@ class BatchedEnv:
     arrays live: ``Place("numpy")`` or ``Place("torch", device)``), implements
     :meth:`observation_space`, :meth:`action_space`, :meth:`reset` and
     :meth:`step`, and may set ``state_space``, ``metadata`` and
-    ``max_episode_steps``. One that can draw its copies lists ``metadata["render_modes"]``
+    ``max_episode_steps``, and list in ``settable_attributes`` the attributes that
+    ``VectorEnv.set_attr`` may set (one value for all copies, in effect from the next
+    step). One that can draw its copies lists ``metadata["render_modes"]``
     and has ``render(copy)`` (a frame of one copy; ``VectorEnv.render()`` calls it for
     each). ``groups`` defaults to :func:`corral.group_agents`
     over the agents' spaces; a subclass may override it.
@@ -101,6 +103,7 @@ class BatchedEnv:
     state_space: spaces.Space | None = None
     metadata: dict[str, Any] = {}
     max_episode_steps: int | None = None
+    settable_attributes: tuple[str, ...] = ()
 
     @property
     def groups(self) -> dict[str, tuple[str, ...]]:

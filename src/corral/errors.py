@@ -20,6 +20,14 @@ class UnknownEnvError(CorralError, LookupError):
         return str(self.args[0]) if self.args else ""
 
 
+class UnknownAgentError(CorralError, KeyError):
+    """An agent or group name that the vector env does not have; the message lists its
+    groups and their agents."""
+
+    def __str__(self) -> str:  # KeyError would quote the message like a key
+        return str(self.args[0]) if self.args else ""
+
+
 class RegistrationError(CorralError, ValueError):
     """An env id registered twice, or an entry point that cannot be resolved."""
 

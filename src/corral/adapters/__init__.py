@@ -8,8 +8,9 @@ Adapters know nothing of env ids: the registry builds an env, then adapts it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from corral.env import MultiAgentEnv
@@ -63,22 +64,68 @@ def _load_builtins() -> None:
 
 
 def source_attr(source: Any, name: str) -> Any:
-    """Attribute ``name`` of the source env ``source``, or of the first env inside it that has it.
+    """Attribute ``name`` of the source env ``source``, or of the env inside it that holds it.
 
     Walks down the wrappers (``wrapper.env``, ``aec_to_parallel(...).aec_env``) to
     the raw env, so an adapter reaches ``max_cycles`` of an mpe2 env or
-    ``spec`` of a Gymnasium one. Raises ``AttributeError`` if none has it.
+    ``spec`` of a Gymnasium one; reads from :func:`attr_holder`, where
+    :func:`set_env_attr` writes. Raises ``AttributeError`` if none has it.
     """
+    return getattr(attr_holder(source, name), name)
+
+
+def attr_holder(source: Any, name: str) -> Any:
+    """The env, of ``source`` and the envs inside its wrappers, whose attribute ``name`` is
+    read and written through ``source``.
+
+    That is the outermost one that holds ``name`` itself (in its instance or its class),
+    not through a ``__getattr__`` that hands it down, as PettingZoo's wrappers do: the
+    raw mpe2 env for ``max_cycles``. Failing that, the outermost one whose own
+    ``__getattr__`` answers for it. Raises ``AttributeError`` if none has it.
+    """
+    chain = list(_wrapped_envs(source))
+    for env in chain:
+        if _holds(env, name):
+            return env
+    for env in chain:
+        if hasattr(env, name):
+            return env
+    raise AttributeError(name)
+
+
+def set_env_attr(env: Any, name: str, value: Any) -> None:
+    """Set attribute ``name`` of ``env`` on the object that reading ``env.name`` reads.
+
+    An adapter's own attributes are the adapter's; a public one it lacks goes to the env
+    inside it that holds it (:func:`attr_holder`), so that ``max_cycles`` of an mpe2 env
+    or the knob a PettingZoo env's rewards read reach the env that uses them. A name that
+    nothing holds yet is set on ``env`` itself, as Gymnasium's ``set_wrapper_attr`` does.
+    """
+    target = env
+    source = getattr(env, "__dict__", {}).get("env")
+    forwarded = not name.startswith("_") and not _holds(env, name)  # private: the adapter's
+    if isinstance(env, SourceAdapter) and source is not None and forwarded:
+        with contextlib.suppress(AttributeError):  # held by nobody: set on the adapter
+            target = attr_holder(source, name)
+    setattr(target, name, value)
+
+
+def _wrapped_envs(source: Any) -> Iterator[Any]:
+    """``source``, then the env each wrapper wraps (``wrapper.env``, ``wrapper.aec_env``)."""
     env, seen = source, set()
     while env is not None and id(env) not in seen:
         seen.add(id(env))
-        try:
-            return getattr(env, name)
-        except AttributeError:
-            pass
+        yield env
         inner = getattr(env, "__dict__", {})
         env = next((inner[key] for key in _WRAPPED_ENV_ATTRIBUTES if key in inner), None)
-    raise AttributeError(name)
+
+
+def _holds(obj: Any, name: str) -> bool:
+    """Whether ``name`` is ``obj``'s own: in its instance dict or its class (an attribute,
+    method or property), not handed down by a ``__getattr__``."""
+    return name in getattr(obj, "__dict__", ()) or any(
+        name in vars(cls) for cls in type(obj).__mro__
+    )
 
 
 class SourceAdapter(MultiAgentEnv):
@@ -86,7 +133,10 @@ class SourceAdapter(MultiAgentEnv):
 
     A public attribute the adapter lacks is read from the source env, or from
     an env inside its wrappers (``adapter.max_cycles`` of an mpe2 env);
-    private names (``_x``) are not forwarded. ``unwrapped`` is the raw source env.
+    private names (``_x``) are not forwarded. :func:`set_env_attr` (what
+    ``VectorEnv.set_attr`` calls) writes such an attribute where it is read from;
+    a plain ``adapter.x = value`` sets the adapter's own. ``unwrapped`` is the raw
+    source env.
     """
 
     env: Any

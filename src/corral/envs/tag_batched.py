@@ -57,6 +57,7 @@ class BatchedTag(BatchedEnv):
 
     metadata = {**Tag.metadata, "render_modes": []}
     simultaneous = True
+    settable_attributes = ("max_cycles",)  # read at every step, as the dict env reads it
     keeps_masks = True  # an agent not alive (not acting) has every action legal
     # Torch tensors on the CPU are computed on by numpy, through views of their memory:
     # bit for bit the same values, at a fraction of torch's cost per call at these sizes.
@@ -93,7 +94,6 @@ class BatchedTag(BatchedEnv):
         self.place = Place(array, device)
         self.possible_agents = list(tag.possible_agents)
         self.state_space = tag.state_space
-        self.max_episode_steps = tag.max_episode_steps
         self.num_predators, self.num_prey = num_predators, num_prey
         self.size, self.max_cycles = size, max_cycles
         self._narrow = size * size <= np.iinfo(np.int16).max
@@ -236,6 +236,11 @@ class BatchedTag(BatchedEnv):
     def groups(self) -> dict[str, tuple[str, ...]]:
         """``{"predator": ("predator_0", ...), "prey": ("prey_0", ...)}``."""
         return dict(self._groups)
+
+    @property
+    def max_episode_steps(self) -> int:  # type: ignore[override]
+        """``max_cycles``: every live agent is truncated then."""
+        return int(self.max_cycles)
 
     def observation_space(self, agent: str) -> spaces.Box:
         return self._obs_spaces[agent]

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 from gymnasium import spaces
 
+from corral.adapters import set_env_attr
 from corral.arrays import Place
 from corral.batched_env import BatchedEnv
 from corral.errors import EnvError
@@ -114,13 +115,25 @@ class Backend:
         self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None
     ) -> list[Any]:
         """:func:`call_env` on every env, in order; an env's exception as :class:`EnvError`."""
+        self.call_async(name, args, kwargs)
+        return self.call_wait(timeout)
+
+    def call_async(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> None:
+        """Start :meth:`call`; :meth:`call_wait` returns its values."""
         raise NotImplementedError
 
-    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
+    def call_wait(self, timeout: float | None) -> list[Any]:
+        """Finish the call started by :meth:`call_async`: every env's value, in order."""
         raise NotImplementedError
 
-    def close(self) -> None:
-        """Release everything; safe to call twice."""
+    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> int | None:
+        """Set attribute ``name`` of env ``i`` to ``values[i]`` (:func:`set_shard_attrs`);
+        return the first env's ``max_episode_steps`` after the write."""
+        raise NotImplementedError
+
+    def close(self, terminate: bool = False) -> None:
+        """Release everything; safe to call twice. ``terminate``: end the workers at once,
+        without letting them close their envs."""
 
 
 def backend_class(name: str) -> type[Backend]:
@@ -219,21 +232,41 @@ def call_shard(
     return [value] * shard.num_envs
 
 
-def set_shard_attrs(shard: BatchedEnv, offset: int, name: str, values: Sequence[Any]) -> None:
-    """:func:`set_env_attrs` on a shard's dict envs; a natively batched shard has none."""
+def set_shard_attrs(shard: BatchedEnv, offset: int, name: str, values: Sequence[Any]) -> int | None:
+    """:func:`set_env_attrs` on a shard's dict envs; on a natively batched shard, one of the
+    attributes it declares settable (``settable_attributes``) to ``values[0]``, the one
+    value of all its copies. Returns the shard's ``max_episode_steps`` after the write (a
+    write may change it: mpe2's ``max_cycles``)."""
     envs = getattr(shard, "envs", None)
-    if envs is None:
-        raise TypeError(
-            f"{type(shard).__name__} is natively batched: it has no attributes per copy to set"
+    if envs is not None:
+        set_env_attrs(envs, offset, name, values)
+    else:
+        guarded(offset, f"setting attribute {name!r}", lambda: set_native_attr(shard, name, values))
+    return shard.max_episode_steps
+
+
+def set_native_attr(shard: BatchedEnv, name: str, values: Sequence[Any]) -> None:
+    """Set attribute ``name`` of a natively batched env to ``values[0]``, where the env
+    declares it settable (a write to any other would not reach its copies' arrays)."""
+    settable = tuple(getattr(shard, "settable_attributes", ()))
+    if name not in settable:
+        raise AttributeError(
+            f"{type(shard).__name__} is natively batched: set_attr sets only the attributes "
+            f"it declares settable ({', '.join(map(repr, settable)) or 'none'}), one value for "
+            f"all its copies; set {name!r} when it is built (make_vec(..., env_kwargs=...)), "
+            "or per copy with native=False"
         )
-    set_env_attrs(envs, offset, name, values)
+    setattr(shard, name, values[0])
 
 
 def set_env_attrs(envs: Sequence[Any], offset: int, name: str, values: Sequence[Any]) -> None:
-    """Set attribute ``name`` of env ``i`` to ``values[i]``; errors as :class:`EnvError`."""
+    """Set attribute ``name`` of env ``i`` to ``values[i]`` where reading it finds it
+    (:func:`corral.adapters.set_env_attr`); errors as :class:`EnvError`."""
     for i, (env, value) in enumerate(zip(envs, values, strict=True)):
         guarded(
-            offset + i, f"setting attribute {name!r}", lambda e=env, v=value: setattr(e, name, v)
+            offset + i,
+            f"setting attribute {name!r}",
+            lambda e=env, v=value: set_env_attr(e, name, v),
         )
 
 

@@ -90,7 +90,6 @@ class DictEnvs(BatchedEnv):
         self.num_envs = len(self.envs)
         self.possible_agents = list(first.possible_agents)
         self.metadata = dict(getattr(first, "metadata", {}))
-        self.max_episode_steps = getattr(first, "max_episode_steps", None)
         self._obs_spaces = {a: first.observation_space(a) for a in self.possible_agents}
         self._action_spaces = {a: first.action_space(a) for a in self.possible_agents}
         self.state_space = getattr(first, "state_space", None) if state else None
@@ -124,6 +123,11 @@ class DictEnvs(BatchedEnv):
     @property
     def groups(self) -> dict[str, tuple[str, ...]]:
         return {name: g.agents for name, g in self.layout.groups.items()}
+
+    @property
+    def max_episode_steps(self) -> int | None:  # type: ignore[override]
+        """The first env's ``max_episode_steps`` as it is now (``set_attr`` may change it)."""
+        return getattr(self.envs[0], "max_episode_steps", None) if self.envs else None
 
     def write_into(self, arrays: Mapping[str, np.ndarray]) -> bool:
         """Pack straight into ``arrays`` (the batch's own, such as shared memory) instead of

@@ -23,6 +23,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import Place, on_host
+from corral.errors import UnknownAgentError
 from corral.groups import GroupMap, group_agents
 from corral.values import describe, finite_problem, store_exactly
 
@@ -312,6 +313,21 @@ class Layout:
             for j, agent in enumerate(group.agents)
         }
         self.fields = self._fields()
+
+    def group(self, key: str) -> Group:
+        """The group named ``key``, else the group of the agent ``key``; an
+        :class:`~corral.errors.UnknownAgentError` listing the groups for any other key."""
+        group = self.groups.get(key)
+        if group is None and key in self.position:
+            group = self.groups[self.position[key][0]]
+        if group is None:
+            raise UnknownAgentError(f"no group or agent {key!r}; {self.describe_groups()}")
+        return group
+
+    def describe_groups(self) -> str:
+        """The groups and their agents, for an error message."""
+        listed = ", ".join(f"{name!r} ({', '.join(g.agents)})" for name, g in self.groups.items())
+        return f"the groups, with their agents: {listed}"
 
     @classmethod
     def grouping(

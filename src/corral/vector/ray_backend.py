@@ -140,8 +140,8 @@ class RayWorker:
     def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
         return call_shard(self.shard, self.offset, name, args, kwargs)
 
-    def set_attr(self, name: str, values: Sequence[Any]) -> None:
-        set_shard_attrs(self.shard, self.offset, name, values)
+    def set_attr(self, name: str, values: Sequence[Any]) -> int | None:
+        return set_shard_attrs(self.shard, self.offset, name, values)
 
     def close(self) -> None:
         shard, self.shard = self.shard, None
@@ -355,6 +355,7 @@ class RayBackend(Backend):
         self._layout: Layout | None = None
         self._arrays: Arrays = {}
         self._pending: tuple[str, dict[int, Refs], Callable[[_Actor], Refs]] | None = None
+        self._asked: tuple[str, dict[int, Refs]] | None = None  # a call awaiting its replies
         self._closed = False
         if num_workers is not None or envs_per_worker is not None:
             self._split(split_envs(self.num_envs, num_workers, envs_per_worker))
@@ -413,24 +414,24 @@ class RayBackend(Backend):
 
     # -- other calls ------------------------------------------------------------------
 
-    def call(
-        self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None
-    ) -> list[Any]:
-        results = self._call(
-            lambda s: [s.handle.call.remote(name, args, kwargs)], call_text(name, args), timeout
-        )
+    def call_async(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> None:
+        self._ask(lambda s: [s.handle.call.remote(name, args, kwargs)], call_text(name, args))
+
+    def call_wait(self, timeout: float | None) -> list[Any]:
+        results = self._answers(timeout)
         return [value for s in self.shards for value in results[s.index]]
 
-    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
+    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> int | None:
         values = list(values)
-        self._call(
+        results = self._call(
             lambda s: [s.handle.set_attr.remote(name, values[s.envs.start : s.envs.stop])],
             f"set_attr({name!r})",
             timeout,
         )
+        return results[0]
 
-    def close(self) -> None:
-        self._shut(graceful=True)
+    def close(self, terminate: bool = False) -> None:
+        self._shut(graceful=not terminate)
 
     def _shut(self, *, graceful: bool) -> None:
         """Kill the actors, ``graceful``: after they closed their envs (waiting
@@ -570,8 +571,18 @@ class RayBackend(Backend):
         """Each actor's reply to ``submit(s)`` (not a reset or step), by shard index. An
         actor that dies or misses the timeout is replaced, its envs restarting at the next
         reset or step; until then a call raises :class:`WorkerDiedError` for it."""
+        self._ask(submit, what)
+        return self._answers(timeout)
+
+    def _ask(self, submit: Callable[[_Actor], Refs], what: str) -> None:
+        """Start :meth:`_call`; :meth:`_answers` gathers the replies."""
+        self._asked = (what, {s.index: submit(s) for s in self.shards if not s.setup})
+
+    def _answers(self, timeout: float | None) -> dict[int, Any]:
+        """The replies to the last :meth:`_ask`, by shard index (see :meth:`_call`)."""
+        (what, pending), self._asked = self._asked, None
         limit = self.timeout if timeout is None else timeout
-        answers = self._gather({s.index: submit(s) for s in self.shards if not s.setup}, limit)
+        answers = self._gather(pending, limit)
         for s in answers.dead + answers.late:
             self._replace(s)
         answers.dead = [s for s in self.shards if s.setup and s not in answers.late]

@@ -131,8 +131,8 @@ class _Server:
     def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
         return call_shard(self.shard, self.offset, name, args, kwargs)
 
-    def set_attr(self, name: str, values: list[Any]) -> None:
-        set_shard_attrs(self.shard, self.offset, name, values)
+    def set_attr(self, name: str, values: list[Any]) -> int | None:
+        return set_shard_attrs(self.shard, self.offset, name, values)
 
 
 def _exit_with_parent() -> None:
@@ -296,13 +296,21 @@ class _Worker(Shard):
         self.process, self.conn, self.dead, self.replied = None, None, True, False
 
 
-def _shutdown(workers: list[_Worker], fds: list[int], reaper_process: subprocess.Popen) -> None:
-    """Close every worker, the shared block and the reaper (also run by the finalizer)."""
+def _shutdown(
+    workers: list[_Worker],
+    fds: list[int],
+    reaper_process: subprocess.Popen,
+    grace: float = CLOSE_GRACE_S,
+) -> None:
+    """Close every worker, the shared block and the reaper (also run by the finalizer).
+
+    Each worker has ``grace`` seconds to close its envs and exit before it is killed; with
+    none, it is killed at once and its envs are not closed."""
     for worker in workers:
-        if not worker.dead:
+        if not worker.dead and grace > 0:
             with contextlib.suppress(OSError):  # one already gone is reaped by stop()
                 worker.conn.send(("close",))
-    deadline = time.monotonic() + CLOSE_GRACE_S
+    deadline = time.monotonic() + grace
     for worker in workers:
         worker.stop(max(0.0, deadline - time.monotonic()))
     for fd in fds:
@@ -354,6 +362,7 @@ class SubprocBackend(Backend):
         self._reaper = reaper.start(grace=REAP_AFTER_S)  # told of each worker as it starts
         self._finalizer = weakref.finalize(self, _shutdown, self.shards, self._fds, self._reaper)
         self._awaiting: tuple[str, list[_Worker], list | None] | None = None
+        self._asked = ""  # what the call awaiting its replies is (see _ask)
         try:
             self._info = self._start(self.shards)[0]
         except BaseException:
@@ -434,23 +443,23 @@ class SubprocBackend(Backend):
 
     # -- other calls ------------------------------------------------------------------
 
-    def call(
-        self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None
-    ) -> list[Any]:
-        replies = self._request(
-            lambda w: ("call", name, args, kwargs), call_text(name, args), timeout
-        )
-        return [value for reply in replies for value in reply]
+    def call_async(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> None:
+        self._ask(lambda w: ("call", name, args, kwargs), call_text(name, args))
 
-    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
+    def call_wait(self, timeout: float | None) -> list[Any]:
+        return [value for reply in self._answers(timeout) for value in reply]
+
+    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> int | None:
         values = list(values)
-        self._request(
-            lambda w: ("set_attr", name, values[w.envs.start : w.envs.stop]),
-            f"set_attr({name!r})",
-            timeout,
+        self._ask(
+            lambda w: ("set_attr", name, values[w.envs.start : w.envs.stop]), f"set_attr({name!r})"
         )
+        return self._answers(timeout)[0]
 
-    def close(self) -> None:
+    def close(self, terminate: bool = False) -> None:
+        if terminate and self._finalizer.alive:
+            self._finalizer.detach()
+            _shutdown(self.shards, self._fds, self._reaper, grace=0.0)
         self._finalizer()
 
     # -- talking to workers ---------------------------------------------------------------
@@ -462,12 +471,15 @@ class SubprocBackend(Backend):
     def _limit(self, timeout: float | None) -> float | None:
         return self.timeout if timeout is None else timeout
 
-    def _request(
-        self, message: Callable[[_Worker], tuple], what: str, timeout: float | None
-    ) -> list[Any]:
-        """Send ``message(w)`` to every worker and return their replies, in order."""
+    def _ask(self, message: Callable[[_Worker], tuple], what: str) -> None:
+        """Send ``message(w)`` to every worker; :meth:`_answers` gathers the replies."""
         self._check_open()
         self._send(self.shards, message)
+        self._asked = what
+
+    def _answers(self, timeout: float | None) -> list[Any]:
+        """The workers' replies to the last :meth:`_ask`, in order."""
+        what, self._asked = self._asked, ""
         limit = self._limit(timeout)
         answers = self._gather([w for w in self.shards if not w.dead], limit)
         answers.dead = [w for w in self.shards if w.dead and w not in answers.late]

@@ -26,6 +26,7 @@ class SyncBackend(Backend):
         super().__init__(source)
         self.shard = source.build(0)
         self._pending: tuple[Callable[[], None], str] | None = None  # a call and its name
+        self._call: Callable[[], list[Any]] | None = None  # of call_async
 
     def env_info(self) -> EnvInfo:
         return EnvInfo.of(self.shard)
@@ -51,13 +52,15 @@ class SyncBackend(Backend):
 
     reset_wait = step_wait = _run_pending
 
-    def call(
-        self, name: str, args: tuple | None, kwargs: dict[str, Any], timeout: float | None
-    ) -> list[Any]:
-        return call_shard(self.shard, 0, name, args, kwargs)
+    def call_async(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> None:
+        self._call = partial(call_shard, self.shard, 0, name, args, kwargs)
 
-    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> None:
-        set_shard_attrs(self.shard, 0, name, values)
+    def call_wait(self, timeout: float | None) -> list[Any]:
+        call, self._call = self._call, None
+        return call()
 
-    def close(self) -> None:
-        self.shard.close()
+    def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> int | None:
+        return set_shard_attrs(self.shard, 0, name, values)
+
+    def close(self, terminate: bool = False) -> None:
+        self.shard.close()  # nothing to terminate: the envs run in this process

@@ -74,6 +74,7 @@ class _Pending(enum.Enum):
     NONE = "none"
     RESET = "reset"
     STEP = "step"
+    CALL = "call"
     CLOSED = "closed"
 
 
@@ -252,13 +253,25 @@ class VectorEnv:
         """Group name -> its agents, in array order."""
         return {name: g.agents for name, g in self.layout.groups.items()}
 
-    def observation_space(self, group: str) -> Any:
-        """The observation space of one agent of ``group``."""
-        return self.layout.groups[group].observation_space
+    def observation_space(self, key: str) -> Any:
+        """The observation space of one agent of the group ``key``, or of the agent ``key``
+        (not batched: a batch holds ``[E, n, *shape]`` of it per group). Another key raises
+        :class:`~corral.errors.UnknownAgentError`, listing the groups and their agents."""
+        return self.layout.group(key).observation_space
 
-    def action_space(self, group: str) -> Any:
-        """The action space of one agent of ``group``."""
-        return self.layout.groups[group].action_space
+    def action_space(self, key: str) -> Any:
+        """The action space of one agent of the group ``key``, or of the agent ``key``
+        (not batched: actions go in as ``[E, n, *shape]`` of it per group). Another key
+        raises :class:`~corral.errors.UnknownAgentError`, listing the groups and their agents."""
+        return self.layout.group(key).action_space
+
+    def single_observation_space(self, key: str) -> Any:
+        """:meth:`observation_space`, under the name AgileRL's vector envs use."""
+        return self.observation_space(key)
+
+    def single_action_space(self, key: str) -> Any:
+        """:meth:`action_space`, under the name AgileRL's vector envs use."""
+        return self.action_space(key)
 
     @property
     def state_space(self) -> Any:
@@ -346,9 +359,23 @@ class VectorEnv:
 
     def call(self, name: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> list:
         """Call method ``name`` (or read attribute ``name``) on every env."""
-        self._expect(_Pending.NONE, "call")
         check_timeout(self.backend_name, timeout)
-        return self._backend.call(name, args, kwargs, timeout)
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait(timeout)
+
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """Start :meth:`call` on every env; :meth:`call_wait` returns the values. Worker
+        backends send it at once, so the caller may work meanwhile."""
+        self._expect(_Pending.NONE, "call_async")
+        self._backend.call_async(name, args, kwargs)
+        self._pending = _Pending.CALL
+
+    def call_wait(self, timeout: float | None = None) -> list:
+        """The values of the call started by :meth:`call_async`, one per env, in order."""
+        self._expect(_Pending.CALL, "call_wait")
+        check_timeout(self.backend_name, timeout)
+        self._pending = _Pending.NONE
+        return self._backend.call_wait(timeout)
 
     def get_attr(self, name: str, timeout: float | None = None) -> list:
         """Attribute ``name`` of every env (an adapter's, else its source env's)."""
@@ -357,14 +384,19 @@ class VectorEnv:
         return self._backend.call(name, None, {}, timeout)
 
     def set_attr(self, name: str, values: Any, timeout: float | None = None) -> None:
-        """Set attribute ``name`` of env ``i`` to ``values[i]`` (or every env to ``values``)."""
+        """Set attribute ``name`` of env ``i`` to ``values[i]`` (or every env to ``values``),
+        on the object :meth:`get_attr` reads it from: an adapter's source env, where it
+        holds ``name``. A natively batched env takes one value for all its copies, for the
+        attributes it lists in ``settable_attributes``."""
         self._expect(_Pending.NONE, "set_attr")
         check_timeout(self.backend_name, timeout)
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
             raise ValueError(f"set_attr needs {self.num_envs} values, got {len(values)}")
-        self._backend.set_attr(name, values, timeout)
+        if self.native:
+            _one_value(name, values)
+        self._max_episode_steps = self._backend.set_attr(name, values, timeout)
 
     def render(self) -> list:
         """Every env's frame, in env order."""
@@ -378,16 +410,18 @@ class VectorEnv:
         if self._deferred is not None:
             self._deferred.raise_first()
 
-    def close(self) -> None:
+    def close(self, *, terminate: bool = False) -> None:
         """Stop the envs and free their resources (then raise a deferred problem, see
-        :meth:`raise_deferred`); calling it again does nothing."""
+        :meth:`raise_deferred`); calling it again does nothing. ``terminate``: kill the
+        worker processes or actors at once, without letting them close their envs (on
+        ``sync`` the envs are closed as usual)."""
         if self._pending is not _Pending.CLOSED:
-            self._shut()
+            self._shut(terminate)
             self.raise_deferred()
 
-    def _shut(self) -> None:
+    def _shut(self, terminate: bool = False) -> None:
         self._pending = _Pending.CLOSED
-        self._backend.close()
+        self._backend.close(terminate)
 
     def __enter__(self) -> VectorEnv:
         return self
@@ -451,9 +485,7 @@ class VectorEnv:
         groups = self.layout.groups
         for name in actions:
             if name not in groups:
-                raise InvalidActionError(
-                    f"actions for unknown group {name!r}; the groups are {list(self.groups)}"
-                )
+                raise InvalidActionError(self._unknown_group(name))
         checked = {}
         deferred = self._deferred
         if deferred is not None:
@@ -501,6 +533,19 @@ class VectorEnv:
         if self.clip_actions:
             for name, counts in self._clipped.items():
                 counts[...] = checked[name][2] if name in checked else 0
+
+    def _unknown_group(self, key: Any) -> str:
+        """Why ``actions[key]`` is refused: no such group (an agent's actions go into its
+        group's array)."""
+        text = f"actions for unknown group {key!r}"
+        if key in self.layout.position:
+            group, j = self.layout.position[key]
+            text += (
+                f": {key!r} is an agent, and actions are keyed by group, one array "
+                f"[env, agent, *action_shape] per group; its actions go in "
+                f"actions[{group!r}][:, {j}]"
+            )
+        return f"{text}; {self.layout.describe_groups()}"
 
     def _in_place(self, group: str, tree: Any, action: Any) -> Any:
         """``action``, nested as the action tree ``tree``, as arrays of the layout's place
@@ -676,6 +721,23 @@ def _in(place: Place, value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return type(value)(_in(place, v) for v in value)
     return place.asarray(value)
+
+
+def _one_value(name: str, values: Sequence[Any]) -> None:
+    """Raise a ``ValueError`` unless every entry of ``values`` is the same value: a natively
+    batched env has one of each attribute for all its copies."""
+    first = values[0]
+    for i, value in enumerate(values):
+        try:
+            same = value is first or bool(value == first)
+        except (TypeError, ValueError):  # an array's comparison has no single truth
+            same = False
+        if not same:
+            raise ValueError(
+                f"set_attr({name!r}): a natively batched env has one value of {name!r} for "
+                f"all its copies, but env {i} got {describe(value)} and env 0 "
+                f"{describe(first)}; give one value, or use native=False for one per env"
+            )
 
 
 def _copy_of(value: Any) -> Any:

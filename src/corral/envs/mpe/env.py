@@ -57,6 +57,7 @@ class BatchedMPE(BatchedEnv):
     # Keyword arguments the batched scenario supports only at one value: name -> that value.
     fixed_arguments: dict[str, Any] = {"benchmark_data": False}
     simultaneous = True
+    settable_attributes = ("max_cycles",)  # read at every step, as mpe2 reads it
 
     def __init__(
         self,
@@ -98,7 +99,7 @@ class BatchedMPE(BatchedEnv):
         self._obs_spaces = {a: raw.observation_space(a) for a in self.possible_agents}
         self._action_spaces = {a: raw.action_space(a) for a in self.possible_agents}
         self.state_space = raw.state_space
-        self.max_cycles = self.max_episode_steps = int(raw.max_cycles)
+        self.max_cycles = int(raw.max_cycles)
         self.continuous_actions = bool(raw.continuous_actions)
         self.local_ratio = raw.local_ratio
         self.dynamic_rescaling = raw.dynamic_rescaling
@@ -259,6 +260,11 @@ class BatchedMPE(BatchedEnv):
     @property
     def groups(self) -> dict[str, tuple[str, ...]]:
         return dict(self._groups)
+
+    @property
+    def max_episode_steps(self) -> int:  # type: ignore[override]
+        """``max_cycles``: every copy is truncated then."""
+        return int(self.max_cycles)
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self._obs_spaces[agent]
