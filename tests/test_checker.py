@@ -665,6 +665,27 @@ def test_spaces_kept_as_dicts_are_named_with_what_the_contract_expects() -> None
     assert "def observation_space(self, agent): return self.observation_spaces[agent]" in message
 
 
+class MALibStyle:
+    """Spaces only in the dicts ``observation_spaces`` and ``action_spaces``, as MALib's envs
+    keep them (otherwise Relay)."""
+
+    def __init__(self) -> None:
+        relay = Relay()
+        self.possible_agents = relay.possible_agents
+        self.observation_spaces = {a: relay.observation_space(a) for a in self.possible_agents}
+        self.action_spaces = {a: relay.action_space(a) for a in self.possible_agents}
+        self.reset, self.step = relay.reset, relay.step
+
+
+def test_an_env_with_only_dicts_of_spaces_is_told_the_methods_to_add() -> None:
+    with pytest.raises(TypeError) as refused:  # not an env at all: corral.adapt refuses it
+        check_env(MALibStyle())
+    message = str(refused.value)
+    assert "lacks ['observation_space', 'action_space']" in message
+    for kind in ("observation_space", "action_space"):
+        assert f"def {kind}(self, agent): return self.{kind}s[agent]" in message
+
+
 def test_simultaneous_env_probe_uses_an_unknown_agent() -> None:
     class Simultaneous(Relay):
         def _acting(self):

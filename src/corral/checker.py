@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from corral.env import spaces_by_agent_hint
 from corral.errors import CheckIncompleteWarning, EnvContractError
 from corral.values import describe, finite_problem
 
@@ -622,9 +623,7 @@ def _spaces_are_methods(env: Any) -> Iterator[str]:
             found = describe(value)
         yield (
             f"env.{kind} is {found}, not a method: the contract asks each agent's space as "
-            f"env.{kind}(agent), which returns a gymnasium space. An env that keeps its "
-            f"spaces in a dict by agent (as XuanCe, RLlib and MALib do) can keep it as "
-            f"self.{kind}s and add: def {kind}(self, agent): return self.{kind}s[agent]"
+            f"env.{kind}(agent), which returns a gymnasium space. {spaces_by_agent_hint(kind)}"
         )
 
 

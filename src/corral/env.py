@@ -107,6 +107,15 @@ class MultiAgentEnv:
         return len(self.possible_agents)
 
 
+def spaces_by_agent_hint(kind: str) -> str:
+    """How an env that keeps its spaces in a dict by agent meets the contract's method ``kind``
+    (``"observation_space"`` or ``"action_space"``)."""
+    return (
+        "An env that keeps its spaces in a dict by agent (as XuanCe, RLlib and MALib do) can "
+        f"keep it as self.{kind}s and add: def {kind}(self, agent): return self.{kind}s[agent]"
+    )
+
+
 def validate_actions(
     actions: Mapping[AgentID, Any],
     acting: Iterable[AgentID],
