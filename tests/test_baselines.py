@@ -214,6 +214,29 @@ def test_plots_draw_reference_lines_and_the_envs_baselines(
     assert set(lines) <= set(legend)
 
 
+def test_each_horizontal_line_has_its_own_colour_and_dashes_apart_from_the_curves(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_rgba
+
+    from corral.training.plot import draw_runs
+
+    run = spread_run(capsys, tmp_path / "r", "env_kwargs.N=2", "env_kwargs.max_cycles=10")
+    figure = draw_runs([run], references={"target": -13}, baselines=True)
+    ax = figure.axes[0]
+    flat = [line for line in ax.get_lines() if len(line.get_xdata()) == 2]
+    curves = [line for line in ax.get_lines() if line not in flat]
+    assert len(flat) == 3 and len(curves) == 1  # random, heuristic, target; one curve
+    colours = [to_rgba(line.get_color()) for line in flat]
+    assert len(set(colours)) == 3 and to_rgba(curves[0].get_color()) not in colours
+    assert len({line.get_linestyle() for line in flat}) == 3
+    legend = {t.get_text(): h.get_color() for t, h in zip(
+        ax.get_legend().get_texts(), ax.get_legend().legend_handles, strict=True
+    )}  # fmt: skip
+    assert {to_rgba(legend[line.get_label()]) for line in flat} == set(colours)
+
+
 def test_plot_command_draws_references_and_refuses_what_it_cannot(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

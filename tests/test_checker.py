@@ -365,6 +365,11 @@ class MaskWrongDtype(Broken):
         infos["p_2"]["action_mask"] = np.ones(3, dtype=np.float32)
 
 
+class MaskBool(Broken):
+    def corrupt(self, obs, rewards, terms, truncs, infos):
+        infos["p_2"]["action_mask"] = np.ones(3, dtype=bool)
+
+
 class RewardForUnknownAgent(Broken):
     def corrupt(self, obs, rewards, terms, truncs, infos):
         rewards["ghost"] = 1.0
@@ -499,7 +504,12 @@ BROKEN = [
     (MissingInfos, "step 1: infos has no entry for agent 'p_2', which is in obs"),
     (MaskWrongLength, "step 1: infos['p_2']['action_mask'] has shape (2,), but the action space"),
     (MaskAllZeros, "step 1: infos['p_2']['action_mask'] is all zeros"),
-    (MaskWrongDtype, "step 1: infos['p_2']['action_mask'] must have dtype int8 (or bool)"),
+    (
+        MaskWrongDtype,
+        "step 1: infos['p_2']['action_mask'] must have dtype int8, the dtype Gymnasium's "
+        "Discrete.sample(mask=...) takes, got dtype float32: return mask.astype(np.int8)",
+    ),
+    (MaskBool, "step 1: infos['p_2']['action_mask'] must have dtype int8, the dtype"),
     (RewardForUnknownAgent, "step 1: rewards names agent 'ghost', which is not one of possible"),
     (RewardForDeadAgent, "step 3: rewards names agent 'p_2', whose episode already ended at step"),
     (MissingReward, "step 1: rewards has no entry for agent 'p_2', which was alive"),
@@ -611,6 +621,69 @@ def test_bad_possible_agents_stop_the_check() -> None:
         possible_agents = []
 
     assert the_violation(NoAgents()).startswith("env.possible_agents must be a non-empty list")
+
+
+def test_a_bool_mask_is_reported_with_the_conversion_that_makes_it_int8() -> None:
+    message = the_violation(MaskBool())
+    assert message.endswith("got dtype bool: return mask.astype(np.int8)"), message
+
+
+class XuanCeStyle:
+    """Spaces as dicts by agent, as XuanCe's multi-agent envs keep them (otherwise Relay)."""
+
+    def __init__(self) -> None:
+        relay = Relay()
+        self.possible_agents = relay.possible_agents
+        self.observation_space = {a: relay.observation_space(a) for a in self.possible_agents}
+        self.action_space = {a: relay.action_space(a) for a in self.possible_agents}
+        self.reset, self.step = relay.reset, relay.step
+
+
+class RLlibStyle(Relay):
+    """Spaces in a dict ``observation_spaces``, and ``observation_space`` a gymnasium Dict
+    over the agents, as RLlib's MultiAgentEnv keeps them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_spaces = {a: self._obs_space for a in self.possible_agents}
+        self.observation_space = spaces.Dict(self.observation_spaces)
+
+
+def test_spaces_kept_as_dicts_are_named_with_what_the_contract_expects() -> None:
+    found = violations(XuanCeStyle())  # the check stops there: no space can be read
+    assert found == [
+        f"env.{kind} is a dict keyed by ['p_0', 'p_1', 'p_2'], not a method: the contract asks "
+        f"each agent's space as env.{kind}(agent), which returns a gymnasium space. An env "
+        "that keeps its spaces in a dict by agent (as XuanCe, RLlib and MALib do) can keep it "
+        f"as self.{kind}s and add: def {kind}(self, agent): return self.{kind}s[agent]"
+        for kind in ("observation_space", "action_space")
+    ]
+    message = the_violation(RLlibStyle())
+    assert message.startswith("env.observation_space is a gymnasium space, Dict('p_0': Box("), (
+        message
+    )
+    assert "def observation_space(self, agent): return self.observation_spaces[agent]" in message
+
+
+class MALibStyle:
+    """Spaces only in the dicts ``observation_spaces`` and ``action_spaces``, as MALib's envs
+    keep them (otherwise Relay)."""
+
+    def __init__(self) -> None:
+        relay = Relay()
+        self.possible_agents = relay.possible_agents
+        self.observation_spaces = {a: relay.observation_space(a) for a in self.possible_agents}
+        self.action_spaces = {a: relay.action_space(a) for a in self.possible_agents}
+        self.reset, self.step = relay.reset, relay.step
+
+
+def test_an_env_with_only_dicts_of_spaces_is_told_the_methods_to_add() -> None:
+    with pytest.raises(TypeError) as refused:  # not an env at all: corral.adapt refuses it
+        check_env(MALibStyle())
+    message = str(refused.value)
+    assert "lacks ['observation_space', 'action_space']" in message
+    for kind in ("observation_space", "action_space"):
+        assert f"def {kind}(self, agent): return self.{kind}s[agent]" in message
 
 
 def test_simultaneous_env_probe_uses_an_unknown_agent() -> None:

@@ -15,6 +15,7 @@ from corral.algos.dqn import DQN, Config, double_q_target  # noqa: E402
 from corral.algos.networks import as_input  # noqa: E402
 from corral.algos.selfplay import SelfPlay  # noqa: E402
 from corral.data.rollouts import decision_rows  # noqa: E402
+from corral.errors import UnsupportedEnvError  # noqa: E402
 from corral.training.collector import evaluate  # noqa: E402
 from corral.training.rollout_collector import RolloutCollector  # noqa: E402
 from corral.training.selfplay_eval import evaluate_vs_random  # noqa: E402
@@ -130,7 +131,7 @@ def test_only_discrete_action_spaces_are_accepted() -> None:
         action_space=lambda g: box,
         state_space=None,
     )
-    with pytest.raises(ValueError, match=r"Discrete action spaces.*'agent'"):
+    with pytest.raises(UnsupportedEnvError, match=r"Discrete action spaces.*'agent'"):
         DQN(venv)
 
 

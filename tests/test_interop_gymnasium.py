@@ -103,6 +103,13 @@ def test_multi_agent_envs_are_refused() -> None:
         corral.to_gymnasium("corral/rps")
 
 
+def test_the_refusal_names_the_env_by_its_id_else_by_its_class_and_name() -> None:
+    with pytest.raises(ExportError, match=r"but 'corral/rps' has 2"):
+        corral.to_gymnasium("corral/rps")
+    with pytest.raises(ExportError, match=r"but RockPaperScissors 'rps' has 2"):
+        corral.to_gymnasium(corral.make("corral/rps"))
+
+
 def test_render_passes_through() -> None:
     export = corral.to_gymnasium("gym/CartPole-v1", render_mode="rgb_array")
     export.reset(seed=0)

@@ -126,6 +126,14 @@ def test_parallel_api_for_an_env_that_is_not_simultaneous_says_to_use_aec(source
         corral.to_pettingzoo(env, api="parallel")
 
 
+def test_export_errors_name_the_env_by_its_id_else_by_its_class_and_name() -> None:
+    pytest.importorskip("pyspiel")
+    with pytest.raises(ExportError, match=r"^'openspiel/kuhn_poker' is not simultaneous"):
+        corral.to_pettingzoo("openspiel/kuhn_poker", api="parallel")
+    with pytest.raises(ExportError, match=r"^OpenSpielEnv 'kuhn_poker' is not simultaneous"):
+        corral.to_pettingzoo(corral.make("openspiel/kuhn_poker"), api="parallel")
+
+
 def test_openspiel_simultaneous_games_export_as_parallel() -> None:
     pytest.importorskip("pyspiel")
     assert isinstance(corral.to_pettingzoo("openspiel/goofspiel"), pettingzoo.ParallelEnv)

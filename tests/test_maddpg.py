@@ -222,6 +222,19 @@ def test_envs_that_are_not_lockstep_are_refused_when_it_is_built(env_id: str) ->
     venv.close()
 
 
+def test_unbounded_box_actions_are_refused_as_an_unsupported_env() -> None:
+    unbounded = spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float32)
+
+    class Unbounded(TargetGame):
+        def action_space(self, agent: str) -> spaces.Box:
+            return unbounded
+
+    venv = corral.VectorEnv([Unbounded] * 2, seed=0)
+    with pytest.raises(UnsupportedEnvError, match=r"bounded Box actions.*'agent'.*MAPPO and IPPO"):
+        MADDPG(venv)
+    venv.close()
+
+
 def test_a_turn_based_env_that_does_not_say_so_raises_at_its_first_step() -> None:
     class Undeclared(RockPaperScissors):
         metadata = {"render_modes": []}

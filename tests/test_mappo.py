@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import warnings
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ torch = pytest.importorskip("torch")
 import corral  # noqa: E402
 from corral.algos import algorithm_class  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO, Config, policy_head  # noqa: E402
+from corral.errors import UnsupportedEnvError  # noqa: E402
 from corral.training.collector import Collector, DecisionCounter, evaluate  # noqa: E402
 
 torch.set_num_threads(1)
@@ -179,8 +181,23 @@ def test_mappo_needs_the_state_to_explore_but_not_to_act_greedily() -> None:
 def test_unsupported_action_space_is_named() -> None:
     from gymnasium import spaces
 
-    with pytest.raises(TypeError, match="MultiDiscrete"):
+    with pytest.raises(UnsupportedEnvError, match="MultiDiscrete"):
         policy_head(spaces.MultiDiscrete([2, 2]), 4, Config())
+
+
+def test_a_box_with_unbounded_axes_maps_them_unscaled_without_a_warning() -> None:
+    from gymnasium import spaces
+
+    big = np.finfo(np.float32).max
+    low = np.array([-1.0, -np.inf, -big, 0.0], np.float32)
+    high = np.array([3.0, np.inf, big, np.inf], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's on inf - inf, or on an overflow of high - low
+        head = policy_head(spaces.Box(low, high), 4, Config())
+    sample = np.array([[0.5, -7.0, 0.5, -2.0]], np.float32)
+    want = np.array([[2.0, -7.0, big / 2, 0.0]], np.float32)  # -2 clipped to the low of 0
+    np.testing.assert_array_equal(head.to_env(sample), want)
+    np.testing.assert_array_equal(head.to_env(torch.from_numpy(sample)).numpy(), want)
 
 
 def test_registered_names() -> None:

@@ -150,6 +150,48 @@ def test_masked_dict_observations_and_agents_ending_apart() -> None:
     assert np.array_equal(infos["a"]["final_obs"], [4.0])
 
 
+class BoolMasked(Masked):
+    """Masked with ``bool`` masks: in the observations, or (``in_info``) in the infos."""
+
+    in_info = False
+
+    def _obs(self) -> dict:
+        obs = super()._obs()
+        for part in obs.values():
+            part["action_mask"] = part["action_mask"].astype(bool)
+        if not self.in_info:
+            return obs
+        self.masks = {a: part["action_mask"] for a, part in obs.items()}
+        return {a: part["observation"] for a, part in obs.items()}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple:
+        obs, _ = super().reset(seed, options)
+        return obs, self._infos()
+
+    def step(self, actions: dict) -> tuple:
+        *out, _ = super().step(actions)
+        return (*out, self._infos())
+
+    def _infos(self) -> dict:
+        masks = self.masks if self.in_info else {}
+        return {a: {"action_mask": masks[a]} for a in masks if a in self.agents}
+
+
+@pytest.mark.parametrize("in_info", [False, True], ids=["in-obs", "in-infos"])
+def test_bool_masks_arrive_as_int8_and_the_readmes_loop_plays_them(in_info: bool) -> None:
+    env = adapt(type("Env", (BoolMasked,), {"in_info": in_info})())
+    obs, infos = env.reset(seed=0)
+    assert infos["b"]["action_mask"].dtype == np.int8
+    assert infos["b"]["action_mask"].tolist() == [1, 0, 1]
+    steps = 0
+    while env.agents:  # the README's ten lines; Discrete.sample refuses a bool mask
+        actions = {a: env.action_space(a).sample(mask=infos[a].get("action_mask")) for a in obs}
+        obs, _, _, _, infos = env.step(actions)
+        assert all(info["action_mask"].dtype == np.int8 for a, info in infos.items() if a in obs)
+        steps += 1
+    assert steps == 4
+
+
 def spread_trace(bad: dict | None) -> tuple[list, str]:
     env = corral.make("mpe2/simple_spread_v3", N=3, max_cycles=5)
     obs, _ = env.reset(seed=3)

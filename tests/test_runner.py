@@ -192,6 +192,9 @@ def test_env_sections_apply_globs_then_the_exact_id() -> None:
     ("overrides", "message"),
     [
         ({"totl_steps": 5}, "did you mean 'total_steps'"),
+        # corral.train's ways to run: where they go, for a caller who passed them along
+        ({"progress": False}, r"'progress' \(a way to run, .*Runner\(config, progress=False\)"),
+        ({"resume": "runs/x"}, r"'resume' \(a way to run, .*Runner.resume\(run_dir\)"),
         ({"num_envs": "many"}, "num_envs"),
         ({"num_envs": 0}, r"num_envs must be in \[1, 16777216\], got 0"),
         ({"device": "tpu"}, "device"),

@@ -17,6 +17,7 @@ import pytest
 from gymnasium import spaces
 
 import corral
+from corral.envs.tag import Tag
 from corral.errors import EnvError, InvalidActionError, MissingDependencyError, VectorStateError
 from corral.vector import VectorEnv, make_vec
 
@@ -308,6 +309,48 @@ def test_masked_action_is_rejected_with_group_env_and_agent() -> None:
     else:
         pytest.skip("no action is masked in the first batch of corral/tag")
     venv.close()
+
+
+def _as_bool_masks(infos: dict) -> dict:
+    return {
+        a: {**info, "action_mask": info["action_mask"].astype(bool)}
+        if "action_mask" in info
+        else info
+        for a, info in infos.items()
+    }
+
+
+class BoolMaskTag(Tag):
+    """corral/tag with ``bool`` masks: the checker reports them, the vector layer reads them."""
+
+    def reset(self, seed=None, options=None):
+        obs, infos = super().reset(seed, options)
+        return obs, _as_bool_masks(infos)
+
+    def step(self, actions):
+        *out, infos = super().step(actions)
+        return (*out, _as_bool_masks(infos))
+
+
+def test_bool_masks_of_a_dict_env_give_the_batches_of_int8_ones() -> None:
+    venvs = [VectorEnv([cls] * 3, seed=0) for cls in (Tag, BoolMaskTag)]
+    batches = [venv.reset(seed=1) for venv in venvs]
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        actions = venvs[0].sample_actions(batches[0], rng)
+        batches = [venv.step(actions) for venv in venvs]
+        for g, mask in batches[0].action_mask.items():
+            np.testing.assert_array_equal(batches[1].action_mask[g], mask)
+            np.testing.assert_array_equal(batches[1].obs[g], batches[0].obs[g])
+    where = np.argwhere(~mask & batches[0].acting[g][..., None])  # a forbidden move
+    assert len(where)
+    e, j, a = where[0]
+    actions = venvs[0].sample_actions(batches[0], rng)
+    actions[g][e, j] = a
+    for venv in venvs:
+        with pytest.raises(InvalidActionError, match=f"env {e}, agent '{venv.groups[g][j]}'"):
+            venv.step(actions)
+        venv.close()
 
 
 def test_nan_in_continuous_actions_is_rejected() -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from corral.env import spaces_by_agent_hint
 from corral.errors import CheckIncompleteWarning, EnvContractError
 from corral.values import describe, finite_problem
 
@@ -400,8 +401,11 @@ def _action_mask_is_a_0_1_array(env: Any, frame: _Frame) -> Iterator[str]:
             yield f"{name} must be a numpy array of 0/1, got {describe(mask)}"
         elif mask.ndim != 1:
             yield f"{name} must be 1-D, got shape {mask.shape}"
-        elif mask.dtype not in (np.int8, np.bool_):
-            yield f"{name} must have dtype int8 (or bool), got dtype {mask.dtype}"
+        elif mask.dtype != np.int8:
+            yield (
+                f"{name} must have dtype int8, the dtype Gymnasium's Discrete.sample(mask=...) "
+                f"takes, got dtype {mask.dtype}: return mask.astype(np.int8)"
+            )
         elif not np.all((mask == 0) | (mask == 1)):
             yield f"{name} must hold only 0 and 1, got {np.unique(mask).tolist()}"
 
@@ -606,6 +610,23 @@ def _max_episode_steps_is_a_step_count(env: Any) -> Iterator[str]:
         yield f"env.max_episode_steps must be a positive int or None, got {describe(limit)}"
 
 
+def _spaces_are_methods(env: Any) -> Iterator[str]:
+    for kind in ("observation_space", "action_space"):
+        value = getattr(env, kind, None)
+        if callable(value):
+            continue
+        if isinstance(value, spaces.Space):
+            found = f"a gymnasium space, {value}"
+        elif isinstance(value, Mapping):
+            found = f"a dict keyed by {list(value)!r}"
+        else:
+            found = describe(value)
+        yield (
+            f"env.{kind} is {found}, not a method: the contract asks each agent's space as "
+            f"env.{kind}(agent), which returns a gymnasium space. {spaces_by_agent_hint(kind)}"
+        )
+
+
 def _spaces_of(env: Any) -> dict[tuple[str, Any], Any]:
     return {
         (kind, agent): getattr(env, kind)(agent)
@@ -745,7 +766,7 @@ class _Checker(_Findings):
         self.seed = seed
 
     def run(self, name: str, max_steps: int, episodes: int, step_cap: int) -> CheckReport:
-        self.apply((_possible_agents_are_unique_ids,), self.env)
+        self.apply((_possible_agents_are_unique_ids, _spaces_are_methods), self.env)
         if self._messages:
             return CheckReport(name, self.seed, violations=self.violations())
         try:

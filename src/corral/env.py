@@ -107,11 +107,20 @@ class MultiAgentEnv:
         return len(self.possible_agents)
 
 
+def spaces_by_agent_hint(kind: str) -> str:
+    """How an env that keeps its spaces in a dict by agent meets the contract's method ``kind``
+    (``"observation_space"`` or ``"action_space"``)."""
+    return (
+        "An env that keeps its spaces in a dict by agent (as XuanCe, RLlib and MALib do) can "
+        f"keep it as self.{kind}s and add: def {kind}(self, agent): return self.{kind}s[agent]"
+    )
+
+
 def validate_actions(
     actions: Mapping[AgentID, Any],
     acting: Iterable[AgentID],
     action_space: Callable[[AgentID], spaces.Space],
-    masks: Mapping[AgentID, np.ndarray | None],
+    masks: Mapping[AgentID, np.ndarray | None] | None,
     step: int,
     env_index: int | None = None,
 ) -> None:
@@ -119,7 +128,8 @@ def validate_actions(
 
     Raises :class:`EpisodeOverError` when no agent is acting. Checks that
     exactly the ``acting`` agents have an action, that each action is in its
-    agent's space, and that discrete actions are allowed by ``masks``.
+    agent's space, and that discrete actions are allowed by ``masks`` (agent ->
+    0/1 array; an agent left out, or ``masks=None``, has every action allowed).
     The message names the agent, the step (and the env index, when given) and
     what was expected. Nothing is changed, so the env stays usable.
     """
@@ -129,6 +139,7 @@ def validate_actions(
             f"{where}: actions must be a dict keyed by agent id, got {type(actions).__name__}"
         )
     acting = list(acting)
+    masks = {} if masks is None else masks
     if not acting:
         raise EpisodeOverError(
             f"{where}: no agent is left to act (the episode ended, or reset() was never "

@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from corral.env import MultiAgentEnv
+from corral.env import MultiAgentEnv, spaces_by_agent_hint
 
 _adapters: list[tuple[Callable[[Any], bool], Callable[[Any], Any]]] = []
 _builtins_loaded = False
@@ -49,9 +49,10 @@ def adapt(env: Any) -> Any:
     if all(hasattr(env, name) for name in _CONTRACT):
         return env
     missing = [name for name in _CONTRACT if not hasattr(env, name)]
+    hints = [spaces_by_agent_hint(name) for name in missing if hasattr(env, f"{name}s")]
     raise TypeError(
         f"{type(env).__name__} is not a multi-agent env: it lacks {missing} and no adapter "
-        "(PettingZoo, Gymnasium, OpenSpiel) recognises it"
+        "(PettingZoo, Gymnasium, OpenSpiel) recognises it" + "".join(f". {h}" for h in hints)
     )
 
 

@@ -73,6 +73,7 @@ from corral.arrays import is_tensor
 from corral.data.replay import Replay
 from corral.data.rollouts import Rollout, decisions
 from corral.data.transitions import Transitions
+from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
 from corral.vector.sampling import sample_array
 
@@ -428,7 +429,7 @@ class DQN(Algorithm):
         super().__init__(venv, config, learn_groups=learn_groups, device=device)
         for g, space in self.action_space.items():
             if not isinstance(space, spaces.Discrete):
-                raise ValueError(
+                raise UnsupportedEnvError(
                     f"DQN needs Discrete action spaces, but group {g!r} has {space}; "
                     "use MAPPO/IPPO or MADDPG for other action spaces"
                 )

@@ -687,8 +687,10 @@ def _action_dim(group: str, space: spaces.Space) -> int:
         and np.isfinite(space.high).all()
     ):
         return int(np.prod(space.shape))
-    raise ValueError(
-        f"MADDPG supports Discrete and bounded Box actions; group {group!r} has {space}"
+    raise UnsupportedEnvError(
+        f"MADDPG supports Discrete and bounded Box actions (its actors' tanh output is "
+        f"scaled to the Box's bounds); group {group!r} has {space}; MAPPO and IPPO learn "
+        "unbounded Box actions"
     )
 
 

@@ -84,6 +84,7 @@ from corral.arrays import to_numpy
 from corral.data.buffers import RolloutBuffer, gae
 from corral.data.rollouts import Rollout, masked_gae
 from corral.data.transitions import Transitions
+from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
 from corral.vector.sampling import sample_array
 
@@ -190,8 +191,10 @@ class _GaussianHead(nn.Module):
         self.space = space
         low, high = space.low.reshape(-1), space.high.reshape(-1)
         bounded = np.isfinite(low) & np.isfinite(high)
-        centre = np.where(bounded, (low + high) / 2, 0.0)
-        scale = np.where(bounded, (high - low) / 2, 1.0)
+        # halves first: no inf - inf on unbounded axes, no overflow at a dtype's extremes
+        half_low, half_high = np.where(bounded, low / 2, 0.0), np.where(bounded, high / 2, 0.0)
+        centre = np.where(bounded, half_low + half_high, 0.0)
+        scale = np.where(bounded, half_high - half_low, 1.0)
         self.centre, self.scale = centre.astype(np.float32), scale.astype(np.float32)
         # the same constants for tensors, following the module to its device (not saved)
         for name, value in {
@@ -234,7 +237,7 @@ class _GaussianHead(nn.Module):
 @functools.singledispatch
 def policy_head(space: spaces.Space, in_dim: int, config: Config) -> nn.Module:
     """The policy head for actions in ``space``."""
-    raise TypeError(f"MAPPO supports Discrete and Box action spaces, not {space}")
+    raise UnsupportedEnvError(f"MAPPO supports Discrete and Box action spaces, not {space}")
 
 
 @policy_head.register

@@ -11,6 +11,7 @@ PettingZoo is imported only when :func:`to_pettingzoo` is called.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import gymnasium
@@ -53,6 +54,7 @@ def to_pettingzoo(
         player_0 1.0 True
         player_1 -1.0 True
     """
+    name = env_name(env)
     env = _corral_env(env, kwargs)
     simultaneous = bool(getattr(env, "simultaneous", False))
     if api is None:
@@ -61,7 +63,7 @@ def to_pettingzoo(
         raise ValueError(f"api must be 'parallel' or 'aec', got {api!r}")
     if api == "parallel" and not simultaneous:
         raise ExportError(
-            f"{env!r} is not simultaneous (its obs holds only the agents that must act, not "
+            f"{name} is not simultaneous (its obs holds only the agents that must act, not "
             "every live agent), so it has no PettingZoo Parallel form: use api='aec'. An env "
             "whose every live agent acts at every step can declare simultaneous = True."
         )
@@ -89,7 +91,17 @@ def to_gymnasium(env: Any, **kwargs: Any) -> gymnasium.Env:
     """
     from corral.interop.gymnasium import GymnasiumEnvExport
 
-    return GymnasiumEnvExport(_corral_env(env, kwargs))
+    return GymnasiumEnvExport(_corral_env(env, kwargs), name=env_name(env))
+
+
+def env_name(env: Any) -> str:
+    """How a message names ``env``: the id it is made from, else its class and
+    ``metadata["name"]`` (``OpenSpielEnv 'kuhn_poker'``)."""
+    if isinstance(env, str):
+        return repr(env)
+    metadata = getattr(env, "metadata", None)
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return type(env).__name__ + (f" {name!r}" if name else "")
 
 
 def _corral_env(env: Any, kwargs: dict[str, Any]) -> Any:

@@ -8,6 +8,7 @@ import gymnasium
 from gymnasium import spaces
 
 from corral.errors import ExportError
+from corral.interop import env_name
 from corral.interop.observations import export_info
 
 
@@ -18,14 +19,15 @@ class GymnasiumEnvExport(gymnasium.Env):
     convention; corral puts it in ``infos[agent]["final_obs"]``), and the
     agent's info dict, with its ``action_mask`` when the env has one.
     ``reset(seed)`` seeds the corral env and, as Gymnasium asks of every env,
-    ``np_random``. The corral env is ``export.env``.
+    ``np_random``. The corral env is ``export.env``; ``name`` names it in errors (by
+    default its class and ``metadata["name"]``).
     """
 
-    def __init__(self, env: Any) -> None:
+    def __init__(self, env: Any, *, name: str | None = None) -> None:
         agents = list(env.possible_agents)
         if len(agents) != 1:
             raise ExportError(
-                f"corral.to_gymnasium needs an env with one agent, but {env!r} has "
+                f"corral.to_gymnasium needs an env with one agent, but {name or env_name(env)} has "
                 f"{len(agents)}: {agents}; use corral.to_pettingzoo for multi-agent envs"
             )
         self.env = env

@@ -62,6 +62,13 @@ MAX_NUM_ENVS = 2**24
 """The most envs a run steps (a natively batched env's copies included)."""
 RENAMED = {"worker_timeout": "timeout"}
 """Former names of run settings, still read from a run's ``config.yaml``."""
+HOW_TO_RUN = {
+    "progress": "Runner(config, progress=False); on the command line, --no-progress",
+    "resume": "Runner.resume(run_dir); on the command line, --resume RUN",
+    "allow_imports": "Runner(config, allow_imports=[...]); on the command line, --allow-import",
+}
+"""Keyword arguments of ``corral.train`` that say how to run a config, not what it holds (a
+run's ``config.yaml`` does not keep them), and where they go beside :func:`load_config`."""
 IMPORTING = {
     "algo": "a registered algorithm (" + ", ".join(sorted(ALGORITHMS)) + ")",
     "env": "a registered env id",
@@ -468,9 +475,10 @@ def _split(settings: Mapping[str, Any], algo_config: type) -> tuple[dict, dict]:
         known = sorted(run_names | algo_names)
         hints = {name: difflib.get_close_matches(name, known, n=1) for name in unknown}
         hints.update({name: [RENAMED[name]] for name in unknown if name in RENAMED})
-        said = ", ".join(
-            f"{n!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for n, h in hints.items()
-        )
+        notes = {n: f" (did you mean {h[0]!r}?)" if h else "" for n, h in hints.items()}
+        for name in set(unknown) & set(HOW_TO_RUN):
+            notes[name] = f" (a way to run, not a setting of the run: {HOW_TO_RUN[name]})"
+        said = ", ".join(f"{name!r}{note}" for name, note in notes.items())
         raise ConfigError(f"unknown setting(s) {said}; known: {', '.join(known)}")
     run = {k: v for k, v in settings.items() if k in run_names}
     algo = {k: v for k, v in settings.items() if k in algo_names}

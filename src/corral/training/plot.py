@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+LINE_STYLES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
+"""Dash patterns of the horizontal lines (baselines and references), in turn."""
+
+
 @dataclass
 class Curve:
     """The runs of one algorithm on one env, on a common grid of env steps."""
@@ -113,6 +117,7 @@ def draw_runs(
     envs = list(dict.fromkeys(c.env for c in found))
     lines = _baseline_lines(run_dirs, metric) if baselines else {}
     lines = {env: {**lines.get(env, {}), **(references or {})} for env in envs}
+    styles = _line_styles(lines, max(sum(c.env == env for c in found) for env in envs))
     figure = Figure(figsize=(6 * len(envs), 4), layout="constrained")
     axes = figure.subplots(1, len(envs), squeeze=False)[0]
     for ax, env in zip(axes, envs, strict=True):
@@ -127,13 +132,26 @@ def draw_runs(
             if len(curve.returns) > 1:
                 ax.fill_between(curve.steps, low, high, color=line.get_color(), alpha=0.25)
         for name, value in lines[env].items():
-            ax.axhline(value, linestyle="--", linewidth=1, label=f"{name} ({value:.2f})")
+            color, style = styles[name]
+            ax.axhline(
+                value, color=color, linestyle=style, linewidth=1, label=f"{name} ({value:.2f})"
+            )
         ax.set_title(env)
         ax.set_xlabel("env steps")
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
         ax.legend()
     return figure
+
+
+def _line_styles(lines: Mapping[str, Mapping[str, float]], curves: int) -> dict[str, tuple]:
+    """The colour and dash pattern of each horizontal line, by name: the same in every panel,
+    each its own, in colours of the cycle after the ``curves`` that a panel may hold."""
+    names = list(dict.fromkeys(name for per_env in lines.values() for name in per_env))
+    return {
+        name: (f"C{(curves + k) % 10}", LINE_STYLES[k % len(LINE_STYLES)])
+        for k, name in enumerate(names)
+    }
 
 
 def _baseline_lines(run_dirs: Sequence[str | Path], metric: str) -> dict[str, dict[str, float]]:
