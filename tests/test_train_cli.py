@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("yaml")
@@ -17,6 +18,7 @@ import corral
 from corral import cli
 from corral.envs.mdp import climbing_game
 from corral.training.metrics import COLUMNS, read_metrics
+from corral.training.runner import evaluate_policy, load_run
 
 TINY = f"{TabularQ.__module__}:TabularQ"
 ALLOW = ["--allow-import", TINY]  # a run's config.yaml imports TabularQ only when allowed
@@ -84,14 +86,26 @@ def test_resume_continues_a_run(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert steps == [0, 20, 40, 60, 80, 100, 120]
 
 
-def test_eval_prints_mean_and_std(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_eval_prints_each_measure_with_its_standard_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     assert train(capsys, tmp_path / "r")[0] == 0
+    config, algo, saved = load_run(tmp_path / "r", allow_imports=[TINY])
+    returns = np.array(evaluate_policy(config, algo, 6).returns)  # the episodes eval plays
+    sem = np.std(returns, ddof=1) / np.sqrt(6)
     code, out, err = run(
         capsys, "eval", str(tmp_path / "r"), "--episodes", "6", "--device", "cpu", *ALLOW
     )
     assert code == 0, err
-    assert "best checkpoint" in out and "mean return" in out and "+-" in out
-    assert "over 6 episodes" in out
+    lines = out.splitlines()
+    steps = saved["env_steps"]
+    assert lines[0] == f"{tmp_path / 'r'} (best checkpoint, {steps} env steps): " + (
+        "mean +- standard error over 6 episodes"
+    )
+    assert lines[1].startswith(f"  eval_return {returns.mean():.2f} +- {sem:.2f} (selects best.pt)")
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "1", *ALLOW)
+    assert code == 0, err
+    assert " +- n/a (selects best.pt)" in out  # one episode has no standard error
 
 
 def test_eval_plays_with_the_run_s_torch_threads(
@@ -117,7 +131,7 @@ def test_eval_gif_of_an_env_that_cannot_render_is_skipped(
         capsys, "eval", str(tmp_path / "r"), "--episodes", "2", "--gif", str(gif), *ALLOW
     )
     assert code == 0
-    assert "mean return" in out
+    assert "eval_return " in out
     assert "no GIF written" in err and "cannot render" in err
     assert not gif.exists()
 
@@ -230,7 +244,7 @@ def test_every_algorithm_trains_resumes_evaluates_and_plots(
     gif = tmp_path / "episode.gif"
     code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "2", "--gif", str(gif))
     assert code == 0, err
-    assert "mean return" in out
+    assert "(selects best.pt)" in out
     if renders:
         assert gif.read_bytes()[:6] == b"GIF89a"
     else:
@@ -320,6 +334,33 @@ def test_mappo_trains_with_self_play(capsys: pytest.CaptureFixture[str], tmp_pat
     assert "evaluations play against random from the seats ['player_0', 'player_1']" in err
     rows = read_metrics(tmp_path / "r")
     assert rows[-1]["selfplay/pool"] >= 1 and "eval_vs_opponent/player_1" in rows[-1]
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "4")
+    assert code == 0, err
+    assert out.splitlines()[1].startswith("  eval_vs_opponent ")  # what self-play selects on
+
+
+def test_eval_and_plot_headline_the_column_that_selects_best_pt(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # corral/rps is two-player zero-sum: eval_return (both seats' mean) is 0 in every game
+    assert train(capsys, tmp_path / "r", env="corral/rps")[0] == 0
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "4", *ALLOW)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1].startswith("  eval_vs_opponent ") and "(selects best.pt) against random" in out
+    assert lines[2].startswith("  eval_return 0.00 +- 0.00; by group and agent: player ")
+    pytest.importorskip("matplotlib")
+    from corral.training.plot import curves, draw_runs
+
+    (curve,) = curves([tmp_path / "r"])
+    rows = [r for r in read_metrics(tmp_path / "r") if "eval_vs_opponent" in r]
+    assert curve.metric == "eval_vs_opponent"
+    np.testing.assert_allclose(curve.returns[0], [r["eval_vs_opponent"] for r in rows])
+    assert draw_runs([tmp_path / "r"]).axes[0].get_ylabel() == "eval vs opponent"
+    png = tmp_path / "c.png"
+    assert run(capsys, "plot", str(tmp_path / "r"), "-o", str(png))[0] == 0
+    code, _, err = run(capsys, "plot", str(tmp_path / "r"), "-o", str(png), "--baselines")
+    assert code == 2 and "not 'eval_vs_opponent': draw them on eval_return" in err
 
 
 def test_plot_draws_the_column_asked_for(capsys: pytest.CaptureFixture[str], tmp_path: Path):
@@ -334,6 +375,9 @@ def test_plot_draws_the_column_asked_for(capsys: pytest.CaptureFixture[str], tmp
     assert code == 2 and "no column 'eval_return/nobody'" in err
 
 
+BOTH = ("random", "heuristic")
+
+
 def test_eval_scores_the_reference_baselines_on_the_same_measure(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -344,9 +388,16 @@ def test_eval_scores_the_reference_baselines_on_the_same_measure(
     assert train(capsys, tmp_path / "r", *kwargs, algo="mappo", env="mpe2/simple_spread_v3")[0] == 0
     code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "4", "--baselines")
     assert code == 0, err
-    heuristic = evaluate_baseline("heuristic", episodes=4, env_kwargs={"N": 2, "max_cycles": 25})
-    assert "reference baselines over 4 episodes: random " in out
-    assert f"heuristic {heuristic}" in out
+    env_kwargs = {"N": 2, "max_cycles": 25}
+    random, heuristic = (evaluate_baseline(b, episodes=4, env_kwargs=env_kwargs) for b in BOTH)
+    config, algo, _ = load_run(tmp_path / "r")
+    returns = np.array(evaluate_policy(config, algo, 4).returns)
+    sem = np.std(returns, ddof=1) / np.sqrt(4)  # the run's +- is what the baselines' is
+    lines = out.splitlines()
+    assert lines[0].endswith("mean +- standard error over 4 episodes")
+    assert lines[1].startswith(f"  eval_return {returns.mean():.2f} +- {sem:.2f} ")
+    baselines = f"random {random}, heuristic {heuristic}"
+    assert lines[2] == f"  reference baselines on eval_return: {baselines}"
 
 
 def test_eval_baselines_of_an_env_without_any_is_one_line(

@@ -650,7 +650,8 @@ def evaluate_policy(
         selection = _selection(config, venv, algo, versus=opponent is not None)
         fixed = fixed_policies(config, venv, algo)
         done = evaluate(venv, algo, episodes, fixed, seed=seed)
-        result = Evaluation({RETURN: [float(r) for r in done.episode_returns]})
+        returns = [float(r) for r in done.episode_returns]
+        result = Evaluation({RETURN: returns}, metric=selection.metric)
         result.episodes.update(episode_columns(RETURN, done.agent_returns, venv.groups))
         if selection.versus:
             spec = opponent or config.run.eval_opponent
