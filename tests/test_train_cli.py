@@ -18,7 +18,7 @@ import corral
 from corral import cli
 from corral.envs.mdp import climbing_game
 from corral.training.metrics import COLUMNS, read_metrics
-from corral.training.runner import evaluate_policy, load_run
+from corral.training.runner import AlreadyTrainedError, evaluate_policy, load_run
 
 TINY = f"{TabularQ.__module__}:TabularQ"
 ALLOW = ["--allow-import", TINY]  # a run's config.yaml imports TabularQ only when allowed
@@ -84,6 +84,31 @@ def test_resume_continues_a_run(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert lines[0] == "steps 80/120"  # the progress lines start where the run stood
     steps = [r["env_steps"] for r in read_metrics(tmp_path / "r")]
     assert steps == [0, 20, 40, 60, 80, 100, 120]
+
+
+def test_resume_to_steps_already_done_says_so_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "r"
+    assert train(capsys, run_dir)[0] == 0  # 80 env steps
+
+    def files() -> dict[str, tuple[bytes, int]]:
+        found = sorted(p for p in run_dir.rglob("*") if p.is_file())
+        return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in found}
+
+    before = files()
+    for total in (["--total-steps", "40"], ["--total-steps", "80"], []):  # [] : config's 80
+        code, out, err = run(capsys, "train", "--resume", str(run_dir), *total, *ALLOW)
+        assert code == 0, err
+        steps = total[1] if total else "80"
+        assert out == (
+            f"run {run_dir} already has 80 env steps (total_steps {steps}): nothing to do, "
+            "nothing changed; --total-steps above 80 trains it on\n"
+        )
+        assert files() == before
+    with pytest.raises(AlreadyTrainedError, match="already has 80 env steps"):
+        corral.train(TabularQ, resume=run_dir, total_steps=50, progress=False)
+    assert files() == before
 
 
 def test_eval_prints_each_measure_with_its_standard_error(

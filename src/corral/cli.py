@@ -483,6 +483,7 @@ _SETTING_FLAGS = ("num_envs", "backend", "total_steps", "seed", "device", "run_d
 
 def _train(args: argparse.Namespace) -> int:
     from corral.training import Runner, load_config
+    from corral.training.runner import AlreadyTrainedError
 
     overrides: dict[str, Any] = {}
     config = None
@@ -499,9 +500,17 @@ def _train(args: argparse.Namespace) -> int:
                     f"leave out {args.algo!r}"
                 )
             if args.resume:
-                runner = Runner.resume(
-                    args.resume, progress=progress, allow_imports=allowed, **overrides
-                )
+                try:
+                    runner = Runner.resume(
+                        args.resume, progress=progress, allow_imports=allowed, **overrides
+                    )
+                except AlreadyTrainedError as done:  # asked for what the run already has
+                    print(
+                        f"run {done.run_dir} already has {done.env_steps} env steps "
+                        f"(total_steps {done.total_steps}): nothing to do, nothing changed; "
+                        f"--total-steps above {done.env_steps} trains it on"
+                    )
+                    return 0
             elif not args.algo or not args.env:
                 raise UsageError("give ALGO and --env ID, or --resume RUN")
             else:

@@ -86,6 +86,18 @@ reserves no CPU, so evaluations never wait for CPUs the training envs hold. A ``
 run's evaluations play in the runner's process, as its training does."""
 
 
+class AlreadyTrainedError(ConfigError):
+    """A run resumed to ``total_steps`` that it has already reached: there is nothing to
+    train, and its directory is left as it is."""
+
+    def __init__(self, run_dir: Path, env_steps: int, total_steps: int) -> None:
+        self.run_dir, self.env_steps, self.total_steps = run_dir, env_steps, total_steps
+        super().__init__(
+            f"{run_dir} already has {env_steps} env steps (total_steps {total_steps}): nothing "
+            f"to train; resume it with total_steps above {env_steps} to train on"
+        )
+
+
 @dataclass
 class Results:
     """What a run produced."""
@@ -190,7 +202,9 @@ class Runner:
 
         ``schedule`` may change settings of :data:`RESUMABLE` (e.g. a larger
         ``total_steps`` to train on). ``allow_imports``: the ``module:attr``
-        values its config may import (see :func:`read_run_config`).
+        values its config may import (see :func:`read_run_config`). A run that
+        already has ``total_steps`` env steps raises :class:`AlreadyTrainedError`,
+        its directory untouched.
         """
         run_dir = Path(run_dir)
         config = read_run_config(run_dir, allow_imports)
@@ -211,6 +225,9 @@ class Runner:
             raise ConfigError(f"{run_dir} has no {LATEST} to resume from")
         config.run.run_dir = str(run_dir)
         restore = checkpoint.load(run_dir / LATEST)
+        done = int(restore.get("env_steps", 0))
+        if done >= config.run.total_steps:  # before the runner rewrites anything
+            raise AlreadyTrainedError(run_dir, done, config.run.total_steps)
         return cls(config, progress=progress, restore=restore, allow_imports=allow_imports)
 
     # -- the training loop -------------------------------------------------------------
