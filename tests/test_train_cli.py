@@ -327,6 +327,7 @@ def test_maddpg_on_an_env_that_is_not_lockstep_is_one_clear_line(
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("corral: error: MADDPG needs every agent to act at every step")
+    assert not (tmp_path / "r").exists()  # a run refused when it is built leaves no directory
 
 
 def test_maddpg_on_an_env_found_turn_based_while_training_is_one_clear_line(
@@ -386,6 +387,40 @@ def test_eval_and_plot_headline_the_column_that_selects_best_pt(
     assert run(capsys, "plot", str(tmp_path / "r"), "-o", str(png))[0] == 0
     code, _, err = run(capsys, "plot", str(tmp_path / "r"), "-o", str(png), "--baselines")
     assert code == 2 and "not 'eval_vs_opponent': draw them on eval_return" in err
+
+
+@pytest.mark.parametrize(
+    ("algo", "env", "said"),
+    [
+        ("mappo", "mpe2/simple_spread_v3", "the env 'simple_spread_v3' does not declare it"),
+        ("dqn", "corral/tag", "the env 'tag' does not declare it"),
+        ("dqn", "pettingzoo/classic/hanabi_v5", "the env 'hanabi_v5' declares zero_sum=False"),
+    ],
+)
+def test_self_play_on_an_env_whose_agents_do_not_compete_is_refused_before_any_run_dir(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    algo: str,
+    env: str,
+    said: str,
+) -> None:
+    pytest.importorskip("torch")
+    if env.startswith(("mpe2", "pettingzoo")):
+        pytest.importorskip("pettingzoo")
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", algo, "--env", env, "--self-play", "--total-steps", "8", "--no-progress"]
+    argv += ["--set", *FAST, "eval_episodes=2"]
+    argv += ["rollout_steps=2", "epochs=1"] if algo == "mappo" else ["learning_starts=4"]
+    for where in ([], ["--run-dir", str(tmp_path / "r")]):  # runs/<name>, and one given
+        code, out, err = run(capsys, *argv, *where)
+        assert code == 2 and out == "" and "Traceback" not in err
+        assert err.count("\n") == 1 and err.startswith(
+            "corral: error: self_play needs a game whose agents play against each other, "
+            "declared by its env as metadata zero_sum=True"
+        )
+        assert said in err and "eval_vs_opponent would score no contest" in err
+        assert list(tmp_path.iterdir()) == []
 
 
 def test_plot_draws_the_column_asked_for(capsys: pytest.CaptureFixture[str], tmp_path: Path):

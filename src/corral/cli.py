@@ -363,7 +363,8 @@ def _add_training_commands(commands: Any) -> None:
         dest="self_play",
         action="store_const",
         const="true",
-        help="learn a turn-based game against snapshots of itself (dqn, mappo, ippo)",
+        help="learn a zero-sum game against snapshots of itself (dqn, mappo, ippo; the env "
+        "must declare metadata zero_sum=True)",
     )
     train.add_argument(
         "--set",

@@ -142,8 +142,7 @@ class Runner:
         self.allow_imports = tuple(allow_imports)
         self.show_bar = progress
         self.resumed = restore is not None
-        self.run_dir = _prepare_run_dir(config, resuming=self.resumed)
-        (self.run_dir / "config.yaml").write_text(write_yaml(config.to_dict()))
+        self.run_dir = _choose_run_dir(config, resuming=self.resumed)
         algorithm_spec(config.algo)  # imports the algorithm's modules (torch) before seeding
         if restore is None:
             checkpoint.seed_everything(run.seed)
@@ -163,6 +162,9 @@ class Runner:
             self.selection = run_selection(
                 config, self.venv, self.algo, allow_imports=self.allow_imports
             )
+            # the run is usable as configured: only now is its directory made or rewritten
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(write_yaml(config.to_dict()))
             self.constant = ConstantWatch(self.selection)
             saved = restore or {}
             self.env_steps = int(saved.get("env_steps", 0))
@@ -842,7 +844,9 @@ def _fitting(path: Path, saved: Mapping[str, Any], config: TrainConfig) -> Itera
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _prepare_run_dir(config: TrainConfig, *, resuming: bool) -> Path:
+def _choose_run_dir(config: TrainConfig, *, resuming: bool) -> Path:
+    """The run's directory, not made yet: ``run_dir``, which may hold another run only when
+    resuming it, else a new one under ``runs/`` (then set as ``run_dir``)."""
     run = config.run
     if run.run_dir:
         path = Path(run.run_dir)
@@ -857,7 +861,6 @@ def _prepare_run_dir(config: TrainConfig, *, resuming: bool) -> Path:
             n += 1
             path = base.with_name(f"{base.name}-{n}")
         run.run_dir = str(path)
-    path.mkdir(parents=True, exist_ok=True)
     return path
 
 
