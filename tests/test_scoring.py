@@ -227,6 +227,19 @@ def test_the_column_read_back_from_a_run_is_the_one_that_selected_it(
     assert selected_column(case.get("select_by", "auto"), columns) == results.select_by
 
 
+def test_plot_draws_each_runs_selection_column_unless_they_differ(tmp_path: Path) -> None:
+    short = {**TAG, "total_steps": 40}
+    train(config(tmp_path, "auto", eval_every=40, **short))
+    train(config(tmp_path, "prey", eval_every=40, select_by="eval_return/prey", **short))
+    (prey,) = curves([tmp_path / "prey"])
+    assert prey.metric == "eval_return/prey"
+    differ = r"different columns \['eval_return', 'eval_return/prey'\]"
+    with pytest.raises(ConfigError, match=differ):
+        curves([tmp_path / "auto", tmp_path / "prey"])
+    (both,) = curves([tmp_path / "auto", tmp_path / "prey"], metric="eval_return")
+    assert both.metric == "eval_return" and len(both.returns) == 2
+
+
 def test_a_score_is_the_mean_and_its_standard_error() -> None:
     values = [1.0, 2.0, 4.0, 7.0]
     score = Score.of(values)

@@ -458,6 +458,9 @@ def test_eval_scores_the_reference_baselines_on_the_same_measure(
     assert lines[1].startswith(f"  eval_return {returns.mean():.2f} +- {sem:.2f} ")
     baselines = f"random {random}, heuristic {heuristic}"
     assert lines[2] == f"  reference baselines on eval_return: {baselines}"
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "1", "--baselines")
+    assert code == 0, err
+    assert "reference baselines on eval_return (over 2 episodes: a standard error needs two)" in out
 
 
 def test_eval_baselines_of_an_env_without_any_is_one_line(
