@@ -237,12 +237,13 @@ def test_a_run_starts_no_more_worker_processes_than_the_machine_takes(
     data["run"].update(backend="subproc", num_envs=100_000, num_workers=100_000)
     path.write_text(yaml.safe_dump(data))
     limit = max(64, 4 * (os.cpu_count() or 1))
-    code, err = run_cli(capsys, "train", "--resume", str(run), "--no-progress")
+    resume = ["train", "--resume", str(run), "--total-steps", "40"]  # 20 more to train
+    code, err = run_cli(capsys, *resume, "--no-progress")
     assert code == 2 and "Traceback" not in err, err
     assert "num_envs=100000 with num_workers=100000 would start 100000 subproc worker" in err
     assert f"more than its limit of {limit}" in err
     with pytest.raises(Built):  # the command line may choose the workers of a resumed run
-        run_cli(capsys, "train", "--resume", str(run), "--set", "num_workers=2")
+        run_cli(capsys, *resume, "--set", "num_workers=2")
     settings = {"backend": "ray", "num_envs": 10_000, "envs_per_worker": 1, "device": "cpu"}
     with pytest.raises(ConfigError, match="envs_per_worker=1 would start 10000 ray worker"):
         Runner(load_config("mappo", "corral/rps", settings), progress=False)

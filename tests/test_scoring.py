@@ -23,7 +23,13 @@ from corral.training import checkpoint as ckpt
 from corral.training.metrics import COLUMNS, MetricsLog, read_metrics
 from corral.training.plot import curves
 from corral.training.runner import BEST, evaluate_policy
-from corral.training.scoring import choose_selection, return_columns, two_player_zero_sum
+from corral.training.scoring import (
+    Score,
+    choose_selection,
+    return_columns,
+    selected_column,
+    two_player_zero_sum,
+)
 
 TAG = {"env": "corral/tag", "env_kwargs": {"size": 5, "max_cycles": 10}, "total_steps": 240}
 RPS = {"env": "corral/rps", "env_kwargs": {"num_rounds": 3}, "total_steps": 120}
@@ -163,7 +169,8 @@ def test_a_saved_run_is_a_reference_opponent_in_each_seat(
     )
     out = capsys.readouterr().out
     assert code == 0
-    assert "against " in out and "+3 over 4 games (by seat: player_0 +3, player_1 +3)" in out
+    against = f"against {tmp_path / 'rock' / BEST}; by seat: player_0 +3, player_1 +3"
+    assert f"  eval_vs_opponent 3.00 +- 0.00 (selects best.pt) {against}" in out
 
 
 def test_an_unusable_reference_opponent_is_a_config_error(tmp_path: Path) -> None:
@@ -200,6 +207,49 @@ def test_select_by_names_the_column_that_chooses_best(tmp_path: Path) -> None:
         ConfigError, match=r"select_by must be 'auto' or one of \[.*'eval_return/prey'"
     ):
         Runner(config(tmp_path, "bad", select_by="eval_return/wolf", **TAG), progress=False)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        {**TAG, "total_steps": 40},  # auto: eval_return
+        {**TAG, "total_steps": 40, "select_by": "eval_return/prey"},
+        RPS,  # auto on a two-player zero-sum game: eval_vs_opponent
+        {**RPS, "select_by": "eval_vs_opponent/player_1"},
+    ],
+    ids=["tag", "tag-prey", "rps", "rps-seat"],
+)
+def test_the_column_read_back_from_a_run_is_the_one_that_selected_it(
+    tmp_path: Path, case: dict
+) -> None:
+    results = train(config(tmp_path, eval_every=40, **case))
+    columns = {k for r in read_metrics(tmp_path / "run") for k in r}
+    assert selected_column(case.get("select_by", "auto"), columns) == results.select_by
+
+
+def test_plot_draws_each_runs_selection_column_unless_they_differ(tmp_path: Path) -> None:
+    short = {**TAG, "total_steps": 40}
+    train(config(tmp_path, "auto", eval_every=40, **short))
+    train(config(tmp_path, "prey", eval_every=40, select_by="eval_return/prey", **short))
+    (prey,) = curves([tmp_path / "prey"])
+    assert prey.metric == "eval_return/prey"
+    differ = r"different columns \['eval_return', 'eval_return/prey'\]"
+    with pytest.raises(ConfigError, match=differ):
+        curves([tmp_path / "auto", tmp_path / "prey"])
+    (both,) = curves([tmp_path / "auto", tmp_path / "prey"], metric="eval_return")
+    assert both.metric == "eval_return" and len(both.returns) == 2
+
+
+def test_a_score_is_the_mean_and_its_standard_error() -> None:
+    values = [1.0, 2.0, 4.0, 7.0]
+    score = Score.of(values)
+    assert score.mean == 3.5 and score.episodes == 4
+    assert score.sem == pytest.approx(np.std(values, ddof=1) / 2)
+    assert str(score) == "3.50 +- 1.32"
+    one = Score.of([2.0])
+    assert np.isnan(one.sem) and str(one) == "2.00 +- n/a"
+    with pytest.raises(ValueError, match="at least one episode"):
+        Score.of([])
 
 
 def test_auto_selection_says_what_it_chose() -> None:

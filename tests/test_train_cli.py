@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("yaml")
@@ -22,6 +23,7 @@ import corral
 from corral import cli, registry
 from corral.envs.mdp import climbing_game
 from corral.training.metrics import COLUMNS, read_metrics
+from corral.training.runner import AlreadyTrainedError, evaluate_policy, load_run
 
 TINY = f"{TabularQ.__module__}:TabularQ"
 ALLOW = ["--allow-import", TINY]  # a run's config.yaml imports TabularQ only when allowed
@@ -90,14 +92,51 @@ def test_resume_continues_a_run(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert steps == [0, 20, 40, 60, 80, 100, 120]
 
 
-def test_eval_prints_mean_and_std(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_resume_to_steps_already_done_says_so_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "r"
+    assert train(capsys, run_dir)[0] == 0  # 80 env steps
+
+    def files() -> dict[str, tuple[bytes, int]]:
+        found = sorted(p for p in run_dir.rglob("*") if p.is_file())
+        return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in found}
+
+    before = files()
+    for total in (["--total-steps", "40"], ["--total-steps", "80"], []):  # [] : config's 80
+        code, out, err = run(capsys, "train", "--resume", str(run_dir), *total, *ALLOW)
+        assert code == 0, err
+        steps = total[1] if total else "80"
+        assert out == (
+            f"run {run_dir} already has 80 env steps (total_steps {steps}): nothing to do, "
+            "nothing changed; --total-steps above 80 trains it on\n"
+        )
+        assert files() == before
+    with pytest.raises(AlreadyTrainedError, match="already has 80 env steps"):
+        corral.train(TabularQ, resume=run_dir, total_steps=50, progress=False)
+    assert files() == before
+
+
+def test_eval_prints_each_measure_with_its_standard_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     assert train(capsys, tmp_path / "r")[0] == 0
+    config, algo, saved = load_run(tmp_path / "r", allow_imports=[TINY])
+    returns = np.array(evaluate_policy(config, algo, 6).returns)  # the episodes eval plays
+    sem = np.std(returns, ddof=1) / np.sqrt(6)
     code, out, err = run(
         capsys, "eval", str(tmp_path / "r"), "--episodes", "6", "--device", "cpu", *ALLOW
     )
     assert code == 0, err
-    assert "best checkpoint" in out and "mean return" in out and "+-" in out
-    assert "over 6 episodes" in out
+    lines = out.splitlines()
+    steps = saved["env_steps"]
+    assert lines[0] == f"{tmp_path / 'r'} (best checkpoint, {steps} env steps): " + (
+        "mean +- standard error over 6 episodes"
+    )
+    assert lines[1].startswith(f"  eval_return {returns.mean():.2f} +- {sem:.2f} (selects best.pt)")
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "1", *ALLOW)
+    assert code == 0, err
+    assert " +- n/a (selects best.pt)" in out  # one episode has no standard error
 
 
 def test_eval_plays_with_the_run_s_torch_threads(
@@ -123,7 +162,7 @@ def test_eval_gif_of_an_env_that_cannot_render_is_skipped(
         capsys, "eval", str(tmp_path / "r"), "--episodes", "2", "--gif", str(gif), *ALLOW
     )
     assert code == 0
-    assert "mean return" in out
+    assert "eval_return " in out
     assert "no GIF written" in err and "cannot render" in err
     assert not gif.exists()
 
@@ -236,7 +275,7 @@ def test_every_algorithm_trains_resumes_evaluates_and_plots(
     gif = tmp_path / "episode.gif"
     code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "2", "--gif", str(gif))
     assert code == 0, err
-    assert "mean return" in out
+    assert "(selects best.pt)" in out
     if renders:
         assert gif.read_bytes()[:6] == b"GIF89a"
     else:
@@ -294,6 +333,7 @@ def test_maddpg_on_an_env_that_is_not_lockstep_is_one_clear_line(
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("corral: error: MADDPG needs every agent to act at every step")
+    assert not (tmp_path / "r").exists()  # a run refused when it is built leaves no directory
 
 
 def test_maddpg_on_an_env_found_turn_based_while_training_is_one_clear_line(
@@ -326,6 +366,67 @@ def test_mappo_trains_with_self_play(capsys: pytest.CaptureFixture[str], tmp_pat
     assert "evaluations play against random from the seats ['player_0', 'player_1']" in err
     rows = read_metrics(tmp_path / "r")
     assert rows[-1]["selfplay/pool"] >= 1 and "eval_vs_opponent/player_1" in rows[-1]
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "4")
+    assert code == 0, err
+    assert out.splitlines()[1].startswith("  eval_vs_opponent ")  # what self-play selects on
+
+
+def test_eval_and_plot_headline_the_column_that_selects_best_pt(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # corral/rps is two-player zero-sum: eval_return (both seats' mean) is 0 in every game
+    assert train(capsys, tmp_path / "r", env="corral/rps")[0] == 0
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "4", *ALLOW)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1].startswith("  eval_vs_opponent ") and "(selects best.pt) against random" in out
+    assert lines[2].startswith("  eval_return 0.00 +- 0.00; by group and agent: player ")
+    pytest.importorskip("matplotlib")
+    from corral.training.plot import curves, draw_runs
+
+    (curve,) = curves([tmp_path / "r"])
+    rows = [r for r in read_metrics(tmp_path / "r") if "eval_vs_opponent" in r]
+    assert curve.metric == "eval_vs_opponent"
+    np.testing.assert_allclose(curve.returns[0], [r["eval_vs_opponent"] for r in rows])
+    assert draw_runs([tmp_path / "r"]).axes[0].get_ylabel() == "eval vs opponent"
+    png = tmp_path / "c.png"
+    assert run(capsys, "plot", str(tmp_path / "r"), "-o", str(png))[0] == 0
+    code, _, err = run(capsys, "plot", str(tmp_path / "r"), "-o", str(png), "--baselines")
+    assert code == 2 and "not 'eval_vs_opponent': draw them on eval_return" in err
+
+
+@pytest.mark.parametrize(
+    ("algo", "env", "said"),
+    [
+        ("mappo", "mpe2/simple_spread_v3", "the env 'simple_spread_v3' does not declare it"),
+        ("dqn", "corral/tag", "the env 'tag' does not declare it"),
+        ("dqn", "pettingzoo/classic/hanabi_v5", "the env 'hanabi_v5' declares zero_sum=False"),
+    ],
+)
+def test_self_play_on_an_env_whose_agents_do_not_compete_is_refused_before_any_run_dir(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    algo: str,
+    env: str,
+    said: str,
+) -> None:
+    pytest.importorskip("torch")
+    if env.startswith(("mpe2", "pettingzoo")):
+        pytest.importorskip("pettingzoo")
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", algo, "--env", env, "--self-play", "--total-steps", "8", "--no-progress"]
+    argv += ["--set", *FAST, "eval_episodes=2"]
+    argv += ["rollout_steps=2", "epochs=1"] if algo == "mappo" else ["learning_starts=4"]
+    for where in ([], ["--run-dir", str(tmp_path / "r")]):  # runs/<name>, and one given
+        code, out, err = run(capsys, *argv, *where)
+        assert code == 2 and out == "" and "Traceback" not in err
+        assert err.count("\n") == 1 and err.startswith(
+            "corral: error: self_play needs a game whose agents play against each other, "
+            "declared by its env as metadata zero_sum=True"
+        )
+        assert said in err and "eval_vs_opponent would score no contest" in err
+        assert list(tmp_path.iterdir()) == []
 
 
 def test_plot_draws_the_column_asked_for(capsys: pytest.CaptureFixture[str], tmp_path: Path):
@@ -340,6 +441,9 @@ def test_plot_draws_the_column_asked_for(capsys: pytest.CaptureFixture[str], tmp
     assert code == 2 and "no column 'eval_return/nobody'" in err
 
 
+BOTH = ("random", "heuristic")
+
+
 def test_eval_scores_the_reference_baselines_on_the_same_measure(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -350,9 +454,19 @@ def test_eval_scores_the_reference_baselines_on_the_same_measure(
     assert train(capsys, tmp_path / "r", *kwargs, algo="mappo", env="mpe2/simple_spread_v3")[0] == 0
     code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "4", "--baselines")
     assert code == 0, err
-    heuristic = evaluate_baseline("heuristic", episodes=4, env_kwargs={"N": 2, "max_cycles": 25})
-    assert "reference baselines over 4 episodes: random " in out
-    assert f"heuristic {heuristic}" in out
+    env_kwargs = {"N": 2, "max_cycles": 25}
+    random, heuristic = (evaluate_baseline(b, episodes=4, env_kwargs=env_kwargs) for b in BOTH)
+    config, algo, _ = load_run(tmp_path / "r")
+    returns = np.array(evaluate_policy(config, algo, 4).returns)
+    sem = np.std(returns, ddof=1) / np.sqrt(4)  # the run's +- is what the baselines' is
+    lines = out.splitlines()
+    assert lines[0].endswith("mean +- standard error over 4 episodes")
+    assert lines[1].startswith(f"  eval_return {returns.mean():.2f} +- {sem:.2f} ")
+    baselines = f"random {random}, heuristic {heuristic}"
+    assert lines[2] == f"  reference baselines on eval_return: {baselines}"
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "1", "--baselines")
+    assert code == 0, err
+    assert "reference baselines on eval_return (over 2 episodes: a standard error needs two)" in out
 
 
 def test_eval_baselines_of_an_env_without_any_is_one_line(

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import corral
+from corral.envs.rps import RockPaperScissors
 from corral.errors import (
     EnvError,
     MissingDependencyError,
@@ -88,6 +89,36 @@ def test_batches_are_bit_identical_to_sync(id: str, kwargs: dict) -> None:
         _assert_batches_equal(a, b, 0)
         rng = np.random.default_rng(0)
         for step in range(1, 31):
+            actions = _random_actions(sync, a, rng)
+            a, b = sync.step(actions), remote.step(actions)
+            _assert_batches_equal(a, b, step)
+
+
+class _RuntimeRPS(RockPaperScissors):
+    """An env class of this module, registered under an id only while a test runs."""
+
+
+@ray.remote(num_cpus=0)
+def _worker_knows(id: str) -> bool:
+    return id in corral.registered_ids()
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["dict", "natively-batched"])
+def test_ids_registered_at_run_time_work_in_the_workers(
+    isolated_registry: None, native: bool
+) -> None:
+    if native:  # the id of a natively batched env of corral's, registered anew
+        corral.register("test/runtime", batched=corral.registry.spec("corral/tag").batched)
+    else:
+        corral.register("test/runtime", _RuntimeRPS)
+    assert not ray.get(_worker_knows.remote("test/runtime"))  # the registry stays here
+    sync = make_vec("test/runtime", 3, "sync", seed=3)
+    remote = make_vec("test/runtime", 3, "ray", seed=3, **RAY)  # the spec travels
+    with sync, remote:
+        a, b = sync.reset(), remote.reset()
+        _assert_batches_equal(a, b, 0)
+        rng = np.random.default_rng(0)
+        for step in range(1, 11):
             actions = _random_actions(sync, a, rng)
             a, b = sync.step(actions), remote.step(actions)
             _assert_batches_equal(a, b, step)

@@ -406,7 +406,8 @@ def _add_training_commands(commands: Any) -> None:
         dest="self_play",
         action="store_const",
         const="true",
-        help="learn a turn-based game against snapshots of itself (dqn, mappo, ippo)",
+        help="learn a zero-sum game against snapshots of itself (dqn, mappo, ippo; the env "
+        "must declare metadata zero_sum=True)",
     )
     train.add_argument(
         "--set",
@@ -449,15 +450,16 @@ def _add_training_commands(commands: Any) -> None:
     _add_allow_import(evaluate)
     evaluate.set_defaults(run=_eval)
 
-    plot = commands.add_parser("plot", help="plot eval return against env steps")
+    plot = commands.add_parser("plot", help="plot an evaluation column against env steps")
     plot.add_argument("run_dirs", metavar="RUN", nargs="+", help="run directories")
     plot.add_argument("-o", "--output", default="curves.png", help="image file to write")
     plot.add_argument("--band", choices=("minmax", "std"), default="minmax")
     plot.add_argument(
         "--metric",
-        default="eval_return",
         metavar="COLUMN",
-        help="the metrics.csv column to plot, e.g. eval_return/predator or eval_vs_opponent",
+        help="the metrics.csv column to plot, e.g. eval_return or eval_return/predator "
+        "(default: each run's select_by column, the one its best.pt was chosen on: "
+        "eval_vs_opponent in self-play and two-player zero-sum games, else eval_return)",
     )
     plot.add_argument(
         "--reference",
@@ -528,6 +530,7 @@ _SETTING_FLAGS = ("num_envs", "backend", "total_steps", "seed", "device", "run_d
 
 def _train(args: argparse.Namespace) -> int:
     from corral.training import Runner, load_config
+    from corral.training.runner import AlreadyTrainedError
 
     overrides: dict[str, Any] = {}
     config = None
@@ -544,13 +547,21 @@ def _train(args: argparse.Namespace) -> int:
                     f"leave out {args.algo!r}"
                 )
             if args.resume:
-                runner = Runner.resume(
-                    args.resume,
-                    progress=progress,
-                    allow_imports=allowed,
-                    imports=args.imports,
-                    **overrides,
-                )
+                try:
+                    runner = Runner.resume(
+                        args.resume,
+                        progress=progress,
+                        allow_imports=allowed,
+                        imports=args.imports,
+                        **overrides,
+                    )
+                except AlreadyTrainedError as done:  # asked for what the run already has
+                    print(
+                        f"run {done.run_dir} already has {done.env_steps} env steps "
+                        f"(total_steps {done.total_steps}): nothing to do, nothing changed; "
+                        f"--total-steps above {done.env_steps} trains it on"
+                    )
+                    return 0
             elif not args.algo or not args.env:
                 raise UsageError("give ALGO and --env ID, or --resume RUN")
             else:
@@ -640,7 +651,7 @@ def _eval(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from err
     print(
         f"{args.run_dir} ({args.checkpoint} checkpoint, {saved['env_steps']} env steps): "
-        f"mean return {result.mean:.4g} +- {result.std:.4g} over {args.episodes} episodes"
+        f"mean +- standard error over {args.episodes} episodes"
     )
     columns = result.columns()
 
@@ -648,16 +659,18 @@ def _eval(args: argparse.Namespace) -> int:
         found = {k.removeprefix(prefix): v for k, v in columns.items() if k.startswith(prefix)}
         return ", ".join(f"{name} {value:+.4g}" for name, value in found.items())
 
-    print(f"  mean return per group and agent: {parts(RETURN + '/')}")
-    if args.baselines:
-        _print_baselines(config, args.episodes, args.seed)
+    lines = {RETURN: f"; by group and agent: {parts(RETURN + '/')}"}
     if VERSUS in columns:
         against = args.opponent or config.run.eval_opponent
-        games = len(result.episodes[VERSUS])
-        print(
-            f"  against {against}: {columns[VERSUS]:+.4g} over {games} games "
-            f"(by seat: {parts(VERSUS + '/')})"
-        )
+        lines[VERSUS] = f" against {against}; by seat: {parts(VERSUS + '/')}"
+    first = result.metric  # the run's select_by: the measure its best.pt was chosen on
+    lines = {first: " (selects best.pt)" + lines.get(first, "")} | {
+        k: v for k, v in lines.items() if k != first
+    }
+    for column, text in lines.items():
+        print(f"  {column} {result.score(column)}{text}")
+    if args.baselines:
+        _print_baselines(config, args.episodes, args.seed)
     if args.gif:
         seed = 0 if args.seed is None else args.seed
         try:
@@ -672,6 +685,7 @@ def _eval(args: argparse.Namespace) -> int:
 def _print_baselines(config: Any, episodes: int, seed: int | None) -> None:
     """The reference baselines of a run's env, scored as its evaluation is."""
     from corral.training.baselines import reference_scores
+    from corral.training.scoring import RETURN
 
     run = config.run
     try:
@@ -681,7 +695,8 @@ def _print_baselines(config: Any, episodes: int, seed: int | None) -> None:
     except ValueError as err:
         raise UsageError(str(err)) from err
     found = ", ".join(f"{name} {score}" for name, score in scores.items())
-    print(f"  reference baselines over {max(episodes, 2)} episodes: {found}")
+    over = "" if episodes >= 2 else " (over 2 episodes: a standard error needs two)"
+    print(f"  reference baselines on {RETURN}{over}: {found}")
 
 
 def _plot(args: argparse.Namespace) -> int:

@@ -31,7 +31,8 @@ Details:
   at the end of each rollout (the env steps not yet paid for carry over).
 * ``self_play``: the learner plays one seat of a turn-based game against
   frozen snapshots of itself (see :mod:`corral.algos.selfplay`); only its
-  own transitions are stored. Self-play plays NumPy batches only.
+  own transitions are stored. Self-play plays NumPy batches only, of envs
+  that declare ``metadata["zero_sum"] = True``.
 
 Only ``Discrete`` action spaces are supported. :meth:`DQN.state_dict` holds
 the networks, optimisers, counters (hence the epsilon schedule), random
@@ -68,7 +69,7 @@ from corral.algos.networks import (
     mlp,
 )
 from corral.algos.policy import Learner, Policy, Weights
-from corral.algos.selfplay import SelfPlay
+from corral.algos.selfplay import SelfPlay, check_game
 from corral.arrays import is_tensor
 from corral.data.replay import Replay
 from corral.data.rollouts import Rollout, decisions
@@ -113,7 +114,7 @@ class Config(AlgoConfig):
     max_grad_norm: Annotated[float, Range(gt=0)] = 10.0
     """Gradient norm clipping."""
     self_play: bool = False
-    """Play one seat per env and episode against snapshots of itself (turn-based games)."""
+    """Play one seat per env and episode against snapshots of itself (zero-sum games)."""
     pool_size: Annotated[int, Range(ge=1)] = 10
     """Self-play: the most snapshots kept in the opponent pool."""
     snapshot_interval: Annotated[int, Range(ge=1)] = 1_000
@@ -445,6 +446,7 @@ class DQN(Algorithm):
             else None
         )
         if self.selfplay is not None:
+            check_game(venv)
             self.learner.on_gradient_step = self._gradient_stepped
 
     # -- what the learner and the policy hold, by their old names ---------------------

@@ -34,7 +34,7 @@ way it overrates states that agents reach late in an episode, and the
 policy learns to reach them: on ``mpe2/simple_spread_v3`` the agents drift
 away and the return falls below that of random play.
 
-Self-play (``self_play``, turn-based games): the learner plays one seat per
+Self-play (``self_play``, zero-sum games): the learner plays one seat per
 env and episode against a pool of frozen copies of its actors, as DQN does
 (see :mod:`corral.algos.selfplay`); a copy joins the pool every
 ``snapshot_interval`` updates, the opponents sample from their policies, and
@@ -79,7 +79,7 @@ from corral.algos.networks import (
     to_device,
 )
 from corral.algos.policy import Learner, Policy, Weights
-from corral.algos.selfplay import SelfPlay
+from corral.algos.selfplay import SelfPlay, check_game
 from corral.arrays import to_numpy
 from corral.data.buffers import RolloutBuffer, gae
 from corral.data.rollouts import Rollout, masked_gae
@@ -132,7 +132,7 @@ class Config(AlgoConfig):
     bootstrap_truncated: bool = False
     """Bootstrap from the value of a truncated episode's last observation (as for endless tasks)."""
     self_play: bool = False
-    """Play one seat per env and episode against past copies of itself (turn-based games)."""
+    """Play one seat per env and episode against past copies of itself (zero-sum games)."""
     pool_size: Annotated[int, Range(ge=1)] = 10
     """Self-play: the most past copies kept in the opponent pool."""
     snapshot_interval: Annotated[int, Range(ge=1)] = 5
@@ -682,6 +682,8 @@ class MAPPO(Algorithm):
             if cfg.self_play
             else None
         )
+        if self.selfplay is not None:
+            check_game(venv)
         self.rng = np.random.default_rng(cfg.seed)  # random legal self-play opponents
 
     @property

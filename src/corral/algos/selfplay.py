@@ -1,4 +1,4 @@
-"""Self-play for turn-based games: the learner against frozen copies of itself.
+"""Self-play for zero-sum games: the learner against frozen copies of itself.
 
 Design. Self-play needs nothing from the collector: the algorithm acts for
 every seat of the game and decides, per env and episode, which seat it
@@ -9,6 +9,10 @@ with the opponent's.) With the default group map both seats of ``tictactoe_v3`` 
 group ``player`` (one shared network; the observation is given from the
 mover's side), with ``group_map="agent"`` each seat is a group of its own
 (one network per seat). A seat is a *slot* ``(group, index in the group)``.
+
+The game must be one whose agents play against each other: :func:`check_game`,
+called by the algorithms that offer self-play, refuses an env that does not
+declare ``metadata["zero_sum"] = True``.
 
 :class:`SelfPlay` keeps the pool of frozen snapshots and, for each env,
 the learner's slot and the opponent of the current episode. When an episode
@@ -38,9 +42,35 @@ from typing import Any
 
 import numpy as np
 
+from corral.errors import UnsupportedEnvError
+
 OpponentActions = Callable[[Any, str, np.ndarray], np.ndarray]
 """``(snapshot, group, envs) -> actions [len(envs), n, ...]``: what ``snapshot`` plays for the
 agents of ``group`` in the envs ``envs`` (``snapshot`` ``None``: uniformly random legal play)."""
+
+
+def check_game(venv: Any) -> None:
+    """Raise :class:`~corral.errors.UnsupportedEnvError` unless ``venv``'s env is a game whose
+    agents play against each other, which an env says by declaring ``metadata["zero_sum"] =
+    True`` (see the env contract). Elsewhere the frozen copies would not be the learner's
+    opponents (team-mates in a cooperative env), and its score against a reference opponent
+    (``eval_vs_opponent``) would measure no contest.
+    """
+    metadata = getattr(venv, "metadata", None) or {}
+    declared = metadata.get("zero_sum")
+    if declared is True:
+        return
+    env = f"the env {metadata['name']!r}" if metadata.get("name") else "this env"
+    if declared is False:
+        said = f"{env} declares zero_sum=False"
+    else:
+        said = f"{env} does not declare it (a zero-sum game of your own can)"
+    raise UnsupportedEnvError(
+        "self_play needs a game whose agents play against each other, declared by its env as "
+        "metadata zero_sum=True (corral/rps, tic-tac-toe, the zero-sum PettingZoo classic and "
+        f"OpenSpiel games); {said}, so the learner's frozen copies would not be its opponents "
+        "and eval_vs_opponent would score no contest: train without self_play"
+    )
 
 
 class SelfPlay:

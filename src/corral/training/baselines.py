@@ -3,7 +3,8 @@
 Two controllers play an env through its vector batch, and :func:`evaluate_baseline`
 scores them on the measure of a run's evaluations (:mod:`corral.training.scoring`):
 each episode's per-agent return averaged over the agents, then its mean and standard
-error over episodes.
+error over episodes (:class:`~corral.training.scoring.Score`, as ``corral eval`` gives
+the run's own).
 
 * ``random``: uniformly random legal actions (:meth:`corral.VectorEnv.sample_actions`).
 * ``heuristic``: a scripted controller of the env, where corral has one. On mpe2's
@@ -19,13 +20,13 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import to_numpy
+from corral.training.scoring import Score
 from corral.vector.vector_env import Batch, VectorEnv, make_vec
 
 SPREAD = "mpe2/simple_spread_v3"
@@ -42,26 +43,6 @@ VELOCITY_REACH = _DT * (2 - _DAMPING)
 MOVE_REACH = _DT * _DT * _ACCEL
 # Discrete movement actions: 0 no-op, 1 -x, 2 +x, 3 -y, 4 +y.
 _MOVES = np.array([[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]])
-
-
-@dataclass(frozen=True)
-class Score:
-    """A baseline's return: the mean over episodes and its standard error."""
-
-    mean: float
-    sem: float
-    """The standard error of :attr:`mean` (the episodes' sample deviation / sqrt(episodes))."""
-    episodes: int
-
-    @classmethod
-    def of(cls, returns: np.ndarray) -> Score:
-        """The score of the episode returns ``returns`` (at least two)."""
-        returns = np.asarray(returns, dtype=np.float64)
-        sem = returns.std(ddof=1) / np.sqrt(len(returns))
-        return cls(float(returns.mean()), float(sem), len(returns))
-
-    def __str__(self) -> str:
-        return f"{self.mean:.2f} +- {self.sem:.2f}"
 
 
 def greedy_assignment(distances: np.ndarray) -> np.ndarray:

@@ -143,7 +143,8 @@ class RunConfig:
     opponent: str = "random"
     """Policy of the groups not learned: ``random`` (uniform legal actions) or ``module:attr``."""
     self_play: bool = False
-    """Learn a turn-based game against snapshots of itself (for algorithms that support it)."""
+    """Learn a zero-sum game against snapshots of itself (its env declares metadata zero_sum=True;
+    for algorithms that support it)."""
     total_steps: Annotated[int, Range(ge=1)] = 100_000
     """Env steps to train for (one per env per vector step)."""
     eval_every: Annotated[int, Range(ge=0)] = 10_000

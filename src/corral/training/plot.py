@@ -12,6 +12,7 @@ import numpy as np
 from corral.errors import MissingDependencyError
 from corral.training.config import ConfigError, read_yaml_file
 from corral.training.metrics import read_metrics
+from corral.training.scoring import AUTO, RETURN, selected_column
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -39,35 +40,45 @@ class Curve:
         return f"{self.algo} ({len(self.returns)} run{'s' if len(self.returns) > 1 else ''})"
 
 
-def curves(run_dirs: Sequence[str | Path], metric: str = "eval_return") -> list[Curve]:
+def curves(run_dirs: Sequence[str | Path], metric: str | None = None) -> list[Curve]:
     """One :class:`Curve` of the column ``metric`` per (algorithm, env) among ``run_dirs``,
     in order of appearance.
 
     ``metric`` is any column of ``metrics.csv``: ``eval_return``,
-    ``eval_return/<group or agent>``, ``eval_vs_opponent``... Each curve's
-    grid runs up to the shortest of its runs, so the mean is taken where
-    every run has data.
+    ``eval_return/<group or agent>``, ``eval_vs_opponent``...; by default each
+    run's own selection column, the one its ``best.pt`` was chosen on
+    (:func:`~corral.training.scoring.selected_column`: ``eval_vs_opponent`` in
+    self-play and two-player zero-sum games). Each curve's grid runs up to the
+    shortest of its runs, so the mean is taken where every run has data.
     """
-    runs: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
+    runs: dict[tuple[str, str], list[tuple[str, np.ndarray, np.ndarray]]] = {}
     for run_dir in run_dirs:
         config = _run_config(run_dir)
         metrics = read_metrics(run_dir)
-        if not any("eval_return" in r for r in metrics):
+        if not any(RETURN in r for r in metrics):
             raise ConfigError(f"{run_dir} has no evaluation yet")
-        rows = [r for r in metrics if metric in r]
+        columns = {k for r in metrics for k in r}
+        column = metric or selected_column(str(config["run"].get("select_by", AUTO)), columns)
+        rows = [r for r in metrics if column in r]
         if not rows:
-            known = sorted({k for r in metrics for k in r if k.startswith("eval_")})
-            raise ConfigError(f"{run_dir} has no column {metric!r}; its eval columns: {known}")
+            known = sorted(k for k in columns if k.startswith("eval_"))
+            raise ConfigError(f"{run_dir} has no column {column!r}; its eval columns: {known}")
         steps = np.array([r["env_steps"] for r in rows])
-        values = np.array([r[metric] for r in rows])
+        values = np.array([r[column] for r in rows])
         name = str(config["algo"]).rpartition(":")[2]
-        runs.setdefault((name, str(config["run"]["env"])), []).append((steps, values))
+        runs.setdefault((name, str(config["run"]["env"])), []).append((column, steps, values))
     out = []
     for (algo, env), members in runs.items():
-        end = min(s[-1] for s, _ in members)
-        grid = np.unique(np.concatenate([s[s <= end] for s, _ in members]))
-        returns = np.stack([np.interp(grid, s, v) for s, v in members])
-        out.append(Curve(algo, env, grid, returns, metric))
+        chosen = list(dict.fromkeys(c for c, _, _ in members))
+        if len(chosen) > 1:
+            raise ConfigError(
+                f"the {algo} runs on {env} selected best.pt on different columns {chosen}: "
+                "choose the one to draw (--metric)"
+            )
+        end = min(s[-1] for _, s, _ in members)
+        grid = np.unique(np.concatenate([s[s <= end] for _, s, _ in members]))
+        returns = np.stack([np.interp(grid, s, v) for _, s, v in members])
+        out.append(Curve(algo, env, grid, returns, chosen[0]))
     return out
 
 
@@ -76,13 +87,14 @@ def plot_runs(
     out: str | Path,
     *,
     band: str = "minmax",
-    metric: str = "eval_return",
+    metric: str | None = None,
     references: Mapping[str, float] | None = None,
     baselines: bool = False,
 ) -> Path:
     """Plot the learning curves of ``run_dirs`` to the image ``out`` (one panel per env).
 
-    ``metric`` is the column drawn (see :func:`curves`). Runs of the same
+    ``metric`` is the column drawn, by default each run's selection column (see
+    :func:`curves`). Runs of the same
     algorithm and env (seeds) are drawn as their mean with a shaded
     ``band``: ``"minmax"`` (the range over runs) or ``"std"`` (one standard
     deviation). ``references`` (name -> value) are drawn as labelled
@@ -100,7 +112,7 @@ def draw_runs(
     run_dirs: Sequence[str | Path],
     *,
     band: str = "minmax",
-    metric: str = "eval_return",
+    metric: str | None = None,
     references: Mapping[str, float] | None = None,
     baselines: bool = False,
 ) -> Figure:
@@ -115,20 +127,23 @@ def draw_runs(
         ) from err
     found = curves(run_dirs, metric)
     envs = list(dict.fromkeys(c.env for c in found))
-    lines = _baseline_lines(run_dirs, metric) if baselines else {}
+    lines = _baseline_lines(run_dirs, found) if baselines else {}
     lines = {env: {**lines.get(env, {}), **(references or {})} for env in envs}
     styles = _line_styles(lines, max(sum(c.env == env for c in found) for env in envs))
     figure = Figure(figsize=(6 * len(envs), 4), layout="constrained")
     axes = figure.subplots(1, len(envs), squeeze=False)[0]
     for ax, env in zip(axes, envs, strict=True):
-        for curve in (c for c in found if c.env == env):
+        drawn = [c for c in found if c.env == env]
+        metrics = list(dict.fromkeys(c.metric for c in drawn))
+        for curve in drawn:
             mean = curve.returns.mean(axis=0)
             if band == "minmax":
                 low, high = curve.returns.min(axis=0), curve.returns.max(axis=0)
             else:
                 std = curve.returns.std(axis=0)
                 low, high = mean - std, mean + std
-            (line,) = ax.plot(curve.steps, mean, label=curve.label)
+            label = curve.label if len(metrics) == 1 else f"{curve.label}: {curve.metric}"
+            (line,) = ax.plot(curve.steps, mean, label=label)
             if len(curve.returns) > 1:
                 ax.fill_between(curve.steps, low, high, color=line.get_color(), alpha=0.25)
         for name, value in lines[env].items():
@@ -138,7 +153,7 @@ def draw_runs(
             )
         ax.set_title(env)
         ax.set_xlabel("env steps")
-        ax.set_ylabel(metric.replace("_", " "))
+        ax.set_ylabel(", ".join(m.replace("_", " ") for m in metrics))
         ax.grid(alpha=0.3)
         ax.legend()
     return figure
@@ -154,14 +169,18 @@ def _line_styles(lines: Mapping[str, Mapping[str, float]], curves: int) -> dict[
     }
 
 
-def _baseline_lines(run_dirs: Sequence[str | Path], metric: str) -> dict[str, dict[str, float]]:
-    """Each env's reference baselines among ``run_dirs``: env -> {label: mean return}."""
+def _baseline_lines(
+    run_dirs: Sequence[str | Path], found: Sequence[Curve]
+) -> dict[str, dict[str, float]]:
+    """Each env's reference baselines among ``run_dirs`` (drawn as ``found``):
+    env -> {label: mean return}."""
     from corral.training.baselines import reference_scores
 
-    if metric != "eval_return":
+    other = next((c.metric for c in found if c.metric != RETURN), None)
+    if other is not None:
         raise ConfigError(
-            f"the reference baselines are measured on eval_return (the mean over all agents), "
-            f"not {metric!r}: draw them on eval_return"
+            f"the reference baselines are measured on {RETURN} (the mean over all agents), "
+            f"not {other!r}: draw them on {RETURN} (--metric {RETURN})"
         )
     env_kwargs: dict[str, dict] = {}
     for run_dir in run_dirs:

@@ -87,6 +87,18 @@ reserves no CPU, so evaluations never wait for CPUs the training envs hold. A ``
 run's evaluations play in the runner's process, as its training does."""
 
 
+class AlreadyTrainedError(ConfigError):
+    """A run resumed to ``total_steps`` that it has already reached: there is nothing to
+    train, and its directory is left as it is."""
+
+    def __init__(self, run_dir: Path, env_steps: int, total_steps: int) -> None:
+        self.run_dir, self.env_steps, self.total_steps = run_dir, env_steps, total_steps
+        super().__init__(
+            f"{run_dir} already has {env_steps} env steps (total_steps {total_steps}): nothing "
+            f"to train; resume it with total_steps above {env_steps} to train on"
+        )
+
+
 @dataclass
 class Results:
     """What a run produced."""
@@ -132,8 +144,7 @@ class Runner:
         self.allow_imports = tuple(allow_imports)
         self.show_bar = progress
         self.resumed = restore is not None
-        self.run_dir = _prepare_run_dir(config, resuming=self.resumed)
-        (self.run_dir / "config.yaml").write_text(write_yaml(config.to_dict()))
+        self.run_dir = _choose_run_dir(config, resuming=self.resumed)
         algorithm_spec(config.algo)  # imports the algorithm's modules (torch) before seeding
         if restore is None:
             checkpoint.seed_everything(run.seed)
@@ -153,6 +164,9 @@ class Runner:
             self.selection = run_selection(
                 config, self.venv, self.algo, allow_imports=self.allow_imports
             )
+            # the run is usable as configured: only now is its directory made or rewritten
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(write_yaml(config.to_dict()))
             self.constant = ConstantWatch(self.selection)
             saved = restore or {}
             self.env_steps = int(saved.get("env_steps", 0))
@@ -195,7 +209,9 @@ class Runner:
         ``total_steps`` to train on). ``allow_imports``: the ``module:attr``
         values and modules its config may import (see :func:`read_run_config`).
         ``imports``: modules to import before its env is looked up, added to the
-        run's ``imports`` (and allowed there).
+        run's ``imports`` (and allowed there). A run that already has
+        ``total_steps`` env steps raises :class:`AlreadyTrainedError`, its
+        directory untouched.
         """
         run_dir = Path(run_dir)
         allow_imports = [*allow_imports, *imports]
@@ -218,6 +234,9 @@ class Runner:
             raise ConfigError(f"{run_dir} has no {LATEST} to resume from")
         config.run.run_dir = str(run_dir)
         restore = checkpoint.load(run_dir / LATEST)
+        done = int(restore.get("env_steps", 0))
+        if done >= config.run.total_steps:  # before the runner rewrites anything
+            raise AlreadyTrainedError(run_dir, done, config.run.total_steps)
         return cls(config, progress=progress, restore=restore, allow_imports=allow_imports)
 
     # -- the training loop -------------------------------------------------------------
@@ -668,7 +687,8 @@ def evaluate_policy(
         selection = _selection(config, venv, algo, versus=opponent is not None)
         fixed = fixed_policies(config, venv, algo)
         done = evaluate(venv, algo, episodes, fixed, seed=seed)
-        result = Evaluation({RETURN: [float(r) for r in done.episode_returns]})
+        returns = [float(r) for r in done.episode_returns]
+        result = Evaluation({RETURN: returns}, metric=selection.metric)
         result.episodes.update(episode_columns(RETURN, done.agent_returns, venv.groups))
         if selection.versus:
             spec = opponent or config.run.eval_opponent
@@ -843,7 +863,9 @@ def _fitting(path: Path, saved: Mapping[str, Any], config: TrainConfig) -> Itera
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _prepare_run_dir(config: TrainConfig, *, resuming: bool) -> Path:
+def _choose_run_dir(config: TrainConfig, *, resuming: bool) -> Path:
+    """The run's directory, not made yet: ``run_dir``, which may hold another run only when
+    resuming it, else a new one under ``runs/`` (then set as ``run_dir``)."""
     run = config.run
     if run.run_dir:
         path = Path(run.run_dir)
@@ -859,7 +881,6 @@ def _prepare_run_dir(config: TrainConfig, *, resuming: bool) -> Path:
             n += 1
             path = base.with_name(f"{base.name}-{n}")
         run.run_dir = str(path)
-    path.mkdir(parents=True, exist_ok=True)
     return path
 
 

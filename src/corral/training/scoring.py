@@ -30,7 +30,8 @@ episode of two evaluations and in every training episode.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,30 @@ VERSUS = "eval_vs_opponent"
 AUTO = "auto"
 
 
+@dataclass(frozen=True)
+class Score:
+    """A measure over episodes: its mean and the standard error of that mean."""
+
+    mean: float
+    sem: float
+    """The standard error of :attr:`mean` (the episodes' sample deviation / sqrt(episodes));
+    NaN for one episode, where it is unknown."""
+    episodes: int
+
+    @classmethod
+    def of(cls, values: Sequence[float] | np.ndarray) -> Score:
+        """The score of one value per episode (at least one)."""
+        values = np.asarray(values, dtype=np.float64)
+        if len(values) == 0:
+            raise ValueError("a score needs at least one episode, got none")
+        sem = values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else math.nan
+        return cls(float(values.mean()), float(sem), len(values))
+
+    def __str__(self) -> str:
+        sem = "n/a" if math.isnan(self.sem) else f"{self.sem:.2f}"
+        return f"{self.mean:.2f} +- {sem}"
+
+
 @dataclass
 class Evaluation:
     """One evaluation: every column's value in each episode it was measured on.
@@ -55,6 +80,9 @@ class Evaluation:
     """
 
     episodes: dict[str, list[float]] = field(default_factory=dict)
+    metric: str = RETURN
+    """The column that selects the run's ``best.pt`` (its ``select_by``, see
+    :func:`choose_selection`)."""
 
     @property
     def returns(self) -> list[float]:
@@ -70,6 +98,10 @@ class Evaluation:
     def std(self) -> float:
         """The standard deviation of :attr:`returns` over episodes."""
         return float(np.std(self.returns))
+
+    def score(self, column: str) -> Score:
+        """The mean of ``column`` over its episodes, with its standard error."""
+        return Score.of(self.episodes[column])
 
     def columns(self) -> dict[str, float]:
         """The metrics row entries: each column's mean, and ``eval_return_std``."""
@@ -208,6 +240,17 @@ def choose_selection(
         seats=seats,
         constant=constant,
     )
+
+
+def selected_column(select_by: str, columns: Collection[str]) -> str:
+    """The column that selected ``best.pt`` in a run whose ``select_by`` setting is
+    ``select_by`` and whose evaluations wrote ``columns``, as :func:`choose_selection`
+    chose it: ``select_by`` itself unless it is ``auto``, which chose ``eval_vs_opponent``
+    where evaluations played the reference opponent (self-play, two-player zero-sum
+    games) and ``eval_return`` elsewhere."""
+    if select_by != AUTO:
+        return select_by
+    return VERSUS if VERSUS in columns else RETURN
 
 
 def _zero_sum_whole(venv: Any, agents: Iterable[str]) -> bool:
