@@ -573,7 +573,7 @@ def test_a_user_env_trains_evaluates_and_resumes_with_import(
         for allowed in (["--allow-import", module], ["--import", module]):
             forget(module)
             code, out, err = run(capsys, "eval", str(run_dir), "--episodes", "2", *ALLOW, *allowed)
-            assert code == 0 and "mean return" in out, err
+            assert code == 0 and "mean +- standard error" in out, err
         forget(module)
         resume = ["train", "--resume", str(run_dir), "--total-steps", "120", "--no-progress"]
         code, out, err = run(capsys, *resume, *ALLOW, "--import", module)
@@ -639,7 +639,7 @@ def test_train_and_eval_take_an_env_module_attr(
     code, _, err = run(capsys, "eval", str(tmp_path / "r"), *ALLOW)
     assert code == 2 and f"--allow-import {env}" in err
     code, out, err = run(capsys, "eval", str(tmp_path / "r"), *ALLOW, "--allow-import", env)
-    assert code == 0 and "mean return" in out, err
+    assert code == 0 and "mean +- standard error" in out, err
 
 
 def test_a_fresh_process_trains_and_evaluates_a_user_env(tmp_path: Path) -> None:
@@ -658,4 +658,4 @@ def test_a_fresh_process_trains_and_evaluates_a_user_env(tmp_path: Path) -> None
         [*corral_cli, *argv], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    assert re.match(r"r \(best checkpoint, \d+ env steps\): mean return", done.stdout)
+    assert re.match(r"r \(best checkpoint, \d+ env steps\): mean \+- standard error", done.stdout)
