@@ -1,27 +1,32 @@
-"""``set_attr`` reaches the env that ``get_attr`` reads, for every adapter and backend; and
-the names of AgileRL's vector API (``call_async``/``call_wait``, ``close(terminate=...)``,
-spaces per agent) with errors that show the groups."""
+"""``set_attr`` reaches the env that ``get_attr`` reads, for every adapter and backend, and
+survives the env's restart; and the names of AgileRL's vector API
+(``call_async``/``call_wait``, ``close(terminate=...)``, spaces per agent) with errors that
+show the groups."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from gymnasium import spaces
+from test_backend_events import kill_worker
 
 import corral
 from corral.adapters import set_env_attr
 from corral.errors import (
     EnvError,
+    EnvRestartWarning,
     InvalidActionError,
     MissingDependencyError,
     UnknownAgentError,
     VectorStateError,
+    WorkerRestartWarning,
 )
 from corral.vector import VectorEnv, make_vec
 
@@ -37,6 +42,7 @@ def _backend_params() -> list:
 
 
 BACKENDS = _backend_params()
+WORKER_BACKENDS = BACKENDS[1:]
 
 
 @pytest.fixture
@@ -250,6 +256,130 @@ def test_a_write_goes_where_the_read_comes_from() -> None:
     assert vars(env)["_step"] == 9
     set_env_attr(env, "check_actions", False)  # the adapter's own
     assert vars(env)["check_actions"] is False and not hasattr(raw, "check_actions")
+
+
+# -- set_attr's writes survive a restart ------------------------------------------------
+
+FAULTY = 2  # the env that fails; worker 1 runs envs 2 and 3
+LEVELS = [6.0, 7.0, 8.0, 9.0]
+STAY = {"a": np.zeros((4, 2), np.int64)}
+
+
+class Fragile(Paying):
+    """``Paying`` whose env ``FAULTY`` raises in its second step, once: the first of its
+    builds to get there creates the file ``flag`` (which outlives worker processes)."""
+
+    def __init__(self, index: int, flag: str) -> None:
+        super().__init__()
+        self.index, self.flag = index, flag
+
+    def step(self, actions: dict) -> tuple[dict, ...]:
+        if self.index == FAULTY and self.t == 1:
+            try:
+                os.close(os.open(self.flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return super().step(actions)
+            raise RuntimeError("injected fault")
+        return super().step(actions)
+
+
+def _set_levels(venv: VectorEnv) -> None:
+    """Set ``level`` twice, the latest per env; and another attribute between."""
+    venv.set_attr("level", 5.0)
+    venv.set_attr("marker", "set")
+    venv.set_attr("level", LEVELS)
+
+
+def _assert_pays_the_levels(venv: VectorEnv, restarted: list[int]) -> None:
+    """The second step restarted the envs ``restarted``; in the third, each env pays the
+    level set for it (a restarted one in its first step, the others in their last)."""
+    assert venv.get_attr("level") == LEVELS and venv.get_attr("marker") == ["set"] * 4
+    batch = venv.step(STAY)
+    assert batch.worker_restarts.tolist() == [int(i in restarted) for i in range(4)]
+    assert batch.done.tolist() == [i not in restarted for i in range(4)]
+    np.testing.assert_array_equal(batch.reward["a"], np.repeat([LEVELS], 2, 0).T)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_env_rebuilt_after_a_fault_keeps_what_set_attr_wrote(
+    backend: str, options: Any, tmp_path: Path
+) -> None:
+    """A curriculum's level is set again on the env that a fault rebuilt from its
+    constructor (the adapter's source env, as ``set_attr`` set it), before its reset."""
+    fns = [partial(Fragile, i, str(tmp_path / "flag")) for i in range(4)]
+    venv = VectorEnv(fns, backend, on_env_error="restart", **options(backend))
+    with venv:
+        _set_levels(venv)
+        venv.reset(seed=0)
+        venv.step(STAY)
+        with pytest.warns(EnvRestartWarning, match="env 2 failed and was restarted"):
+            batch = venv.step(STAY)
+        assert batch.worker_restarts.tolist() == [0, 0, 1, 0]
+        np.testing.assert_array_equal(batch.reward["a"][[0, 1, 3], 0], [6.0, 7.0, 9.0])
+        _assert_pays_the_levels(venv, [2])
+
+
+@pytest.mark.parametrize("backend", WORKER_BACKENDS)
+def test_a_replaced_worker_keeps_what_set_attr_wrote(backend: str, options: Any) -> None:
+    """A worker killed from outside is replaced by one whose envs are built anew: they
+    take the writes of the envs they replace before their first reset."""
+    with VectorEnv([Paying] * 4, backend, **options(backend)) as venv:
+        _set_levels(venv)
+        venv.reset(seed=0)
+        venv.step(STAY)
+        kill_worker(venv, 1)
+        with pytest.warns(WorkerRestartWarning, match=r"worker 1 \(envs 2-3\) died"):
+            batch = venv.step(STAY)
+        assert batch.worker_restarts.tolist() == [0, 0, 1, 1]
+        _assert_pays_the_levels(venv, [2, 3])
+
+
+class Picky(Paying):
+    """``Paying`` whose ``level`` may not be negative."""
+
+    @property
+    def level(self) -> float:
+        return self._level
+
+    @level.setter
+    def level(self, value: float) -> None:
+        if value < 0:
+            raise ValueError(f"a level of at least 0, got {value}")
+        self._level = value
+
+
+@pytest.mark.parametrize("backend", WORKER_BACKENDS)
+def test_a_write_that_some_worker_refused_is_kept_by_the_workers_that_took_it(
+    backend: str, options: Any
+) -> None:
+    with VectorEnv([Picky] * 4, backend, **options(backend)) as venv:
+        with pytest.raises(EnvError, match="env 0: setting attribute 'level' raised ValueError"):
+            venv.set_attr("level", [-1.0, 7.0, 8.0, 9.0])
+        assert venv.get_attr("level") == [1.0, 1.0, 8.0, 9.0]  # worker 0 stopped at env 0
+        venv.reset(seed=0)
+        kill_worker(venv, 1)
+        with pytest.warns(WorkerRestartWarning, match=r"worker 1 \(envs 2-3\) died"):
+            venv.step(STAY)
+        assert venv.get_attr("level") == [1.0, 1.0, 8.0, 9.0]
+
+
+@pytest.mark.parametrize("backend", WORKER_BACKENDS)
+def test_a_natively_batched_env_that_a_replaced_worker_rebuilds_keeps_its_attributes(
+    backend: str, options: Any
+) -> None:
+    """A native shard is reset after a fault (the object stays); a replaced worker builds
+    it anew, and sets what ``set_attr`` wrote on the one it replaces."""
+    with _make_vec("mpe2/simple_spread_v3", 4, backend, options, native=True) as venv:
+        venv.set_attr("max_cycles", 2)
+        batch = _steps(venv, 1)
+        kill_worker(venv, 1)
+        with pytest.warns(WorkerRestartWarning, match=r"worker 1 \(envs 2-3\) died"):
+            batch = venv.step(venv.sample_actions(batch))
+        assert batch.done.all() and batch.episode_length.tolist() == [2, 2, 1, 1]
+        assert venv.get_attr("max_cycles") == [2] * 4
+        for _ in range(2):
+            batch = venv.step(venv.sample_actions(batch))
+        assert batch.done.all() and batch.episode_length.tolist() == [2] * 4
 
 
 # -- AgileRL's names ---------------------------------------------------------------------

@@ -232,17 +232,39 @@ def call_shard(
     return [value] * shard.num_envs
 
 
+Written = dict[str, list[Any]]
+"""What ``set_attr`` wrote on the copies of a shard: attribute name -> value of each copy,
+in the order last written (the latest write of a name wins). A shard built anew (a
+replaced worker's) takes them before its first reset (:func:`build_shard`)."""
+
+
 def set_shard_attrs(shard: BatchedEnv, offset: int, name: str, values: Sequence[Any]) -> int | None:
-    """:func:`set_env_attrs` on a shard's dict envs; on a natively batched shard, one of the
-    attributes it declares settable (``settable_attributes``) to ``values[0]``, the one
-    value of all its copies. Returns the shard's ``max_episode_steps`` after the write (a
-    write may change it: mpe2's ``max_cycles``)."""
-    envs = getattr(shard, "envs", None)
-    if envs is not None:
-        set_env_attrs(envs, offset, name, values)
+    """Set attribute ``name`` of copy ``i`` to ``values[i]``: on a shard of dict envs, of
+    each env where reading it finds it, remembered for the envs it rebuilds
+    (:meth:`~corral.vector.dict_envs.DictEnvs.set_attr`); on a natively batched shard, one
+    of the attributes it declares settable (``settable_attributes``) to ``values[0]``, the
+    one value of all its copies. Returns the shard's ``max_episode_steps`` after the write
+    (a write may change it: mpe2's ``max_cycles``)."""
+    if getattr(shard, "envs", None) is not None:
+        shard.set_attr(name, values)
     else:
         guarded(offset, f"setting attribute {name!r}", lambda: set_native_attr(shard, name, values))
     return shard.max_episode_steps
+
+
+def build_shard(source: Source, offset: int, written: Written | None = None) -> BatchedEnv:
+    """The shard of ``source``'s copies (global indices from ``offset``), with what
+    ``set_attr`` had ``written`` on the copies of the shard it replaces."""
+    shard = source.build(offset)
+    for name, values in (written or {}).items():
+        set_shard_attrs(shard, offset, name, values)
+    return shard
+
+
+def remember(written: Written, name: str, values: Sequence[Any]) -> None:
+    """Record in ``written`` that ``set_attr`` set ``name`` to ``values`` (the latest last)."""
+    written.pop(name, None)
+    written[name] = list(values)
 
 
 def set_native_attr(shard: BatchedEnv, name: str, values: Sequence[Any]) -> None:

@@ -12,7 +12,7 @@ A fault of one env (an exception while it steps or resets, or a bad value)
 leaves the other envs' call complete: the faulty env's step did not happen,
 its live agents are truncated where they stood before it, so its episode ends
 in this step, and it is rebuilt from its constructor when the vector layer
-resets it.
+resets it, with the attributes ``set_attr`` wrote on it set again.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from corral.adapters import adapt
+from corral.adapters import adapt, set_env_attr
 from corral.batched_env import BatchedEnv, BatchedStep, Seed, copy_seeds, selected
 from corral.env import MultiAgentEnv
 from corral.errors import EnvError
 from corral.groups import GroupMap
 from corral.values import describe, exactly_as
-from corral.vector.backend import env_error, guarded
+from corral.vector.backend import Written, env_error, guarded, remember, set_env_attrs
 from corral.vector.layout import (
     ArraySpec,
     Layout,
@@ -81,11 +81,9 @@ class DictEnvs(BatchedEnv):
     ) -> None:
         self.env_fns = list(env_fns)
         self.offset = offset
-        self.envs: list[Any] = []
-        for k, fn in enumerate(self.env_fns):
-            env = guarded(offset + k, "building the env", lambda fn=fn: adapt(fn()))
-            _skip_action_checks(env)
-            self.envs.append(env)
+        self.written: Written = {}
+        """What :meth:`set_attr` wrote on the envs, set again on an env that a fault rebuilds."""
+        self.envs = [self._build(k) for k in range(len(self.env_fns))]
         first = self.envs[0]
         self.num_envs = len(self.envs)
         self.possible_agents = list(first.possible_agents)
@@ -259,6 +257,13 @@ class DictEnvs(BatchedEnv):
             out.failed = self._mask(failed)
         return out
 
+    def set_attr(self, name: str, values: Sequence[Any]) -> None:
+        """Set attribute ``name`` of env ``i`` to ``values[i]`` where reading it finds it
+        (:func:`~corral.vector.backend.set_env_attrs`), and again on each env rebuilt
+        later."""
+        set_env_attrs(self.envs, self.offset, name, values)
+        remember(self.written, name, values)
+
     def close(self) -> None:
         envs, self.envs = self.envs, []
         for i, env in enumerate(envs):
@@ -321,10 +326,19 @@ class DictEnvs(BatchedEnv):
             fault.restarted = True
         return fault
 
-    def _rebuild(self, i: int) -> None:
-        build = self.env_fns[i]
-        env = guarded(self.offset + i, "building the env", lambda: adapt(build()))
+    def _build(self, i: int) -> Any:
+        """Env ``i`` from its constructor, adapted, with what :meth:`set_attr` wrote on the
+        env it replaces (none at the start)."""
+        index, build = self.offset + i, self.env_fns[i]
+        env = guarded(index, "building the env", lambda: adapt(build()))
         _skip_action_checks(env)
+        for name, values in self.written.items():
+            what = f"setting attribute {name!r} on the rebuilt env"
+            guarded(index, what, lambda name=name, value=values[i]: set_env_attr(env, name, value))
+        return env
+
+    def _rebuild(self, i: int) -> None:
+        env = self._build(i)
         old, self.envs[i] = self.envs[i], env
         with contextlib.suppress(Exception):  # it failed already; its close may too
             old.close()

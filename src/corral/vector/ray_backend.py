@@ -35,6 +35,8 @@ from corral.vector.backend import (
     Arrays,
     Backend,
     EnvInfo,
+    Written,
+    build_shard,
     call_shard,
     guarded,
     set_shard_attrs,
@@ -101,10 +103,12 @@ class RayWorker:
         # itself, in the rows of the copies that ended (a replacement restarts them).
         self.resets_in_step = 0
 
-    def make_envs(self) -> EnvInfo:
-        """Build the shard; say what it is."""
-        build = self.source.build
-        self.shard = guarded(self.offset, "building the env", lambda: build(self.offset))
+    def make_envs(self, written: Written | None = None) -> EnvInfo:
+        """Build the shard, with what ``set_attr`` had ``written`` on the envs of the actor
+        this one replaces; say what it is."""
+        self.shard = guarded(
+            self.offset, "building the env", lambda: build_shard(self.source, self.offset, written)
+        )
         return EnvInfo.of(self.shard)
 
     def start(self, layout: Layout, restored: Arrays) -> None:
@@ -427,6 +431,7 @@ class RayBackend(Backend):
             lambda s: [s.handle.set_attr.remote(name, values[s.envs.start : s.envs.stop])],
             f"set_attr({name!r})",
             timeout,
+            took=lambda s: s.remember(name, values),
         )
         return results[0]
 
@@ -563,26 +568,39 @@ class RayBackend(Backend):
                 for path, f in self._layout.fields.items()
                 if f.role is Role.BOOKKEEPING or path.split("/")[0] in _TAKEN_OVER
             }
-        s.setup = [s.handle.make_envs.remote(), s.handle.start.remote(self._layout, restored)]
+        s.setup = [
+            s.handle.make_envs.remote(s.written),
+            s.handle.start.remote(self._layout, restored),
+        ]
 
     def _call(
-        self, submit: Callable[[_Actor], Refs], what: str, timeout: float | None
+        self,
+        submit: Callable[[_Actor], Refs],
+        what: str,
+        timeout: float | None,
+        took: Callable[[_Actor], None] | None = None,
     ) -> dict[int, Any]:
-        """Each actor's reply to ``submit(s)`` (not a reset or step), by shard index. An
-        actor that dies or misses the timeout is replaced, its envs restarting at the next
-        reset or step; until then a call raises :class:`WorkerDiedError` for it."""
+        """Each actor's reply to ``submit(s)`` (not a reset or step), by shard index;
+        ``took(s)`` for each actor that answered, before a fault of the others is raised.
+        An actor that dies or misses the timeout is replaced, its envs restarting at the
+        next reset or step; until then a call raises :class:`WorkerDiedError` for it."""
         self._ask(submit, what)
-        return self._answers(timeout)
+        return self._answers(timeout, took)
 
     def _ask(self, submit: Callable[[_Actor], Refs], what: str) -> None:
         """Start :meth:`_call`; :meth:`_answers` gathers the replies."""
         self._asked = (what, {s.index: submit(s) for s in self.shards if not s.setup})
 
-    def _answers(self, timeout: float | None) -> dict[int, Any]:
+    def _answers(
+        self, timeout: float | None, took: Callable[[_Actor], None] | None = None
+    ) -> dict[int, Any]:
         """The replies to the last :meth:`_ask`, by shard index (see :meth:`_call`)."""
         (what, pending), self._asked = self._asked, None
         limit = self.timeout if timeout is None else timeout
         answers = self._gather(pending, limit)
+        for s in self.shards:
+            if took is not None and s.index in answers.values:
+                took(s)
         for s in answers.dead + answers.late:
             self._replace(s)
         answers.dead = [s for s in self.shards if s.setup and s not in answers.late]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from corral.errors import WorkerDiedError, WorkerRestartWarning, WorkerTimeoutError
-from corral.vector.backend import first_fault
+from corral.vector.backend import Written, first_fault, remember
 
 S = TypeVar("S", bound="Shard")
 Answer = tuple[Literal["ok", "error", "dead"], Any]
@@ -89,6 +89,14 @@ class Shard:
     stuck_in: str | None = None
     """Where a worker that missed the timeout was stuck (``"env 2's step()"``), where its
     backend can tell; ``None`` elsewhere."""
+    written: Written = field(default_factory=dict)
+    """What ``set_attr`` wrote on its envs (those it answered for): a replacement worker
+    builds its envs with them (:func:`~corral.vector.backend.build_shard`)."""
+
+    def remember(self, name: str, values: Sequence[Any]) -> None:
+        """Record that ``set_attr`` set ``name`` of every env to ``values`` (one per env of
+        the vector env, this shard's among them)."""
+        remember(self.written, name, values[self.envs.start : self.envs.stop])
 
     def __str__(self) -> str:
         return f"worker {self.index} ({envs_text(self.envs)})"

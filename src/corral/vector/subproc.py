@@ -53,6 +53,8 @@ from corral.vector.backend import (
     Arrays,
     Backend,
     EnvInfo,
+    Written,
+    build_shard,
     call_shard,
     env_error,
     set_shard_attrs,
@@ -217,10 +219,16 @@ class _Inbox:
 
 
 def _serve(
-    conn: Connection, payload: bytes, offset: int, inherited: list[Any], inside: Any
+    conn: Connection,
+    payload: bytes,
+    offset: int,
+    written: Written,
+    inherited: list[Any],
+    inside: Any,
 ) -> None:
     """A worker's main function: build the envs, then answer commands until told to close.
 
+    ``written``: what ``set_attr`` wrote on the envs of the worker this one replaces;
     ``inside``: shared memory where dict envs tell which env they are in
     (:attr:`~corral.vector.dict_envs.DictEnvs.inside`), read by the parent when the
     worker misses a timeout."""
@@ -229,7 +237,7 @@ def _serve(
     for parent_end in inherited:  # forked copies would hide the parent's exit (from workers,
         parent_end.close()  # and from the reaper where it has no pidfd to watch the parent)
     try:
-        shard = cloudpickle.loads(payload).build(offset)
+        shard = build_shard(cloudpickle.loads(payload), offset, written)
     except Exception as err:
         conn.send(("error", env_error(offset, "building the env", err)))
         return
@@ -454,7 +462,7 @@ class SubprocBackend(Backend):
         self._ask(
             lambda w: ("set_attr", name, values[w.envs.start : w.envs.stop]), f"set_attr({name!r})"
         )
-        return self._answers(timeout)[0]
+        return self._answers(timeout, took=lambda w: w.remember(name, values))[0]
 
     def close(self, terminate: bool = False) -> None:
         if terminate and self._finalizer.alive:
@@ -477,11 +485,17 @@ class SubprocBackend(Backend):
         self._send(self.shards, message)
         self._asked = what
 
-    def _answers(self, timeout: float | None) -> list[Any]:
-        """The workers' replies to the last :meth:`_ask`, in order."""
+    def _answers(
+        self, timeout: float | None, took: Callable[[_Worker], None] | None = None
+    ) -> list[Any]:
+        """The workers' replies to the last :meth:`_ask`, in order; ``took(w)`` for each
+        worker that answered it, before a fault of the others is raised."""
         what, self._asked = self._asked, ""
         limit = self._limit(timeout)
         answers = self._gather([w for w in self.shards if not w.dead], limit)
+        for worker in self.shards:
+            if took is not None and worker.index in answers.values:
+                took(worker)
         answers.dead = [w for w in self.shards if w.dead and w not in answers.late]
         raise_first(call_faults(answers, what, limit))
         return [answers.values[w.index] for w in self.shards]
@@ -501,6 +515,7 @@ class SubprocBackend(Backend):
                     child,
                     self._payloads[worker.index],
                     worker.envs.start,
+                    worker.written,
                     inherited,
                     worker.inside,
                 ),
