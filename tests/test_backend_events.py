@@ -223,6 +223,7 @@ def assert_worker_1_restarted(batch: Any) -> None:
     their episodes, copies 2-3 had theirs cut, truncated, after one step."""
     assert batch.worker_restarts.tolist() == [0, 0, 1, 1]
     assert batch.done.tolist() == [True] * 4
+    assert batch.episode_cut.tolist() == [False, False, True, True]
     assert batch.terminated["agent"][:, 0].tolist() == [True, True, False, False]
     assert batch.truncated["agent"][:, 0].tolist() == [False, False, True, True]
     assert batch.reward["agent"][:, 0].tolist() == [1.0, 1.0, 0.0, 0.0]
@@ -239,6 +240,7 @@ def assert_steps_on(venv: VectorEnv) -> None:
         batch = venv.step(ACTIONS)
     assert state_of(batch.obs) == [2] * 4
     assert batch.reward["agent"][:, 0].tolist() == [1.0] * 4
+    assert batch.episode_cut.tolist() == [False] * 4
 
 
 # -- an env that raises ---------------------------------------------------------------------
@@ -261,6 +263,7 @@ def assert_cut_in_second_step(batch: Any, cut: range) -> None:
     ended = [i not in cut for i in range(NUM_ENVS)]
     assert batch.worker_restarts.tolist() == [int(i in cut) for i in range(NUM_ENVS)]
     assert batch.done.tolist() == [True] * NUM_ENVS
+    assert batch.episode_cut.tolist() == [i in cut for i in range(NUM_ENVS)]
     assert batch.terminated["agent"][:, 0].tolist() == ended
     assert batch.truncated["agent"][:, 0].tolist() == [not e for e in ended]
     assert batch.reward["agent"][:, 0].tolist() == [float(e) for e in ended]
@@ -324,6 +327,8 @@ def assert_autoreset_cut(batch: Any, restarted: range) -> None:
     ended, and the copies ``restarted`` were restarted after a fault in their autoreset."""
     assert batch.worker_restarts.tolist() == [int(i in restarted) for i in range(NUM_ENVS)]
     assert batch.done.tolist() == [True] * NUM_ENVS
+    # restarted after its episode ended as the env ended it: not cut
+    assert batch.episode_cut.tolist() == [False] * NUM_ENVS
     assert batch.terminated["agent"][:, 0].tolist() == [True] * NUM_ENVS
     assert batch.truncated["agent"][:, 0].tolist() == [False] * NUM_ENVS
     assert batch.reward["agent"][:, 0].tolist() == [1.0] * NUM_ENVS

@@ -343,6 +343,7 @@ def assert_rows_equal(got, want, e: int, where: str) -> None:
         )
         assert got.episode_length[e] == want.episode_length[e], f"{where} episode_length"
     assert got.worker_restarts[e] == 0, f"{where}: a healthy env was restarted"
+    assert not got.episode_cut[e], f"{where}: a healthy env's episode was cut"
 
 
 def check_episodes(batches: list, e: int) -> tuple[int, int]:
@@ -360,6 +361,7 @@ def check_episodes(batches: list, e: int) -> tuple[int, int]:
         if not b.done[e]:
             assert not restarted, f"{where}: restarted without ending its episode"
             continue
+        assert b.episode_cut[e] == restarted, f"{where}: episode_cut says otherwise"
         np.testing.assert_allclose(b.episode_return["a"][e], ret, rtol=1e-6, err_msg=where)
         assert b.episode_length[e] == steps, where
         if restarted:
@@ -663,3 +665,72 @@ def test_a_timeout_keeps_the_healthy_step(backend: str, tmp_path: Path, ray_sess
         batch = venv.step(actions_at(2))
         for e in (2, 3, 4):
             assert_rows_equal(batch, want[3], e, f"env {e}")
+
+
+# -- episode_cut, where the arrays live -----------------------------------------------------------
+
+
+class CutNative:
+    """``mdp/two_round_dmdp`` natively batched (episodes of two steps with action 1), whose
+    ``raise_at``-th step raises and whose ``nan_at``-th step returns NaN as copy 1's reward."""
+
+    def __init__(self, num_envs: int, array: str, raise_at: int, nan_at: int) -> None:
+        from corral.registry import spec
+
+        self.env = spec("mdp/two_round_dmdp").make_batched(num_envs, array, "cpu")
+        self.raise_at, self.nan_at, self.steps = raise_at, nan_at, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    @property
+    def groups(self) -> dict:
+        return self.env.groups
+
+    def reset(self, seed: Any = None, where: Any = None, options: Any = None) -> Any:
+        return self.env.reset(seed=seed, where=where, options=options)
+
+    def step(self, actions: dict) -> Any:
+        self.steps += 1
+        if self.steps == self.raise_at:
+            raise RuntimeError("injected fault")
+        out = self.env.step(actions)
+        if self.steps == self.nan_at:
+            out.reward["agent"][1, 0] = float("nan")
+        return out
+
+
+@pytest.mark.parametrize("device_path", [False, True], ids=["host", "device-path"])
+@pytest.mark.parametrize("array", ["numpy", "torch"])
+def test_episode_cut_marks_the_episodes_a_fault_cut_and_no_other(
+    array: str, device_path: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A natively batched env that raises cuts every copy's episode (one that ended in
+    that step as it ended: not cut); with check_finite, a NaN cuts its copy alone."""
+    if array == "numpy" and device_path:
+        pytest.skip("numpy has no device path")
+    if array == "torch":
+        pytest.importorskip("torch")
+    if device_path:  # the vector layer's path on a GPU, on CPU tensors
+        from corral.arrays import Place
+
+        monkeypatch.setattr(Place, "numpy_on_cpu", False)
+    make = partial(CutNative, array=array, raise_at=2, nan_at=5)
+    ones = np.ones((3, 1), np.int64)
+    with VectorEnv(
+        NativeSource(make, 3), seed=SEED, on_env_error="restart", check_finite=True
+    ) as venv:
+        actions = {"agent": venv.layout.place.asarray(ones) if array == "torch" else ones}
+        cuts, dones = [], []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", WorkerRestartWarning)
+            venv.reset()
+            for _ in range(6):
+                batch = venv.step(actions)
+                cuts.append(np.asarray(batch.episode_cut.tolist()).tolist())
+                dones.append(np.asarray(batch.done.tolist()).tolist())
+    assert dones[1] == [True] * 3 and cuts[1] == [True] * 3  # step 2: every copy cut
+    assert cuts[4] == [False, True, False] and dones[4][1]  # step 5: copy 1's NaN
+    for t in (0, 2, 3, 5):
+        assert cuts[t] == [False] * 3, (t, cuts)
+    assert dones[3] == [True] * 3  # episodes ended by the env (steps 3-4) are not cut

@@ -702,3 +702,48 @@ def test_algorithms_that_read_the_state_get_vector_envs_with_state(tmp_path: Pat
         with Runner(cfg, progress=False) as runner:
             assert (runner.venv.state_space is not None) is centralised
             assert runner.algo.use_state is centralised
+
+
+def same_state(a: Any, b: Any) -> bool:
+    """Whether two state dicts hold equal values (tensors, arrays, numbers, nested)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b, strict=True))
+    if hasattr(a, "equal"):  # a tensor
+        return bool(a.equal(b))
+    return bool(np.array_equal(a, b))
+
+
+# rollouts of 3 vector steps of 4 envs: 12 env steps, so the evaluations at 80 and 160 fall
+# inside one, and their checkpoints wait for its end (84, 168)
+MID_ROLLOUT = {
+    "mappo": {"rollout_steps": 3, "epochs": 1},
+    "dqn": {"train_freq": 12, "learning_starts": 40, "batch_size": 16},
+    "maddpg": {"train_freq": 12, "learning_starts": 40, "batch_size": 16},
+}
+
+
+@pytest.mark.parametrize("algo", sorted(MID_ROLLOUT))
+def test_a_checkpoint_due_mid_rollout_waits_for_its_end_so_resume_loses_no_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, algo: str
+) -> None:
+    """A checkpoint holds no partly collected rollout: resumed from it, a one-step game's
+    run equals the uninterrupted one (its rows, env steps and learner)."""
+    pytest.importorskip("torch")
+    settings = {"algo": algo, **MID_ROLLOUT[algo]}
+    with Runner(config(tmp_path, "whole", **settings), progress=False) as runner:
+        whole = runner.benchmark()
+        state = runner.algo.state_dict()
+    with monkeypatch.context() as patch:
+        kill_after_checkpoint(patch, 160)
+        with pytest.raises(Killed):
+            train(config(tmp_path, "killed", **settings))
+    assert ckpt.load(tmp_path / "killed" / LATEST)["env_steps"] == 168  # 14 whole rollouts
+    with Runner.resume(tmp_path / "killed", progress=False) as runner:
+        resumed = runner.benchmark()
+        assert same_state(runner.algo.state_dict(), state)
+    assert resumed.env_steps == whole.env_steps == 400
+    assert without_time(resumed.metrics) == without_time(whole.metrics)
+    evaluated = [r["env_steps"] for r in whole.metrics if "eval_return" in r]
+    assert evaluated == [0, 80, 160, 240, 320, 400]

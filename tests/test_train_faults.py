@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import time
 import warnings
 from pathlib import Path
@@ -230,3 +231,169 @@ def test_an_env_hanging_in_an_evaluation_stops_the_run_at_the_timeout(
     assert time.monotonic() - start < 15 and code == 1, err
     [error] = [line for line in err.splitlines() if line.startswith("corral: error:")]
     assert "did not answer step() within 1.0 s" in error
+
+
+# -- evaluations average whole episodes only --------------------------------------------------
+
+CHAIN = {"steps": 0, "at": set()}
+"""Steps taken by every chain env of this process (dict copies: each copy's step; natively
+batched: each batched step), and the counts at which a step raises."""
+CHAIN_LENGTH = 4  # whole episodes: 4 steps of reward 1, whatever the action
+
+
+def chain_mdp() -> Any:
+    from corral.envs.mdp import TabularMDP
+
+    outcomes = {(s, a): [(1.0, s + 1, 1.0)] for s in range(CHAIN_LENGTH) for a in (0, 1)}
+    return TabularMDP.from_outcomes(outcomes, CHAIN_LENGTH + 1, 2, [CHAIN_LENGTH])
+
+
+def chain_fault() -> None:
+    CHAIN["steps"] += 1
+    if CHAIN["steps"] in CHAIN["at"]:
+        raise RuntimeError("the simulator lost its connection")
+
+
+class FaultyChain:
+    """The chain, whose steps raise at the counts of ``CHAIN["at"]``."""
+
+    def __new__(cls) -> Any:
+        env = chain_mdp()
+        step = env.step
+
+        def faulty_step(actions: dict) -> Any:
+            chain_fault()
+            return step(actions)
+
+        env.step = faulty_step
+        return env
+
+
+class FaultyChainNative(FlakyNative):
+    """The natively batched chain, whose batched steps raise at the counts of ``CHAIN["at"]``
+    (every copy's episode is cut)."""
+
+    def __init__(self, num_envs: int, array: str = "numpy", device: str = "cpu") -> None:
+        from corral.envs.mdp_batched import batch
+
+        self.env = batch(chain_mdp(), num_envs, array, device)
+        self.num_envs, self.place = num_envs, self.env.place
+        self.possible_agents = self.env.possible_agents
+        self.max_episode_steps = self.env.max_episode_steps
+        self.metadata = self.env.metadata
+
+    def step(self, actions: dict) -> Any:
+        chain_fault()
+        return self.env.step(actions)
+
+
+@pytest.fixture
+def chain_run(tmp_path: Path) -> Any:
+    """A DQN run's config on the faulty chain (3 envs, on_env_error=restart), and its
+    evaluation venv and algorithm, for ``native`` or dict envs."""
+    from corral.training.runner import build_algorithm, build_eval_venv
+
+    corral.register("test/faulty_chain", FaultyChain, batched=FaultyChainNative)
+    made = []
+
+    def build(native: bool) -> tuple:
+        settings = {**SETTINGS, "num_envs": 3, "on_env_error": "restart", "native": native}
+        config = load_config("dqn", "test/faulty_chain", {**settings, "run_dir": str(tmp_path)})
+        venv = build_eval_venv(config)
+        made.append(venv)
+        assert venv.native is native
+        return config, venv, build_algorithm(config, venv)
+
+    CHAIN.update(steps=0, at=set())
+    yield build
+    CHAIN.update(steps=0, at=set())
+    for venv in made:
+        venv.close()
+
+
+@pytest.mark.parametrize(("native", "cut"), [(False, 2), (True, 6)])
+def test_an_evaluation_averages_whole_episodes_only_and_counts_the_cut(
+    chain_run: Any, native: bool, cut: int
+) -> None:
+    """Two faults in an evaluation: a dict env's cuts its own episode, a natively batched
+    env's every copy's (3); each is played again, and eval_cut counts them."""
+    from corral.training.runner import evaluate_policy
+
+    config, venv, algo = chain_run(native)
+    CHAIN["at"] = {3, 7}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the EnvRestartWarnings of the faults
+        result = evaluate_policy(config, algo, 6, venv=venv)
+    assert CHAIN["steps"] >= 7  # both faults struck
+    assert result.returns == [float(CHAIN_LENGTH)] * 6  # whole episodes only, 6 of them
+    assert result.cut == cut
+    row = result.columns()
+    assert row["eval_return"] == CHAIN_LENGTH and row["eval_cut"] == cut
+
+
+def test_an_evaluation_whose_env_keeps_failing_gives_up_naming_the_envs(chain_run: Any) -> None:
+    from corral.errors import EvaluationError
+    from corral.training.runner import evaluate_policy
+
+    config, venv, algo = chain_run(False)
+    CHAIN["at"] = set(range(2, 1000, 2))  # every other step of any copy raises
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(EvaluationError) as info:
+            evaluate_policy(config, algo, 4, venv=venv)
+    message = str(info.value)
+    # a step cuts up to one episode per env: the count passes 4 by 1 to 3
+    said = r"the evaluation gave up: faults cut [5-7] episodes \(of envs 0, 1, 2\)"
+    assert re.match(said, message)
+    assert "of the 4 whole episodes it averages; it replaces at most 4 cut ones" in message
+
+
+def test_games_against_an_opponent_count_only_whole_games(chain_run: Any) -> None:
+    from corral.training.selfplay_eval import play_against
+    from corral.training.whole_episodes import CutEpisodes
+
+    _, venv, algo = chain_run(False)
+    CHAIN["at"] = {2, 9}
+    cut = CutEpisodes(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        returns = play_against(algo, venv, 4, "agent_0", seed=5, cut=cut)
+    assert returns == [float(CHAIN_LENGTH)] * 4 and cut.count == 2
+
+
+def test_restarts_under_raise_are_logged_as_what_happened(tmp_path: Path) -> None:
+    """Under on_env_error=raise a run survives a worker that dies (replaced, its envs
+    restarted): the log says so, not that on_env_error=restart restarted a faulty env."""
+    flag = tmp_path / "died"
+
+    # defined here, workers unpickle it by value: they need not import this module (and torch)
+    def climbing_dying_once(die_at: int) -> Any:
+        """The climbing game, whose worker dies at its ``die_at``-th step, once per test."""
+        import os
+
+        env = corral.make("mdp/climbing")
+        step, steps = env.step, itertools.count(1)
+
+        def dying_step(actions: dict) -> Any:
+            if next(steps) == die_at and not os.path.exists(flag):
+                open(flag, "w").close()
+                os._exit(3)
+            return step(actions)
+
+        env.step = dying_step
+        return env
+
+    corral.register("test/climbing_dying_once", climbing_dying_once, die_at=30)
+    settings = {**SETTINGS, "backend": "subproc", "num_workers": 2, "run_dir": str(tmp_path / "r")}
+    small = {"learning_starts": 20, "batch_size": 16, "train_freq": 8}
+    config = load_config("maddpg", "test/climbing_dying_once", {**settings, **small})
+    assert config.run.on_env_error == "raise"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the WorkerRestartWarning
+        with Runner(config, progress=False) as runner:
+            results = runner.benchmark()
+    assert results.env_steps == 200 and flag.exists()
+    assert sum(r.get("env_restarts", 0) for r in read_metrics(tmp_path / "r")) == 1
+    logged = (tmp_path / "r" / "train.log").read_text()
+    assert "1 env restart(s) in the last 40 env steps: a worker died and was replaced" in logged
+    assert "on_env_error=restart" not in logged

@@ -54,6 +54,7 @@ from corral.errors import (
     CheckpointError,
     ConfigError,
     EnvError,
+    EvaluationError,
     MissingDependencyError,
     RegistrationError,
     UnknownEnvError,
@@ -584,6 +585,11 @@ def _train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    except EvaluationError as err:  # on_env_error=restart, and faults cut too many episodes
+        run_dir = args.resume or (config and config.run.run_dir)
+        print(f"corral: error: training stopped: {err}", file=sys.stderr)
+        print(_resume_advice(run_dir), file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         # a new run's directory is named in its config once the runner has made it
         print(_interrupted(args.resume or (config and config.run.run_dir)), file=sys.stderr)
@@ -649,9 +655,13 @@ def _eval(args: argparse.Namespace) -> int:
         )
     except (ConfigError, CheckpointError) as err:  # an --opponent that cannot be used
         raise UsageError(str(err)) from err
+    except EvaluationError as err:  # faults cut more episodes than it replaces
+        print(f"corral: error: {err}", file=sys.stderr)
+        return 1
+    cut = f" ({result.cut} cut by faults, played again)" if result.cut else ""
     print(
         f"{args.run_dir} ({args.checkpoint} checkpoint, {saved['env_steps']} env steps): "
-        f"mean +- standard error over {args.episodes} episodes"
+        f"mean +- standard error over {args.episodes} episodes{cut}"
     )
     columns = result.columns()
 

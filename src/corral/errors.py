@@ -68,6 +68,11 @@ class CheckpointError(CorralError, ValueError):
     or version, or not a corral checkpoint), or a value a checkpoint cannot hold."""
 
 
+class EvaluationError(CorralError, RuntimeError):
+    """An evaluation whose envs' faults cut more episodes than the whole ones it averages:
+    it gave up rather than play on (see ``corral.training.whole_episodes``)."""
+
+
 class EnvContractError(CorralError):
     """An env that breaks the env contract (raised by the conformance checker)."""
 

@@ -190,6 +190,11 @@ class RolloutBuilder:
         """Whether ``steps`` steps are recorded: :meth:`finish` is due."""
         return self._t >= self.steps
 
+    @property
+    def recorded(self) -> int:
+        """The vector steps recorded in the rollout being built (0 between rollouts)."""
+        return self._t
+
     def reset(self) -> None:
         """Forget open decisions and any partly recorded rollout (call after ``venv.reset()``)."""
         self._t = 0

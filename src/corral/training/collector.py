@@ -16,6 +16,7 @@ import numpy as np
 from corral.algos.base import Algorithm, FixedPolicy
 from corral.arrays import Place, is_tensor, place_of, to_numpy, tree_to_numpy
 from corral.data.transitions import TransitionAssembler
+from corral.training.whole_episodes import CutEpisodes, whole_ended
 
 
 class DecisionCounter:
@@ -64,7 +65,8 @@ class Progress:
     env_steps: int = 0
     """Env steps taken (one per env per vector step)."""
     episode_returns: list[float] = field(default_factory=list)
-    """Each finished episode's return of the learned groups, averaged over their agents."""
+    """Each whole episode's return of the learned groups, averaged over their agents (an
+    episode that a fault cut, ``batch.episode_cut``, is left out)."""
     agent_returns: dict[str, list[float]] = field(default_factory=dict)
     """Each finished episode's return of every agent of the env (learned or not), in the
     order of ``episode_returns``."""
@@ -73,6 +75,8 @@ class Progress:
     """The metrics of each update that learned (of a replay learner: took gradient steps)."""
     env_restarts: int = 0
     """Envs restarted after a fault (an env that raised, a dead or late worker)."""
+    episodes_cut: int = 0
+    """Episodes that faults cut, left out of the returns (counted by :func:`evaluate`)."""
 
 
 class Collector:
@@ -101,6 +105,16 @@ class Collector:
         self.assembler = TransitionAssembler(venv)
         self.batch = venv.reset(seed=seed)
         self.decisions = DecisionCounter()
+
+    @property
+    def rollout_open(self) -> bool:
+        """Whether a rollout is partly collected: what a checkpoint cannot hold (the
+        transition collector hands every step over at once: never)."""
+        return False
+
+    def rollout_left(self) -> int:
+        """The env steps until the rollout being collected ends (0 where none is open)."""
+        return 0
 
     def actions(self, batch: Any, explore: bool) -> tuple[dict[str, np.ndarray], dict]:
         """Actions of every group at ``batch`` (the next batch acted on) and ``algo``'s extras."""
@@ -159,13 +173,14 @@ class Collector:
         return progress
 
     def _record_episodes(self, progress: Progress, batch: Any = None) -> None:
-        """Add the episodes that ended at ``batch`` (default: the current one) to ``progress``.
+        """Add the whole episodes that ended at ``batch`` (default: the current one) to
+        ``progress``; those that a fault cut are left out.
 
-        ``batch`` needs only NumPy ``done`` ``[S]``, ``episode_return`` and
+        ``batch`` needs only NumPy ``done`` ``[S]``, ``episode_cut``, ``episode_return`` and
         ``episode_length``, so several steps' batches flattened to ``S = steps * E`` rows
         record their episodes in step order."""
         batch = self.batch if batch is None else batch
-        finished = np.flatnonzero(batch.done)
+        finished = np.flatnonzero(whole_ended(batch))
         if len(finished) == 0:
             return
         returns = np.concatenate(
@@ -203,11 +218,19 @@ def evaluate(
     fixed: Mapping[str, FixedPolicy] | None = None,
     seed: int | None = None,
 ) -> Progress:
-    """Play ``episodes`` episodes greedily (no exploration, no learning)."""
+    """Play ``episodes`` whole episodes greedily (no exploration, no learning).
+
+    Episodes that a fault cut are left out and replaced, and counted in
+    ``episodes_cut``; past ``episodes`` of them it raises
+    :class:`~corral.errors.EvaluationError` (see :mod:`corral.training.whole_episodes`).
+    """
     collector = Collector(venv, algo, fixed, seed)
     progress = Progress()
+    cut = CutEpisodes(episodes)
     while len(progress.episode_returns) < episodes:
-        part = collector.run(venv.num_envs, learn=False)
+        part = collector.run(venv.num_envs, learn=False)  # one vector step
+        cut.see(collector.batch, played=len(progress.episode_returns) + len(part.episode_returns))
+        progress.episodes_cut = cut.count
         progress.env_steps += part.env_steps
         progress.episode_returns += part.episode_returns
         for agent, returns in part.agent_returns.items():

@@ -24,6 +24,7 @@ COLUMNS = (
     "train_episodes",
     "eval_return",
     "eval_return_std",
+    "eval_cut",
 )
 """The columns every ``metrics.csv`` starts with."""
 

@@ -53,9 +53,20 @@ class RolloutCollector(Collector):
         super().__init__(venv, algo, fixed, seed)
         learned = SimpleNamespace(num_envs=venv.num_envs, groups=algo.groups)
         self.builder = RolloutBuilder(learned, algo.rollout_steps, record_next=algo.records_next)
-        self._ended: list[tuple[Any, dict[str, Any], Any]] = []
-        """Torch batches: each step's ``done``, ``episode_return``, ``episode_length``, on
-        the device until :meth:`_read_episodes`."""
+        self._ended: list[tuple[Any, dict[str, Any], Any, Any]] = []
+        """Torch batches: each step's ``done``, ``episode_return``, ``episode_length`` and
+        ``episode_cut``, on the device until :meth:`_read_episodes`."""
+
+    @property
+    def rollout_open(self) -> bool:
+        """Whether a rollout is partly collected: its steps would be lost to a checkpoint."""
+        return self.builder.recorded > 0
+
+    def rollout_left(self) -> int:
+        """The env steps until the rollout being collected ends (0 where none is open)."""
+        if not self.rollout_open:
+            return 0
+        return (self.builder.steps - self.builder.recorded) * self.venv.num_envs
 
     def run(
         self,
@@ -118,11 +129,12 @@ class RolloutCollector(Collector):
             super()._record_episodes(progress, batch)
             return
         returns = {g: batch.episode_return[g] for g in self.venv.groups}
+        ended = (batch.done, batch.episode_length, batch.episode_cut)
         if getattr(self.venv, "copy", True) is False:  # views the next step overwrites
             returns = {g: r.clone() for g, r in returns.items()}
-            self._ended.append((batch.done.clone(), returns, batch.episode_length.clone()))
-        else:
-            self._ended.append((batch.done, returns, batch.episode_length))
+            ended = tuple(x.clone() for x in ended)
+        done, length, cut = ended
+        self._ended.append((done, returns, length, cut))
 
     def _read_episodes(self, progress: Progress) -> None:
         """Read the kept steps' episodes back to the host at once, into ``progress``."""
@@ -132,10 +144,11 @@ class RolloutCollector(Collector):
 
         steps, self._ended = self._ended, []
         flat = SimpleNamespace(
-            done=to_numpy(torch.cat([done for done, _, _ in steps])),
+            done=to_numpy(torch.cat([done for done, _, _, _ in steps])),
             episode_return={
-                g: to_numpy(torch.cat([r[g] for _, r, _ in steps])) for g in self.venv.groups
+                g: to_numpy(torch.cat([r[g] for _, r, _, _ in steps])) for g in self.venv.groups
             },
-            episode_length=to_numpy(torch.cat([length for _, _, length in steps])),
+            episode_length=to_numpy(torch.cat([length for _, _, length, _ in steps])),
+            episode_cut=to_numpy(torch.cat([cut for _, _, _, cut in steps])),
         )
         super()._record_episodes(progress, flat)

@@ -11,7 +11,9 @@ A run lives in one directory::
         tb/              TensorBoard events, when tensorboard is installed
 
 A checkpoint holds the algorithm's ``state_dict``, the env steps done, the
-metrics so far, the best evaluation, and every random generator's state. A
+metrics so far, the best evaluation, and every random generator's state, and
+is written between rollouts only (one due inside a rollout waits for its end,
+the run's last excepted), so it loses no env step collected. A
 resumed run continues from the checkpoint's step with the same metrics and
 generators; the envs restart their episodes (episodes in flight at the
 checkpoint are not part of it), from seeds derived from the run's seed and
@@ -66,6 +68,7 @@ from corral.training.scoring import (
     versus_columns,
 )
 from corral.training.threads import set_torch_threads, torch_threads
+from corral.training.whole_episodes import CutEpisodes
 from corral.vector import VectorEnv, make_vec
 from corral.vector.sampling import sample_array
 
@@ -151,6 +154,9 @@ class Runner:
         self.eval_venv: VectorEnv | None = None
         self.saved_at = time.monotonic()
         """When ``checkpoint.pt`` was last written, or training started (``checkpoint_every_s``)."""
+        self.save_due = False
+        """A checkpoint came due while a rollout was partly collected: it is written at the
+        end of that rollout (a checkpoint holds no partial rollout)."""
         self.torch_threads: int | None = None
         """torch's CPU threads while the run is open (``None``: the algorithm uses no torch)."""
         self._threads_before: int | None = None
@@ -246,8 +252,9 @@ class Runner:
 
         Writes a metrics row every ``log_every`` steps, ``checkpoint.pt`` at
         every evaluation, every ``checkpoint_every`` steps and (after the vector
-        step that passes it) every ``checkpoint_every_s`` seconds, and ``best.pt``
-        whenever an evaluation beats the best so far.
+        step that passes it) every ``checkpoint_every_s`` seconds, each at the end
+        of the rollout it falls in (with a row), and ``best.pt`` whenever an
+        evaluation beats the best so far.
         """
         run = self.config.run
         with self._run_logging():
@@ -286,7 +293,7 @@ class Runner:
             if on_step is not None:
                 on_step(env_steps)
             due = 0 < run.checkpoint_every_s <= time.monotonic() - self.saved_at
-            if due and self.env_steps < stop:
+            if due and self.env_steps < stop and not self.collector.rollout_open:
                 self.elapsed = elapsed + time.perf_counter() - started
                 self._save_latest()
 
@@ -298,8 +305,12 @@ class Runner:
         evaluate = finished or _crossed(run.eval_every, before, self.env_steps)
         row = self._log_row(part, seconds, evaluate=evaluate)
         overdue = 0 < run.checkpoint_every_s <= time.monotonic() - self.saved_at
-        if evaluate or overdue or _crossed(run.checkpoint_every, before, self.env_steps):
-            self._save_latest()
+        crossed = _crossed(run.checkpoint_every, before, self.env_steps)
+        if self.save_due or evaluate or overdue or crossed:
+            # mid-rollout, only at the run's end; else at the rollout's end (_next_stop)
+            self.save_due = self.collector.rollout_open and not finished
+            if not self.save_due:
+                self._save_latest()
         return row
 
     def _save_latest(self) -> None:
@@ -330,6 +341,8 @@ class Runner:
         run = self.config.run
         periods = [p for p in (run.log_every, run.eval_every, run.checkpoint_every) if p > 0]
         stops = [(self.env_steps // p + 1) * p for p in periods]
+        if self.save_due:  # the end of the rollout that a due checkpoint waits for
+            stops.append(self.env_steps + self.collector.rollout_left())
         return min([*stops, run.total_steps])
 
     def _log_row(self, part: Progress, seconds: float, *, evaluate: bool) -> Row:
@@ -348,11 +361,7 @@ class Runner:
         row.update(_mean_metrics(part.updates))
         if part.env_restarts:
             row["env_restarts"] = part.env_restarts
-            log.warning(
-                "%d env restart(s) after faults in the last %d env steps (on_env_error=restart)",
-                part.env_restarts,
-                part.env_steps,
-            )
+            log.warning("%s", _restarts_text(part, self.config.run.on_env_error))
         self.metrics.add(row)
         self._watch_constant(train, result)
         metric = self.selection.metric
@@ -669,7 +678,7 @@ def evaluate_policy(
     opponent: str | None = None,
     allow_imports: Collection[str] = (),
 ) -> Evaluation:
-    """``episodes`` greedy episodes of ``algo``, the other groups played as in training.
+    """``episodes`` whole greedy episodes of ``algo``, the other groups played as in training.
 
     Measures the columns of :mod:`corral.training.scoring`: the learned
     agents' mean return and each group's and agent's; in two-player zero-sum
@@ -678,7 +687,9 @@ def evaluate_policy(
     ``eval_opponent``) shared by the learner's seats. ``venv`` defaults to a
     fresh :func:`build_eval_venv`; every evaluation of a run plays the same
     seeds unless ``seed`` is given. ``allow_imports``: what the opponent run's
-    config may import (see :func:`read_run_config`).
+    config may import (see :func:`read_run_config`). Episodes that faults cut are
+    left out, replaced and counted (``eval_cut``); past ``episodes`` of them (in each
+    part) it raises :class:`~corral.errors.EvaluationError`.
     """
     seed = _eval_seed(config.run) if seed is None else seed
     own = venv is None
@@ -688,13 +699,15 @@ def evaluate_policy(
         fixed = fixed_policies(config, venv, algo)
         done = evaluate(venv, algo, episodes, fixed, seed=seed)
         returns = [float(r) for r in done.episode_returns]
-        result = Evaluation({RETURN: returns}, metric=selection.metric)
+        result = Evaluation({RETURN: returns}, metric=selection.metric, cut=done.episodes_cut)
         result.episodes.update(episode_columns(RETURN, done.agent_returns, venv.groups))
         if selection.versus:
             spec = opponent or config.run.eval_opponent
             reference = reference_opponent(spec, config, venv, allow_imports=allow_imports)
-            found = versus_columns(algo, venv, selection.seats, episodes, reference, seed)
+            cut = CutEpisodes(episodes)
+            found = versus_columns(algo, venv, selection.seats, episodes, reference, seed, cut)
             result.episodes.update(found)
+            result.cut += cut.count
     finally:
         if own:
             venv.close()
@@ -894,6 +907,18 @@ def _device(device: str) -> str:
 def _eval_seed(run: RunConfig) -> int:
     """Every evaluation of a run plays the same seeds, apart from the training envs' seeds."""
     return run.seed + 1_000_003
+
+
+def _restarts_text(part: Progress, on_env_error: str) -> str:
+    """What the env restarts of ``part`` were, under the run's ``on_env_error``."""
+    head = f"{part.env_restarts} env restart(s) in the last {part.env_steps} env steps"
+    if on_env_error == "restart":
+        return f"{head} after faults, their episodes cut (on_env_error=restart)"
+    # under raise an env's fault stops the run: what the run survived were workers that died
+    return (
+        f"{head}: a worker died and was replaced, its envs' episodes cut (on_env_error=raise "
+        "stops a run at an env's own fault or a worker's timeout, not at a worker's death)"
+    )
 
 
 def _crossed(period: int, before: int, after: int) -> bool:

@@ -38,11 +38,15 @@ from typing import Any
 import numpy as np
 
 from corral.training.selfplay_eval import Player, play_against
+from corral.training.whole_episodes import CutEpisodes
 
 RETURN = "eval_return"
 """The learned agents' mean return: the column a run has always written."""
 VERSUS = "eval_vs_opponent"
 """The learner's mean return against the reference opponent, over its seats."""
+CUT = "eval_cut"
+"""The episodes of an evaluation that faults cut: left out of every mean and replaced
+(see :mod:`corral.training.whole_episodes`)."""
 AUTO = "auto"
 
 
@@ -83,6 +87,8 @@ class Evaluation:
     metric: str = RETURN
     """The column that selects the run's ``best.pt`` (its ``select_by``, see
     :func:`choose_selection`)."""
+    cut: int = 0
+    """Episodes that faults cut while it played: in no column's values (``eval_cut``)."""
 
     @property
     def returns(self) -> list[float]:
@@ -104,9 +110,10 @@ class Evaluation:
         return Score.of(self.episodes[column])
 
     def columns(self) -> dict[str, float]:
-        """The metrics row entries: each column's mean, and ``eval_return_std``."""
+        """The metrics row entries: each column's mean, ``eval_return_std`` and ``eval_cut``."""
         row = {RETURN: self.mean, f"{RETURN}_std": self.std}
         row.update({k: float(np.mean(v)) for k, v in self.episodes.items() if k != RETURN})
+        row[CUT] = self.cut
         return row
 
 
@@ -152,14 +159,18 @@ def versus_columns(
     episodes: int,
     opponent: Player | None,
     seed: int,
+    cut: CutEpisodes | None = None,
 ) -> dict[str, list[float]]:
     """``eval_vs_opponent/<seat>`` and ``eval_vs_opponent``: ``algo``'s returns against
-    ``opponent`` (``None``: uniformly random legal play), ``episodes`` games shared by the seats."""
+    ``opponent`` (``None``: uniformly random legal play), ``episodes`` whole games shared by
+    the seats; the games that faults cut are counted in ``cut`` (by default one
+    :class:`CutEpisodes` of ``episodes`` for all seats)."""
     out: dict[str, list[float]] = {VERSUS: []}
+    cut = CutEpisodes(episodes) if cut is None else cut
     for k, seat in enumerate(seats):
         games = episodes // len(seats) + (k < episodes % len(seats))
         if games:
-            returns = play_against(algo, venv, games, seat, opponent, seed=seed)
+            returns = play_against(algo, venv, games, seat, opponent, seed=seed, cut=cut)
             out[f"{VERSUS}/{seat}"] = returns
             out[VERSUS] += returns
     return out

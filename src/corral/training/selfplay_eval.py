@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from corral.training.whole_episodes import CutEpisodes, whole_ended
+
 
 class Player(Protocol):
     """Anything that acts for some groups of a batch, as an algorithm does."""
@@ -28,6 +30,7 @@ def play_against(
     opponent: Player | None = None,
     *,
     seed: int = 0,
+    cut: CutEpisodes | None = None,
 ) -> list[float]:
     """The returns of ``learner`` playing agent ``seat`` greedily in ``games`` episodes of
     ``venv`` against ``opponent``.
@@ -37,6 +40,9 @@ def play_against(
     its groups, and uniformly random legal actions fill every other agent (all
     of them when ``opponent`` is ``None``). ``venv`` is reset with ``seed``, so
     the same seed plays the same games; each env plays its share of ``games``.
+    Only whole episodes count: one that a fault cut is played again and counted in
+    ``cut`` (by default its own :class:`CutEpisodes` of ``games``), which gives up past
+    its bound (:mod:`corral.training.whole_episodes`).
     """
     where = [(g, agents.index(seat)) for g, agents in venv.groups.items() if seat in agents]
     if not where:
@@ -47,6 +53,7 @@ def play_against(
     rng = np.random.default_rng(seed)
     returns: list[float] = []
     played = np.zeros(num_envs, dtype=np.int64)
+    cut = CutEpisodes(games) if cut is None else cut
     batch = venv.reset(seed=seed)
     while (played < quota).any():
         actions = venv.sample_actions(batch, rng)
@@ -56,7 +63,8 @@ def play_against(
         mine, _ = learner.act(batch, explore=False)
         actions[g][:, j] = mine[g][:, j]
         batch = venv.step(actions)
-        counted = batch.done & (played < quota)
+        cut.see(batch, played < quota, played=len(returns))
+        counted = whole_ended(batch) & (played < quota)
         returns.extend(batch.episode_return[g][counted, j].tolist())
         played += counted
     return returns

@@ -4,7 +4,8 @@ An :class:`Episodes` runs a :class:`~corral.BatchedEnv` (packed dict envs or a
 native one) into the arrays of a :class:`~corral.vector.layout.Layout`. It is
 the only place that decides an episode ended (after a step, none of the copy's
 agents is alive), records it (``done``, ``final_obs``, ``final_state``,
-``episode_return``, ``episode_length``), restarts the copy with
+``episode_return``, ``episode_length``, and ``episode_cut`` where a fault cut it),
+restarts the copy with
 ``reset(where=done)`` in the same step, and keeps masks of agents that are not
 acting all legal. It works in the arrays' own namespace: on the host (numpy,
 or torch on the CPU through numpy views) a step reads only whether any copy
@@ -95,6 +96,8 @@ class Episodes:
             for g, group in layout.groups.items()
         ]
         self._done_array = arrays["done"]  # the done array as the bookkeeping writes it
+        self._cut = arrays["episode_cut"]
+        self._cut_marked = False  # some copy's episode_cut is set: cleared at the next step
         self._running_length = arrays["running_length"]
         self._live = self._any_alive()
         self._actions = {
@@ -150,6 +153,9 @@ class Episodes:
     def step(self) -> None:
         """Step every copy with the actions in the action arrays; restart the copies that
         ended, in the same step."""
+        if self._cut_marked:
+            _fill(self._cut, False, None)
+            self._cut_marked = False
         if self._broken:  # its last restart failed: try again instead
             self._restart_broken()
             return
@@ -179,6 +185,8 @@ class Episodes:
             # On the host, one read: whether (and which) copies ended; on a device, none:
             # every step restarts the copies ``done`` selects, none or some.
             ended = done if self._on_device else done.nonzero()[0]  # on the host: numpy
+        if failed is not None:  # their episode ended where it stood: cut
+            self._mark_cut(failed & done)
         self._count_restarts(out)
         faults = [*out.faults, *faults] if faults else out.faults
         if ended is not None and (self._on_device or len(ended)):
@@ -254,6 +262,7 @@ class Episodes:
         for g in self.groups:
             a[f"truncated/{g}"] |= a[f"alive/{g}"] & cut[:, None]
         self._end_episodes(cut)
+        self._mark_cut(cut)
         a["done"][...] = True
         a["worker_restarts"] += 1
 
@@ -383,6 +392,11 @@ class Episodes:
                 final[ended] = now[ended]
         self._zero_running(ended)
 
+    def _mark_cut(self, rows: Any) -> None:
+        """Set ``episode_cut`` of the copies ``rows`` (a bool mask)."""
+        self._cut |= rows
+        self._cut_marked = True
+
     def _zero_running(self, rows: Any) -> None:
         for g in self.groups:
             _fill(self.arrays[f"running_return/{g}"], 0, rows)
@@ -446,12 +460,13 @@ _STEP_FIELDS = ("reward", "terminated", "truncated", "running_return")
 
 
 def clear_step_fields(arrays: Arrays, groups: Iterable[str]) -> None:
-    """Clear what a step reports (rewards, ends, ``done``) before the step."""
+    """Clear what a step reports (rewards, ends, ``done``, ``episode_cut``) before the step."""
     for g in groups:
         arrays[f"reward/{g}"][...] = 0
         arrays[f"terminated/{g}"][...] = False
         arrays[f"truncated/{g}"][...] = False
     arrays["done"][...] = False
+    arrays["episode_cut"][...] = False
 
 
 def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:

@@ -407,5 +407,7 @@ _ENV_FIELDS = {
     "done": (Role.EPISODE, bool),
     "episode_length": (Role.EPISODE, np.int64),
     "worker_restarts": (Role.EPISODE, np.int64),
+    # The episode that ended in this step was cut by a fault, not ended by its env.
+    "episode_cut": (Role.EPISODE, bool),
     "running_length": (Role.BOOKKEEPING, np.int64),
 }

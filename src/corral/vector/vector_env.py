@@ -51,6 +51,11 @@ class Batch:
 
     ``worker_restarts[e]`` counts the restarts of env ``e`` after any fault: its
     worker died or missed the timeout, or the env itself raised.
+
+    ``episode_cut[e]`` (where ``done``): the episode that ended was cut by a fault
+    (its env raised or returned a bad value, its worker died or missed the timeout),
+    not ended by the env; its stats are those up to the cut. An episode that ended in
+    the step of a fault, as the env ended it, is not cut.
     """
 
     obs: dict[str, Any]
@@ -68,6 +73,7 @@ class Batch:
     episode_length: np.ndarray
     worker_restarts: np.ndarray
     clipped_actions: dict[str, np.ndarray]
+    episode_cut: np.ndarray
 
 
 class _Pending(enum.Enum):
@@ -625,6 +631,7 @@ class VectorEnv:
             episode_length=arrays["episode_length"],
             worker_restarts=arrays["worker_restarts"],
             clipped_actions=per_group("clipped_actions"),
+            episode_cut=arrays["episode_cut"],
         )
 
 
