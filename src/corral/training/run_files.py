@@ -39,7 +39,9 @@ def check_entries(
     there: ``files`` are written in place (regular files of one link), ``replaced`` through
     :func:`replacing` (regular files, and their ``.partial``), ``dirs`` are directories."""
     run_dir = Path(run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
+    if not run_dir.exists():
+        return
+    if not run_dir.is_dir():
         raise ConfigError(f"run_dir {run_dir} is not a directory")
     for name in files:
         _check_file(run_dir, name)
