@@ -182,3 +182,14 @@ def test_a_genuine_checkpoint_s_rows_pass_the_checks(
     code, err = resume(capsys, run_dir)
     assert code == 0, err
     assert read_metrics(run_dir)[4]["loss"] == float("inf")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_resume_refuses_a_fifo_where_the_log_belongs_without_waiting_for_a_reader(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (run_dir / "train.log").unlink()
+    os.mkfifo(run_dir / "train.log")
+    code, err = resume(capsys, run_dir)
+    assert code == 2
+    assert f"{run_dir / 'train.log'} is not a regular file" in one_error(err)

@@ -25,6 +25,8 @@ from corral.errors import ConfigError
 PARTIAL = ".partial"
 """The suffix of the temporary file a checkpoint is written to before it replaces the file."""
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+"""Opening a FIFO that appeared after the check must not wait for a reader (POSIX only)."""
 WHY = "corral writes only regular files of the run directory itself (it may come from anyone)"
 
 
@@ -123,7 +125,7 @@ def _open(run_dir: Path, name: str, flags: int) -> int:
     """``os.open`` of the run's file ``name``, refusing what :func:`check_entries` refuses."""
     path = _check_file(run_dir, name)
     try:
-        fd = os.open(path, flags | NOFOLLOW | os.O_NONBLOCK, 0o644)
+        fd = os.open(path, flags | NOFOLLOW | NONBLOCK, 0o644)
     except OSError as err:
         if err.errno == errno.ELOOP:  # it became a link since it was checked
             raise ConfigError(f"{path} is a symbolic link: {WHY}") from err
@@ -133,7 +135,8 @@ def _open(run_dir: Path, name: str, flags: int) -> int:
     except BaseException:
         os.close(fd)
         raise
-    os.set_blocking(fd, True)
+    if NONBLOCK:
+        os.set_blocking(fd, True)
     return fd
 
 
