@@ -283,6 +283,18 @@ def forged(path: Path, marker: Path) -> list[dict[str, bytes]]:
     ]
 
 
+def test_an_array_whose_header_declares_more_than_its_member_holds_is_refused(
+    tmp_path: Path,
+) -> None:
+    parts = genuine(tmp_path / "x.pt")
+    huge = io.BytesIO()  # the header of 2**40 float64 (8 TiB) before 8 bytes of data
+    header = {"descr": "<f8", "fortran_order": False, "shape": (2**40,)}
+    np.lib.format.write_array_header_1_0(huge, header)
+    rewrite(tmp_path / "x.pt", {**parts, "arrays/0.npy": huge.getvalue() + bytes(8)})
+    with pytest.raises(CheckpointError, match=r"arrays/0.npy declares an array of shape"):
+        ckpt.load(tmp_path / "x.pt")
+
+
 def test_a_forged_checkpoint_runs_no_code(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     for i, parts in enumerate(forged(tmp_path / "x.pt", marker)):

@@ -289,3 +289,46 @@ def test_an_invalid_packaged_config_names_its_file(
     monkeypatch.setattr(importlib.resources, "files", lambda package: tmp_path)
     with pytest.raises(ConfigError, match=r"configs/mappo.yaml, line 2, column 1: invalid YAML"):
         packaged_defaults("mappo")
+
+
+# -- the Ray cluster a run directory names ----------------------------------------------------
+
+
+class Joined(Exception):
+    """Raised in place of joining a Ray cluster."""
+
+
+def test_corral_eval_joins_the_cluster_a_config_names_only_where_the_command_line_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = {"num_envs": 2, "total_steps": 20, "eval_every": 0, "device": "cpu"}
+    config = load_config(TINY, "mdp/climbing", {**settings, "run_dir": str(tmp_path / "r")})
+    with Runner(config, progress=False) as runner:
+        runner.benchmark()
+    path = tmp_path / "r" / "config.yaml"
+    text = path.read_text()
+    assert "backend: sync" in text and "ray_address: null" in text
+    path.write_text(
+        text.replace("backend: sync", "backend: ray").replace(
+            "ray_address: null", "ray_address: 127.0.0.1:1"
+        )
+    )
+    make_vec, joins = runner_module.make_vec, []
+
+    def spy(env: str, num_envs: int, backend: str, **options: Any) -> Any:
+        if backend == "ray":
+            joins.append(options.get("ray_address"))
+            raise Joined
+        return make_vec(env, num_envs, backend, **options)
+
+    monkeypatch.setattr(runner_module, "make_vec", spy)
+    evaluate = ["eval", str(tmp_path / "r"), "--episodes", "2", "--allow-import", TINY]
+    code, err = run_cli(capsys, *evaluate)
+    assert code == 2 and joins == [], err
+    assert err == (
+        f"corral: error: {path} names the Ray cluster '127.0.0.1:1'; corral eval joins a "
+        "cluster only when the command line names it again: --ray-address 127.0.0.1:1\n"
+    )
+    with pytest.raises(Joined):
+        run_cli(capsys, *evaluate, "--ray-address", "127.0.0.1:1")
+    assert joins == ["127.0.0.1:1"]

@@ -25,6 +25,7 @@ from corral.training.runner import build_venv, read_run_config
 
 AT_LEAST_0, AT_LEAST_1, POSITIVE = "at least 0", "at least 1", "greater than 0"
 UNIT, RATE = "in [0, 1]", "in (0, 1]"
+SEED = f"in [0, {2**64 - 1}]"  # torch takes no larger seed
 
 RUN_BAD = [  # setting, a bad value as typed after --set, the range the error states
     ("total_steps", "-100", AT_LEAST_1),
@@ -35,7 +36,8 @@ RUN_BAD = [  # setting, a bad value as typed after --set, the range the error st
     ("num_envs", "0", "in [1, 16777216]"),
     ("num_envs", "16777217", "in [1, 16777216]"),
     ("eval_episodes", "0", AT_LEAST_1),
-    ("seed", "-1", AT_LEAST_0),
+    ("seed", "-1", SEED),
+    ("seed", str(2**64), SEED),
     ("torch_threads", "0", AT_LEAST_1),
     ("num_workers", "0", AT_LEAST_1),
     ("envs_per_worker", "-2", AT_LEAST_1),
@@ -51,7 +53,8 @@ SHARED_BAD = [  # AlgoConfig's settings, in every algorithm
     ("lr", "inf", "a finite number " + POSITIVE),
     ("lr", "0", POSITIVE),
     ("lr", "-0.001", POSITIVE),
-    ("seed", "-3", AT_LEAST_0),
+    ("seed", "-3", SEED),
+    ("seed", str(2**64 + 5), SEED),
 ]
 PPO_BAD = [
     ("rollout_steps", "0", AT_LEAST_1),

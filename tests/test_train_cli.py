@@ -659,3 +659,96 @@ def test_a_fresh_process_trains_and_evaluates_a_user_env(tmp_path: Path) -> None
     )
     assert done.returncode == 0, done.stderr
     assert re.match(r"r \(best checkpoint, \d+ env steps\): mean \+- standard error", done.stdout)
+
+
+# -- run directories and settings that cannot be used: one line, exit 2 ----------------------
+
+
+def test_a_seed_torch_cannot_take_is_one_line_naming_the_setting(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = train(capsys, tmp_path / "r", "--seed", str(2**64))
+    assert code == 2
+    assert err == (f"corral: error: seed must be in [0, {2**64 - 1}], got {2**64}\n"), err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("where", ["file", "under a file", "proc"])
+def test_a_run_dir_that_cannot_be_a_directory_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str
+) -> None:
+    (tmp_path / "f").write_text("a file\n")
+    run_dir, said = {
+        "file": (tmp_path / "f", f"run_dir {tmp_path / 'f'} is not a directory"),
+        "under a file": (tmp_path / "f" / "r", f"run_dir {tmp_path / 'f' / 'r'} cannot be made"),
+        "proc": (Path("/proc/corral-run"), "run_dir /proc/corral-run cannot be made"),
+    }[where]
+    if where == "proc" and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc on this system")
+    code, _, err = train(capsys, run_dir)
+    assert code == 2
+    assert len(err.splitlines()) == 1 and err.startswith(f"corral: error: {said}"), err
+    assert (tmp_path / "f").read_text() == "a file\n"
+
+
+def test_a_run_dir_that_cannot_be_written_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mkdir = os.mkdir
+
+    def refused(path: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(path).parent == tmp_path:  # as in a directory of another user (root may write)
+            raise PermissionError(13, "Permission denied", str(path))
+        mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", refused)
+    code, _, err = train(capsys, tmp_path / "r")
+    assert code == 2
+    assert err == f"corral: error: run_dir {tmp_path / 'r'} cannot be made: Permission denied\n"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in a directory without write access")
+def test_resuming_a_run_in_a_directory_without_write_access_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "r"
+    assert train(capsys, run_dir)[0] == 0
+    run_dir.chmod(0o555)
+    (run_dir / "config.yaml").chmod(0o444)
+    try:
+        code, _, err = run(
+            capsys, "train", "--resume", str(run_dir), "--total-steps", "120", *ALLOW
+        )
+    finally:
+        run_dir.chmod(0o755)
+    assert code == 2
+    assert err.startswith(f"corral: error: cannot write {run_dir / 'config.yaml'}: "), err
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_an_interrupted_run_offers_to_resume_only_from_a_checkpoint(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    checkpointed: bool,
+) -> None:
+    from corral.training import Runner
+
+    run_dir = tmp_path / "r"
+    if checkpointed:
+        assert train(capsys, run_dir)[0] == 0
+
+    def interrupted(self: Runner) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Runner, "benchmark", interrupted)
+    if checkpointed:
+        command = ["train", "--resume", str(run_dir), "--total-steps", "120", *ALLOW]
+        code, _, err = run(capsys, *command)
+        said = f"interrupted: resume from the last checkpoint with corral train --resume {run_dir}"
+    else:
+        code, _, err = train(capsys, run_dir)
+        said = "interrupted before the first checkpoint: nothing to resume"
+    assert code == 130
+    assert err.splitlines()[-1] == said, err
+    assert (run_dir / "checkpoint.pt").exists() == checkpointed

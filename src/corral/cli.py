@@ -9,7 +9,7 @@
     corral train --resume RUN [--total-steps N] [--import MODULE ...]
                  [--allow-import MODULE:ATTR|MODULE ...]
     corral eval RUN [--episodes N] [--opponent random|RUN] [--gif out.gif] [--import ...]
-                [--allow-import ...]
+                [--allow-import ...] [--ray-address ADDRESS]
     corral plot RUN [RUN ...] [--metric COLUMN] [--reference NAME=VALUE ...] [--baselines]
                 -o curves.png
 
@@ -45,6 +45,7 @@ import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from itertools import groupby
+from pathlib import Path
 from typing import Any
 
 from corral.batched_checker import NUM_ENVS
@@ -62,7 +63,7 @@ from corral.errors import (
     WorkerStartError,
     WorkerTimeoutError,
 )
-from corral.ranges import Range
+from corral.ranges import SEED, Range
 from corral.registry import (
     batched_ids,
     import_modules,
@@ -431,9 +432,15 @@ def _add_training_commands(commands: Any) -> None:
     )
     evaluate.add_argument("--checkpoint", choices=("best", "latest"), default="best")
     evaluate.add_argument(
-        "--seed", type=_int(AT_LEAST_0), help="seed of the episodes (default: the run's)"
+        "--seed", type=_int(SEED), help="seed of the episodes (default: the run's)"
     )
     evaluate.add_argument("--device", help="cpu, cuda or auto (default: the run's)")
+    evaluate.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="the Ray cluster to evaluate on, for a run on backend ray: one that the run's "
+        "config.yaml names is joined only where this names it again",
+    )
     evaluate.add_argument(
         "--opponent",
         metavar="OPPONENT",
@@ -572,7 +579,7 @@ def _train(args: argparse.Namespace) -> int:
                 runner = Runner(config, progress=progress, allow_imports=allowed)
         with _console_logging(), runner:
             results = runner.benchmark()
-    except CheckpointError as err:  # an eval_opponent's checkpoint, changed while training
+    except (CheckpointError, ConfigError) as err:  # a run file or eval_opponent, changed meanwhile
         raise UsageError(str(err)) from err
     except UnsupportedEnvError as err:  # found while training, on an env that did not declare it
         raise UsageError(str(err)) from err
@@ -633,8 +640,9 @@ def _resume_advice(run_dir: str | None) -> str:
 
 def _eval(args: argparse.Namespace) -> int:
     from corral.training import ConfigError
+    from corral.training.config import replace_run
     from corral.training.render import RenderError, record_episode
-    from corral.training.runner import evaluate_policy, load_run
+    from corral.training.runner import check_cluster, evaluate_policy, load_run
     from corral.training.scoring import RETURN, VERSUS
     from corral.training.threads import set_torch_threads, torch_threads
 
@@ -643,6 +651,10 @@ def _eval(args: argparse.Namespace) -> int:
         config, algo, saved = load_run(
             args.run_dir, args.checkpoint, device=args.device, allow_imports=allowed
         )
+        named = args.ray_address is not None
+        check_cluster(config, Path(args.run_dir), named, "corral eval", "--ray-address ")
+        if named:
+            config.run = replace_run(config.run, ray_address=args.ray_address)
     set_torch_threads(torch_threads(config.run.torch_threads))
     try:
         result = evaluate_policy(

@@ -59,6 +59,10 @@ class Range:
         return "any number"
 
 
+SEED = Range(ge=0, le=2**64 - 1)
+"""The seeds a run takes: PyTorch's generators take none above ``2**64 - 1``."""
+
+
 def check_ranges(config: Any) -> None:
     """Raise :class:`~corral.errors.ConfigError` naming the first field of the dataclass
     ``config`` whose value is outside its declared :class:`Range`."""

@@ -24,7 +24,7 @@ from corral.algos.policy import Actions, Extras, Learner, Policy
 from corral.data.rollouts import Rollout
 from corral.data.transitions import Transitions
 from corral.errors import UnsupportedEnvError
-from corral.ranges import Range, check_ranges
+from corral.ranges import SEED, Range, check_ranges
 
 FixedPolicy = Callable[[np.ndarray, "np.ndarray | None", np.random.Generator], np.ndarray]
 """A fixed policy for one group: ``(obs [E, n, ...], action_mask or None, rng) -> actions``,
@@ -56,7 +56,7 @@ class AlgoConfig:
     """Adam learning rate."""
     hidden: Annotated[tuple[int, ...], Range(ge=1)] = (64, 64)
     """Hidden layer sizes of every network."""
-    seed: Annotated[int, Range(ge=0)] = 0
+    seed: Annotated[int, SEED] = 0
     """Seed of network initialisation and exploration."""
 
     def __post_init__(self) -> None:

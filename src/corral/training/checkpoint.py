@@ -25,10 +25,10 @@ holds dicts (any hashable plain keys), lists, tuples, ``str``, ``int``,
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
+import math
 import os
 import pickle
 import random
@@ -37,7 +37,6 @@ import struct
 import sys
 import zipfile
 from collections import OrderedDict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -45,6 +44,7 @@ import numpy as np
 
 import corral
 from corral.errors import CheckpointError, MissingDependencyError
+from corral.training.run_files import replacing
 
 FORMAT = "corral-checkpoint"
 FORMAT_VERSION = 1
@@ -92,7 +92,9 @@ BROKEN = (
 def save(path: str | Path, checkpoint: dict[str, Any]) -> None:
     """Write ``checkpoint`` to ``path`` atomically: a write that fails or is killed leaves the
     previous file as it was. Raises :class:`CheckpointError` for a value a checkpoint cannot
-    hold, before anything is written."""
+    hold, and :class:`~corral.errors.ConfigError` where ``path`` or its ``.partial`` is not a
+    regular file (a symbolic link...; see :mod:`corral.training.run_files`), before anything
+    is written."""
     path = Path(path)
     encoder = _Encoder()
     meta = {
@@ -101,7 +103,7 @@ def save(path: str | Path, checkpoint: dict[str, Any]) -> None:
         "corral": corral.__version__,
         "data": encoder.encode(checkpoint, "checkpoint"),
     }
-    with _replacing(path) as file:
+    with replacing(path) as file:
         with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED) as archive:
             archive.comment = SEAL + b"0" * 64
             archive.writestr(META, json.dumps(meta, separators=(",", ":")))
@@ -225,34 +227,6 @@ class _Encoder:
 
 def _in_json(dtype: np.dtype) -> bool:
     return dtype.kind in SCALAR_KINDS and dtype.itemsize <= 8
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename in ``directory`` durable (POSIX; elsewhere a no-op)."""
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def _replacing(path: Path) -> Iterator[IO[bytes]]:
-    """A temporary file beside ``path`` that replaces it once written and synced to disk;
-    removed if writing it fails."""
-    partial = path.with_name(path.name + ".partial")
-    try:
-        with open(partial, "w+b") as file:
-            yield file
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(partial, path)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
 
 
 def _digest(file: IO[bytes], size: int) -> str:
@@ -403,8 +377,30 @@ class _Decoder:
     def _read_array(self, member: str) -> np.ndarray:
         if member not in self.names or not ARRAY.fullmatch(member):
             raise CheckpointError(f"{self.path} lacks the array {member}")
+        self._check_array_size(member)
         with self.archive.open(member) as file:
             return np.lib.format.read_array(file, allow_pickle=False)
+
+    def _check_array_size(self, member: str) -> None:
+        """Refuse an array whose header declares more (or fewer) bytes than its member holds,
+        before memory is allocated for it."""
+        with self.archive.open(member) as file:
+            version = np.lib.format.read_magic(file)
+            read_header = {
+                (1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0,
+            }.get(version)
+            if read_header is None:
+                raise CheckpointError(f"{self.path}: {member} has npy format version {version}")
+            shape, _, dtype = read_header(file)
+            header = file.tell()
+        held = self.archive.getinfo(member).file_size - header
+        declared = math.prod(shape) * dtype.itemsize
+        if declared != held:
+            raise CheckpointError(
+                f"{self.path}: {member} declares an array of shape {shape} and dtype {dtype} "
+                f"({declared} bytes), but holds {held} bytes: corral did not write it"
+            )
 
     def _read_tensors(self) -> dict[str, Any]:
         try:

@@ -38,7 +38,7 @@ from typing import Annotated, Any, Literal
 from corral.algos import ALGORITHMS, algorithm_class
 from corral.algos.base import AlgoConfig, Algorithm
 from corral.errors import ConfigError, MissingDependencyError
-from corral.ranges import Range, check_ranges
+from corral.ranges import SEED, Range, check_ranges
 from corral.registry import resolve
 from corral.settings import parse_settings, parse_value
 
@@ -169,7 +169,7 @@ class RunConfig:
     so that a resumed run learns on from them; they take about ``buffer_size`` rows."""
     log_every: Annotated[int, Range(ge=1)] = 2_000
     """Env steps between rows of ``metrics.csv``."""
-    seed: Annotated[int, Range(ge=0)] = 0
+    seed: Annotated[int, SEED] = 0
     """Seed of the envs, the algorithm and every random generator."""
     device: str = "auto"
     """``cpu``, ``cuda`` (or ``cuda:N``) or ``auto`` (a GPU when there is one)."""

@@ -16,6 +16,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from corral.errors import CheckpointError
+from corral.training.run_files import make_subdir, open_file
+
 COLUMNS = (
     "env_steps",
     "wall_time",
@@ -30,18 +33,24 @@ COLUMNS = (
 
 Row = dict[str, float]
 
+METRICS = "metrics.csv"
+MAX_COLUMN = 256
+TENSORBOARD = "tb"
+"""The directory of a run's TensorBoard events."""
+
 
 class MetricsLog:
     """Appends rows to ``run_dir/metrics.csv`` (and TensorBoard events in ``run_dir/tb``)."""
 
     def __init__(self, run_dir: str | Path, rows: Iterable[Row] = (), tensorboard: bool = True):
-        self.path = Path(run_dir) / "metrics.csv"
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / METRICS
         self.rows: list[Row] = [dict(r) for r in rows]
         self.columns = list(COLUMNS)
         for row in self.rows:
             self._add_columns(row)
         self._rewrite()
-        self._writer = _tensorboard_writer(Path(run_dir) / "tb") if tensorboard else None
+        self._writer = _tensorboard_writer(self.run_dir) if tensorboard else None
 
     @property
     def tensorboard(self) -> bool:
@@ -55,7 +64,7 @@ class MetricsLog:
         if self._add_columns(row):
             self._rewrite()
         else:
-            with open(self.path, "a", newline="") as file:
+            with open_file(self.run_dir, METRICS, "a") as file:
                 csv.DictWriter(file, self.columns, lineterminator="\n").writerow(_cells(row))
         if self._writer is not None:
             step = int(row["env_steps"])
@@ -82,7 +91,7 @@ class MetricsLog:
         return bool(new)
 
     def _rewrite(self) -> None:
-        with open(self.path, "w", newline="") as file:
+        with open_file(self.run_dir, METRICS) as file:
             writer = csv.DictWriter(file, self.columns, lineterminator="\n")
             writer.writeheader()
             writer.writerows(_cells(r) for r in self.rows)
@@ -100,6 +109,45 @@ def read_metrics(path: str | Path) -> list[Row]:
         ]
 
 
+def checked_rows(rows: Any, source: str) -> list[Row]:
+    """The metrics rows that a checkpoint read from ``source`` holds, refused with a
+    :class:`~corral.errors.CheckpointError` naming ``source`` unless they are rows as a run
+    writes them: a list of dicts of column names (:func:`is_column`) to numbers (int or
+    float; a loss may be infinite, never NaN), each with ``env_steps``."""
+    if type(rows) is not list:
+        raise CheckpointError(f"{source}: its metrics are a {type(rows).__name__}, not a list")
+    for i, row in enumerate(rows):
+        if type(row) is not dict or "env_steps" not in row:
+            raise CheckpointError(f"{source}: metrics row {i} is not a dict with env_steps")
+        for key, value in row.items():
+            if not is_column(key):
+                raise CheckpointError(
+                    f"{source}: metrics row {i} has the key {_short(key)}, which is no column "
+                    "name (printable text starting with a letter, digit or _)"
+                )
+            if type(value) not in (int, float) or math.isnan(value):
+                raise CheckpointError(
+                    f"{source}: metrics row {i} has {key} = {_short(value)}, not a number"
+                )
+    return rows
+
+
+def is_column(name: Any) -> bool:
+    """Whether ``name`` can be a column of ``metrics.csv``: printable text of at most
+    :data:`MAX_COLUMN` characters starting with a letter, digit or ``_``."""
+    return (
+        type(name) is str
+        and 0 < len(name) <= MAX_COLUMN
+        and name.isprintable()
+        and (name[0].isalnum() or name[0] == "_")
+    )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _cells(row: Row) -> dict[str, Any]:
     return {k: (int(v) if k in ("env_steps", "train_episodes") else v) for k, v in row.items()}
 
@@ -108,9 +156,10 @@ def _is_nan(value: Any) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
-def _tensorboard_writer(path: Path) -> Any:
+def _tensorboard_writer(run_dir: Path) -> Any:
+    """A TensorBoard writer of events in ``run_dir/tb`` (a directory of its own, not a link)."""
     try:
         from tensorboard.summary import Writer
     except ModuleNotFoundError:
         return None
-    return Writer(str(path))
+    return Writer(str(make_subdir(run_dir, TENSORBOARD)))

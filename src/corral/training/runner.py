@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import re
 import sys
 import time
@@ -42,7 +43,7 @@ from corral.algos.base import Algorithm, FixedPolicy, resolve_device
 from corral.arrays import Place
 from corral.errors import CheckpointError
 from corral.registry import EnvSpec, import_modules, resolve, spec
-from corral.training import checkpoint
+from corral.training import checkpoint, run_files
 from corral.training.collector import Collector, Progress, evaluate
 from corral.training.config import (
     BACKEND_OPTIONS,
@@ -55,7 +56,14 @@ from corral.training.config import (
     replace_run,
     write_yaml,
 )
-from corral.training.metrics import MetricsLog, Row
+from corral.training.metrics import (
+    METRICS,
+    TENSORBOARD,
+    MetricsLog,
+    Row,
+    checked_rows,
+    is_column,
+)
 from corral.training.progress import progress as make_progress
 from corral.training.rollout_collector import RolloutCollector
 from corral.training.scoring import (
@@ -76,6 +84,8 @@ log = logging.getLogger("corral.training")
 
 LATEST = "checkpoint.pt"
 BEST = "best.pt"
+CONFIG = "config.yaml"
+LOG = "train.log"
 RESUMABLE = frozenset(
     {"total_steps", "eval_every", "eval_episodes", "checkpoint_every", "log_every", "device"}
     | {"backend", "tensorboard", "checkpoint_replay", "torch_threads", *BACKEND_OPTIONS}
@@ -170,11 +180,12 @@ class Runner:
             self.selection = run_selection(
                 config, self.venv, self.algo, allow_imports=self.allow_imports
             )
+            saved = {} if restore is None else restored(restore, self.run_dir / LATEST)
             # the run is usable as configured: only now is its directory made or rewritten
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(write_yaml(config.to_dict()))
+            check_run_files(self.run_dir)
+            run_files.make_run_dir(self.run_dir)
+            run_files.write_text(self.run_dir, CONFIG, write_yaml(config.to_dict()))
             self.constant = ConstantWatch(self.selection)
-            saved = restore or {}
             self.env_steps = int(saved.get("env_steps", 0))
             self.elapsed = float(saved.get("elapsed", 0.0))
             self.best_eval: float | None = None
@@ -227,13 +238,10 @@ class Runner:
             raise ConfigError(
                 f"cannot change {fixed} of a run being resumed; only {sorted(RESUMABLE)}"
             )
-        if config.run.ray_address is not None and "ray_address" not in schedule:
-            # a run directory may come from anyone: it does not choose the cluster to join
-            raise ConfigError(
-                f"{run_dir}/config.yaml names the Ray cluster {config.run.ray_address!r}; "
-                "a resumed run joins a cluster only when the command line names it again: "
-                f"--set ray_address={config.run.ray_address}"
-            )
+        check_cluster(
+            config, run_dir, "ray_address" in schedule, "a resumed run", "--set ray_address="
+        )
+        check_run_files(run_dir)
         added = [m for m in imports if m not in config.run.imports]
         config.run = replace_run(config.run, **schedule, imports=[*config.run.imports, *added])
         if not (run_dir / LATEST).is_file():
@@ -486,7 +494,8 @@ class Runner:
     def _run_logging(self) -> Iterator[None]:
         """Log records of corral also go to ``train.log`` while the run trains."""
         logger = logging.getLogger("corral")
-        handler = logging.FileHandler(self.run_dir / "train.log")
+        stream = run_files.open_file(self.run_dir, LOG, "a")
+        handler = logging.StreamHandler(stream)
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
         level = logger.level
         logger.addHandler(handler)
@@ -499,6 +508,7 @@ class Runner:
             logger.removeHandler(handler)
             logger.setLevel(level)
             handler.close()
+            stream.close()
 
 
 def train(
@@ -799,7 +809,7 @@ def read_run_config(run_dir: str | Path, allow_imports: Collection[str] = ()) ->
     names it (``corral eval --allow-import MODULE:ATTR``), and so does a module
     in its ``imports`` (``--allow-import MODULE`` or ``--import MODULE``).
     """
-    path = Path(run_dir) / "config.yaml"
+    path = Path(run_dir) / CONFIG
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a run directory (it has no config.yaml)")
     data = read_yaml_file(path)
@@ -871,6 +881,55 @@ def _fitting(path: Path, saved: Mapping[str, Any], config: TrainConfig) -> Itera
         raise CheckpointError(
             f"{path} does not fit {run}: another env, spaces or settings? {reason}"
         ) from err
+
+
+def check_cluster(config: TrainConfig, run_dir: Path, named: bool, who: str, flag: str) -> None:
+    """Refuse to join the Ray cluster that ``run_dir/config.yaml`` names unless the command
+    line names one too (``named``): a run directory may come from anyone, so it does not
+    choose where ``who`` (a resumed run, an evaluation) connects; ``flag`` is how to name it."""
+    address = config.run.ray_address
+    if address is not None and not named:
+        raise ConfigError(
+            f"{run_dir}/{CONFIG} names the Ray cluster {address!r}; {who} joins a cluster "
+            f"only when the command line names it again: {flag}{address}"
+        )
+
+
+def check_run_files(run_dir: Path) -> None:
+    """Refuse a run directory holding, where the run writes, anything but what it writes
+    there: a symbolic link, a FIFO, a file of other hard links (see
+    :mod:`~corral.training.run_files`)."""
+    run_files.check_entries(
+        run_dir, files=(CONFIG, METRICS, LOG), replaced=(LATEST, BEST), dirs=(TENSORBOARD,)
+    )
+
+
+def restored(saved: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """The checkpoint ``saved`` read from ``path``, its counters and metrics rows checked: a
+    crafted file passes its seal (anyone can compute a sha256), so each value is refused with
+    a :class:`CheckpointError` unless it is of the kind the run writes."""
+    for key, (fits, kind) in RESTORED.items():
+        if key in saved and not fits(saved[key]):
+            raise CheckpointError(f"{path}: its {key} is {repr(saved[key])[:60]}, not {kind}")
+    return {**saved, "metrics": checked_rows(saved.get("metrics", []), str(path))}
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float) and not math.isnan(value)
+
+
+RESTORED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "env_steps": (_count, "a count (an int at least 0)"),
+    "elapsed": (lambda v: _number(v) and v >= 0, "a number of seconds"),
+    "best_eval": (lambda v: v is None or _number(v), "a number or None"),
+    "best_steps": (lambda v: v is None or _count(v), "a count or None"),
+    "select_by": (is_column, "a column name"),
+}
+"""The counters a checkpoint restores into a run, and what each must be."""
 
 
 # -- helpers ---------------------------------------------------------------------------------
