@@ -133,19 +133,41 @@ class Episodes:
         self._written = shared and self._keeps_masks and not self._on_host
         self._returned = None if keeps_rules else ReturnedArrays(layout, arrays, offset)
         self._broken = False  # its last restart failed: tried again at each step
+        self._retry: tuple[list | None, dict[str, Any] | None] = (None, None)
+        """The seeds and options of the reset that failed (``None``: none, or a restart)."""
+        self._copies = range(offset, offset + len(arrays["done"]))
 
     # -- commands -------------------------------------------------------------------
 
     def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None = None) -> None:
         """Start a new episode in every copy, copy ``i`` seeded with ``seeds[i]``."""
         clear_step_fields(self.arrays, self.groups)
-        out = self._host(self.env.reset(seed=list(seeds), options=options))
-        self._write_observed(out, None)
-        self._zero_running(None)
+        out = self._reset_all(list(seeds), options)
         self._count_restarts(out)
+        _raise_first(out.faults)
+
+    def _reset_all(self, seeds: list, options: dict[str, Any] | None) -> BatchedStep:
+        """Reset every copy and record what it observes. Where the env raises (a natively
+        batched env: packed dict envs restart their own envs), no copy has an episode, each
+        later step tries this reset again, and the :class:`EnvError` is raised."""
+        try:
+            out = self._host(self.env.reset(seed=seeds, options=options))
+            self._write_observed(out, None)
+        except Exception as err:
+            self._lose_episodes(seeds, options)
+            raised = env_error(self.offset, "reset()", err)
+            raise EnvError(
+                raised.env_index,
+                f"{raised.message}; no copy of the env ({envs_text(self._copies)}) has an "
+                "episode: each step tries the reset again",
+                raised.remote_traceback,
+                copies=self._copies,
+            ) from err
+        self._zero_running(None)
         self._live = self._any_alive()
         self._broken = False
-        _raise_first(out.faults)
+        self._retry = (None, None)
+        return out
 
     def step(self) -> None:
         """Step every copy with the actions in the action arrays; restart the copies that
@@ -240,11 +262,7 @@ class Episodes:
         it ended, the others are cut where they stand.
         """
         self._cut_all()
-        out = self._host(self.env.reset(seed=list(seeds)))
-        self._write_observed(out, None)
-        self._zero_running(None)
-        self._live = self._any_alive()
-        _raise_first(out.faults)
+        _raise_first(self._reset_all(list(seeds), None).faults)
 
     def _cut_all(self) -> None:
         """End every copy's episode where it stands (one that ended in this step's fields
@@ -266,7 +284,7 @@ class Episodes:
         raised = env_error(self.offset, what, err)
         if not stepped:  # nothing of the step was written: none of it is reported
             clear_step_fields(self.arrays, self.groups)
-        envs = range(self.offset, self.offset + len(self.arrays["done"]))
+        envs = self._copies
         message = f"{raised.message}; every copy of the env ({envs_text(envs)}) restarts"
         self._cut_all()
         again = self._restart()
@@ -284,24 +302,24 @@ class Episodes:
         raise first_fault([fault, *also])
 
     def _restart(self) -> EnvError | None:
-        """Reset every copy after a fault; what the reset raised, if it did (every copy then
-        has no episode, and the next step tries again)."""
+        """Reset every copy after a fault (with the seeds of the reset that failed, if one
+        did); what the reset raised, if it did (every copy then has no episode, and the
+        next step tries again)."""
         try:
-            out = self._host(self.env.reset())
-            self._write_observed(out, None)
-            _raise_first(out.faults)
-        except Exception as err:
-            again = env_error(self.offset, "reset()", err)
-            for g in self.groups:
-                self.arrays[f"alive/{g}"][...] = False
-                self.arrays[f"acting/{g}"][...] = False
-            self._live = self._any_alive()
-            self._broken = True
-            return again
-        self._zero_running(None)
-        self._live = self._any_alive()
-        self._broken = False
+            self._reset_all(*self._retry)
+        except EnvError as err:
+            return err
         return None
+
+    def _lose_episodes(self, seeds: list | None, options: dict[str, Any] | None) -> None:
+        """No copy has an episode (none of their agents lives) until a reset with ``seeds``
+        and ``options`` succeeds: each step tries it (instead of stepping)."""
+        for g in self.groups:
+            self.arrays[f"alive/{g}"][...] = False
+            self.arrays[f"acting/{g}"][...] = False
+        self._live = self._any_alive()
+        self._broken = True
+        self._retry = (seeds, options)
 
     def _restart_broken(self) -> None:
         """Try again to restart an env whose restart failed; raise if it fails again."""
