@@ -638,6 +638,89 @@ def test_a_native_env_that_cannot_restart_raises_and_is_tried_again(on_env_error
         assert batch.obs["a"][:, :, 1].tolist() == [[1, 1]] * NUM_ENVS
 
 
+# -- a worker that dies while its env writes into the batch ------------------------------------
+
+LOST = 777.0  # the reward the dying env writes for the step it does not finish
+
+
+class WritingWalk(NativeWalk):
+    """A :class:`NativeWalk` (on ``array``) that writes every reset and step straight into
+    the batch's arrays (``write_into``). The shard holding copy 4 ends its process in its
+    ``die_at``-th step, once (the file ``flag``), having written part of that step:
+    reward :data:`LOST`, every agent terminated and not alive."""
+
+    keeps_masks = True
+    FIELDS = ("obs", "alive", "acting", "reward", "terminated", "truncated")
+
+    def __init__(self, num_envs: int, offset: int, flag: Path, die_at: int, array: str) -> None:
+        super().__init__(num_envs)
+        self.place = corral.Place(array)
+        self.dies = 4 in range(offset, offset + num_envs)
+        self.flag, self.die_at, self.calls = flag, die_at, 0
+
+    def write_into(self, arrays) -> bool:
+        self.given = {name: arrays[f"{name}/a"] for name in self.FIELDS}
+        self.views = {name: np.asarray(a) for name, a in self.given.items()}  # CPU memory
+        np.asarray(arrays["action_mask/a"])[...] = True  # every action legal, always
+        return True
+
+    def reset(self, seed=None, where=None, options=None) -> BatchedStep:
+        return self._written(super().reset(seed, where, options))
+
+    def step(self, actions) -> BatchedStep:
+        self.calls += 1
+        if self.dies and self.calls == self.die_at and not self.flag.exists():
+            self.flag.touch()
+            self.views["reward"][...] = LOST
+            self.views["terminated"][...] = True
+            self.views["alive"][...] = False
+            os._exit(3)
+        return self._written(super().step(actions))
+
+    def _written(self, out: BatchedStep) -> BatchedStep:
+        for name in self.FIELDS:
+            value = getattr(out, name)
+            if value is not None:
+                self.views[name][...] = value["a"]
+                setattr(out, name, {"a": self.given[name]})
+        return out
+
+
+@pytest.mark.parametrize("array", ["numpy", "torch"])
+def test_a_worker_dying_while_its_env_writes_into_the_batch_loses_the_step(
+    array: str, tmp_path: Path
+) -> None:
+    """What the env wrote of the step it did not finish is not reported: its worker's
+    episodes end truncated where they stood before the step, as for any dead worker."""
+    if array == "torch":
+        pytest.importorskip("torch")
+    want = reference_run(2)
+    make = partial(WritingWalk, flag=tmp_path / "died", die_at=2, array=array)
+    source = ShardedNative(make, NUM_ENVS)
+    with VectorEnv(source, "subproc", seed=SEED, envs_per_worker=3, array=array) as venv:
+        venv.reset()
+        venv.step(actions_at(0))
+        with pytest.warns(WorkerRestartWarning, match=r"worker 1 \(envs 3-4\) died during"):
+            got = venv.step(actions_at(1))
+    got = corral.vector.Batch(**{k: _numpy(v) for k, v in vars(got).items()})
+    for e in (0, 1, 2):
+        assert_rows_equal(got, want[2], e, f"env {e}")
+    assert got.worker_restarts.tolist() == [0, 0, 0, 1, 1]
+    assert got.done[3:].all()
+    assert not got.reward["a"][3:].any()
+    assert not got.terminated["a"][3:].any() and got.truncated["a"][3:].all()
+    np.testing.assert_array_equal(got.episode_return["a"][3:], want[1].reward["a"][3:])
+    assert got.episode_length[3:].tolist() == [1, 1]
+    assert got.alive["a"][3:].all() and got.obs["a"][3:, :, 1].tolist() == [[0, 0], [0, 0]]
+
+
+def _numpy(value: Any) -> Any:
+    """A batch field as numpy (a dict of them per group)."""
+    if isinstance(value, dict):
+        return {k: _numpy(v) for k, v in value.items()}
+    return None if value is None else np.asarray(value)
+
+
 # -- timeouts -------------------------------------------------------------------------------------
 
 

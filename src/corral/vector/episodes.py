@@ -39,10 +39,11 @@ class Episodes:
     slice's rows of a field of ``layout``.
 
     ``share``: a source that can write straight into ``arrays`` may (one copy less per
-    step). A worker that dies in a step then leaves what its source had written of the
-    step there, which its replacement reports (:meth:`restart_all`): packed dict envs
-    write only once every env stepped, a natively batched env as it computes (the cut
-    episodes' ``final_obs`` may then hold part of the lost step).
+    step): packed dict envs write only once every env stepped, a natively batched env as
+    it computes. A worker that dies in a step then leaves part of the step there; the
+    ``subproc`` backend takes its step fields and ``alive`` back before the replacement
+    reports the cut episodes (:meth:`restart_all`), whose ``final_obs`` may still hold
+    part of the lost step.
 
     A fault of a copy that the env restarts itself (packed dict envs: an env that raised
     or returned a bad value) leaves the other copies' step complete; the first fault, by
@@ -257,9 +258,10 @@ class Episodes:
         """Take over from a dead worker with a fresh env: the episodes it was running end
         truncated, and every copy resets (copy ``i`` with ``seeds[i]``).
 
-        The step fields hold what the dead worker wrote of its last step, cleared before
-        it (:func:`clear_step_fields`): an episode that ended in that step is reported as
-        it ended, the others are cut where they stand.
+        The step fields hold the dead worker's last step where it finished it (it died in
+        the autoreset that follows), else nothing (:func:`clear_step_fields`): an episode
+        that ended in that step is reported as it ended, the others are cut where they
+        stand.
         """
         self._cut_all()
         _raise_first(self._reset_all(list(seeds), None).faults)

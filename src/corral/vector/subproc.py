@@ -45,7 +45,7 @@ from typing import Any
 import cloudpickle
 
 from corral.arrays import on_host
-from corral.batched_env import BatchedEnv
+from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError, VectorStateError, WorkerStartError
 from corral.vector import reaper
 from corral.vector.backend import (
@@ -102,13 +102,20 @@ def _preload_in_forkserver(ctx: Any) -> None:
 # -- the worker's side ------------------------------------------------------------------
 
 
+IDLE, STEPPING, STEPPED = 0, 1, 2
+"""Where a worker is in a step (its ``stage``, shared with the parent): a worker lost while
+``STEPPING`` loses the step (what its env wrote of it is not reported); once ``STEPPED``
+(the step's fields complete, in the autoreset that follows or after it) the step counts."""
+
+
 class _Server:
     """A worker's shard of the copies and, once attached to the shared block, its episodes."""
 
-    def __init__(self, conn: Connection, shard: BatchedEnv, offset: int) -> None:
+    def __init__(self, conn: Connection, shard: BatchedEnv, offset: int, stage: Any) -> None:
         self.conn = conn
         self.shard = shard
         self.offset = offset
+        self.stage = stage
 
     def attach(self, layout: Layout, block: BlockLayout, seeds: list | None) -> None:
         """Map this worker's rows; with ``seeds``, take over from a dead worker."""
@@ -118,7 +125,8 @@ class _Server:
             arrays = on_host(layout.place, map_arrays(fd, block, rows))
         finally:
             os.close(fd)
-        self.episodes = Episodes(self.shard, layout, arrays, self.offset, share=True)
+        marked = _MarksStepped(self.shard, self.stage)
+        self.episodes = Episodes(marked, layout, arrays, self.offset, share=True)
         if seeds is not None:
             self.episodes.restart_all(seeds)
 
@@ -126,13 +134,37 @@ class _Server:
         self.episodes.reset(seeds, options)
 
     def step(self) -> None:
-        self.episodes.step()
+        self.stage.value = STEPPING
+        try:
+            self.episodes.step()
+        finally:
+            self.stage.value = STEPPED
 
     def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
         return call_shard(self.shard, self.offset, name, args, kwargs)
 
     def set_attr(self, name: str, values: list[Any]) -> int | None:
         return set_shard_attrs(self.shard, self.offset, name, values)
+
+
+class _MarksStepped:
+    """``shard`` as a worker's :class:`Episodes` runs it: a reset inside a step (the
+    autoreset, which begins once the step's fields are complete) marks the step
+    ``STEPPED`` in ``stage``; ``shard`` otherwise."""
+
+    def __init__(self, shard: BatchedEnv, stage: Any) -> None:
+        self._shard = shard
+        self._stage = stage
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
+
+    def step(self, actions: Any) -> BatchedStep:
+        return self._shard.step(actions)
+
+    def reset(self, *args: Any, **kwargs: Any) -> BatchedStep:
+        self._stage.value = STEPPED
+        return self._shard.reset(*args, **kwargs)
 
 
 def _exit_with_parent() -> None:
@@ -217,13 +249,14 @@ class _Inbox:
 
 
 def _serve(
-    conn: Connection, payload: bytes, offset: int, inherited: list[Any], inside: Any
+    conn: Connection, payload: bytes, offset: int, inherited: list[Any], inside: Any, stage: Any
 ) -> None:
     """A worker's main function: build the envs, then answer commands until told to close.
 
     ``inside``: shared memory where dict envs tell which env they are in
     (:attr:`~corral.vector.dict_envs.DictEnvs.inside`), read by the parent when the
-    worker misses a timeout."""
+    worker misses a timeout; ``stage``: where the worker is in a step (:data:`STEPPING`),
+    read by the parent when it loses the worker."""
     _exit_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     for parent_end in inherited:  # forked copies would hide the parent's exit (from workers,
@@ -236,7 +269,7 @@ def _serve(
     if isinstance(shard, DictEnvs):
         shard.inside = inside
     conn.send(("ok", EnvInfo.of(shard)))  # the parent lays out the batch from worker 0's
-    server = _Server(conn, shard, offset)
+    server = _Server(conn, shard, offset, stage)
     inbox = _Inbox(conn)
     while True:
         try:
@@ -275,6 +308,8 @@ class _Worker(Shard):
     """The exit code of the last process stopped (negative: the signal that ended it)."""
     inside: Any = None
     """The process's :attr:`DictEnvs.inside <corral.vector.dict_envs.DictEnvs.inside>`."""
+    stage: Any = None
+    """Where the process is in a step (:data:`STEPPING`...), in shared memory."""
     replied: bool = False
     """Its pipe was found readable (a reply, or its end) and not read yet."""
 
@@ -381,7 +416,10 @@ class SubprocBackend(Backend):
         self._layout = layout
         self._block = BlockLayout.of(layout.array_specs())
         self._fds.append(create_block(self._block.size))
-        self._arrays = arrays = on_host(layout.place, map_arrays(self._fds[0], self._block))
+        self._host = map_arrays(self._fds[0], self._block)
+        self._arrays = arrays = on_host(layout.place, self._host)
+        self._alive = {f"alive/{g}": self._host[f"alive/{g}"] for g in layout.groups}
+        self._alive_before = {path: alive.copy() for path, alive in self._alive.items()}
         self._attach(self.shards, None)
         return arrays
 
@@ -397,6 +435,8 @@ class SubprocBackend(Backend):
 
     def step_async(self) -> None:
         self._clear_step_fields()
+        for path, alive in self._alive.items():  # for the episodes of a worker lost in it
+            self._alive_before[path][...] = alive
         self._post("step", lambda w: _STEP, None)
 
     def _clear_step_fields(self) -> None:
@@ -425,6 +465,8 @@ class SubprocBackend(Backend):
         for worker in lost:  # found dead when the call was sent: told like one that died in it
             if worker.lost is None and worker not in answers.late:
                 worker.lost = f"died before {what}()"
+            if seeds is None and worker.stage.value == STEPPING:
+                self._forget_step(worker)
         if lost:
             try:
                 self._revive(lost, seeds or [None] * self.num_envs)
@@ -433,6 +475,16 @@ class SubprocBackend(Backend):
             if seeds is not None:  # a reset's batch reports no ended episode
                 clear_step_fields(self._arrays, self._layout.groups)
         raise_first(faults)
+
+    def _forget_step(self, worker: _Worker) -> None:
+        """Take back what ``worker``'s env wrote of the step it did not finish (an env that
+        writes into the batch): its step fields are cleared and its agents alive as before
+        the step, so that its replacement ends those episodes where they stood."""
+        rows = slice(worker.envs.start, worker.envs.stop)
+        clear_step_fields({path: a[rows] for path, a in self._host.items()}, self._layout.groups)
+        for path, alive in self._alive.items():
+            alive[rows] = self._alive_before[path][rows]
+        worker.stage.value = IDLE
 
     def _revive(self, workers: list[_Worker], seeds: list) -> None:
         """Start new processes for ``workers``; their envs restart (with ``seeds``), the
@@ -495,6 +547,7 @@ class SubprocBackend(Backend):
                 inherited = [conn, *(w.conn for w in self.shards if w.conn is not None)]
                 inherited.append(self._reaper.stdin)
             worker.inside = self._ctx.RawArray("q", [-1, -1])
+            worker.stage = self._ctx.RawValue("b", IDLE)
             process = self._ctx.Process(
                 target=_serve,
                 args=(
@@ -503,6 +556,7 @@ class SubprocBackend(Backend):
                     worker.envs.start,
                     inherited,
                     worker.inside,
+                    worker.stage,
                 ),
                 name=f"corral-subproc-{worker.index}",
                 daemon=self.daemon,
