@@ -11,6 +11,7 @@ run: the same seeds and actions, chosen as a function of (env index, step).
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing as mp
 import os
 import sys
 import time
@@ -27,7 +28,7 @@ from gymnasium import spaces
 
 import corral
 from corral.batched_env import BatchedStep, CopyGenerators, copy_seeds, selected
-from corral.errors import EnvError, WorkerRestartWarning, WorkerTimeoutError
+from corral.errors import EnvError, WorkerRestartWarning, WorkerStartError, WorkerTimeoutError
 from corral.vector import VectorEnv
 from corral.vector.shards import split_envs
 from corral.vector.sources import NativeSource
@@ -105,7 +106,8 @@ class Faulty(Walk):
     ``"bad"`` (a wrong-shaped observation) or ``"nan"`` (a NaN reward; a fault with
     ``check_finite``).
     With ``at``, only the first generation fails, at step ``at``. The resets of the
-    generations in ``reset_fails`` raise.
+    generations in ``reset_fails`` raise; the generations in ``build_hangs`` hang while
+    they are built.
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class Faulty(Walk):
         kinds: tuple[str, ...] = (),
         at: int | None = None,
         reset_fails: range = range(0),
+        build_hangs: range = range(0),
     ) -> None:
         super().__init__()
         fd = os.open(plan_dir / f"env{index}", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -122,6 +125,8 @@ class Faulty(Walk):
             self.generation = os.write(fd, b"+") and os.fstat(fd).st_size - 1
         finally:
             os.close(fd)
+        if self.generation in build_hangs:
+            time.sleep(HANG_S)
         rng = np.random.default_rng([SEED, index, self.generation])
         self.fault_at = int(rng.integers(4, 13)) if at is None else at
         self.kind = kinds[self.generation % len(kinds)] if kinds else None
@@ -636,6 +641,63 @@ def test_a_native_env_that_cannot_restart_raises_and_is_tried_again(on_env_error
         assert batch.worker_restarts.tolist() == [2] * NUM_ENVS
         batch = venv.step(actions_at(4))
         assert batch.obs["a"][:, :, 1].tolist() == [[1, 1]] * NUM_ENVS
+
+
+# -- a worker that hangs while it starts -------------------------------------------------------
+
+START_S = 4.0  # start_timeout of the tests below: a healthy worker starts well within it
+
+
+def subproc_workers() -> list:
+    """The subproc workers of this process still running."""
+    return [p for p in mp.active_children() if p.name.startswith("corral-subproc")]
+
+
+def test_a_worker_hanging_while_it_builds_its_envs_is_a_start_error(tmp_path: Path) -> None:
+    fns = faulty_fns(tmp_path, {1: {"build_hangs": range(1)}})
+    start = time.monotonic()
+    with pytest.raises(WorkerStartError) as info:
+        VectorEnv(fns, "subproc", seed=SEED, envs_per_worker=3, start_timeout=START_S)
+    assert time.monotonic() - start < HANG_S / 2
+    err = info.value
+    assert err.env_indices == [0, 1, 2]
+    assert str(err).startswith(f"worker 0 (envs 0-2) did not start within {START_S} s")
+    assert not subproc_workers()  # the hung one killed, the other stopped
+
+
+@pytest.mark.parametrize("on_env_error", ["raise", "restart"])
+def test_a_replacement_hanging_while_it_starts_raises_and_is_tried_again(
+    on_env_error: str, tmp_path: Path
+) -> None:
+    """Env 4's worker dies in the second step; its replacement hangs while it builds env 4
+    (that env's second generation): the step raises within start_timeout, under either
+    setting, and the next step starts it again."""
+    want = reference_run(3)
+    faults = {4: {"kinds": ("die",), "at": 2, "build_hangs": range(1, 2)}}
+    options = {"envs_per_worker": 3, "start_timeout": START_S, "on_env_error": on_env_error}
+    with VectorEnv(faulty_fns(tmp_path, faults), "subproc", seed=SEED, **options) as venv:
+        venv.reset()
+        venv.step(actions_at(0))
+        start = time.monotonic()
+        with pytest.raises(WorkerTimeoutError) as info:
+            venv.step(actions_at(1))
+        assert time.monotonic() - start < HANG_S / 2
+        err = info.value
+        assert err.env_indices == [3, 4] and not err.restarted
+        assert str(err).startswith(
+            f"worker 1 (envs 3-4) did not answer its start (building its envs) within {START_S} s"
+        )
+        for e in (0, 1, 2):
+            assert_rows_equal(err.batch, want[2], e, f"env {e}")
+        assert not err.batch.acting["a"][3:].any()  # no worker runs them
+        with pytest.warns(WorkerRestartWarning, match=r"worker 1 \(envs 3-4\) did not start"):
+            batch = venv.step(actions_at(2))
+        for e in (0, 1, 2):
+            assert_rows_equal(batch, want[3], e, f"env {e}")
+        assert batch.worker_restarts.tolist() == [0, 0, 0, 1, 1]
+        assert batch.done[3:].all() and batch.truncated["a"][3:].all()
+        assert batch.episode_length[3:].tolist() == [1, 1]  # cut where they stood
+        assert batch.alive["a"][3:].all() and batch.obs["a"][3:, :, 1].tolist() == [[0, 0]] * 2
 
 
 # -- a worker that dies while its env writes into the batch ------------------------------------

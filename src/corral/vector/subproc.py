@@ -49,6 +49,7 @@ from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError, VectorStateError, WorkerStartError
 from corral.vector import reaper
 from corral.vector.backend import (
+    DEFAULT_START_TIMEOUT,
     DEFAULT_TIMEOUT,
     Arrays,
     Backend,
@@ -70,6 +71,7 @@ from corral.vector.shards import (
     raise_first,
     split_envs,
     step_faults,
+    timeout_error,
     warn_restarted,
 )
 from corral.vector.shared_memory import BlockLayout, create_block, map_arrays
@@ -367,8 +369,14 @@ class SubprocBackend(Backend):
             :func:`default_start_method`).
         timeout: default limit, in seconds, of every reset, step and call wait
             (:data:`~corral.vector.backend.DEFAULT_TIMEOUT`); ``None`` waits as
-            long as the workers live. Starting a worker has no limit. A worker
-            that misses it is killed and, in a reset or step, restarted at once.
+            long as the workers live. A worker that misses it is killed and, in a
+            reset or step, restarted at once.
+        start_timeout: seconds to wait for the workers to start and build their
+            envs, at the start (then :class:`~corral.errors.WorkerStartError`) and
+            when a worker is replaced in a reset or step (then a
+            :class:`~corral.errors.WorkerTimeoutError`, ``restarted`` false: it is
+            tried again at the next reset or step); ``None``: no limit. A worker
+            late to start is killed.
         daemon: make the workers daemonic (they cannot start processes of their own).
     """
 
@@ -380,10 +388,12 @@ class SubprocBackend(Backend):
         envs_per_worker: int | None = None,
         start_method: str | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
+        start_timeout: float | None = DEFAULT_START_TIMEOUT,
         daemon: bool = True,
     ) -> None:
         super().__init__(source)
         self.timeout = timeout
+        self.start_timeout = start_timeout
         self.daemon = daemon
         self._ctx = mp.get_context(start_method or default_start_method())
         if self._ctx.get_start_method() == "forkserver":
@@ -399,7 +409,10 @@ class SubprocBackend(Backend):
         self._awaiting: tuple[str, list[_Worker], list | None] | None = None
         self._asked = ""  # what the call awaiting its replies is (see _ask)
         try:
-            self._info = self._start(self.shards)[0]
+            answers = self._start(self.shards)
+            if answers.late:
+                raise _late_start_error(answers.late, self.start_timeout)
+            self._info = answers.values[0]
         except BaseException:
             self.close()
             raise
@@ -420,7 +433,7 @@ class SubprocBackend(Backend):
         self._arrays = arrays = on_host(layout.place, self._host)
         self._alive = {f"alive/{g}": self._host[f"alive/{g}"] for g in layout.groups}
         self._alive_before = {path: alive.copy() for path, alive in self._alive.items()}
-        self._attach(self.shards, None)
+        raise_first(self._attach(self.shards, None, self.timeout))
         return arrays
 
     # -- reset and step ---------------------------------------------------------------
@@ -468,10 +481,7 @@ class SubprocBackend(Backend):
             if seeds is None and worker.stage.value == STEPPING:
                 self._forget_step(worker)
         if lost:
-            try:
-                self._revive(lost, seeds or [None] * self.num_envs)
-            except EnvError as err:  # a restarted env could not reset
-                faults.append(err)
+            faults += self._revive(lost, seeds or [None] * self.num_envs, limit)
             if seeds is not None:  # a reset's batch reports no ended episode
                 clear_step_fields(self._arrays, self._layout.groups)
         raise_first(faults)
@@ -486,12 +496,33 @@ class SubprocBackend(Backend):
             alive[rows] = self._alive_before[path][rows]
         worker.stage.value = IDLE
 
-    def _revive(self, workers: list[_Worker], seeds: list) -> None:
-        """Start new processes for ``workers``; their envs restart (with ``seeds``), the
-        episodes cut ending truncated."""
-        self._start(workers)
-        self._attach(workers, seeds)
-        warn_restarted([w for w in workers if not w.dead])
+    def _revive(self, workers: list[_Worker], seeds: list, limit: float | None) -> list:
+        """Start new processes for ``workers``; their envs restart (with ``seeds``, within
+        ``limit`` seconds), the episodes cut ending truncated. The faults: an env that could
+        not reset, workers that did not start within ``start_timeout`` or restart within
+        ``limit`` (their agents stop acting; tried again at the next reset or step)."""
+        try:
+            late = self._start(workers).late
+        except EnvError as err:  # a rebuilt env raised: none of them started
+            self._stop_acting(workers)
+            return [err]
+        faults: list[BaseException] = []
+        if late:
+            for worker in late:
+                worker.lost = f"did not start within {self.start_timeout} s"
+            what = "its start (building its envs)"
+            faults.append(timeout_error(late, what, self.start_timeout, restarted=False))
+        started = [w for w in workers if not w.dead]
+        faults += self._attach(started, seeds, limit)
+        self._stop_acting([w for w in workers if w.dead])
+        warn_restarted([w for w in started if not w.dead])
+        return faults
+
+    def _stop_acting(self, workers: list[_Worker]) -> None:
+        """None of the agents of ``workers``' envs acts (their workers are not running)."""
+        for worker in workers:
+            for g in self._layout.groups:
+                self._host[f"acting/{g}"][worker.envs.start : worker.envs.stop] = False
 
     # -- other calls ------------------------------------------------------------------
 
@@ -538,8 +569,10 @@ class SubprocBackend(Backend):
         raise_first(call_faults(answers, what, limit))
         return [answers.values[w.index] for w in self.shards]
 
-    def _start(self, workers: list[_Worker]) -> dict[int, EnvInfo]:
-        """Start the processes of ``workers``; return what their envs are, by worker index."""
+    def _start(self, workers: list[_Worker]) -> Answers:
+        """Start the processes of ``workers``; what their envs are, by worker index (in
+        ``values``), and the workers that did not say so within ``start_timeout`` (``late``:
+        stopped). An env that cannot be built, or a worker that died, raises."""
         for worker in workers:
             conn, child = self._ctx.Pipe()
             inherited = []
@@ -568,7 +601,7 @@ class SubprocBackend(Backend):
             reaper.hold(self._reaper, process.pid)
             worker.process, worker.conn, worker.dead = process, conn, False
         try:
-            answers = self._gather(workers, None)
+            answers = self._gather(workers, self.start_timeout)
             raise_first(answers.errors)
             if answers.dead:
                 raise _start_error(answers.dead, self._ctx.get_start_method())
@@ -576,22 +609,29 @@ class SubprocBackend(Backend):
             for worker in workers:
                 worker.stop()
             raise
-        return answers.values
+        return answers
 
-    def _attach(self, workers: list[_Worker], seeds: list | None) -> None:
-        """Have ``workers`` map the shared block; with ``seeds``, restart their envs.
+    def _attach(self, workers: list[_Worker], seeds: list | None, limit: float | None) -> list:
+        """Have ``workers`` map the shared block; with ``seeds``, restart their envs. The
+        faults: their envs' errors, and workers that missed ``limit`` seconds.
 
-        One that dies meanwhile is started again at the next reset or step."""
+        One that dies or is late meanwhile is started again at the next reset or step."""
 
         def message(w: _Worker) -> tuple:
             rows = None if seeds is None else seeds[w.envs.start : w.envs.stop]
             return ("attach", self._layout, self._block, rows)
 
         self._send(workers, message, fd=self._fds[0])
-        answers = self._gather(workers, None)
+        answers = self._gather(workers, limit)
         for worker in answers.dead:
             worker.lost = worker.lost or "died while starting"
-        raise_first(answers.errors)
+        faults = list(answers.errors)
+        if answers.late:
+            what = "restart()" if seeds is not None else "attach()"
+            for worker in answers.late:
+                worker.lost = f"did not answer {what} within {limit} s"
+            faults.append(timeout_error(answers.late, what, limit, restarted=False))
+        return faults
 
     def _send(
         self, workers: list[_Worker], message: Callable[[_Worker], tuple], fd: int | None = None
@@ -682,6 +722,16 @@ def _start_error(workers: Sequence[_Worker], start_method: str) -> WorkerStartEr
             "worker's own traceback is on stderr above."
         )
     return WorkerStartError(message, codes)
+
+
+def _late_start_error(workers: Sequence[_Worker], limit: float | None) -> WorkerStartError:
+    """What to tell when ``workers`` did not build their envs within ``limit`` seconds."""
+    return WorkerStartError(
+        f"{', '.join(map(str, workers))} did not start within {limit} s (start_timeout): "
+        "stopped while building their envs. Raise start_timeout if the envs are slow to "
+        "build (None: no limit).",
+        env_indices=[i for worker in workers for i in worker.envs],
+    )
 
 
 def _exit_status(code: int | None) -> str:
