@@ -13,8 +13,9 @@ Every command sent to a worker gets exactly one reply, ``("ok", value)`` or
 error, so the pipes stay in step. A worker whose env fails still writes the
 step of its other envs (its runner restarts the failed one) before it replies
 the error. A worker that dies is noticed through its process sentinel, one
-that outlives the timeout is killed; what the parent makes of that (and when
-the worker is replaced) is :mod:`corral.vector.shards`'s to say.
+that outlives the timeout (starting: ``start_timeout``) is killed; what the
+parent makes of that (and when the worker is replaced) is
+:mod:`corral.vector.shards`'s to say.
 
 Workers end soon after the process that started them, whatever ends it: an
 idle one sees its pipe close and closes its envs, a thread in each ends a busy
@@ -453,8 +454,8 @@ class SubprocBackend(Backend):
         self._post("step", lambda w: _STEP, None)
 
     def _clear_step_fields(self) -> None:
-        """Clear the step fields here too: a worker that dies in the call leaves exactly
-        what it wrote (see ``Episodes.restart_all``)."""
+        """Clear the step fields here too: a worker that dies in the call leaves what it
+        wrote (taken back where it had not finished the step: :meth:`_forget_step`)."""
         self._check_open()
         clear_step_fields(self._arrays, self._layout.groups)
 
