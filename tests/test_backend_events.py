@@ -131,10 +131,13 @@ class DictCopy(Counted):
 
 
 class NativeShard(Counted):
-    """Copies ``offset`` to ``offset + num_envs - 1`` as one natively batched env."""
+    """Copies ``offset`` to ``offset + num_envs - 1`` as one natively batched env, on
+    ``array`` (numpy, or torch on the CPU)."""
 
-    def __init__(self, num_envs: int, offset: int, fault: Fault | None) -> None:
-        env = spec(ENV).make_batched(num_envs)
+    def __init__(
+        self, num_envs: int, offset: int, fault: Fault | None, array: str = "numpy"
+    ) -> None:
+        env = spec(ENV).make_batched(num_envs, array)
         super().__init__(env, range(offset, offset + num_envs), fault)
 
     def reset(self, seed: Any = None, where: Any = None, options: Any = None) -> Any:
@@ -154,13 +157,20 @@ class ShardedNative(NativeSource):
 
 
 def make_venv(
-    backend: str, source: str, fault: Fault | None, ray_session: Any, **options: Any
+    backend: str,
+    source: str,
+    fault: Fault | None,
+    ray_session: Any,
+    array: str = "numpy",
+    **options: Any,
 ) -> VectorEnv:
-    """Four copies on ``backend`` (two workers), as dict envs or natively batched."""
+    """Four copies on ``backend`` (two workers), as dict envs or natively batched (on
+    ``array``: its batches too)."""
     if source == "dict":
         envs: Any = [partial(DictCopy, i, fault) for i in range(NUM_ENVS)]
     else:
-        envs = ShardedNative(partial(NativeShard, fault=fault), NUM_ENVS)
+        envs = ShardedNative(partial(NativeShard, fault=fault, array=array), NUM_ENVS)
+        options["array"] = array
     if backend == "ray":
         ray_session()
         import ray
@@ -302,6 +312,41 @@ def test_an_env_raising_in_a_reset(backend: str, source: str, tmp_path: Path, ra
             venv.reset()
         assert_env_error(info.value, venv, source, "reset()")
         assert info.value.restarted == (source == "dict")
+
+
+@pytest.mark.parametrize("on_env_error", ["raise", "restart"])
+@pytest.mark.parametrize("array", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_native_env_raising_in_its_first_reset_is_reset_at_the_next_step(
+    backend: str, array: str, on_env_error: str, tmp_path: Path, ray_session
+) -> None:
+    """Its copies have no episode (none acts) and its step is not called on them: the next
+    step resets them instead, counted in worker_restarts; the other shard steps."""
+    if array == "torch":
+        pytest.importorskip("torch")
+    fault = Fault("raise", "reset", tmp_path / "flag")
+    options = {"on_env_error": on_env_error}
+    with make_venv(backend, "native", fault, ray_session, array, **options) as venv:
+        shard = faulty_shard(venv)
+        others = [i for i in range(NUM_ENVS) if i not in shard]
+        with pytest.raises(EnvError) as info:  # it could not restart: raised either way
+            venv.reset()
+        assert_env_error(info.value, venv, "native", "reset()")
+        assert not info.value.restarted
+        batch = info.value.batch
+        alive = np.asarray(batch.alive["agent"])[:, 0].tolist()
+        assert alive == [i not in shard for i in range(NUM_ENVS)]
+        assert not np.asarray(batch.acting["agent"])[list(shard)].any()
+        batch = venv.step(ACTIONS)
+        assert venv.get_attr("counts")[FAULTY]["step"] == 0  # never stepped unreset copies
+        assert np.asarray(batch.worker_restarts).tolist() == [int(i in shard) for i in range(4)]
+        assert np.asarray(batch.alive["agent"]).all() and not np.asarray(batch.done).any()
+        assert state_of(batch.obs) == [0 if i in shard else 2 for i in range(NUM_ENVS)]
+        rewards = np.asarray(batch.reward["agent"])[:, 0].tolist()
+        assert rewards == [float(i in others) for i in range(NUM_ENVS)]
+        batch = venv.step(ACTIONS)
+        assert venv.get_attr("counts")[FAULTY]["step"] == 1
+        assert state_of(batch.obs) == [2 if i in shard else 0 for i in range(NUM_ENVS)]
 
 
 @pytest.mark.parametrize("source", SOURCES)

@@ -11,6 +11,7 @@ run: the same seeds and actions, chosen as a function of (env index, step).
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing as mp
 import os
 import sys
 import time
@@ -27,7 +28,7 @@ from gymnasium import spaces
 
 import corral
 from corral.batched_env import BatchedStep, CopyGenerators, copy_seeds, selected
-from corral.errors import EnvError, WorkerRestartWarning, WorkerTimeoutError
+from corral.errors import EnvError, WorkerRestartWarning, WorkerStartError, WorkerTimeoutError
 from corral.vector import VectorEnv
 from corral.vector.shards import split_envs
 from corral.vector.sources import NativeSource
@@ -105,7 +106,8 @@ class Faulty(Walk):
     ``"bad"`` (a wrong-shaped observation) or ``"nan"`` (a NaN reward; a fault with
     ``check_finite``).
     With ``at``, only the first generation fails, at step ``at``. The resets of the
-    generations in ``reset_fails`` raise.
+    generations in ``reset_fails`` raise; the generations in ``build_hangs`` hang while
+    they are built.
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class Faulty(Walk):
         kinds: tuple[str, ...] = (),
         at: int | None = None,
         reset_fails: range = range(0),
+        build_hangs: range = range(0),
     ) -> None:
         super().__init__()
         fd = os.open(plan_dir / f"env{index}", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -122,6 +125,8 @@ class Faulty(Walk):
             self.generation = os.write(fd, b"+") and os.fstat(fd).st_size - 1
         finally:
             os.close(fd)
+        if self.generation in build_hangs:
+            time.sleep(HANG_S)
         rng = np.random.default_rng([SEED, index, self.generation])
         self.fault_at = int(rng.integers(4, 13)) if at is None else at
         self.kind = kinds[self.generation % len(kinds)] if kinds else None
@@ -638,6 +643,146 @@ def test_a_native_env_that_cannot_restart_raises_and_is_tried_again(on_env_error
         assert batch.worker_restarts.tolist() == [2] * NUM_ENVS
         batch = venv.step(actions_at(4))
         assert batch.obs["a"][:, :, 1].tolist() == [[1, 1]] * NUM_ENVS
+
+
+# -- a worker that hangs while it starts -------------------------------------------------------
+
+START_S = 4.0  # start_timeout of the tests below: a healthy worker starts well within it
+
+
+def subproc_workers() -> list:
+    """The subproc workers of this process still running."""
+    return [p for p in mp.active_children() if p.name.startswith("corral-subproc")]
+
+
+def test_a_worker_hanging_while_it_builds_its_envs_is_a_start_error(tmp_path: Path) -> None:
+    fns = faulty_fns(tmp_path, {1: {"build_hangs": range(1)}})
+    start = time.monotonic()
+    with pytest.raises(WorkerStartError) as info:
+        VectorEnv(fns, "subproc", seed=SEED, envs_per_worker=3, start_timeout=START_S)
+    assert time.monotonic() - start < HANG_S / 2
+    err = info.value
+    assert err.env_indices == [0, 1, 2]
+    assert str(err).startswith(f"worker 0 (envs 0-2) did not start within {START_S} s")
+    assert not subproc_workers()  # the hung one killed, the other stopped
+
+
+@pytest.mark.parametrize("on_env_error", ["raise", "restart"])
+def test_a_replacement_hanging_while_it_starts_raises_and_is_tried_again(
+    on_env_error: str, tmp_path: Path
+) -> None:
+    """Env 4's worker dies in the second step; its replacement hangs while it builds env 4
+    (that env's second generation): the step raises within start_timeout, under either
+    setting, and the next step starts it again."""
+    want = reference_run(3)
+    faults = {4: {"kinds": ("die",), "at": 2, "build_hangs": range(1, 2)}}
+    options = {"envs_per_worker": 3, "start_timeout": START_S, "on_env_error": on_env_error}
+    with VectorEnv(faulty_fns(tmp_path, faults), "subproc", seed=SEED, **options) as venv:
+        venv.reset()
+        venv.step(actions_at(0))
+        start = time.monotonic()
+        with pytest.raises(WorkerTimeoutError) as info:
+            venv.step(actions_at(1))
+        assert time.monotonic() - start < HANG_S / 2
+        err = info.value
+        assert err.env_indices == [3, 4] and not err.restarted
+        assert str(err).startswith(
+            f"worker 1 (envs 3-4) did not answer its start (building its envs) within {START_S} s"
+        )
+        for e in (0, 1, 2):
+            assert_rows_equal(err.batch, want[2], e, f"env {e}")
+        assert not err.batch.acting["a"][3:].any()  # no worker runs them
+        with pytest.warns(WorkerRestartWarning, match=r"worker 1 \(envs 3-4\) did not start"):
+            batch = venv.step(actions_at(2))
+        for e in (0, 1, 2):
+            assert_rows_equal(batch, want[3], e, f"env {e}")
+        assert batch.worker_restarts.tolist() == [0, 0, 0, 1, 1]
+        assert batch.done[3:].all() and batch.truncated["a"][3:].all()
+        assert batch.episode_length[3:].tolist() == [1, 1]  # cut where they stood
+        assert batch.alive["a"][3:].all() and batch.obs["a"][3:, :, 1].tolist() == [[0, 0]] * 2
+
+
+# -- a worker that dies while its env writes into the batch ------------------------------------
+
+LOST = 777.0  # the reward the dying env writes for the step it does not finish
+
+
+class WritingWalk(NativeWalk):
+    """A :class:`NativeWalk` (on ``array``) that writes every reset and step straight into
+    the batch's arrays (``write_into``). The shard holding copy 4 ends its process in its
+    ``die_at``-th step, once (the file ``flag``), having written part of that step:
+    reward :data:`LOST`, every agent terminated and not alive."""
+
+    keeps_masks = True
+    FIELDS = ("obs", "alive", "acting", "reward", "terminated", "truncated")
+
+    def __init__(self, num_envs: int, offset: int, flag: Path, die_at: int, array: str) -> None:
+        super().__init__(num_envs)
+        self.place = corral.Place(array)
+        self.dies = 4 in range(offset, offset + num_envs)
+        self.flag, self.die_at, self.calls = flag, die_at, 0
+
+    def write_into(self, arrays) -> bool:
+        self.given = {name: arrays[f"{name}/a"] for name in self.FIELDS}
+        self.views = {name: np.asarray(a) for name, a in self.given.items()}  # CPU memory
+        np.asarray(arrays["action_mask/a"])[...] = True  # every action legal, always
+        return True
+
+    def reset(self, seed=None, where=None, options=None) -> BatchedStep:
+        return self._written(super().reset(seed, where, options))
+
+    def step(self, actions) -> BatchedStep:
+        self.calls += 1
+        if self.dies and self.calls == self.die_at and not self.flag.exists():
+            self.flag.touch()
+            self.views["reward"][...] = LOST
+            self.views["terminated"][...] = True
+            self.views["alive"][...] = False
+            os._exit(3)
+        return self._written(super().step(actions))
+
+    def _written(self, out: BatchedStep) -> BatchedStep:
+        for name in self.FIELDS:
+            value = getattr(out, name)
+            if value is not None:
+                self.views[name][...] = value["a"]
+                setattr(out, name, {"a": self.given[name]})
+        return out
+
+
+@pytest.mark.parametrize("array", ["numpy", "torch"])
+def test_a_worker_dying_while_its_env_writes_into_the_batch_loses_the_step(
+    array: str, tmp_path: Path
+) -> None:
+    """What the env wrote of the step it did not finish is not reported: its worker's
+    episodes end truncated where they stood before the step, as for any dead worker."""
+    if array == "torch":
+        pytest.importorskip("torch")
+    want = reference_run(2)
+    make = partial(WritingWalk, flag=tmp_path / "died", die_at=2, array=array)
+    source = ShardedNative(make, NUM_ENVS)
+    with VectorEnv(source, "subproc", seed=SEED, envs_per_worker=3, array=array) as venv:
+        venv.reset()
+        venv.step(actions_at(0))
+        with pytest.warns(WorkerRestartWarning, match=r"worker 1 \(envs 3-4\) died during"):
+            got = venv.step(actions_at(1))
+    got = corral.vector.Batch(**{k: _numpy(v) for k, v in vars(got).items()})
+    for e in (0, 1, 2):
+        assert_rows_equal(got, want[2], e, f"env {e}")
+    assert got.worker_restarts.tolist() == [0, 0, 0, 1, 1]
+    assert got.done[3:].all()
+    assert not got.reward["a"][3:].any()
+    assert not got.terminated["a"][3:].any() and got.truncated["a"][3:].all()
+    np.testing.assert_array_equal(got.episode_return["a"][3:], want[1].reward["a"][3:])
+    assert got.episode_length[3:].tolist() == [1, 1]
+    assert got.alive["a"][3:].all() and got.obs["a"][3:, :, 1].tolist() == [[0, 0], [0, 0]]
+
+
+def _numpy(value: Any) -> Any:
+    """A batch field as numpy (a dict of them per group)."""
+    if isinstance(value, dict):
+        return {k: _numpy(v) for k, v in value.items()}
+    return None if value is None else np.asarray(value)
 
 
 # -- timeouts -------------------------------------------------------------------------------------

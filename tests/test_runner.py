@@ -214,7 +214,7 @@ def test_bad_settings_raise_config_errors(overrides: dict, message: str) -> None
             {"backend": "subproc", "ray_address": "auto"},
             "ray_address is an option of the ray backend, not of",
         ),
-        ({"backend": "subproc", "start_timeout": 5}, "not of backend 'subproc'"),
+        ({"backend": "subproc", "num_cpus_per_worker": 0.5}, "not of backend 'subproc'"),
         ({"backend": "threads"}, "backend must be one of"),
         ({"backend": "ray", "num_workers": 0}, "num_workers must be at least 1"),
         ({"backend": "ray", "start_timeout": -1}, "start_timeout must be at least 0, got -1"),

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import cloudpickle
 import numpy as np
@@ -552,6 +553,12 @@ def _widened(out: corral.BatchedStep, copy: int, name: str, dtype: type, value: 
     setattr(out, name, {"agent": wide} if name == "obs" else wide)
 
 
+def _obs_in_torch(out: corral.BatchedStep, copy: int) -> None:
+    """The observations as a float64 torch tensor (of a numpy env), 1e300 in copy ``copy``."""
+    _widened(out, copy, "obs", np.float64, 1e300)
+    out.obs["agent"] = _torch().from_numpy(out.obs["agent"])
+
+
 NATIVE_FAULTS: dict[str, Callable[[corral.BatchedStep, int], None]] = {
     "obs_scalar": lambda out, copy: out.obs.update(agent=np.float32(0.5)),
     "obs_of_one_agent": lambda out, copy: out.obs.update(agent=out.obs["agent"][:, :1]),
@@ -561,10 +568,15 @@ NATIVE_FAULTS: dict[str, Callable[[corral.BatchedStep, int], None]] = {
     ),
     "no_obs_of_the_group": lambda out, copy: out.obs.clear(),
     "obs_overflow": lambda out, copy: _widened(out, copy, "obs", np.float64, 1e300),
+    "obs_overflow_in_torch": _obs_in_torch,
     "state_wraps": lambda out, copy: _widened(out, copy, "state", np.int64, 300),
     "obs_nan": lambda out, copy: out.obs["agent"].__setitem__((copy, 1, 2), np.nan),
     "reward_nan": lambda out, copy: out.reward["agent"].__setitem__((copy, 0), np.nan),
 }
+
+
+def _torch() -> Any:
+    return pytest.importorskip("torch")
 
 
 @dataclass(frozen=True)
@@ -578,7 +590,7 @@ class NativeValuesSource(NativeSource):
         return NativeValuesSource(self.make, len(envs), self.state, self.bad, envs.start)
 
     def build(self, offset: int = 0) -> NativeValues:
-        return NativeValues(self.num_envs, self.offset, self.bad)
+        return self.make(self.num_envs, self.offset, self.bad)
 
 
 def _native_play(backend: str, bad: str, check_finite: bool = False) -> corral.vector.Batch:
@@ -633,6 +645,58 @@ def test_a_native_env_s_value_that_its_dtype_cannot_hold_names_the_copy_and_agen
         f"; every copy of the env (envs {first}-3) restarts"
     )
     assert err.restarted
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_torch_tensor_from_a_numpy_env_is_held_to_the_dtype(backend) -> None:
+    """A float64 tensor holding 1e300 for a float32 field of a numpy env: the overflow is
+    found as in a numpy array (it was stored as inf)."""
+    err = _native_error(backend, "obs_overflow_in_torch")
+    assert err.env_index == BAD_ENV
+    assert (
+        "obs['agent'] of agent 'agent_1': expected values that float32 holds "
+        "(in [-3.40282e+38, 3.40282e+38]), got 1e+300 at index (0,), which overflows float32"
+    ) in str(err)
+
+
+class TorchNativeValues(NativeValues):
+    """:class:`NativeValues` on torch (CPU); at step 2 copy ``BAD_ENV``'s observation is a
+    float64 numpy array holding 1e300."""
+
+    place = corral.Place("torch")
+
+    def _result(self, step: dict | None) -> corral.BatchedStep:
+        out = super()._result(step)
+        torch = _torch()
+        for name in ("obs", "alive", "acting", "reward", "terminated", "truncated"):
+            value = getattr(out, name)
+            if value is not None:
+                setattr(out, name, {g: torch.from_numpy(v) for g, v in value.items()})
+        out.state = torch.from_numpy(out.state)
+        return out
+
+    def step(self, actions) -> corral.BatchedStep:
+        out = super().step(actions)
+        copy = BAD_ENV - self.offset
+        if 0 <= copy < self.num_envs and self.t[copy] == 2:
+            wide = out.obs["agent"].numpy().astype(np.float64)
+            wide[copy, 1] = 1e300
+            out.obs["agent"] = wide
+        return out
+
+
+def test_a_numpy_array_from_a_torch_env_is_held_to_the_dtype(monkeypatch) -> None:
+    """On torch as on a device (the arrays are tensors, not numpy views of them)."""
+    monkeypatch.setattr(corral.Place, "numpy_on_cpu", False)
+    source = NativeValuesSource(TorchNativeValues, NUM_ENVS)
+    with VectorEnv(source, "sync", state=True, array="torch") as venv:
+        venv.reset(seed=0)
+        actions = {"agent": _torch().zeros((NUM_ENVS, 2), dtype=_torch().int64)}
+        venv.step(actions)
+        with pytest.raises(EnvError) as info:
+            venv.step(actions)
+    assert info.value.env_index == BAD_ENV
+    assert "got 1e+300 at index (0,), which overflows float32" in str(info.value)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -184,15 +184,21 @@ class WorkerStartError(WorkerDiedError):
     left running.
 
     ``exit_codes`` maps each worker process that died to its exit code (negative:
-    the signal that killed it); it is empty where no process died.
+    the signal that killed it); it is empty where no process died. ``env_indices``: the
+    envs of workers that did not start in time, where the backend says.
     """
 
-    def __init__(self, message: str, exit_codes: dict[int, int | None] | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self,
+        message: str,
+        exit_codes: dict[int, int | None] | None = None,
+        env_indices: list[int] | None = None,
+    ) -> None:
+        super().__init__(message, env_indices)
         self.exit_codes = dict(exit_codes or {})
 
-    def __reduce__(self) -> tuple[type, tuple[str, dict[int, int | None]]]:
-        return (type(self), (self.args[0], self.exit_codes))
+    def __reduce__(self) -> tuple[type, tuple[str, dict[int, int | None], list[int]]]:
+        return (type(self), (self.args[0], self.exit_codes, self.env_indices))
 
 
 class WorkerRestartWarning(UserWarning):

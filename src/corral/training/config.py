@@ -107,8 +107,9 @@ class RunConfig:
     num_cpus_per_worker: Annotated[float | None, Range(gt=0)] = None
     """CPUs each Ray actor reserves (fractions allowed); ``None``: 1."""
     start_timeout: Annotated[float | None, Range(ge=0)] = None
-    """Seconds to wait for the Ray actors to be scheduled and build their envs before the
-    run fails saying which CPUs are short; ``None``: the backend's default (60); 0: no limit."""
+    """Seconds to wait for the workers (``subproc``) or Ray actors (``ray``) to start and
+    build their envs, at the start and when one is replaced, before the run fails (on Ray
+    saying which CPUs are short); ``None``: the backend's default (60); 0: no limit."""
     on_env_error: Literal["raise", "restart"] = "raise"
     """When one training env raises, returns a bad value or its worker misses ``timeout``:
     ``raise`` ends the run with that error (naming the env; ``checkpoint.pt`` stays as last

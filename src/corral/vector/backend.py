@@ -33,6 +33,10 @@ DEFAULT_TIMEOUT = 300.0
 no ``timeout`` option is given: long enough for any sane env step, short enough that a
 hung env does not block a run forever. ``timeout=None`` waits without limit."""
 
+DEFAULT_START_TIMEOUT = 60.0
+"""Seconds a worker backend waits for its workers to start and build their envs when no
+``start_timeout`` option is given (``start_timeout=None`` waits without limit)."""
+
 # Backend name -> "module:class"; the module is imported only when used.
 BACKENDS = {
     "sync": "corral.vector.sync:SyncBackend",

@@ -40,10 +40,11 @@ class Episodes:
     slice's rows of a field of ``layout``.
 
     ``share``: a source that can write straight into ``arrays`` may (one copy less per
-    step). A worker that dies in a step then leaves what its source had written of the
-    step there, which its replacement reports (:meth:`restart_all`): packed dict envs
-    write only once every env stepped, a natively batched env as it computes (the cut
-    episodes' ``final_obs`` may then hold part of the lost step).
+    step): packed dict envs write only once every env stepped, a natively batched env as
+    it computes. A worker that dies in a step then leaves part of the step there; the
+    ``subproc`` backend takes its step fields and ``alive`` back before the replacement
+    reports the cut episodes (:meth:`restart_all`), whose ``final_obs`` may still hold
+    part of the lost step.
 
     A fault of a copy that the env restarts itself (packed dict envs: an env that raised
     or returned a bad value) leaves the other copies' step complete; the first fault, by
@@ -136,19 +137,41 @@ class Episodes:
         self._written = shared and self._keeps_masks and not self._on_host
         self._returned = None if keeps_rules else ReturnedArrays(layout, arrays, offset)
         self._broken = False  # its last restart failed: tried again at each step
+        self._retry: tuple[list | None, dict[str, Any] | None] = (None, None)
+        """The seeds and options of the reset that failed (``None``: none, or a restart)."""
+        self._copies = range(offset, offset + len(arrays["done"]))
 
     # -- commands -------------------------------------------------------------------
 
     def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None = None) -> None:
         """Start a new episode in every copy, copy ``i`` seeded with ``seeds[i]``."""
         clear_step_fields(self.arrays, self.groups)
-        out = self._host(self.env.reset(seed=list(seeds), options=options))
-        self._write_observed(out, None)
-        self._zero_running(None)
+        out = self._reset_all(list(seeds), options)
         self._count_restarts(out)
+        _raise_first(out.faults)
+
+    def _reset_all(self, seeds: list, options: dict[str, Any] | None) -> BatchedStep:
+        """Reset every copy and record what it observes. Where the env raises (a natively
+        batched env: packed dict envs restart their own envs), no copy has an episode, each
+        later step tries this reset again, and the :class:`EnvError` is raised."""
+        try:
+            out = self._host(self.env.reset(seed=seeds, options=options))
+            self._write_observed(out, None)
+        except Exception as err:
+            self._lose_episodes(seeds, options)
+            raised = env_error(self.offset, "reset()", err)
+            raise EnvError(
+                raised.env_index,
+                f"{raised.message}; no copy of the env ({envs_text(self._copies)}) has an "
+                "episode: each step tries the reset again",
+                raised.remote_traceback,
+                copies=self._copies,
+            ) from err
+        self._zero_running(None)
         self._live = self._any_alive()
         self._broken = False
-        _raise_first(out.faults)
+        self._retry = (None, None)
+        return out
 
     def step(self) -> None:
         """Step every copy with the actions in the action arrays; restart the copies that
@@ -243,16 +266,13 @@ class Episodes:
         """Take over from a dead worker with a fresh env: the episodes it was running end
         truncated, and every copy resets (copy ``i`` with ``seeds[i]``).
 
-        The step fields hold what the dead worker wrote of its last step, cleared before
-        it (:func:`clear_step_fields`): an episode that ended in that step is reported as
-        it ended, the others are cut where they stand.
+        The step fields hold the dead worker's last step where it finished it (it died in
+        the autoreset that follows), else nothing (:func:`clear_step_fields`): an episode
+        that ended in that step is reported as it ended, the others are cut where they
+        stand.
         """
         self._cut_all()
-        out = self._host(self.env.reset(seed=list(seeds)))
-        self._write_observed(out, None)
-        self._zero_running(None)
-        self._live = self._any_alive()
-        _raise_first(out.faults)
+        _raise_first(self._reset_all(list(seeds), None).faults)
 
     def _cut_all(self) -> None:
         """End every copy's episode where it stands (one that ended in this step's fields
@@ -275,7 +295,7 @@ class Episodes:
         raised = env_error(self.offset, what, err)
         if not stepped:  # nothing of the step was written: none of it is reported
             clear_step_fields(self.arrays, self.groups)
-        envs = range(self.offset, self.offset + len(self.arrays["done"]))
+        envs = self._copies
         message = f"{raised.message}; every copy of the env ({envs_text(envs)}) restarts"
         self._cut_all()
         again = self._restart()
@@ -293,24 +313,24 @@ class Episodes:
         raise first_fault([fault, *also])
 
     def _restart(self) -> EnvError | None:
-        """Reset every copy after a fault; what the reset raised, if it did (every copy then
-        has no episode, and the next step tries again)."""
+        """Reset every copy after a fault (with the seeds of the reset that failed, if one
+        did); what the reset raised, if it did (every copy then has no episode, and the
+        next step tries again)."""
         try:
-            out = self._host(self.env.reset())
-            self._write_observed(out, None)
-            _raise_first(out.faults)
-        except Exception as err:
-            again = env_error(self.offset, "reset()", err)
-            for g in self.groups:
-                self.arrays[f"alive/{g}"][...] = False
-                self.arrays[f"acting/{g}"][...] = False
-            self._live = self._any_alive()
-            self._broken = True
-            return again
-        self._zero_running(None)
-        self._live = self._any_alive()
-        self._broken = False
+            self._reset_all(*self._retry)
+        except EnvError as err:
+            return err
         return None
+
+    def _lose_episodes(self, seeds: list | None, options: dict[str, Any] | None) -> None:
+        """No copy has an episode (none of their agents lives) until a reset with ``seeds``
+        and ``options`` succeeds: each step tries it (instead of stepping)."""
+        for g in self.groups:
+            self.arrays[f"alive/{g}"][...] = False
+            self.arrays[f"acting/{g}"][...] = False
+        self._live = self._any_alive()
+        self._broken = True
+        self._retry = (seeds, options)
 
     def _restart_broken(self) -> None:
         """Try again to restart an env whose restart failed; raise if it fails again."""

@@ -31,6 +31,7 @@ from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError, MissingDependencyError, WorkerStartError
 from corral.vector import reaper
 from corral.vector.backend import (
+    DEFAULT_START_TIMEOUT,
     DEFAULT_TIMEOUT,
     Arrays,
     Backend,
@@ -347,7 +348,7 @@ class RayBackend(Backend):
         ray_address: str | None = None,
         num_cpus_per_worker: float = 1,
         timeout: float | None = DEFAULT_TIMEOUT,
-        start_timeout: float | None = 60.0,
+        start_timeout: float | None = DEFAULT_START_TIMEOUT,
     ) -> None:
         super().__init__(source)
         self._ray = ray = import_ray()

@@ -13,8 +13,9 @@ Every command sent to a worker gets exactly one reply, ``("ok", value)`` or
 error, so the pipes stay in step. A worker whose env fails still writes the
 step of its other envs (its runner restarts the failed one) before it replies
 the error. A worker that dies is noticed through its process sentinel, one
-that outlives the timeout is killed; what the parent makes of that (and when
-the worker is replaced) is :mod:`corral.vector.shards`'s to say.
+that outlives the timeout (starting: ``start_timeout``) is killed; what the
+parent makes of that (and when the worker is replaced) is
+:mod:`corral.vector.shards`'s to say.
 
 Workers end soon after the process that started them, whatever ends it: an
 idle one sees its pipe close and closes its envs, a thread in each ends a busy
@@ -45,10 +46,11 @@ from typing import Any
 import cloudpickle
 
 from corral.arrays import on_host
-from corral.batched_env import BatchedEnv
+from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError, VectorStateError, WorkerStartError
 from corral.vector import reaper
 from corral.vector.backend import (
+    DEFAULT_START_TIMEOUT,
     DEFAULT_TIMEOUT,
     Arrays,
     Backend,
@@ -72,6 +74,7 @@ from corral.vector.shards import (
     raise_first,
     split_envs,
     step_faults,
+    timeout_error,
     warn_restarted,
 )
 from corral.vector.shared_memory import BlockLayout, create_block, map_arrays
@@ -104,13 +107,20 @@ def _preload_in_forkserver(ctx: Any) -> None:
 # -- the worker's side ------------------------------------------------------------------
 
 
+IDLE, STEPPING, STEPPED = 0, 1, 2
+"""Where a worker is in a step (its ``stage``, shared with the parent): a worker lost while
+``STEPPING`` loses the step (what its env wrote of it is not reported); once ``STEPPED``
+(the step's fields complete, in the autoreset that follows or after it) the step counts."""
+
+
 class _Server:
     """A worker's shard of the copies and, once attached to the shared block, its episodes."""
 
-    def __init__(self, conn: Connection, shard: BatchedEnv, offset: int) -> None:
+    def __init__(self, conn: Connection, shard: BatchedEnv, offset: int, stage: Any) -> None:
         self.conn = conn
         self.shard = shard
         self.offset = offset
+        self.stage = stage
 
     def attach(self, layout: Layout, block: BlockLayout, seeds: list | None) -> None:
         """Map this worker's rows; with ``seeds``, take over from a dead worker."""
@@ -120,7 +130,8 @@ class _Server:
             arrays = on_host(layout.place, map_arrays(fd, block, rows))
         finally:
             os.close(fd)
-        self.episodes = Episodes(self.shard, layout, arrays, self.offset, share=True)
+        marked = _MarksStepped(self.shard, self.stage)
+        self.episodes = Episodes(marked, layout, arrays, self.offset, share=True)
         if seeds is not None:
             self.episodes.restart_all(seeds)
 
@@ -128,13 +139,37 @@ class _Server:
         self.episodes.reset(seeds, options)
 
     def step(self) -> None:
-        self.episodes.step()
+        self.stage.value = STEPPING
+        try:
+            self.episodes.step()
+        finally:
+            self.stage.value = STEPPED
 
     def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
         return call_shard(self.shard, self.offset, name, args, kwargs)
 
     def set_attr(self, name: str, values: list[Any]) -> int | None:
         return set_shard_attrs(self.shard, self.offset, name, values)
+
+
+class _MarksStepped:
+    """``shard`` as a worker's :class:`Episodes` runs it: a reset inside a step (the
+    autoreset, which begins once the step's fields are complete) marks the step
+    ``STEPPED`` in ``stage``; ``shard`` otherwise."""
+
+    def __init__(self, shard: BatchedEnv, stage: Any) -> None:
+        self._shard = shard
+        self._stage = stage
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
+
+    def step(self, actions: Any) -> BatchedStep:
+        return self._shard.step(actions)
+
+    def reset(self, *args: Any, **kwargs: Any) -> BatchedStep:
+        self._stage.value = STEPPED
+        return self._shard.reset(*args, **kwargs)
 
 
 def _exit_with_parent() -> None:
@@ -225,13 +260,15 @@ def _serve(
     written: Written,
     inherited: list[Any],
     inside: Any,
+    stage: Any,
 ) -> None:
     """A worker's main function: build the envs, then answer commands until told to close.
 
     ``written``: what ``set_attr`` wrote on the envs of the worker this one replaces;
     ``inside``: shared memory where dict envs tell which env they are in
     (:attr:`~corral.vector.dict_envs.DictEnvs.inside`), read by the parent when the
-    worker misses a timeout."""
+    worker misses a timeout; ``stage``: where the worker is in a step (:data:`STEPPING`),
+    read by the parent when it loses the worker."""
     _exit_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     for parent_end in inherited:  # forked copies would hide the parent's exit (from workers,
@@ -244,7 +281,7 @@ def _serve(
     if isinstance(shard, DictEnvs):
         shard.inside = inside
     conn.send(("ok", EnvInfo.of(shard)))  # the parent lays out the batch from worker 0's
-    server = _Server(conn, shard, offset)
+    server = _Server(conn, shard, offset, stage)
     inbox = _Inbox(conn)
     while True:
         try:
@@ -283,6 +320,8 @@ class _Worker(Shard):
     """The exit code of the last process stopped (negative: the signal that ended it)."""
     inside: Any = None
     """The process's :attr:`DictEnvs.inside <corral.vector.dict_envs.DictEnvs.inside>`."""
+    stage: Any = None
+    """Where the process is in a step (:data:`STEPPING`...), in shared memory."""
     replied: bool = False
     """Its pipe was found readable (a reply, or its end) and not read yet."""
 
@@ -340,8 +379,14 @@ class SubprocBackend(Backend):
             :func:`default_start_method`).
         timeout: default limit, in seconds, of every reset, step and call wait
             (:data:`~corral.vector.backend.DEFAULT_TIMEOUT`); ``None`` waits as
-            long as the workers live. Starting a worker has no limit. A worker
-            that misses it is killed and, in a reset or step, restarted at once.
+            long as the workers live. A worker that misses it is killed and, in a
+            reset or step, restarted at once.
+        start_timeout: seconds to wait for the workers to start and build their
+            envs, at the start (then :class:`~corral.errors.WorkerStartError`) and
+            when a worker is replaced in a reset or step (then a
+            :class:`~corral.errors.WorkerTimeoutError`, ``restarted`` false: it is
+            tried again at the next reset or step); ``None``: no limit. A worker
+            late to start is killed.
         daemon: make the workers daemonic (they cannot start processes of their own).
     """
 
@@ -353,10 +398,12 @@ class SubprocBackend(Backend):
         envs_per_worker: int | None = None,
         start_method: str | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
+        start_timeout: float | None = DEFAULT_START_TIMEOUT,
         daemon: bool = True,
     ) -> None:
         super().__init__(source)
         self.timeout = timeout
+        self.start_timeout = start_timeout
         self.daemon = daemon
         self._ctx = mp.get_context(start_method or default_start_method())
         if self._ctx.get_start_method() == "forkserver":
@@ -372,7 +419,10 @@ class SubprocBackend(Backend):
         self._awaiting: tuple[str, list[_Worker], list | None] | None = None
         self._asked = ""  # what the call awaiting its replies is (see _ask)
         try:
-            self._info = self._start(self.shards)[0]
+            answers = self._start(self.shards)
+            if answers.late:
+                raise _late_start_error(answers.late, self.start_timeout)
+            self._info = answers.values[0]
         except BaseException:
             self.close()
             raise
@@ -389,8 +439,11 @@ class SubprocBackend(Backend):
         self._layout = layout
         self._block = BlockLayout.of(layout.array_specs())
         self._fds.append(create_block(self._block.size))
-        self._arrays = arrays = on_host(layout.place, map_arrays(self._fds[0], self._block))
-        self._attach(self.shards, None)
+        self._host = map_arrays(self._fds[0], self._block)
+        self._arrays = arrays = on_host(layout.place, self._host)
+        self._alive = {f"alive/{g}": self._host[f"alive/{g}"] for g in layout.groups}
+        self._alive_before = {path: alive.copy() for path, alive in self._alive.items()}
+        raise_first(self._attach(self.shards, None, self.timeout))
         return arrays
 
     # -- reset and step ---------------------------------------------------------------
@@ -405,11 +458,13 @@ class SubprocBackend(Backend):
 
     def step_async(self) -> None:
         self._clear_step_fields()
+        for path, alive in self._alive.items():  # for the episodes of a worker lost in it
+            self._alive_before[path][...] = alive
         self._post("step", lambda w: _STEP, None)
 
     def _clear_step_fields(self) -> None:
-        """Clear the step fields here too: a worker that dies in the call leaves exactly
-        what it wrote (see ``Episodes.restart_all``)."""
+        """Clear the step fields here too: a worker that dies in the call leaves what it
+        wrote (taken back where it had not finished the step: :meth:`_forget_step`)."""
         self._check_open()
         clear_step_fields(self._arrays, self._layout.groups)
 
@@ -433,21 +488,51 @@ class SubprocBackend(Backend):
         for worker in lost:  # found dead when the call was sent: told like one that died in it
             if worker.lost is None and worker not in answers.late:
                 worker.lost = f"died before {what}()"
+            if seeds is None and worker.stage.value == STEPPING:
+                self._forget_step(worker)
         if lost:
-            try:
-                self._revive(lost, seeds or [None] * self.num_envs)
-            except EnvError as err:  # a restarted env could not reset
-                faults.append(err)
+            faults += self._revive(lost, seeds or [None] * self.num_envs, limit)
             if seeds is not None:  # a reset's batch reports no ended episode
                 clear_step_fields(self._arrays, self._layout.groups)
         raise_first(faults)
 
-    def _revive(self, workers: list[_Worker], seeds: list) -> None:
-        """Start new processes for ``workers``; their envs restart (with ``seeds``), the
-        episodes cut ending truncated."""
-        self._start(workers)
-        self._attach(workers, seeds)
-        warn_restarted([w for w in workers if not w.dead])
+    def _forget_step(self, worker: _Worker) -> None:
+        """Take back what ``worker``'s env wrote of the step it did not finish (an env that
+        writes into the batch): its step fields are cleared and its agents alive as before
+        the step, so that its replacement ends those episodes where they stood."""
+        rows = slice(worker.envs.start, worker.envs.stop)
+        clear_step_fields({path: a[rows] for path, a in self._host.items()}, self._layout.groups)
+        for path, alive in self._alive.items():
+            alive[rows] = self._alive_before[path][rows]
+        worker.stage.value = IDLE
+
+    def _revive(self, workers: list[_Worker], seeds: list, limit: float | None) -> list:
+        """Start new processes for ``workers``; their envs restart (with ``seeds``, within
+        ``limit`` seconds), the episodes cut ending truncated. The faults: an env that could
+        not reset, workers that did not start within ``start_timeout`` or restart within
+        ``limit`` (their agents stop acting; tried again at the next reset or step)."""
+        try:
+            late = self._start(workers).late
+        except EnvError as err:  # a rebuilt env raised: none of them started
+            self._stop_acting(workers)
+            return [err]
+        faults: list[BaseException] = []
+        if late:
+            for worker in late:
+                worker.lost = f"did not start within {self.start_timeout} s"
+            what = "its start (building its envs)"
+            faults.append(timeout_error(late, what, self.start_timeout, restarted=False))
+        started = [w for w in workers if not w.dead]
+        faults += self._attach(started, seeds, limit)
+        self._stop_acting([w for w in workers if w.dead])
+        warn_restarted([w for w in started if not w.dead])
+        return faults
+
+    def _stop_acting(self, workers: list[_Worker]) -> None:
+        """None of the agents of ``workers``' envs acts (their workers are not running)."""
+        for worker in workers:
+            for g in self._layout.groups:
+                self._host[f"acting/{g}"][worker.envs.start : worker.envs.stop] = False
 
     # -- other calls ------------------------------------------------------------------
 
@@ -500,8 +585,10 @@ class SubprocBackend(Backend):
         raise_first(call_faults(answers, what, limit))
         return [answers.values[w.index] for w in self.shards]
 
-    def _start(self, workers: list[_Worker]) -> dict[int, EnvInfo]:
-        """Start the processes of ``workers``; return what their envs are, by worker index."""
+    def _start(self, workers: list[_Worker]) -> Answers:
+        """Start the processes of ``workers``; what their envs are, by worker index (in
+        ``values``), and the workers that did not say so within ``start_timeout`` (``late``:
+        stopped). An env that cannot be built, or a worker that died, raises."""
         for worker in workers:
             conn, child = self._ctx.Pipe()
             inherited = []
@@ -509,6 +596,7 @@ class SubprocBackend(Backend):
                 inherited = [conn, *(w.conn for w in self.shards if w.conn is not None)]
                 inherited.append(self._reaper.stdin)
             worker.inside = self._ctx.RawArray("q", [-1, -1])
+            worker.stage = self._ctx.RawValue("b", IDLE)
             process = self._ctx.Process(
                 target=_serve,
                 args=(
@@ -518,6 +606,7 @@ class SubprocBackend(Backend):
                     worker.written,
                     inherited,
                     worker.inside,
+                    worker.stage,
                 ),
                 name=f"corral-subproc-{worker.index}",
                 daemon=self.daemon,
@@ -529,7 +618,7 @@ class SubprocBackend(Backend):
             reaper.hold(self._reaper, process.pid)
             worker.process, worker.conn, worker.dead = process, conn, False
         try:
-            answers = self._gather(workers, None)
+            answers = self._gather(workers, self.start_timeout)
             raise_first(answers.errors)
             if answers.dead:
                 raise _start_error(answers.dead, self._ctx.get_start_method())
@@ -537,22 +626,29 @@ class SubprocBackend(Backend):
             for worker in workers:
                 worker.stop()
             raise
-        return answers.values
+        return answers
 
-    def _attach(self, workers: list[_Worker], seeds: list | None) -> None:
-        """Have ``workers`` map the shared block; with ``seeds``, restart their envs.
+    def _attach(self, workers: list[_Worker], seeds: list | None, limit: float | None) -> list:
+        """Have ``workers`` map the shared block; with ``seeds``, restart their envs. The
+        faults: their envs' errors, and workers that missed ``limit`` seconds.
 
-        One that dies meanwhile is started again at the next reset or step."""
+        One that dies or is late meanwhile is started again at the next reset or step."""
 
         def message(w: _Worker) -> tuple:
             rows = None if seeds is None else seeds[w.envs.start : w.envs.stop]
             return ("attach", self._layout, self._block, rows)
 
         self._send(workers, message, fd=self._fds[0])
-        answers = self._gather(workers, None)
+        answers = self._gather(workers, limit)
         for worker in answers.dead:
             worker.lost = worker.lost or "died while starting"
-        raise_first(answers.errors)
+        faults = list(answers.errors)
+        if answers.late:
+            what = "restart()" if seeds is not None else "attach()"
+            for worker in answers.late:
+                worker.lost = f"did not answer {what} within {limit} s"
+            faults.append(timeout_error(answers.late, what, limit, restarted=False))
+        return faults
 
     def _send(
         self, workers: list[_Worker], message: Callable[[_Worker], tuple], fd: int | None = None
@@ -643,6 +739,16 @@ def _start_error(workers: Sequence[_Worker], start_method: str) -> WorkerStartEr
             "worker's own traceback is on stderr above."
         )
     return WorkerStartError(message, codes)
+
+
+def _late_start_error(workers: Sequence[_Worker], limit: float | None) -> WorkerStartError:
+    """What to tell when ``workers`` did not build their envs within ``limit`` seconds."""
+    return WorkerStartError(
+        f"{', '.join(map(str, workers))} did not start within {limit} s (start_timeout): "
+        "stopped while building their envs. Raise start_timeout if the envs are slow to "
+        "build (None: no limit).",
+        env_indices=[i for worker in workers for i in worker.envs],
+    )
 
 
 def _exit_status(code: int | None) -> str:

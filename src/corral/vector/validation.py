@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import Place, import_torch, to_numpy, tree_to_numpy
+from corral.arrays import Place, import_torch, is_tensor, to_numpy, torch_dtype, tree_to_numpy
 from corral.batched_env import BatchedStep
 from corral.errors import EnvError
 from corral.values import describe, finite_problem
@@ -452,13 +452,16 @@ def _is_float(array: Any) -> bool:
 
 
 def _holds(rows: Any, value: Any) -> bool:
-    """Whether the dtype of ``rows`` holds every value of ``value``'s dtype (or ``value``
-    is of another namespace than the env's place: storing it says what is wrong)."""
-    if isinstance(rows, np.ndarray) != isinstance(value, np.ndarray):
-        return True
-    if isinstance(rows, np.ndarray):
+    """Whether the dtype of ``rows`` holds every value of ``value``'s dtype, each a numpy
+    array or a torch tensor (a tensor for numpy rows too: storing it would round it)."""
+    if not is_tensor(rows) and not is_tensor(value):
         return np.can_cast(value.dtype, rows.dtype, "safe")
-    return import_torch().promote_types(value.dtype, rows.dtype) == rows.dtype
+    target, source = (_torch_dtype_of(a) for a in (rows, value))
+    return import_torch().promote_types(source, target) == target
+
+
+def _torch_dtype_of(array: Any) -> Any:
+    return array.dtype if is_tensor(array) else torch_dtype(array.dtype)
 
 
 def _limits(rows: Any) -> tuple[float, float] | None:
