@@ -564,6 +564,7 @@ NATIVE_FAULTS: dict[str, Callable[[corral.BatchedStep, int], None]] = {
     "state_wraps": lambda out, copy: _widened(out, copy, "state", np.int64, 300),
     "obs_nan": lambda out, copy: out.obs["agent"].__setitem__((copy, 1, 2), np.nan),
     "reward_nan": lambda out, copy: out.reward["agent"].__setitem__((copy, 0), np.nan),
+    "reward_none": lambda out, copy: setattr(out, "reward", None),
 }
 
 
@@ -649,6 +650,19 @@ def test_a_native_env_s_nan_raises_with_check_finite_and_passes_without(backend)
     assert np.isnan(batch.obs["agent"]).sum() == 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_native_step_without_rewards_names_the_field_the_agents_and_the_env(backend) -> None:
+    first, n = (0, NUM_ENVS) if backend == "sync" else (2, 2)  # the env (shard) of copy 3
+    err = _native_error(backend, "reward_none")
+    assert err.env_index == first
+    assert str(err) == (
+        f"env {first}: reward: expected a dict with an array for group 'agent' (agents "
+        "'agent_0', 'agent_1'), got NoneType None"
+        f"; every copy of the env (envs {first}-{first + n - 1}) restarts"
+    )
+    assert err.restarted
+
+
 @pytest.mark.parametrize(
     ("bad", "expected"),
     [
@@ -669,7 +683,11 @@ def test_a_native_env_s_nan_raises_with_check_finite_and_passes_without(backend)
             "reward['agent']: expected an array of numbers, got an array of shape (4, 2) and "
             "dtype <U1",
         ),
-        ("no_obs_of_the_group", "obs: expected a dict with an array for group 'agent', got dict"),
+        (
+            "no_obs_of_the_group",
+            "obs: expected a dict with an array for group 'agent' (agents 'agent_0', "
+            "'agent_1'), got dict",
+        ),
         (
             "state_wraps",
             f"env {BAD_ENV}: state: expected values that uint8 holds (in [0, 255]), got 300 at "

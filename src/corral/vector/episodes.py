@@ -203,7 +203,7 @@ class Episodes:
         if self._on_host:
             out = self._host(out)
         if self._returned is not None:  # every array of out, before any is used
-            self._returned.check(out)
+            self._returned.check(out, step=True)
         bad, faults = self._bad_copies(out) if self._check_finite else (None, None)
         self._write_step(out, bad)
         return out, bad, faults

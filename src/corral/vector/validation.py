@@ -367,12 +367,15 @@ class ReturnedArrays:
         for key in tree if isinstance(tree, dict) else range(len(tree)):
             self._add(name, group, tree[key], f"{path}/{key}", arrays, agents, (*keys, key))
 
-    def check(self, out: BatchedStep) -> None:
+    def check(self, out: BatchedStep, step: bool = False) -> None:
         """Raise an :class:`~corral.errors.EnvError` for the first array of ``out`` that
-        does not fit its rows (``reward``, ``terminated``, ``truncated``: if returned)."""
+        does not fit its rows (``reward``, ``terminated``, ``truncated``: owed by a
+        ``step``, checked where a reset returns them)."""
         for name, group, keys, label, rows, agents in self._plan:
             values = getattr(out, name)
             if values is None:
+                if step and name in _STEP_ONLY:
+                    self._fail(0, self._missing(values, group, keys, label, agents))
                 continue
             try:
                 value = values if group is None else values[group]
@@ -383,7 +386,7 @@ class ReturnedArrays:
             except (KeyError, IndexError, TypeError):
                 if name == "action_mask" and isinstance(values, Mapping):
                     continue  # a group left out has every action legal
-                self._fail(0, self._missing(values, group, keys, label))
+                self._fail(0, self._missing(values, group, keys, label, agents))
             shape = getattr(value, "shape", None)
             if shape == rows.shape:
                 if value.dtype != rows.dtype:
@@ -396,13 +399,16 @@ class ReturnedArrays:
                 f"got {_array_text(value)}",
             )
 
-    def _missing(self, values: Any, group: str | None, keys: tuple, label: str) -> str:
+    def _missing(
+        self, values: Any, group: str | None, keys: tuple, label: str, agents: tuple[str, ...]
+    ) -> str:
         """What is missing on the way to the array ``label`` in ``values``."""
         name = label.partition("[")[0]
         if group is not None:
             if not isinstance(values, Mapping) or group not in values:
-                return f"{name}: expected a dict with an array for group {group!r}, got " + (
-                    describe(values)
+                return (
+                    f"{name}: expected a dict with an array for group {group!r} (agents "
+                    f"{', '.join(map(repr, agents))}), got {describe(values)}"
                 )
             values = values[group]
         for key in keys:
@@ -436,6 +442,7 @@ class ReturnedArrays:
         raise EnvError(self.offset + copy, text)
 
 
+_STEP_ONLY = ("reward", "terminated", "truncated")  # fields a step owes and a reset does not
 _LEAF = ArraySpec((), np.dtype(bool))  # the per-agent fields: one leaf each (rows say more)
 
 
