@@ -28,6 +28,7 @@ from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
 from corral.vector.backend import env_error, first_fault
 from corral.vector.layout import Layout, array_tree, assemble, leaves
+from corral.vector.promises import Promises
 from corral.vector.shards import envs_text
 from corral.vector.validation import ReturnedArrays
 
@@ -132,6 +133,11 @@ class Episodes:
         # needs no look.
         self._written = shared and self._keeps_masks and not self._on_host
         self._returned = None if keeps_rules else ReturnedArrays(layout, arrays, offset)
+        self._promises = (
+            None
+            if keeps_rules
+            else Promises(layout, arrays, offset, self._on_device, always=layout.check_finite)
+        )
         self._broken = False  # its last restart failed: tried again at each step
 
     # -- commands -------------------------------------------------------------------
@@ -155,10 +161,17 @@ class Episodes:
             return
         before = self._live  # the copies with an episode running
         bad = faults = None
+        promises = self._promises
+        if promises is not None and not promises.checks_steps:
+            promises = None
         try:
+            if promises is not None:
+                promises.begin_step()
             out = self.env.step(self._actions)
             if not self._written:
-                out, bad, faults = self._take_step(out)
+                out, bad, faults = self._take_step(out, promises)
+            elif promises is not None:
+                promises.check_step(out)
         except Exception as err:
             self._fail("step()", err, stepped=False)
         for _, reward, _, _, running in self._step_arrays:
@@ -187,7 +200,9 @@ class Episodes:
                 restarted = self.env.reset(where=self._done)
                 if not self._written:
                     restarted = self._host(restarted)
-                    self._write_observed(restarted, ended)
+                    self._write_observed(restarted, ended)  # the rows of the ended copies
+                    if self._promises is not None:  # the others still hold the step's
+                        self._promises.check_reset(restarted, done, live)
             except Exception as err:
                 self._fail("reset()", err, stepped=True, also=faults)
             self._count_restarts(restarted)
@@ -196,14 +211,18 @@ class Episodes:
         self._live = live
         _raise_first(faults)
 
-    def _take_step(self, out: BatchedStep) -> tuple[BatchedStep, Any, list[EnvError] | None]:
-        """Check the step ``out`` and copy it into the arrays: ``out`` on the host, the
-        copies that returned bad values (``check_finite``: a bool mask, or ``None``) and the
-        fault of each."""
+    def _take_step(
+        self, out: BatchedStep, promises: Promises | None
+    ) -> tuple[BatchedStep, Any, list[EnvError] | None]:
+        """Check the step ``out`` (with ``promises``, if given) and copy it into the arrays:
+        ``out`` on the host, the copies that returned bad values (``check_finite``: a bool
+        mask, or ``None``) and the fault of each."""
         if self._on_host:
             out = self._host(out)
         if self._returned is not None:  # every array of out, before any is used
             self._returned.check(out, step=True)
+        if promises is not None:
+            promises.check_step(out)
         bad, faults = self._bad_copies(out) if self._check_finite else (None, None)
         self._write_step(out, bad)
         return out, bad, faults

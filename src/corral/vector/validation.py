@@ -424,6 +424,9 @@ class ReturnedArrays:
         is 44)."""
         if isinstance(value, np.ndarray) and value.dtype.kind not in "biuf":
             self._fail(0, f"{label}: expected an array of numbers, got {_array_text(value)}")
+        if _is_flag(rows):  # alive, acting, ends, masks: a number other than 0 or 1 is no flag
+            self._check_flags(value, label, agents)
+            return
         limits = None if _holds(rows, value) else _limits(rows)
         if limits is None:
             return
@@ -438,6 +441,21 @@ class ReturnedArrays:
         dtype = to_numpy(rows[:0]).dtype
         self._fail(hit[0], f"{label}{who}: expected {finite_problem(row, dtype)}")
 
+    def _check_flags(self, value: Any, label: str, agents: tuple[str, ...]) -> None:
+        """Flags given in another dtype than bool: each 0 or 1 (``0.5`` is not ``True``)."""
+        other = (value != 0) & (value != 1)
+        if not bool(other.any()):
+            return
+        hit = tuple(int(k) for k in np.argwhere(to_numpy(other))[0])
+        at = hit[:2] if agents else hit[:1]
+        who = f" of agent {agents[hit[1]]!r}" if agents else ""
+        got = to_numpy(value[at]).tolist()
+        self._fail(
+            hit[0],
+            f"{label}{who}: expected a bool (True or False, or 0 or 1), got {got!r} (an "
+            f"array of dtype {value.dtype})",
+        )
+
     def _fail(self, copy: int, text: str) -> NoReturn:
         raise EnvError(self.offset + copy, text)
 
@@ -450,6 +468,12 @@ def _array_text(value: Any) -> str:
     if getattr(value, "shape", None) is None:
         return describe(value)
     return f"an array of shape {tuple(value.shape)} and dtype {value.dtype}"
+
+
+def _is_flag(rows: Any) -> bool:
+    if isinstance(rows, np.ndarray):
+        return rows.dtype == np.bool_
+    return rows.dtype == import_torch().bool
 
 
 def _is_float(array: Any) -> bool:
