@@ -766,13 +766,13 @@ class NativeContract(corral.BatchedEnv):
         return corral.BatchedStep(**{k: {"agent": place.asarray(v)} for k, v in fields.items()})
 
 
-def _contract_error(backend: str, array: str, bad: str) -> EnvError:
+def _contract_error(backend: str, array: str, bad: str, **settings) -> EnvError:
     """The EnvError of :class:`NativeContract` with the fault ``bad``, in six steps."""
     if backend == "ray":
         _start_ray()
     make = functools.partial(NativeContract, array=array, bad=bad)
     source = NativeSource(make, NUM_ENVS)
-    with VectorEnv(source, backend, array=array, **OPTIONS[backend]) as venv:
+    with VectorEnv(source, backend, array=array, **settings, **OPTIONS[backend]) as venv:
         venv.reset(seed=0)
         with pytest.raises(EnvError) as info:
             for _ in range(6):
@@ -829,6 +829,18 @@ def test_a_native_env_that_breaks_the_protocol_is_named_with_the_copy_and_agent(
     assert err.env_index == copy, str(err)
     assert str(err).startswith(f"env {copy}: {expected}"), str(err)
     assert err.restarted
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+@pytest.mark.parametrize("bad", ["leaves_without_ending", "reset_ignores_where"])
+def test_on_a_device_the_protocol_is_checked_with_check_finite(monkeypatch, bad) -> None:
+    # a device step reads nothing back (tests/test_device_steps.py); check_finite reads
+    monkeypatch.setattr(corral.Place, "numpy_on_cpu", False)  # the device path, on the CPU
+    err = _contract_error("sync", "torch", bad, check_finite=True)
+    # on a device every step calls reset(where=done), none selected at first: copy 0 shows it
+    assert err.env_index == 0, str(err)
+    says = "neither terminated nor truncated" if bad == "leaves_without_ending" else "ignore where"
+    assert says in str(err)
 
 
 # -- the pieces ------------------------------------------------------------------------------

@@ -133,10 +133,11 @@ class Episodes:
         # needs no look.
         self._written = shared and self._keeps_masks and not self._on_host
         self._returned = None if keeps_rules else ReturnedArrays(layout, arrays, offset)
+        # The protocol's rules that the bookkeeping relies on: read on the host, so on a
+        # device only with check_finite, which reads every step anyway.
+        checks = not keeps_rules and (not self._on_device or self._check_finite)
         self._promises = (
-            None
-            if keeps_rules
-            else Promises(layout, arrays, offset, self._on_device, always=layout.check_finite)
+            Promises(layout, arrays, offset, self._check_finite, shared) if checks else None
         )
         self._broken = False  # its last restart failed: tried again at each step
 
@@ -162,14 +163,12 @@ class Episodes:
         before = self._live  # the copies with an episode running
         bad = faults = None
         promises = self._promises
-        if promises is not None and not promises.checks_steps:
-            promises = None
         try:
             if promises is not None:
                 promises.begin_step()
             out = self.env.step(self._actions)
             if not self._written:
-                out, bad, faults = self._take_step(out, promises)
+                out, bad, faults = self._take_step(out)
             elif promises is not None:
                 promises.check_step(out)
         except Exception as err:
@@ -211,18 +210,16 @@ class Episodes:
         self._live = live
         _raise_first(faults)
 
-    def _take_step(
-        self, out: BatchedStep, promises: Promises | None
-    ) -> tuple[BatchedStep, Any, list[EnvError] | None]:
-        """Check the step ``out`` (with ``promises``, if given) and copy it into the arrays:
-        ``out`` on the host, the copies that returned bad values (``check_finite``: a bool
-        mask, or ``None``) and the fault of each."""
+    def _take_step(self, out: BatchedStep) -> tuple[BatchedStep, Any, list[EnvError] | None]:
+        """Check the step ``out`` and copy it into the arrays: ``out`` on the host, the
+        copies that returned bad values (``check_finite``: a bool mask, or ``None``) and the
+        fault of each."""
         if self._on_host:
             out = self._host(out)
         if self._returned is not None:  # every array of out, before any is used
             self._returned.check(out, step=True)
-        if promises is not None:
-            promises.check_step(out)
+        if self._promises is not None:
+            self._promises.check_step(out)
         bad, faults = self._bad_copies(out) if self._check_finite else (None, None)
         self._write_step(out, bad)
         return out, bad, faults

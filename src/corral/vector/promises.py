@@ -9,13 +9,13 @@ changed no copy's ``alive`` (else the layer misses the episodes that ended in it
 each ``reset(where=...)`` (:meth:`Promises.check_reset`): the copies it did not select
 are as the step left them (a reset that ignores ``where`` restarts running episodes).
 
-A step's checks are a few comparisons of ``[E, n]`` flags. Where the layer computes on
-the host they run at every step; on a device, where each would read the device, only
-in the first :data:`CHECKED_CALLS` steps (at every step with ``always``). A reset's
-checks compare whole observations: they run in the first :data:`CHECKED_CALLS` resets
-that leave a running copy unselected (always with ``always``). A broken rule raises an
-:class:`~corral.errors.EnvError` naming the copy, the group's agent and the rule.
-Packed dict envs judge each env's dicts themselves and are not checked here.
+A step's checks are a few comparisons of ``[E, n]`` flags, run at every step; a reset's
+compare whole observations, run in the first :data:`CHECKED_CALLS` resets that leave a
+running copy unselected (in every one with ``always``). They read values on the host:
+the vector layer runs them where it computes on the host, and on a device only with
+``check_finite`` (which reads every step anyway). A broken rule raises an
+:class:`~corral.errors.EnvError` naming the copy, the group's agent and the rule. Packed
+dict envs judge each env's dicts themselves and are not checked here.
 """
 
 from __future__ import annotations
@@ -31,29 +31,31 @@ from corral.errors import EnvError
 from corral.vector.layout import Layout, leaves
 
 CHECKED_CALLS = 32
-"""Steps (on a device) and resets with ``where`` that are checked when not ``always``."""
+"""Resets with ``where`` leaving a running copy that are checked when not ``always``."""
 
 
 class Promises:
     """Checks the steps and resets of a natively batched env (copies from ``offset``) whose
-    batch rows are ``arrays``; ``on_device``: reading a value costs a device read."""
+    batch rows are ``arrays``; ``always``: check every reset too; ``shared``: the env
+    writes into ``arrays`` (who was alive is kept aside)."""
 
     def __init__(
         self,
         layout: Layout,
         arrays: Mapping[str, Any],
         offset: int,
-        on_device: bool,
-        always: bool,
+        always: bool = False,
+        shared: bool = False,
     ) -> None:
         self.offset = offset
-        self._steps_left = None if always or not on_device else CHECKED_CALLS
         self._resets_left = None if always else CHECKED_CALLS
-        # Per group: its name, agents, alive rows and a copy of them as a step begins.
+        # Per group: its name, agents, alive rows, and where they stand as a step begins
+        # (the rows themselves, until the step's values are written after the check).
         self._groups = [
-            (g, group.agents, arrays[f"alive/{g}"], _copy(arrays[f"alive/{g}"]))
-            for g, group in layout.groups.items()
+            (g, group.agents, arrays[f"alive/{g}"]) for g, group in layout.groups.items()
         ]
+        self._before = [_copy(rows) if shared else rows for _, _, rows in self._groups]
+        self._shared = shared
         # What a reset must leave as it stood in the copies it does not select.
         self._kept = [
             (g, group.agents, path, arrays[path], _part(path, f"obs/{g}"))
@@ -63,49 +65,57 @@ class Promises:
         self._kept += [(g, group.agents, f"alive/{g}", arrays[f"alive/{g}"], ())
                        for g, group in layout.groups.items()]  # fmt: skip
 
-    @property
-    def checks_steps(self) -> bool:
-        """Whether the next step is checked (call :meth:`begin_step` before it)."""
-        return self._steps_left is None or self._steps_left > 0
-
     def begin_step(self) -> None:
-        """Keep who is alive as the step begins."""
-        for _, _, alive, before in self._groups:
-            before[...] = alive
+        """Keep who is alive as the step begins, where the env will write over it."""
+        if self._shared:
+            for (_, _, rows), before in zip(self._groups, self._before, strict=True):
+                before[...] = rows
 
     def check_step(self, out: BatchedStep) -> None:
-        """Raise an :class:`EnvError` for the first copy of the step ``out`` whose ``alive``
-        changed otherwise than its ``terminated`` and ``truncated`` say, or at all where
-        ``out.same_alive``."""
-        if self._steps_left is not None:
-            self._steps_left -= 1
-        for g, agents, _, before in self._groups:
-            alive = _flags(out.alive[g])
-            ended = _flags(out.terminated[g]) | _flags(out.truncated[g])
-            wrong = (before & ~alive & ~ended) | (ended & alive)
+        """Raise an :class:`EnvError` for the first copy of the step ``out`` (not yet
+        written) whose ``alive`` changed otherwise than its ``terminated`` and
+        ``truncated`` say, or at all where ``out.same_alive``."""
+        for (g, agents, _), before in zip(self._groups, self._before, strict=True):
+            alive, ended = out.alive[g], out.terminated[g] | out.truncated[g]
+            if alive.dtype != before.dtype:  # 0/1 numbers (checked before) as flags
+                alive, ended = alive != 0, ended != 0
+            # The agents that end in the step are exactly those that leave alive in it.
+            wrong = ended != (before & ~alive)
             if out.same_alive:
-                wrong = wrong | (alive != before)
-            if bool(wrong.any()):
-                self._step_fault(g, agents, wrong, to_numpy(before), to_numpy(alive), out)
+                wrong |= alive != before
+            if wrong.any():
+                self._step_fault(g, agents, wrong, before, alive, ended, out.same_alive)
 
     def _step_fault(
-        self, g: str, agents: tuple[str, ...], wrong: Any, before: Any, alive: Any, out: Any
+        self,
+        g: str,
+        agents: tuple[str, ...],
+        wrong: Any,
+        before: Any,
+        alive: Any,
+        ended: Any,
+        same_alive: bool,
     ) -> NoReturn:
         i, k = (int(x) for x in np.argwhere(to_numpy(wrong))[0])
+        was, now, end = (bool(to_numpy(a)[i, k]) for a in (before, alive, ended))
         who = f"agent {agents[k]!r} (group {g!r})"
-        if before[i, k] and not alive[i, k] and not out.same_alive:
+        if was and not now and not end:
             text = (
                 f"{who} was alive when the step began and is not alive after it, but neither "
                 "terminated nor truncated is set: an agent leaves alive only in the step "
                 "that ends its episode"
             )
-        elif alive[i, k] and before[i, k] == alive[i, k]:
+        elif end and now:
             text = (
                 f"{who} ended (terminated or truncated) but is still alive: an agent whose "
                 "episode ends in a step is not alive after it"
             )
+        elif end and not was:
+            text = (
+                f"{who} ended (terminated or truncated), but was not alive when the step "
+                "began: only an agent in its episode can end it"
+            )
         else:
-            was, now = bool(before[i, k]), bool(alive[i, k])
             text = (
                 f"the step said same_alive=True, but the alive of {who} changed from {was} "
                 f"to {now}: same_alive promises that no agent ended or joined in the step"
@@ -146,13 +156,6 @@ class Promises:
 
     def _fail(self, copy: int, text: str) -> NoReturn:
         raise EnvError(self.offset + copy, text)
-
-
-def _flags(value: Any) -> Any:
-    """A bool array of flags given as bools or 0/1 numbers (checked to be so before)."""
-    if isinstance(value, np.ndarray):
-        return value if value.dtype == np.bool_ else value != 0
-    return value if str(value.dtype) == "torch.bool" else value != 0
 
 
 def _copy(array: Any) -> Any:
