@@ -510,6 +510,11 @@ BROKEN = [
     (GroupMixesSpaces, "env.groups puts 'p_0' and 'q_0' in group 'all', but their"),
     (TextObservations, "env.observation_space('q_0') is Text(1, 5, charset="),
     (Crashes, "step 3: env.step raised RuntimeError: boom"),
+    (
+        broken(2, lambda b: setattr(b, "same_alive", True)),  # p_2 dies in step 2
+        "step 2, copy 0: the step says same_alive=True, but alive of agent 'p_2' (group 'p') "
+        "went from True to False; same_alive promises that no agent ended or joined",
+    ),
 ]
 
 

@@ -6,8 +6,10 @@ import doctest
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from types import ModuleType
@@ -175,6 +177,14 @@ def test_bad_kwargs_exit_2(capsys: pytest.CaptureFixture[str], nim: str) -> None
         (["check", "ID", "--num-envs", "0"], "argument --num-envs: must be at least 1, got 0"),
         (["check", "ID", "--seed", "-1"], "argument --seed: must be at least 0, got -1"),
         (["check", "ID", "--seed", "x"], "argument --seed: expected an integer, got 'x'"),
+        (
+            ["check", "ID", "--timeout", "0"],
+            "argument --timeout: expected a positive number of seconds, got '0'",
+        ),
+        (
+            ["check", "ID", "--timeout", "inf"],
+            "argument --timeout: expected a positive number of seconds, got 'inf'",
+        ),
         (["play", "ID", "--episodes", "-1"], "argument --episodes: must be at least 1, got -1"),
         (["play", "ID", "--max-steps", "0"], "argument --max-steps: must be at least 1, got 0"),
         (["play", "ID", "--seed", "-3"], "argument --seed: must be at least 0, got -3"),
@@ -318,6 +328,85 @@ def test_a_constructor_that_raises_is_one_line(
     )
 
 
+def _faulty_nim(example: ModuleType, fault: str, at: str) -> type:
+    """``Nim`` that hangs, ends its process (code 3) or is killed (SIGKILL) in ``at``."""
+
+    def act() -> None:
+        if fault == "hang":
+            time.sleep(600)
+        elif fault == "exit":
+            os._exit(3)
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    class Faulty(example.Nim):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            if at == "init":
+                act()
+
+        def reset(self, seed=None, options=None):
+            if at == "reset":
+                act()
+            return super().reset(seed=seed, options=options)
+
+        def step(self, actions):
+            if at == "step":
+                act()
+            return super().step(actions)
+
+    return Faulty
+
+
+@pytest.mark.parametrize(
+    ("fault", "at", "says"),
+    [
+        ("hang", "step", "the env hung for more than 0.5 s at step 0: env.step (dict env)"),
+        ("hang", "init", "the env hung for more than 0.5 s at building the env (dict env)"),
+        (
+            "exit",
+            "reset",
+            "the env's process exited with code 3 at reset: env.reset(seed=0) (dict env)",
+        ),
+        ("kill", "step", "the env's process was killed by signal 9 at step 0: env.step (dict env)"),
+    ],
+)
+def test_an_env_that_hangs_or_ends_its_process_is_one_line_and_exits_1(
+    capsys: pytest.CaptureFixture[str], example: ModuleType, fault: str, at: str, says: str
+) -> None:
+    # the check runs in a child process: before, a hang hung corral check for good, and an
+    # os._exit ended it with that code and no message
+    register("test/faulty", _faulty_nim(example, fault, at))
+    started = time.monotonic()
+    code, out, err = run(capsys, "check", "test/faulty", "--timeout", "0.5")
+    assert code == 1, (out, err)
+    assert out.splitlines() == [f"test/faulty: {says}; " + (
+        "the check stopped it (--timeout sets the limit)" if fault == "hang"
+        else "the check stopped there"
+    )]  # fmt: skip
+    assert err == ""
+    assert time.monotonic() - started < 30
+
+
+def test_a_hang_in_a_batched_env_names_its_implementation(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    from examples.batched_env import BatchedNim
+
+    class Stuck(BatchedNim):
+        def step(self, actions):
+            time.sleep(600)
+
+    register("test/stuck", batched=Stuck)
+    code, out, _ = run(capsys, "check", "test/stuck", "--timeout", "0.5")
+    assert code == 1
+    assert out.splitlines() == [
+        "test/stuck: the env hung for more than 0.5 s at step 0: env.step (batched env, "
+        "numpy); the check stopped it (--timeout sets the limit)"
+    ]
+
+
 def test_parse_kwargs_reads_the_settings_grammar() -> None:
     parsed = cli.parse_kwargs(
         ["n=3", "ratio=0.5", "flag=True", "size=(2, 3)", "mode=fast", "s=", "off=false"]
@@ -382,19 +471,21 @@ def test_a_setting_that_is_not_key_value_exits_2_naming_it(
 
 @pytest.mark.parametrize("command", ["check", "play"])
 def test_set_values_reach_the_env_typed(
-    capsys: pytest.CaptureFixture[str], example: ModuleType, command: str
+    capsys: pytest.CaptureFixture[str], example: ModuleType, command: str, tmp_path: Path
 ) -> None:
-    seen: list[dict[str, Any]] = []
+    seen = tmp_path / "seen.txt"  # check builds its env in a child process: a file tells
 
     def recorded(**kwargs: Any) -> Any:
-        seen.append(kwargs)
+        with seen.open("a") as file:
+            file.write(repr(kwargs) + "\n")
         return example.Nim(sticks=3)
 
     register("test/recorded", recorded)
     argv = ["--set", "flag=false", "x=None", "on=true", "name='3'", "sizes=[2, 3]"]
     code, _, err = run(capsys, command, "test/recorded", *argv)
     assert code == 0, err
-    assert seen == [{"flag": False, "x": None, "on": True, "name": "3", "sizes": [2, 3]}]
+    expected = {"flag": False, "x": None, "on": True, "name": "3", "sizes": [2, 3]}
+    assert seen.read_text().splitlines() == [repr(expected)]
 
 
 def test_play_prints_each_episode_and_the_mean(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 
 import numpy as np
 import pytest
@@ -133,6 +134,22 @@ def test_torch_batches_live_on_the_asked_device() -> None:
 def test_native_true_on_an_id_without_one_lists_the_ids_that_have_one() -> None:
     with pytest.raises(ValueError, match=r"no natively batched implementation.*mdp/climbing"):
         corral.make_vec("corral/rps", 2, native=True)
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("max_cycles", [2.5, 0, True])
+def test_an_mpe_max_cycles_that_is_no_step_count_is_refused_by_both_implementations(
+    native: bool, max_cycles: object
+) -> None:
+    # mpe2 took 2.5 and ended its episodes after 3 steps; the native env's int() after 2
+    expected = (
+        f"max_cycles must be an int of at least 1 (the steps of an episode), got {max_cycles!r}"
+    )
+    kwargs = {"max_cycles": max_cycles}
+    with pytest.raises((ValueError, corral.errors.EnvError), match=re.escape(expected)):
+        corral.make_vec("mpe2/simple_spread_v3", 2, native=native, env_kwargs=kwargs)
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        corral.make("mpe2/simple_spread_v3", **kwargs)
 
 
 def test_native_is_the_default_where_an_id_has_one() -> None:

@@ -400,6 +400,38 @@ def test_backends_refuse_options_they_do_not_take() -> None:
             venv.get_attr("num_rounds", timeout=1.0)
 
 
+@pytest.mark.parametrize(
+    ("backend", "option"), [("subproc", "timeout"), ("ray", "timeout"), ("ray", "start_timeout")]
+)
+@pytest.mark.parametrize("value", [-1, 0, float("nan"), float("inf"), "5", True])
+def test_a_time_limit_that_is_no_positive_finite_number_is_refused_before_any_worker_starts(
+    backend: str, option: str, value: object
+) -> None:
+    import multiprocessing
+
+    ray = sys.modules.get("ray")
+    ray_before = ray is not None and ray.is_initialized()
+    children = set(multiprocessing.active_children())
+    with pytest.raises(ValueError) as info:
+        make_vec("corral/rps", 2, backend, **{option: value})
+    assert str(info.value) == (
+        f"{option} must be a positive, finite number of seconds, or None to wait without "
+        f"limit; got {value!r}"
+    )
+    assert set(multiprocessing.active_children()) == children  # no worker was started
+    ray = sys.modules.get("ray")
+    assert ray is None or ray.is_initialized() == ray_before  # nor Ray
+
+
+@pytest.mark.parametrize("value", [-1, 0, float("nan"), float("inf")])
+def test_a_wait_s_time_limit_that_is_no_positive_finite_number_is_refused(value: float) -> None:
+    with make_vec("corral/rps", 2, "subproc", num_workers=1) as venv:
+        venv.reset_async(seed=0)
+        with pytest.raises(ValueError, match=r"^timeout must be a positive, finite number"):
+            venv.reset_wait(timeout=value)
+        assert venv.reset_wait(timeout=30).acting["player"].any()  # the refusal changed nothing
+
+
 def test_worker_backends_time_out_by_default() -> None:
     from corral.vector.backend import DEFAULT_TIMEOUT, backend_class
 

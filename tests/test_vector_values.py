@@ -8,6 +8,8 @@ the second worker, so a worker's first env (2) must not be blamed for it.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -78,6 +80,10 @@ def _info_not_a_dict(obs, rewards, terms, truncs, infos) -> None:
     infos["agent_0"] = ["not", "a", "dict"]  # agent_0 ends: its final_obs is read
 
 
+def _leaves_without_ending(obs, rewards, terms, truncs, infos) -> None:
+    terms["agent_0"] = False  # agent_0 leaves env.agents all the same
+
+
 FAULTS: dict[str, Callable[..., None]] = {
     "obs_shape": _obs_shape,
     "obs_scalar": _obs_scalar,
@@ -89,6 +95,7 @@ FAULTS: dict[str, Callable[..., None]] = {
     "final_obs_inf": _final_obs_inf,
     "termination_text": _termination_text,
     "info_not_a_dict": _info_not_a_dict,
+    "leaves_without_ending": _leaves_without_ending,
 }
 
 
@@ -140,6 +147,8 @@ class ValueEnv(corral.MultiAgentEnv):
         infos = {a: {"final_obs": self._obs()} if a in ending else {} for a in alive}
         if self.t == 2 and self.bad in FAULTS:
             FAULTS[self.bad](obs, rewards, terms, truncs, infos)
+        if self.t == 2 and self.bad == "ends_but_stays":  # agent_0 terminated, kept
+            self.agents, obs = list(alive), {a: self._obs() for a in alive}
         if self.t == 2 and self.bad == "rewards_not_a_dict":
             return obs, list(rewards.values()), terms, truncs, infos
         return obs, rewards, terms, truncs, infos
@@ -218,6 +227,16 @@ def _error(venv: VectorEnv, bad: str) -> str:
         ("obs_scalar", "observation of agent 'agent_1': expected shape (3,), got float 0.5"),
         ("reward_text", "reward of agent 'agent_1': expected a real number, got str '1.5'"),
         ("unknown_agent", "rewards names agent 'ghost', which is not one of possible_agents"),
+        (
+            "leaves_without_ending",
+            "agent 'agent_0' left env.agents in this step, but neither its terminations nor "
+            "its truncations is True",
+        ),
+        (
+            "ends_but_stays",
+            "agent 'agent_0' ended in this step (terminations or truncations True) but is "
+            "still in env.agents",
+        ),
     ],
 )
 def test_bad_values_name_the_env_agent_and_field(venvs, backend, bad, expected) -> None:
@@ -572,6 +591,7 @@ NATIVE_FAULTS: dict[str, Callable[[corral.BatchedStep, int], None]] = {
     "state_wraps": lambda out, copy: _widened(out, copy, "state", np.int64, 300),
     "obs_nan": lambda out, copy: out.obs["agent"].__setitem__((copy, 1, 2), np.nan),
     "reward_nan": lambda out, copy: out.reward["agent"].__setitem__((copy, 0), np.nan),
+    "reward_none": lambda out, copy: setattr(out, "reward", None),
 }
 
 
@@ -713,6 +733,19 @@ def test_a_native_env_s_nan_raises_with_check_finite_and_passes_without(backend)
     assert np.isnan(batch.obs["agent"]).sum() == 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_native_step_without_rewards_names_the_field_the_agents_and_the_env(backend) -> None:
+    first, n = (0, NUM_ENVS) if backend == "sync" else (2, 2)  # the env (shard) of copy 3
+    err = _native_error(backend, "reward_none")
+    assert err.env_index == first
+    assert str(err) == (
+        f"env {first}: reward: expected a dict with an array for group 'agent' (agents "
+        "'agent_0', 'agent_1'), got NoneType None"
+        f"; every copy of the env (envs {first}-{first + n - 1}) restarts"
+    )
+    assert err.restarted
+
+
 @pytest.mark.parametrize(
     ("bad", "expected"),
     [
@@ -733,7 +766,11 @@ def test_a_native_env_s_nan_raises_with_check_finite_and_passes_without(backend)
             "reward['agent']: expected an array of numbers, got an array of shape (4, 2) and "
             "dtype <U1",
         ),
-        ("no_obs_of_the_group", "obs: expected a dict with an array for group 'agent', got dict"),
+        (
+            "no_obs_of_the_group",
+            "obs: expected a dict with an array for group 'agent' (agents 'agent_0', "
+            "'agent_1'), got dict",
+        ),
         (
             "state_wraps",
             f"env {BAD_ENV}: state: expected values that uint8 holds (in [0, 255]), got 300 at "
@@ -743,6 +780,131 @@ def test_a_native_env_s_nan_raises_with_check_finite_and_passes_without(backend)
 )
 def test_every_array_of_a_native_env_is_checked(bad, expected) -> None:
     assert expected in str(_native_error("sync", bad))
+
+
+class NativeContract(corral.BatchedEnv):
+    """``num_envs`` copies of two agents whose episode ends in step ``2 + i`` in copy ``i``
+    (out of phase, so that a reset selects some copies while others run), in numpy or
+    torch on the CPU; ``bad`` breaks one rule of the protocol in step 2 (or ``reset``)."""
+
+    possible_agents = ["agent_0", "agent_1"]
+
+    def __init__(self, num_envs: int, array: str = "numpy", bad: str | None = None) -> None:
+        self.num_envs, self.bad, self.place = num_envs, bad, corral.Place(array)
+        self.t = np.zeros(num_envs, np.int64)
+        self.length = 2 + np.arange(num_envs)
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return UNBOUNDED
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return spaces.Discrete(2)
+
+    def reset(self, seed=None, where=None, options=None) -> corral.BatchedStep:
+        where = None if where is None else np.asarray(corral.arrays.to_numpy(where))
+        self.t[slice(None) if where is None or self.bad == "reset_ignores_where" else where] = 0
+        return self._result(None)
+
+    def step(self, actions) -> corral.BatchedStep:
+        alive = self.t < self.length
+        self.t += alive
+        ended = np.repeat((alive & (self.t == self.length))[:, None], 2, axis=1)
+        step = {"reward": np.ones((self.num_envs, 2)), "terminated": ended}
+        step["truncated"] = np.zeros_like(ended)
+        out = self._result(step)
+        if self.bad == "same_alive" or (self.bad == "same_alive_at_2" and self.t[0] == 2):
+            out.same_alive = True
+        return out
+
+    def _result(self, step: dict | None) -> corral.BatchedStep:
+        alive = np.repeat((self.t < self.length)[:, None], 2, axis=1)
+        obs = np.repeat(self.t.astype(np.float32)[:, None, None], 2, axis=1).repeat(3, axis=2)
+        fields = {"obs": obs, "alive": alive, "acting": alive.copy(), **(step or {})}
+        if step and self.bad == "leaves_without_ending":
+            fields["terminated"] = np.zeros_like(alive)
+        if step and self.bad == "ends_but_stays_alive":
+            fields["alive"] = alive | fields["terminated"]
+        if self.bad == "alive_half":
+            fields["alive"] = alive * 0.5 + 0.5 * (self.t[:, None] == 0)
+        place = self.place
+        return corral.BatchedStep(**{k: {"agent": place.asarray(v)} for k, v in fields.items()})
+
+
+def _contract_error(backend: str, array: str, bad: str, **settings) -> EnvError:
+    """The EnvError of :class:`NativeContract` with the fault ``bad``, in six steps."""
+    if backend == "ray":
+        _start_ray()
+    make = functools.partial(NativeContract, array=array, bad=bad)
+    source = NativeSource(make, NUM_ENVS)
+    with VectorEnv(source, backend, array=array, **settings, **OPTIONS[backend]) as venv:
+        venv.reset(seed=0)
+        with pytest.raises(EnvError) as info:
+            for _ in range(6):
+                venv.step({"agent": np.zeros((NUM_ENVS, 2), np.int64)})
+    return info.value
+
+
+ARRAYS = ["numpy", pytest.param("torch", marks=pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="torch is not installed"))]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("array", ARRAYS)
+@pytest.mark.parametrize(
+    ("bad", "copy", "expected"),
+    [
+        (
+            "leaves_without_ending",
+            0,
+            "agent 'agent_0' (group 'agent') was alive when the step began and is not alive "
+            "after it, but neither terminated nor truncated is set",
+        ),
+        (
+            "ends_but_stays_alive",
+            0,
+            "agent 'agent_0' (group 'agent') ended (terminated or truncated) but is still alive",
+        ),
+        (
+            "alive_half",
+            0,
+            "alive['agent'] of agent 'agent_0': expected a bool (True or False, or 0 or 1), "
+            "got 0.5",
+        ),
+        (
+            "same_alive_at_2",
+            0,
+            "the step said same_alive=True, but the alive of agent 'agent_0' (group 'agent') "
+            "changed from True to False",
+        ),
+        (
+            "reset_ignores_where",
+            1,
+            "reset(where=...) did not select the copy, whose episode was running, but changed "
+            "obs['agent'] of agent 'agent_0'",
+        ),
+    ],
+)
+def test_a_native_env_that_breaks_the_protocol_is_named_with_the_copy_and_agent(
+    backend, array, bad, copy, expected
+) -> None:
+    """Each broke silently: episodes without an end flag, a false same_alive (the episode
+    was seen a step late), a float alive read as True, a reset that restarts running copies."""
+    err = _contract_error(backend, array, bad)
+    assert err.env_index == copy, str(err)
+    assert str(err).startswith(f"env {copy}: {expected}"), str(err)
+    assert err.restarted
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+@pytest.mark.parametrize("bad", ["leaves_without_ending", "reset_ignores_where"])
+def test_on_a_device_the_protocol_is_checked_with_check_finite(monkeypatch, bad) -> None:
+    # a device step reads nothing back (tests/test_device_steps.py); check_finite reads
+    monkeypatch.setattr(corral.Place, "numpy_on_cpu", False)  # the device path, on the CPU
+    err = _contract_error("sync", "torch", bad, check_finite=True)
+    # on a device every step calls reset(where=done), none selected at first: copy 0 shows it
+    assert err.env_index == 0, str(err)
+    says = "neither terminated nor truncated" if bad == "leaves_without_ending" else "ignore where"
+    assert says in str(err)
 
 
 # -- the pieces ------------------------------------------------------------------------------

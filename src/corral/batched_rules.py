@@ -240,6 +240,8 @@ class Frame:
     before: Track | None = None
     """Where the copies stood when the step began; ``None`` for a reset."""
     episode_steps: np.ndarray | None = None
+    same_alive: bool = False
+    """The step's promise that no copy's ``alive`` changed in it."""
 
     def at(self, copy: int) -> str:
         return f"{self.where}, copy {copy}"
@@ -280,6 +282,7 @@ def read_frame(layout: Layout, result: BatchedStep, where: str, rows: np.ndarray
         masks,
         frozenset(g for g in layout.discrete if g in result.action_mask),
     )
+    frame.same_alive = result.same_alive is True
     if result.reward is not None:
         frame.reward = {g: to_numpy(result.reward[g]).astype(np.float64) for g in layout.groups}
         frame.terminated = flags(result.terminated)
@@ -505,6 +508,19 @@ def _agents_leave_only_by_ending(layout: Layout, frame: Frame) -> Iterator[str]:
         )
 
 
+def _same_alive_is_true(layout: Layout, frame: Frame) -> Iterator[str]:
+    if not frame.same_alive:
+        return
+    changed = {g: frame.alive[g] != frame.before.alive[g] for g in layout.groups}
+    for i, g, k, agent in cells(frame, changed, layout):
+        yield (
+            f"{frame.at(i)}: the step says same_alive=True, but alive of {_who(agent, g)} "
+            f"went from {bool(frame.before.alive[g][i, k])} to {bool(frame.alive[g][i, k])}; "
+            "same_alive promises that no agent ended or joined in the step (the vector layer "
+            "then looks for no ended episode, and records this one a step late, if at all)"
+        )
+
+
 def _episode_ends_within_max_episode_steps(layout: Layout, frame: Frame) -> Iterator[str]:
     limit = layout.limit
     if limit is None:
@@ -524,6 +540,7 @@ STEP_RULES: tuple[Rule, ...] = (
     _only_live_agents_end,
     _ended_agents_are_not_alive,
     _agents_leave_only_by_ending,
+    _same_alive_is_true,
     _episode_ends_within_max_episode_steps,
 )
 """Rules checked on what every ``step`` returns."""

@@ -16,6 +16,7 @@ checked by :mod:`corral.batched_checker`, against the rules of
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import math
@@ -23,6 +24,7 @@ import numbers
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import singledispatch
 from typing import Any
@@ -960,7 +962,24 @@ def _record_difference(a: _Record, b: _Record) -> str | None:
     return None
 
 
+_ON_CALL: ContextVar[Callable[[str], None] | None] = ContextVar("on_env_call", default=None)
+
+
+@contextlib.contextmanager
+def reporting_calls(callback: Callable[[str], None]) -> Iterator[None]:
+    """Within the block, a check calls ``callback(text)`` as it starts each call of the env
+    (``"step 4: env.step"``): how ``corral check`` says where an env hung."""
+    token = _ON_CALL.set(callback)
+    try:
+        yield
+    finally:
+        _ON_CALL.reset(token)
+
+
 def _attempt(where: str, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    on_call = _ON_CALL.get()
+    if on_call is not None:
+        on_call(f"{where}: {what}")
     try:
         return fn(*args)
     except Exception as err:  # any failure of the env is reported, not propagated

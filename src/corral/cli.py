@@ -2,7 +2,7 @@
 
     corral list [SOURCE] [--import MODULE ...]
     corral check ID [--seed S] [--steps N] [--step-cap N] [--num-envs E] [--native-only]
-                    [--set key=value ...] [--import MODULE ...]
+                    [--timeout SECONDS] [--set key=value ...] [--import MODULE ...]
     corral play ID [--episodes N] [--seed S] [--set key=value ...] [--import MODULE ...]
     corral train ALGO --env ID [--num-envs N] [--total-steps N] [--set key=value ...]
                  [--import MODULE ...]
@@ -23,8 +23,11 @@ known; ``train`` records it in the run's ``config.yaml``. A run directory's
 MODULE:ATTR`` names it, and a module in its ``imports`` unless ``--allow-import
 MODULE`` or ``--import MODULE`` names it. ``check`` also checks an id's natively
 batched implementation, if it has one: in numpy, and in torch (on the CPU, and on a GPU
-if torch sees one) where torch is installed, each copy compared with the dict env. Exit
-codes: 0 success, 1 contract violations, 2 an id, source or argument that cannot be used,
+if torch sees one) where torch is installed, each copy compared with the dict env; each
+implementation in a child process, so that an env that hangs (a call longer than
+``--timeout``) or ends its process is reported in one line. Exit
+codes: 0 success, 1 contract violations (or an env that hung or ended its process), 2 an
+id, source or argument that cannot be used,
 3 a check that found no violation but ended no episode (the rules about how episodes end
 went unchecked), 141 output cut short by its reader (``corral list | head``).
 """
@@ -49,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.batched_checker import NUM_ENVS
-from corral.checker import STEP_CAP, CheckReport, RandomPolicy, check_env
+from corral.checker import STEP_CAP, CheckReport, RandomPolicy, check_env, reporting_calls
 from corral.errors import (
     CheckIncompleteWarning,
     CheckpointError,
@@ -74,6 +77,7 @@ from corral.registry import (
     spec,
 )
 from corral.settings import parse_settings
+from corral.watched import WorkExited, WorkHung, run_watched
 
 BROKEN_PIPE = 141
 """Exit code when stdout's reader closes it early: a shell's code for a process ended by SIGPIPE."""
@@ -135,6 +139,14 @@ def _parser() -> argparse.ArgumentParser:
         "--native-only",
         action="store_true",
         help="check only the natively batched implementation (still compared with the dict env)",
+    )
+    check.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=CHECK_TIMEOUT,
+        metavar="SECONDS",
+        help="most seconds one call of the env (building it, a reset, a step...) may take: "
+        "the check, run in a child process, stops an env that hangs longer",
     )
     check.set_defaults(run=_check)
 
@@ -290,18 +302,55 @@ def _check(args: argparse.Namespace) -> int:
         raise UsageError(
             f"{args.id!r} has no natively batched implementation; those that do: {ids}"
         )
-    reports = []
+    kinds = [_NATIVE] if native is not None else []
     if dict_env is not None and not args.native_only:
-        reports.append(_check_one(args, build_env(args.id, kwargs)))
-    for array, device in _native_places() if native is not None else []:
-        with _usage_errors(args.id, kwargs):
-            env = native(num_envs=args.num_envs, array=array, device=device, **kwargs)
-        reports.append(_check_one(args, env, dict_env=dict_env))
-    for report in reports:
-        print(report)
-    if not all(report.ok for report in reports):
+        kinds.insert(0, _DICT)
+    reports, stopped = [], False
+    for kind in kinds:
+        # In a child process: an env that hangs or ends its process stops its own check.
+        work = functools.partial(_check_kind, args, kwargs, kind)
+        try:
+            for tag, value in run_watched(work, args.timeout):
+                if tag == "usage":
+                    raise UsageError(value)
+                print(value)
+                reports.append(value)
+        except WorkHung as err:
+            print(f"{args.id}: the env {err}; the check stopped it (--timeout sets the limit)")
+            stopped = True
+        except WorkExited as err:
+            print(f"{args.id}: the env's process {err}; the check stopped there")
+            stopped = True
+    if stopped or not all(report.ok for report in reports):
         return 1
     return 0 if all(report.complete for report in reports) else 3
+
+
+_DICT, _NATIVE = "dict env", "batched env"
+
+
+def _check_kind(
+    args: argparse.Namespace, kwargs: dict[str, Any], kind: str, send: Any, note: Any
+) -> None:
+    """Check the ``kind`` of implementation of ``args.id``, in the child process of
+    :func:`_check`: send each report (``("report", report)``), or ``("usage", message)``
+    where the env cannot be built; ``note`` each step that may hang."""
+    try:
+        _import_user_code(args)  # a spawned child imports them again
+        if kind == _DICT:
+            note(f"building the env ({kind})")
+            env = build_env(args.id, kwargs)
+            send(("report", _check_one(args, env, note, kind)))
+            return
+        dict_env, native = _implementations(args.id, kwargs)
+        for array, device in _native_places():  # imports torch before the first note
+            where = f"{kind}, {array}" + (f" on {device}" if array == "torch" else "")
+            note(f"building the env ({where})")
+            with _usage_errors(args.id, kwargs):
+                env = native(num_envs=args.num_envs, array=array, device=device, **kwargs)
+            send(("report", _check_one(args, env, note, where, dict_env=dict_env)))
+    except UsageError as err:
+        send(("usage", str(err)))
 
 
 def _implementations(id: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
@@ -314,9 +363,11 @@ def _implementations(id: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
     return dict_env, found.make_batched if found.batched else None
 
 
-def _check_one(args: argparse.Namespace, env: Any, **options: Any) -> CheckReport:
+def _check_one(
+    args: argparse.Namespace, env: Any, note: Any, where: str, **options: Any
+) -> CheckReport:
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), reporting_calls(lambda call: note(f"{call} ({where})")):
             warnings.simplefilter("ignore", CheckIncompleteWarning)  # the report says it
             report = check_env(
                 env,
@@ -328,6 +379,7 @@ def _check_one(args: argparse.Namespace, env: Any, **options: Any) -> CheckRepor
                 **options,
             )
     finally:
+        note(f"env.close() ({where})")
         env.close()
     report.env = args.id
     return report
@@ -488,6 +540,20 @@ def _add_training_commands(commands: Any) -> None:
 
 
 AT_LEAST_0, AT_LEAST_1 = Range(ge=0), Range(ge=1)
+
+CHECK_TIMEOUT = 60.0
+"""Default of ``corral check --timeout``: most seconds one call of the env may take."""
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def _int(limits: Range) -> Any:

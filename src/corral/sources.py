@@ -11,12 +11,14 @@ from __future__ import annotations
 import importlib
 from collections.abc import Collection
 from functools import partial
+from typing import Any
 
 from corral.adapters.gymnasium import make_gymnasium
 from corral.adapters.gymnasium_multi import make_from_package
 from corral.adapters.openspiel import OpenSpielEnv
 from corral.adapters.pettingzoo_aec import build_classic
 from corral.adapters.pettingzoo_parallel import build, build_unchecked
+from corral.envs.mpe.arguments import check_arguments
 from corral.registry import register, register_namespace
 
 # -- PettingZoo parallel envs -------------------------------------------------------------
@@ -68,9 +70,16 @@ _BUTTERFLY = {
     ),
 }
 
+
+def _build_mpe2(module: str, **kwargs: Any) -> Any:
+    """mpe2's env of ``module``, its arguments checked as the natively batched one's are."""
+    check_arguments(kwargs)
+    return build_unchecked(module, **kwargs)
+
+
 # (id prefix, pip extra, names -> module path, how to build from the module)
 _PARALLEL = (
-    ("mpe2", "pettingzoo", _MPE2, build_unchecked),
+    ("mpe2", "pettingzoo", _MPE2, _build_mpe2),
     ("pettingzoo/sisl", "sisl", _SISL, partial(build, factory="parallel_env")),
     ("pettingzoo/butterfly", "butterfly", _BUTTERFLY, partial(build, factory="parallel_env")),
 )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
+import numbers
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -154,11 +156,18 @@ def backend_options(name: str) -> frozenset[str]:
     return frozenset(p.name for p in parameters if p.kind is p.KEYWORD_ONLY)
 
 
+SECONDS_OPTIONS = ("timeout", "start_timeout")
+"""The options that are time limits: a positive, finite number of seconds, or ``None``."""
+
+
 def check_options(name: str, options: Mapping[str, Any]) -> None:
-    """Raise a ``ValueError`` for an option the backend ``name`` does not take."""
+    """Raise a ``ValueError`` for an option the backend ``name`` does not take, or a time
+    limit that is not a positive, finite number of seconds or ``None``."""
     taken = backend_options(name)
     for option in options:
         if option in taken:
+            if option in SECONDS_OPTIONS:
+                check_seconds(option, options[option])
             continue
         why = backend_class(name).refused_options.get(option)
         if why is not None:
@@ -170,9 +179,23 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
 
 
 def check_timeout(name: str, timeout: float | None) -> None:
-    """Raise a ``ValueError`` for a ``timeout`` given to a backend that cannot honour it."""
+    """Raise a ``ValueError`` for a ``timeout`` given to a backend that cannot honour it, or
+    one that is not a positive, finite number of seconds."""
     if timeout is not None:
         check_options(name, {"timeout": timeout})
+
+
+def check_seconds(option: str, value: Any) -> None:
+    """Raise a ``ValueError`` unless ``value`` is a positive, finite number of seconds or
+    ``None`` (no limit)."""
+    if value is None:
+        return
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"{option} must be a positive, finite number of seconds, or None to wait "
+            f"without limit; got {value!r}"
+        )
 
 
 def first_fault(errors: Sequence[BaseException]) -> BaseException:

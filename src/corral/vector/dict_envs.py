@@ -243,7 +243,8 @@ class DictEnvs(BatchedEnv):
                 if state:
                     packer.add_state(i, guarded(offset + i, "state()", env.state))
                 agents = env.agents
-                if len(agents) != num_alive[i]:
+                if len(agents) != num_alive[i]:  # agents joined, or (wrongly) left or stayed
+                    packer.check_leaving(i, agents, terminations, truncations)
                     num_alive[i] = packer.read_alive(i, agents)
             except Exception as err:
                 failed.append(i)
@@ -793,6 +794,32 @@ class _Packer:
             j, n, got, _ = place.get(agent) or self._unknown(i, agent, "env.agents")
             got.alive.append(i * n + j)
         return len(agents)
+
+    def check_leaving(
+        self, i: int, agents: Sequence[str], terminations: Any, truncations: Any
+    ) -> None:
+        """Raise an :class:`EnvError` where env ``i``'s step took an agent out of
+        ``env.agents`` without ending its episode, or ended one that it kept there (its
+        alive row still holds who was alive when the step began)."""
+        now = set(agents)
+        ended = {a for flags in (terminations, truncations) for a, f in flags.items() if f}
+        for g in self.groups:
+            for j in np.flatnonzero(g.alive_rows[i]).tolist():
+                agent = g.agents[j]
+                if agent not in now and agent not in ended:
+                    raise EnvError(
+                        self.offset + i,
+                        f"agent {agent!r} left env.agents in this step, but neither its "
+                        "terminations nor its truncations is True: an agent leaves only in the "
+                        "step that ends its episode",
+                    )
+        stayed = [agent for agent in agents if agent in ended]
+        if stayed:
+            raise EnvError(
+                self.offset + i,
+                f"agent {stayed[0]!r} ended in this step (terminations or truncations True) but "
+                "is still in env.agents: an agent whose episode ends leaves env.agents",
+            )
 
     def read_alive(self, i: int, agents: Sequence[str]) -> int:
         """Set env ``i``'s alive row to exactly ``agents`` now (agents that joined

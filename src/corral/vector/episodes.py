@@ -29,6 +29,7 @@ from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
 from corral.vector.backend import env_error, first_fault
 from corral.vector.layout import Layout, array_tree, assemble, leaves
+from corral.vector.promises import Promises
 from corral.vector.shards import envs_text
 from corral.vector.validation import ReturnedArrays
 
@@ -136,6 +137,12 @@ class Episodes:
         # needs no look.
         self._written = shared and self._keeps_masks and not self._on_host
         self._returned = None if keeps_rules else ReturnedArrays(layout, arrays, offset)
+        # The protocol's rules that the bookkeeping relies on: read on the host, so on a
+        # device only with check_finite, which reads every step anyway.
+        checks = not keeps_rules and (not self._on_device or self._check_finite)
+        self._promises = (
+            Promises(layout, arrays, offset, self._check_finite, shared) if checks else None
+        )
         self._broken = False  # its last restart failed: tried again at each step
         self._retry: tuple[list | None, dict[str, Any] | None] = (None, None)
         """The seeds and options of the reset that failed (``None``: none, or a restart)."""
@@ -184,10 +191,15 @@ class Episodes:
             return
         before = self._live  # the copies with an episode running
         bad = faults = None
+        promises = self._promises
         try:
+            if promises is not None:
+                promises.begin_step()
             out = self.env.step(self._actions)
             if not self._written:
                 out, bad, faults = self._take_step(out)
+            elif promises is not None:
+                promises.check_step(out)
         except Exception as err:
             self._fail("step()", err, stepped=False)
         for _, reward, _, _, running in self._step_arrays:
@@ -218,7 +230,9 @@ class Episodes:
                 restarted = self.env.reset(where=self._done)
                 if not self._written:
                     restarted = self._host(restarted)
-                    self._write_observed(restarted, ended)
+                    self._write_observed(restarted, ended)  # the rows of the ended copies
+                    if self._promises is not None:  # the others still hold the step's
+                        self._promises.check_reset(restarted, done, live)
             except Exception as err:
                 self._fail("reset()", err, stepped=True, also=faults)
             self._count_restarts(restarted)
@@ -234,7 +248,9 @@ class Episodes:
         if self._on_host:
             out = self._host(out)
         if self._returned is not None:  # every array of out, before any is used
-            self._returned.check(out)
+            self._returned.check(out, step=True)
+        if self._promises is not None:
+            self._promises.check_step(out)
         bad, faults = self._bad_copies(out) if self._check_finite else (None, None)
         self._write_step(out, bad)
         return out, bad, faults

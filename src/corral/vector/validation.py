@@ -367,12 +367,15 @@ class ReturnedArrays:
         for key in tree if isinstance(tree, dict) else range(len(tree)):
             self._add(name, group, tree[key], f"{path}/{key}", arrays, agents, (*keys, key))
 
-    def check(self, out: BatchedStep) -> None:
+    def check(self, out: BatchedStep, step: bool = False) -> None:
         """Raise an :class:`~corral.errors.EnvError` for the first array of ``out`` that
-        does not fit its rows (``reward``, ``terminated``, ``truncated``: if returned)."""
+        does not fit its rows (``reward``, ``terminated``, ``truncated``: owed by a
+        ``step``, checked where a reset returns them)."""
         for name, group, keys, label, rows, agents in self._plan:
             values = getattr(out, name)
             if values is None:
+                if step and name in _STEP_ONLY:
+                    self._fail(0, self._missing(values, group, keys, label, agents))
                 continue
             try:
                 value = values if group is None else values[group]
@@ -383,7 +386,7 @@ class ReturnedArrays:
             except (KeyError, IndexError, TypeError):
                 if name == "action_mask" and isinstance(values, Mapping):
                     continue  # a group left out has every action legal
-                self._fail(0, self._missing(values, group, keys, label))
+                self._fail(0, self._missing(values, group, keys, label, agents))
             shape = getattr(value, "shape", None)
             if shape == rows.shape:
                 if value.dtype != rows.dtype:
@@ -396,13 +399,16 @@ class ReturnedArrays:
                 f"got {_array_text(value)}",
             )
 
-    def _missing(self, values: Any, group: str | None, keys: tuple, label: str) -> str:
+    def _missing(
+        self, values: Any, group: str | None, keys: tuple, label: str, agents: tuple[str, ...]
+    ) -> str:
         """What is missing on the way to the array ``label`` in ``values``."""
         name = label.partition("[")[0]
         if group is not None:
             if not isinstance(values, Mapping) or group not in values:
-                return f"{name}: expected a dict with an array for group {group!r}, got " + (
-                    describe(values)
+                return (
+                    f"{name}: expected a dict with an array for group {group!r} (agents "
+                    f"{', '.join(map(repr, agents))}), got {describe(values)}"
                 )
             values = values[group]
         for key in keys:
@@ -418,6 +424,9 @@ class ReturnedArrays:
         is 44)."""
         if isinstance(value, np.ndarray) and value.dtype.kind not in "biuf":
             self._fail(0, f"{label}: expected an array of numbers, got {_array_text(value)}")
+        if _is_flag(rows):  # alive, acting, ends, masks: a number other than 0 or 1 is no flag
+            self._check_flags(value, label, agents)
+            return
         limits = None if _holds(rows, value) else _limits(rows)
         if limits is None:
             return
@@ -432,10 +441,26 @@ class ReturnedArrays:
         dtype = to_numpy(rows[:0]).dtype
         self._fail(hit[0], f"{label}{who}: expected {finite_problem(row, dtype)}")
 
+    def _check_flags(self, value: Any, label: str, agents: tuple[str, ...]) -> None:
+        """Flags given in another dtype than bool: each 0 or 1 (``0.5`` is not ``True``)."""
+        other = (value != 0) & (value != 1)
+        if not bool(other.any()):
+            return
+        hit = tuple(int(k) for k in np.argwhere(to_numpy(other))[0])
+        at = hit[:2] if agents else hit[:1]
+        who = f" of agent {agents[hit[1]]!r}" if agents else ""
+        got = to_numpy(value[at]).tolist()
+        self._fail(
+            hit[0],
+            f"{label}{who}: expected a bool (True or False, or 0 or 1), got {got!r} (an "
+            f"array of dtype {value.dtype})",
+        )
+
     def _fail(self, copy: int, text: str) -> NoReturn:
         raise EnvError(self.offset + copy, text)
 
 
+_STEP_ONLY = ("reward", "terminated", "truncated")  # fields a step owes and a reset does not
 _LEAF = ArraySpec((), np.dtype(bool))  # the per-agent fields: one leaf each (rows say more)
 
 
@@ -443,6 +468,12 @@ def _array_text(value: Any) -> str:
     if getattr(value, "shape", None) is None:
         return describe(value)
     return f"an array of shape {tuple(value.shape)} and dtype {value.dtype}"
+
+
+def _is_flag(rows: Any) -> bool:
+    if isinstance(rows, np.ndarray):
+        return rows.dtype == np.bool_
+    return rows.dtype == import_torch().bool
 
 
 def _is_float(array: Any) -> bool:

@@ -24,6 +24,7 @@ from gymnasium import spaces
 
 from corral.arrays import Place, to_numpy
 from corral.batched_env import Array, BatchedEnv, BatchedStep, Seed, copy_seeds
+from corral.envs.mpe.arguments import check_arguments
 from corral.envs.mpe.world import BatchedWorld, Bodies
 from corral.errors import MissingDependencyError
 from corral.groups import group_agents
@@ -192,6 +193,7 @@ class BatchedMPE(BatchedEnv):
                 f"{type(self).__name__} reads its scenario from mpe2, which is not installed: "
                 "pip install 'corral[pettingzoo]'"
             ) from err
+        check_arguments(kwargs)
         try:
             return module.raw_env(**kwargs)
         except AssertionError as err:
