@@ -189,7 +189,10 @@ def test_bad_kwargs_exit_2(capsys: pytest.CaptureFixture[str], nim: str) -> None
         (["play", "ID", "--max-steps", "0"], "argument --max-steps: must be at least 1, got 0"),
         (["play", "ID", "--seed", "-3"], "argument --seed: must be at least 0, got -3"),
         (["eval", "RUN", "--episodes", "0"], "argument --episodes: must be at least 1, got 0"),
-        (["eval", "RUN", "--seed", "-1"], "argument --seed: must be at least 0, got -1"),
+        (
+            ["eval", "RUN", "--seed", "-1"],
+            "argument --seed: must be in [0, 18446744073709551615], got -1",
+        ),
     ],
 )
 def test_a_number_out_of_its_range_exits_2_naming_the_argument(
