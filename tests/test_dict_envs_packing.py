@@ -96,6 +96,7 @@ def test_a_failed_env_s_truncation_holds_for_one_step() -> None:
         batch = venv.step(ZEROS)
     assert batch.truncated["agent"][0].tolist() == [True, True]
     assert batch.done.tolist() == [True]
+    venv.set_attr("raise_at", [0])  # the rebuilt env was given raise_at=1 again
     batch = venv.step(ZEROS)  # the rebuilt env's first step
     assert batch.truncated["agent"][0].tolist() == [False, False]
     assert batch.done.tolist() == [False]
@@ -115,7 +116,8 @@ def test_agents_that_joined_in_a_step_with_a_bad_value_were_not_in_the_cut_episo
     batch = info.value.batch
     assert batch.truncated["agent"].tolist() == [[False, False], [True, False]]
     assert batch.done.tolist() == [False, True]
-    assert batch.alive["agent"].tolist() == [[True, True]] * 2  # env 1 rebuilt: b from its reset
+    # env 0's b joined; env 1 rebuilt, given join_at=1 again: a alone from its reset
+    assert batch.alive["agent"].tolist() == [[True, True], [True, False]]
     assert batch.episode_length.tolist() == [0, 0]  # no episode ended; the cut one never stepped
     venv.close()
 

@@ -375,8 +375,11 @@ def test_restarts_under_raise_are_logged_as_what_happened(tmp_path: Path) -> Non
         step, steps = env.step, itertools.count(1)
 
         def dying_step(actions: dict) -> Any:
-            if next(steps) == die_at and not os.path.exists(flag):
-                open(flag, "w").close()
+            if next(steps) == die_at:
+                try:  # the first env to create the flag dies: both reach die_at in one step
+                    os.close(os.open(flag, os.O_CREAT | os.O_EXCL))
+                except FileExistsError:
+                    return step(actions)
                 os._exit(3)
             return step(actions)
 

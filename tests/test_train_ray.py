@@ -185,7 +185,8 @@ def test_ctrl_c_ends_a_ray_training_run_within_seconds(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "corral", "train", "mappo", "--env", "corral/tag"]
     command += ["--backend", "ray", "--num-envs", "4", "--total-steps", "1e7", "--no-progress"]
     command += ["--run-dir", str(tmp_path / "r"), "--set", "log_every=100", "device=cpu"]
-    command += ["eval_every=200", "eval_episodes=2", "tensorboard=false"]
+    # rollouts of 4 x 25 env steps: the evaluation's checkpoint at 200 is written before 400
+    command += ["eval_every=200", "eval_episodes=2", "tensorboard=false", "rollout_steps=25"]
     path = os.pathsep.join(
         [str(Path(corral.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]
     )
