@@ -268,6 +268,25 @@ def test_subproc_workers_hung_holding_the_gil_are_reaped_when_the_driver_dies(
     assert_workers_die_with_the_driver(tmp_path, method, state="gil", source=source)
 
 
+@pytest.mark.parametrize(("method", "source"), [("forkserver", "dict"), ("spawn", "native")])
+def test_subproc_workers_hung_holding_the_gil_die_with_the_driver_when_the_reaper_is_gone(
+    tmp_path: Path, method: str, source: str
+) -> None:
+    driver, line = start_driver(tmp_path, SUBPROC_DRIVER, method, "gil", "no", source)
+    processes = descendants(driver.pid)
+    try:
+        workers = set(json.loads(line)["workers"])
+        reapers = {p for p in processes if "reaper.py" in command_line(p)}
+        assert len(reapers) == 1 and len(workers) == 2 and workers <= processes
+        reaping = reapers.pop()
+        os.kill(reaping, signal.SIGKILL)  # nothing is left to kill the workers from outside
+        assert wait_until_gone({reaping}, seconds=5) == set()
+        # ... but the kernel, at once: within the reaper's delay, had it been there
+        kill_and_expect_all_gone(driver, processes, signal.SIGKILL, seconds=REAP_AFTER_S)
+    finally:
+        end_driver(driver, processes)
+
+
 def test_idle_subproc_workers_close_their_envs_when_the_driver_dies(tmp_path: Path) -> None:
     workers = assert_workers_die_with_the_driver(tmp_path, "forkserver", state="idle")
     assert closed_envs(tmp_path) == workers
