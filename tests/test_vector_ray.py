@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from dataclasses import fields
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 import corral
 from corral.envs.rps import RockPaperScissors
 from corral.errors import (
+    ConfigError,
     EnvError,
     MissingDependencyError,
     VectorStateError,
@@ -168,6 +170,30 @@ def test_close_twice_keeps_the_users_ray_and_refuses_later_calls() -> None:
         venv.reset()
 
 
+def test_a_closed_backend_holds_no_ray_object() -> None:
+    # Those that outlive the Ray they belong to keep its connections open in this process
+    # once a Ray of our own shuts down (see test_orphans for the sockets themselves).
+    venv = make_vec("corral/rps", 2, "ray", seed=0, **RAY)
+    venv.reset()
+    venv.get_attr("metadata")
+    venv.close()
+    kinds = (ray.actor.ActorHandle, ray.actor.ActorClass, ray.ObjectRef)
+    assert [x for x in _reachable(venv._backend) if isinstance(x, kinds)] == []
+
+
+def _reachable(root: Any) -> list[Any]:
+    """The objects ``root`` refers to, directly or not, short of modules and classes."""
+    seen, todo, found = {id(root)}, [root], []
+    while todo:
+        for x in gc.get_referents(todo.pop()):
+            if id(x) in seen or isinstance(x, (ModuleType, type)):
+                continue
+            seen.add(id(x))
+            found.append(x)
+            todo.append(x)
+    return found
+
+
 def _dies_within(actor: Any, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -244,6 +270,9 @@ class _FakeRay:
     def shutdown(self) -> None:
         self.initialized = False
 
+    def get_runtime_context(self) -> SimpleNamespace:
+        return SimpleNamespace(gcs_address="127.0.0.1:6379")
+
 
 def test_ray_started_by_the_backend_is_shut_down_by_its_last_user(monkeypatch) -> None:
     monkeypatch.setattr(_RaySession, "users", 0)
@@ -281,6 +310,55 @@ def test_ray_started_by_the_user_is_left_running(monkeypatch) -> None:
     fake = _FakeRay(initialized=True)
     assert not _RaySession.acquire(fake, None, 2)
     assert fake.inits == []
+
+
+def test_a_ray_of_our_own_in_use_is_not_left_for_another_address(monkeypatch) -> None:
+    monkeypatch.setattr(_RaySession, "users", 0)
+    monkeypatch.setattr(reaper, "start", lambda held, children_of: held)
+    monkeypatch.setattr(reaper, "dismiss", lambda held: None)
+    fake = _FakeRay(initialized=False)
+    assert _RaySession.acquire(fake, None, 2)  # a local Ray of our own, in use
+    with pytest.raises(ConfigError, match=r"ray_address='head:6379'.*close those vector envs"):
+        _RaySession.acquire(fake, "head:6379", 2)
+    assert _RaySession.users == 1 and len(fake.inits) == 1  # nothing joined, nothing counted
+    _RaySession.release(fake)
+    assert _RaySession.acquire(fake, "head:6379", 2)  # once closed, the cluster is joined
+    assert fake.inits[-1] == {"address": "head:6379"}
+    assert _RaySession.acquire(fake, "head:6379", 2)  # the same address: the same Ray
+    assert _RaySession.users == 2 and len(fake.inits) == 2
+    _RaySession.release(fake)
+    _RaySession.release(fake)
+    assert not fake.initialized
+
+
+def test_a_ray_address_other_than_the_users_ray_is_refused() -> None:
+    running = ray.get_runtime_context().gcs_address
+    with pytest.raises(ConfigError, match=r"ray_address='10\.0\.0\.1:6379'.*ray\.shutdown"):
+        make_vec("corral/rps", 2, "ray", ray_address="10.0.0.1:6379", **RAY)
+    assert ray.is_initialized() and ray.get_runtime_context().gcs_address == running
+    with make_vec("corral/rps", 2, "ray", ray_address=running, **RAY) as venv:  # that Ray
+        venv.reset(seed=0)
+    assert ray.is_initialized()
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"num_cpus_per_worker": "abc"}, "num_cpus_per_worker must be a number"),
+        ({"num_cpus_per_worker": -1}, "num_cpus_per_worker must be a number"),
+        ({"num_cpus_per_worker": float("inf")}, "num_cpus_per_worker must be a number"),
+        ({"num_cpus_per_worker": 0}, "give num_workers or envs_per_worker"),
+        ({"num_workers": 2, "ray_address": 6379}, "ray_address must be a Ray address"),
+    ],
+)
+def test_bad_options_are_refused_before_ray_is_joined(
+    monkeypatch, options: dict, match: str
+) -> None:
+    joined = []
+    monkeypatch.setattr(_RaySession, "acquire", lambda *args: joined.append(args))
+    with pytest.raises(ConfigError, match=match):
+        make_vec("corral/rps", 2, "ray", **options)
+    assert joined == []
 
 
 def test_missing_ray_names_the_extra(monkeypatch) -> None:

@@ -19,16 +19,18 @@ Ray is optional and imported only when this backend is built.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any
 
 from corral.arrays import is_tensor
 from corral.batched_env import BatchedEnv, BatchedStep
-from corral.errors import EnvError, MissingDependencyError, WorkerStartError
+from corral.errors import ConfigError, EnvError, MissingDependencyError, WorkerStartError
 from corral.vector import reaper
 from corral.vector.backend import (
     DEFAULT_START_TIMEOUT,
@@ -212,22 +214,29 @@ class _RaySession:
     """Starts Ray when no one has; shuts it down when the last backend using it closes.
 
     A Ray of its own listens on loopback only, and a reaper process
-    (:mod:`corral.vector.reaper`) ends it at once if the driver dies.
+    (:mod:`corral.vector.reaper`) ends it at once if the driver dies. One process
+    is connected to one Ray: a ``ray_address`` other than the Ray this process
+    already runs on is refused (:func:`_check_address`).
     """
 
     users = 0  # open backends on a Ray that this module started
+    address: str | None = None  # the ray_address it was started with (None: a local Ray)
     reaper: subprocess.Popen | None = None  # that of a local Ray of our own
 
     @classmethod
     def acquire(cls, ray: Any, address: str | None, num_cpus: int) -> bool:
         """Make sure Ray runs; ``True`` if the caller must :meth:`release` it."""
         if ray.is_initialized():
-            if cls.users == 0:
+            ours = cls.users > 0
+            _check_address(ray, address, cls.address if ours else None, ours)
+            if not ours:
                 return False  # the user's Ray: never shut it down
         elif address is not None:
             ray.init(address=address)
+            cls.address = address
         else:
             cls._start_local(ray, num_cpus)
+            cls.address = None
         cls.users += 1
         return True
 
@@ -238,6 +247,10 @@ class _RaySession:
             return
         if ray.is_initialized():
             ray.shutdown()
+            # ray.init leaves a reference cycle behind (the ImportError of the dashboard's
+            # optional dependencies, whose traceback holds its frames and so its Node), and
+            # the Node's connection to the GCS stays open until the cycle is collected.
+            gc.collect()
         if cls.reaper is not None:  # Ray's processes are gone: nothing left to reap
             reaper.dismiss(cls.reaper)
             cls.reaper = None
@@ -282,6 +295,49 @@ def _node_address_on_loopback(ray: Any) -> Iterator[None]:
         constants.ENABLE_RAY_CLUSTER = cluster
 
 
+def _check_options(num_cpus_per_worker: float, ray_address: str | None, sized: bool) -> None:
+    """Raise a :class:`ConfigError` for a Ray option that cannot work (``sized``: the number
+    of workers was given), before anything is started."""
+    cpus = num_cpus_per_worker
+    if isinstance(cpus, bool) or not isinstance(cpus, Real) or not 0 <= cpus < math.inf:
+        raise ConfigError(
+            f"num_cpus_per_worker must be a number of CPUs, 0 or more (fractions allowed), "
+            f"got {cpus!r}"
+        )
+    if cpus == 0 and not sized:
+        raise ConfigError(
+            "num_cpus_per_worker=0 reserves no CPU, so the free CPUs cannot size the workers: "
+            "give num_workers or envs_per_worker too"
+        )
+    if ray_address is not None and not isinstance(ray_address, str):
+        raise ConfigError(
+            f"ray_address must be a Ray address ('auto', 'head:6379', 'ray://head:10001') or "
+            f"None, got {ray_address!r}"
+        )
+
+
+def _check_address(ray: Any, address: str | None, given: str | None, ours: bool) -> None:
+    """Refuse to join the Ray at ``address`` where this process already runs on another
+    one (``ours``: one that corral started, with ``ray_address=given``; else the user's)."""
+    if address is None:
+        return  # no address: the Ray that runs
+    if ours and address == given:
+        return
+    running = ray.get_runtime_context().gcs_address
+    if not ours and address == running:
+        return
+    whose = (
+        "a Ray that corral started for another vector env that is still open"
+        if ours
+        else "a Ray that this process initialised (ray.init)"
+    )
+    fix = "close those vector envs first" if ours else "call ray.shutdown() first"
+    raise ConfigError(
+        f"ray_address={address!r}: this process already runs on {whose}, at {running}; a "
+        f"process joins one Ray at a time. Leave ray_address out to use that one, or {fix}."
+    )
+
+
 @dataclass(eq=False)
 class _Actor(Shard):
     """The parent's handle on one Ray actor and the envs it runs."""
@@ -308,7 +364,9 @@ class RayBackend(Backend):
             (``"auto"``, ``"ray://head:10001"``, ``"head:6379"``); without it a
             local Ray is started, with as many CPUs as the machine has cores or
             the workers reserve, whichever is more. A Ray this backend starts is
-            shut down on close; a Ray the caller started is left running.
+            shut down on close, or when the backend fails to start; a Ray the
+            caller started is left running. An address other than that of the
+            Ray this process already runs on raises :class:`ConfigError`.
         num_cpus_per_worker: CPUs each actor reserves (fractions allowed).
         timeout: seconds to wait for the actors when a wait or call gives no
             timeout (:data:`~corral.vector.backend.DEFAULT_TIMEOUT`; ``None``:
@@ -362,8 +420,12 @@ class RayBackend(Backend):
         self._pending: tuple[str, dict[int, Refs], Callable[[_Actor], Refs]] | None = None
         self._asked: tuple[str, dict[int, Refs]] | None = None  # a call awaiting its replies
         self._closed = False
-        if num_workers is not None or envs_per_worker is not None:
+        sized = num_workers is not None or envs_per_worker is not None
+        _check_options(num_cpus_per_worker, ray_address, sized)
+        if sized:
             self._split(split_envs(self.num_envs, num_workers, envs_per_worker))
+        # Ray starts only once every option has been checked; from here on a failure ends
+        # what was started (_shut), a Ray of our own included.
         needed = math.ceil(len(self.shards) * num_cpus_per_worker)
         self._owns_ray = _RaySession.acquire(ray, ray_address, max(os.cpu_count() or 1, needed))
         try:
@@ -445,6 +507,21 @@ class RayBackend(Backend):
         if self._closed:
             return
         self._closed = True
+        fault = None
+        try:
+            fault = self._end_actors(graceful)
+        finally:
+            # No actor class, handle or ObjectRef may outlive a Ray that shuts down here: Ray
+            # then leaves connections open in this process (sockets that pile up, run after run).
+            self._pending = self._asked = self._remote = None
+            if self._owns_ray:
+                _RaySession.release(self._ray)
+        if fault is not None:
+            raise fault
+
+    def _end_actors(self, graceful: bool) -> BaseException | None:
+        """Kill the actors (``graceful``: once they closed their envs); the first fault of
+        their closes, if any."""
         ray = self._ray
         actors = [s.handle for s in self.shards if s.handle is not None]
         for s in self.shards:
@@ -461,17 +538,12 @@ class RayBackend(Backend):
                     except ray.exceptions.RayActorError:
                         continue  # a dead worker has no envs left to close
                     except ray.exceptions.RayTaskError as err:
-                        errors.append(err)
+                        errors.append(_unwrap(err))
         finally:
-            try:
-                if ray.is_initialized():
-                    for actor in actors:
-                        ray.kill(actor)
-            finally:
-                if self._owns_ray:
-                    _RaySession.release(ray)
-        if errors:
-            raise _unwrap(errors[0])
+            if ray.is_initialized():
+                for actor in actors:
+                    ray.kill(actor)
+        return errors[0] if errors else None
 
     # -- internals ----------------------------------------------------------------------
 

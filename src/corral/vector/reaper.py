@@ -2,11 +2,14 @@
 
 Some of them cannot be trusted to notice the driver's end on their own: a
 ``subproc`` worker hung in C code that holds the GIL never runs the thread
-that watches its parent, and the dashboard and runtime-env agents of a Ray
-ignore SIGTERM and poll for their parent, lingering a minute after a SIGKILL
-of the driver. A reaper is a small process started next to them that waits
-for the driver to exit, gives them ``grace`` seconds to end by themselves,
-and then kills those still there: the processes it was given at its start or
+that watches its parent (on Linux the kernel kills it anyway, see
+``subproc._DeathPact``: the reaper is the fallback where that cannot be
+arranged, and the kernel's the fallback where the reaper was killed), and the
+dashboard and runtime-env agents of a Ray ignore SIGTERM and poll for their
+parent, lingering a minute after a SIGKILL of the driver. A reaper is a
+small process started next to them that waits for the driver to exit,
+gives them ``grace`` seconds to end by themselves, and then kills those
+still there: the processes it was given at its start or
 told of since (:func:`hold`), and every child of its ``children_of`` process
 (the raylet), looked up every :data:`POLL_S` seconds while the driver lives
 (once that process is dead they can no longer be told from others). A driver

@@ -18,9 +18,11 @@ parent makes of that (and when the worker is replaced) is
 :mod:`corral.vector.shards`'s to say.
 
 Workers end soon after the process that started them, whatever ends it: an
-idle one sees its pipe close and closes its envs, a thread in each ends a busy
-one a moment later, and a reaper process (:mod:`corral.vector.reaper`) kills
-those still there (hung in C code that holds the GIL, where no thread runs).
+idle one sees its pipe close and closes its envs; on Linux the kernel kills a
+busy one at once (:class:`_DeathPact`), even one hung in C code that holds the
+GIL, where no thread of it runs; elsewhere a thread in each ends a busy one a
+moment later, and a reaper process (:mod:`corral.vector.reaper`) kills those
+still there.
 """
 
 from __future__ import annotations
@@ -180,8 +182,9 @@ def _exit_with_parent() -> None:
     pipe multiprocessing keeps open from the parent) and ends the worker
     :data:`CLOSE_GRACE_S` later if it is still there (busy in an env, or its
     pipe held open by another child of the parent). An env hung in C code that
-    holds the GIL keeps the thread from running: the parent's reaper kills that
-    worker :data:`REAP_AFTER_S` after the parent's death.
+    holds the GIL keeps the thread from running: there the worker's
+    :class:`_DeathPact` ends it, else the parent's reaper kills it
+    :data:`REAP_AFTER_S` after the parent's death.
     """
     parent = mp.parent_process()  # the driver, also where a fork server forked this worker
     if parent is None:
@@ -203,6 +206,58 @@ def _exit_after_parent(handle: int) -> None:
     wait([handle])
     time.sleep(CLOSE_GRACE_S)  # an idle worker closes its envs meanwhile, and exits
     os._exit(1)
+
+
+def _let_the_fork_server_end() -> None:
+    """Close this worker's copy of the pipe whose open ends keep the fork server running.
+
+    multiprocessing hands one to every process the fork server forks, so the server would
+    outlive the driver as long as a worker does, and a busy worker's
+    :class:`_DeathPact` with it would never come due. The worker does not need it: a
+    process it starts with ``"forkserver"`` gets a fork server of its own.
+    """
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # no public handle on what the fork server passed
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None and getattr(server, "_forkserver_pid", None) is None:  # forked by it
+        os.close(fd)
+        server._forkserver_alive_fd = None
+
+
+_PR_SET_PDEATHSIG = 1  # prctl's option, from <linux/prctl.h>
+
+
+class _DeathPact:
+    """Has the kernel kill this worker (SIGKILL) the moment the process that forked it
+    ends, while the worker is busy: in an env, where it may hang in C code that holds the
+    GIL and no thread of it runs. A worker waiting for a command is spared, so that it
+    closes its envs when its pipe closes. Linux only (``prctl(PR_SET_PDEATHSIG)``), and only
+    where ``armed``: the kernel sends the signal when the *thread* that forked the worker
+    ends, so the pact is made only where that thread lives as long as its process (the
+    fork server's, or the main thread of the driver)."""
+
+    def __init__(self, armed: bool) -> None:
+        self._prctl = None
+        self._parent = os.getppid()
+        if armed and sys.platform.startswith("linux"):
+            import ctypes
+
+            self._prctl = ctypes.CDLL(None, use_errno=True).prctl
+        self.busy()
+
+    def busy(self) -> None:
+        """From now on, die with the parent."""
+        if self._prctl is None:
+            return
+        self._prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != self._parent:  # it ended before the pact was made
+            os._exit(1)
+
+    def idle(self) -> None:
+        """From now on, outlive the parent long enough to close the envs."""
+        if self._prctl is not None:
+            self._prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0)
 
 
 _OK = ForkingPickler.dumps(("ok", None))  # the usual reply, pickled once
@@ -230,8 +285,9 @@ class _Inbox:
     while the parent computes.
     """
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, pact: _DeathPact | None = None) -> None:
         self.conn = conn
+        self.pact = pact or _DeathPact(armed=False)
         self._poll = None
         if hasattr(select, "poll"):
             self._poll = select.poll()
@@ -241,11 +297,17 @@ class _Inbox:
     def receive(self) -> Any:
         """The next message from the parent (``EOFError`` once the parent is gone)."""
         start = time.perf_counter()
+        ready = False
         if self._poll is not None and self._long_waits < LONG_WAITS:
             deadline = start + SPIN_S
-            while not self._poll.poll(0) and time.perf_counter() < deadline:
+            while not (ready := bool(self._poll.poll(0))) and time.perf_counter() < deadline:
                 _yield()
-        message = self.conn.recv()
+        if ready:
+            message = self.conn.recv()
+        else:  # it blocks: idle until the command comes (see _DeathPact)
+            self.pact.idle()
+            message = self.conn.recv()
+            self.pact.busy()
         if time.perf_counter() - start <= SPIN_S:
             self._long_waits = 0
         else:
@@ -261,6 +323,7 @@ def _serve(
     inherited: list[Any],
     inside: Any,
     stage: Any,
+    armed: bool,
 ) -> None:
     """A worker's main function: build the envs, then answer commands until told to close.
 
@@ -268,8 +331,11 @@ def _serve(
     ``inside``: shared memory where dict envs tell which env they are in
     (:attr:`~corral.vector.dict_envs.DictEnvs.inside`), read by the parent when the
     worker misses a timeout; ``stage``: where the worker is in a step (:data:`STEPPING`),
-    read by the parent when it loses the worker."""
+    read by the parent when it loses the worker; ``armed``: whether to make a
+    :class:`_DeathPact`."""
     _exit_with_parent()
+    _let_the_fork_server_end()
+    pact = _DeathPact(armed)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     for parent_end in inherited:  # forked copies would hide the parent's exit (from workers,
         parent_end.close()  # and from the reaper where it has no pidfd to watch the parent)
@@ -282,7 +348,7 @@ def _serve(
         shard.inside = inside
     conn.send(("ok", EnvInfo.of(shard)))  # the parent lays out the batch from worker 0's
     server = _Server(conn, shard, offset, stage)
-    inbox = _Inbox(conn)
+    inbox = _Inbox(conn, pact)
     while True:
         try:
             command, *args = inbox.receive()
@@ -589,6 +655,9 @@ class SubprocBackend(Backend):
         """Start the processes of ``workers``; what their envs are, by worker index (in
         ``values``), and the workers that did not say so within ``start_timeout`` (``late``:
         stopped). An env that cannot be built, or a worker that died, raises."""
+        # the thread that forks a worker must outlive it (see _DeathPact)
+        forker = self._ctx.get_start_method() == "forkserver"
+        armed = forker or threading.current_thread() is threading.main_thread()
         for worker in workers:
             conn, child = self._ctx.Pipe()
             inherited = []
@@ -607,6 +676,7 @@ class SubprocBackend(Backend):
                     inherited,
                     worker.inside,
                     worker.stage,
+                    armed,
                 ),
                 name=f"corral-subproc-{worker.index}",
                 daemon=self.daemon,

@@ -188,6 +188,15 @@ class VectorEnv:
         self.on_env_error = on_env_error
         self._pending = _Pending.CLOSED
         self._backend = backend_class(backend)(source, **options)
+        try:
+            self._lay_out(source.num_envs, state, deferred_checks)
+        except BaseException:  # nothing the backend started outlives a failed start
+            self._backend.close(terminate=True)
+            raise
+        self._first_seed = seed
+
+    def _lay_out(self, num_envs: int, state: bool, deferred_checks: bool) -> None:
+        """Lay the batch out from what the backend's envs are, and start the backend."""
         info = self._backend.env_info()
         self.metadata = info.metadata
         self._max_episode_steps = info.max_episode_steps
@@ -197,7 +206,7 @@ class VectorEnv:
             info.observation_spaces.__getitem__,
             info.action_spaces.__getitem__,
             info.state_space if state else None,
-            source.num_envs,
+            num_envs,
             check_finite=self.check_finite,
             place=info.place,
         )
@@ -241,12 +250,11 @@ class VectorEnv:
         self.deferred_checks = bool(deferred_checks)
         self._deferred = None
         if deferred_checks and not inner.computes_on_host:
-            self._deferred = DeferredChecks(self.layout, clip_actions)
+            self._deferred = DeferredChecks(self.layout, self.clip_actions)
         space = self.layout.state_space
         self._state_tree = None if space is None else array_tree(space)
         self._pending = _Pending.NONE
         self._started = False
-        self._first_seed = seed
 
     # -- description ----------------------------------------------------------
 
