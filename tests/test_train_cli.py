@@ -519,16 +519,46 @@ class Unbuildable:
         raise RuntimeError("the simulator is not running")
 
 
-def test_an_env_fault_before_any_checkpoint_gives_no_resume_advice(
+def test_an_env_that_cannot_be_built_is_one_line_naming_where_it_raised(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, isolated_registry: None
 ) -> None:
     corral.register("test/unbuildable", Unbuildable)
     code, _, err = train(capsys, tmp_path / "r", env="test/unbuildable")
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(
+        "corral: error: env 0: building the env raised RuntimeError: the simulator is not running"
+    )
+    line = Unbuildable.__init__.__code__.co_firstlineno + 1
+    assert f"(raised at {__file__}:{line})" in err
+    assert "Traceback" not in err and "--resume" not in err
+    assert not (tmp_path / "r").exists()  # no training began: no run directory
+
+
+def test_an_env_fault_before_any_checkpoint_gives_no_resume_advice(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, isolated_registry: None
+) -> None:
+    corral.register("test/breaks_at_step_3", breaks_at_step, at=3)
+    code, _, err = train(capsys, tmp_path / "r", env="test/breaks_at_step_3")
     assert code == 1
-    assert "training stopped: env 0: building the env raised RuntimeError" in err
+    assert "training stopped: env 0: step() raised RuntimeError" in err
     assert not (tmp_path / "r" / "checkpoint.pt").exists()
     assert "holds the last checkpoint" not in err and "--resume" not in err
     assert f"no checkpoint was written in {tmp_path / 'r'}: there is nothing to resume" in err
+
+
+def breaks_at_step(at: int) -> Any:
+    """The climbing game, whose step raises at its ``at``-th step."""
+    env = climbing_game()
+    step, steps = env.step, iter(range(1, 10**9))
+
+    def breaking_step(actions: dict) -> Any:
+        if next(steps) == at:
+            raise RuntimeError("the env broke")
+        return step(actions)
+
+    env.step = breaking_step
+    return env
 
 
 def user_module(directory: Path) -> str:

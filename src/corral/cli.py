@@ -816,6 +816,17 @@ def _training_errors() -> Iterator[None]:
         raise UsageError(str(err)) from err
     except (ValueError, TypeError) as err:  # unknown algorithm, env kwargs, unsupported spaces
         raise UsageError(str(err)) from err
+    except EnvError as err:  # the envs cannot be built or reset: no training has begun
+        raise UsageError(_fault_line(err)) from err
+
+
+def _fault_line(err: EnvError) -> str:
+    """An env's fault in one line: its message without the env's traceback, and where the env
+    raised (the traceback's last frame)."""
+    head, _, trace = str(err).partition("\n\nTraceback")
+    frames = re.findall(r'File "(.+)", line (\d+)', trace)
+    where = f" (raised at {frames[-1][0]}:{frames[-1][1]})" if frames else ""
+    return " ".join(head.split()) + where
 
 
 @contextlib.contextmanager
