@@ -5,7 +5,6 @@ show the groups."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from functools import partial
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from test_backend_events import kill_worker
+from test_vector import BACKENDS
 
 import corral
 from corral.adapters import set_env_attr
@@ -30,18 +30,6 @@ from corral.errors import (
 )
 from corral.vector import VectorEnv, make_vec
 
-
-def _backend_params() -> list:
-    params = []
-    for name, module in (("sync", None), ("subproc", None), ("ray", "ray")):
-        marks = []
-        if module and importlib.util.find_spec(module) is None:
-            marks.append(pytest.mark.skip(reason=f"{module} is not installed"))
-        params.append(pytest.param(name, marks=marks))
-    return params
-
-
-BACKENDS = _backend_params()
 WORKER_BACKENDS = BACKENDS[1:]
 
 

@@ -143,25 +143,16 @@ def _open(run_dir: Path, name: str, flags: int) -> int:
 def _check_file(run_dir: Path, name: str, *, links: bool = False) -> Path:
     """The path of the run's file ``name``, refused unless absent or a regular file (of one
     link, unless ``links``)."""
-    path = _entry(run_dir, name)
-    try:
-        found = os.lstat(path)
-    except FileNotFoundError:
-        return path
-    except OSError as err:
-        raise ConfigError(f"cannot write {path}: {_reason(err)}") from err
-    _refuse(path, found, links=links)
+    path, found = _status(run_dir, name, "cannot write")
+    if found is not None:
+        _refuse(path, found, links=links)
     return path
 
 
 def _check_dir(run_dir: Path, name: str) -> Path:
-    path = _entry(run_dir, name)
-    try:
-        found = os.lstat(path)
-    except FileNotFoundError:
+    path, found = _status(run_dir, name, "cannot write in")
+    if found is None:
         return path
-    except OSError as err:
-        raise ConfigError(f"cannot write in {path}: {_reason(err)}") from err
     if stat.S_ISLNK(found.st_mode):
         raise ConfigError(
             f"{path} is a symbolic link: corral writes only in directories of "
@@ -170,6 +161,18 @@ def _check_dir(run_dir: Path, name: str) -> Path:
     if not stat.S_ISDIR(found.st_mode):
         raise ConfigError(f"{path} is not a directory: the run writes a directory there")
     return path
+
+
+def _status(run_dir: Path, name: str, failing: str) -> tuple[Path, os.stat_result | None]:
+    """The path of the run's entry ``name`` and its own status (``None``: absent); an
+    ``lstat`` that fails otherwise is a :class:`ConfigError` reading ``failing PATH``."""
+    path = _entry(run_dir, name)
+    try:
+        return path, os.lstat(path)
+    except FileNotFoundError:
+        return path, None
+    except OSError as err:
+        raise ConfigError(f"{failing} {path}: {_reason(err)}") from err
 
 
 def _entry(run_dir: Path, name: str) -> Path:
