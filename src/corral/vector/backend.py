@@ -21,7 +21,7 @@ from gymnasium import spaces
 
 from corral.adapters import set_env_attr
 from corral.arrays import Place
-from corral.batched_env import BatchedEnv
+from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
 from corral.vector.layout import Layout
 from corral.vector.sources import Source
@@ -277,6 +277,23 @@ def set_shard_attrs(shard: BatchedEnv, offset: int, name: str, values: Sequence[
     else:
         guarded(offset, f"setting attribute {name!r}", lambda: set_native_attr(shard, name, values))
     return shard.max_episode_steps
+
+
+class ResetWatch:
+    """``shard`` as a worker's :class:`~corral.vector.episodes.Episodes` runs it, with
+    :meth:`reset` to say what a worker's backend notes of each reset (subclasses)."""
+
+    def __init__(self, shard: BatchedEnv) -> None:
+        self._shard = shard
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
+
+    def step(self, actions: Any) -> BatchedStep:
+        return self._shard.step(actions)
+
+    def reset(self, *args: Any, **kwargs: Any) -> BatchedStep:
+        return self._shard.reset(*args, **kwargs)
 
 
 def build_shard(source: Source, offset: int, written: Written | None = None) -> BatchedEnv:

@@ -38,6 +38,7 @@ from corral.vector.backend import (
     Arrays,
     Backend,
     EnvInfo,
+    ResetWatch,
     Written,
     build_shard,
     call_shard,
@@ -180,19 +181,13 @@ class RayWorker:
         return {path: self.arrays[path] for path in self.outputs}
 
 
-class _ResetsInStep:
+class _ResetsInStep(ResetWatch):
     """``shard`` as its actor's :class:`Episodes` runs it: counts in ``worker.resets_in_step``
     each reset that begins or ends inside a step() call, and is ``shard`` otherwise."""
 
     def __init__(self, shard: BatchedEnv, worker: RayWorker) -> None:
-        self._shard = shard
+        super().__init__(shard)
         self._worker = worker
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._shard, name)
-
-    def step(self, actions: Any) -> BatchedStep:
-        return self._shard.step(actions)
 
     def reset(self, *args: Any, **kwargs: Any) -> BatchedStep:
         worker = self._worker

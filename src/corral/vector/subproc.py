@@ -57,6 +57,7 @@ from corral.vector.backend import (
     Arrays,
     Backend,
     EnvInfo,
+    ResetWatch,
     Written,
     build_shard,
     call_shard,
@@ -154,20 +155,14 @@ class _Server:
         return set_shard_attrs(self.shard, self.offset, name, values)
 
 
-class _MarksStepped:
+class _MarksStepped(ResetWatch):
     """``shard`` as a worker's :class:`Episodes` runs it: a reset inside a step (the
     autoreset, which begins once the step's fields are complete) marks the step
     ``STEPPED`` in ``stage``; ``shard`` otherwise."""
 
     def __init__(self, shard: BatchedEnv, stage: Any) -> None:
-        self._shard = shard
+        super().__init__(shard)
         self._stage = stage
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._shard, name)
-
-    def step(self, actions: Any) -> BatchedStep:
-        return self._shard.step(actions)
 
     def reset(self, *args: Any, **kwargs: Any) -> BatchedStep:
         self._stage.value = STEPPED
