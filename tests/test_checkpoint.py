@@ -664,10 +664,10 @@ def test_the_cli_refuses_another_run_s_checkpoint_in_one_line(
         said = f"{target} is not a checkpoint of {ours}: it was written by a run on 'mdp/climbing'"
     else:
         saved = ckpt.load(target)
-        del saved["algo_state"]
+        del saved["learners"]
         ckpt.save(target, saved)
         said = f"{target} does not fit {ours}: another env, spaces or settings? it lacks the "
-        said += "entry 'algo_state'"
+        said += "entry 'learners'"
     argv = ["eval", str(run_dir)]
     if command == "resume":
         argv = ["train", "--resume", str(run_dir), "--no-progress", "--total-steps", "60"]

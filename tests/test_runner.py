@@ -529,7 +529,7 @@ def test_dqn_resumes_with_its_replay_buffers_as_if_never_killed(
         saved = ckpt.load(tmp_path / name / LATEST)
         assert ("replay" in saved) is keep
         assert "replay" not in ckpt.load(tmp_path / name / BEST)
-    replay = ckpt.load(tmp_path / "killed" / LATEST)["replay"]["player"]
+    replay = ckpt.load(tmp_path / "killed" / LATEST)["replay"]["main"]["player"]
     assert len(replay["data"]["reward"]) == 320  # 160 one-step games of two players
     with Runner.resume(tmp_path / "killed", progress=False) as runner:
         resumed = runner.benchmark()

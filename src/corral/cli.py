@@ -464,6 +464,12 @@ def _add_training_commands(commands: Any) -> None:
         "must declare metadata zero_sum=True)",
     )
     train.add_argument(
+        "--policies",
+        metavar="MAP",
+        help="which policy plays which group or agent, e.g. 'adversary=mappo,agent=ippo' or "
+        "'agent=fixed:random' (agents named nowhere are learned by ALGO)",
+    )
+    train.add_argument(
         "--set",
         dest="settings",
         nargs="+",
@@ -605,6 +611,7 @@ _SETTING_FLAGS = ("num_envs", "backend", "total_steps", "seed", "device", "run_d
 def _train(args: argparse.Namespace) -> int:
     from corral.training import Runner, load_config
     from corral.training.runner import AlreadyTrainedError
+    from corral.training.policy_map import parse_policies
 
     overrides: dict[str, Any] = {}
     config = None
@@ -614,6 +621,8 @@ def _train(args: argparse.Namespace) -> int:
             overrides.update(
                 {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k) is not None}
             )
+            if args.policies is not None:
+                overrides["policies"] = parse_policies(args.policies)
             progress, allowed = not args.no_progress, [*args.allow_imports, *args.imports]
             if args.resume and args.algo:
                 raise UsageError(

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from corral.algos.base import Algorithm, FixedPolicy
-from corral.arrays import Place, is_tensor, place_of, to_numpy, tree_to_numpy
+from corral.arrays import Place, is_tensor, place_of
 from corral.data.transitions import TransitionAssembler
+from corral.training.policy_map import MAIN, FixedPlayer
 from corral.training.whole_episodes import CutEpisodes, whole_ended
 
 
@@ -80,31 +81,43 @@ class Progress:
 
 
 class Collector:
-    """Steps ``venv`` with ``algo`` (and fixed policies for other groups).
+    """Steps ``venv`` with the learners' actions (and fixed policies' for other agents).
 
-    ``fixed`` maps groups that ``algo`` does not learn to :data:`FixedPolicy`
-    callables. Episode returns count only the learned groups. For an
-    algorithm with ``uses_decisions`` it counts each agent's decisions in its
-    episode (:attr:`decisions`) and passes them to ``act``.
+    ``algo``: the learner, or several by policy id (see
+    :mod:`corral.training.policy_map`), each playing whole groups of its own.
+    ``fixed`` maps policy ids of policies that are not learned to a
+    :class:`~corral.training.policy_map.FixedPlayer` (a :data:`FixedPolicy`
+    keyed by its group plays that whole group). Episode returns count only the
+    learned groups. It counts each agent's decisions in its episode
+    (:attr:`decisions`) and passes them to the learners with ``uses_decisions``.
     """
 
     def __init__(
         self,
         venv: Any,
-        algo: Algorithm,
-        fixed: Mapping[str, FixedPolicy] | None = None,
+        algo: Algorithm | Mapping[str, Algorithm],
+        fixed: Mapping[str, FixedPlayer | FixedPolicy] | None = None,
         seed: int | None = None,
     ) -> None:
         self.venv = venv
-        self.algo = algo
-        self.fixed = dict(fixed or {})
-        missing = set(venv.groups) - set(algo.groups) - set(self.fixed)
-        if missing:
-            raise ValueError(f"groups {sorted(missing)} have neither a learner nor a fixed policy")
+        self.learners: dict[str, Algorithm] = (
+            dict(algo) if isinstance(algo, Mapping) else {MAIN: algo}
+        )
+        self.fixed = {pid: _player(venv, pid, p) for pid, p in (fixed or {}).items()}
+        learned = [g for learner in self.learners.values() for g in learner.groups]
+        self.learned_groups = tuple(dict.fromkeys(learned))
+        _check_cover(venv, self.learners, self.fixed)
         self.rng = np.random.default_rng(seed)
         self.assembler = TransitionAssembler(venv)
         self.batch = venv.reset(seed=seed)
         self.decisions = DecisionCounter()
+
+    @property
+    def algo(self) -> Algorithm:
+        """The only learner (a collector of several learners raises ``ValueError``)."""
+        if len(self.learners) != 1:
+            raise ValueError(f"this collector has several learners: {sorted(self.learners)}")
+        return next(iter(self.learners.values()))
 
     @property
     def rollout_open(self) -> bool:
@@ -116,23 +129,30 @@ class Collector:
         """The env steps until the rollout being collected ends (0 where none is open)."""
         return 0
 
-    def actions(self, batch: Any, explore: bool) -> tuple[dict[str, np.ndarray], dict]:
-        """Actions of every group at ``batch`` (the next batch acted on) and ``algo``'s extras."""
-        if getattr(self.algo, "uses_decisions", False):  # any player with act() and groups
+    def actions(self, batch: Any, explore: bool) -> tuple[dict[str, Any], dict[str, dict]]:
+        """Actions of every group at ``batch`` (the next batch acted on), and each learner's
+        extras by policy id."""
+        decisions = None
+        if any(getattr(a, "uses_decisions", False) for a in self.learners.values()):
             decisions = self.decisions.step(batch)
-            actions, extras = self.algo.act(batch, explore=explore, decisions=decisions)
-        else:
-            actions, extras = self.algo.act(batch, explore=explore)
+        actions: dict[str, Any] = {}
+        extras: dict[str, dict] = {}
+        for pid, learner in self.learners.items():
+            if getattr(learner, "uses_decisions", False):
+                own, extras[pid] = learner.act(batch, explore=explore, decisions=decisions)
+            else:
+                own, extras[pid] = learner.act(batch, explore=explore)
+            actions.update(own)
         if not self.fixed:
             return actions, extras
         place = place_of(batch.done)
-        for g, policy in self.fixed.items():
-            # fixed policies play on the host: a torch batch's observations and mask are
-            # read back (one copy per step), the actions placed where the batch lives
-            obs, mask = batch.obs[g], batch.action_mask.get(g)
-            if place.is_torch:
-                obs, mask = tree_to_numpy(obs), None if mask is None else to_numpy(mask)
-            actions[g] = _placed(place, policy(obs, mask, self.rng))
+        for player in self.fixed.values():
+            for g, theirs in player.actions(batch, place, explore, self.rng).items():
+                mine = player.slots[g]
+                if mine.all() or g not in actions:
+                    actions[g] = theirs
+                else:
+                    actions[g] = _merged(place, mine, theirs, actions[g])
         return actions, extras
 
     def run(
@@ -154,7 +174,7 @@ class Collector:
         progress = Progress()
         while progress.env_steps < env_steps:
             actions, extras = self.actions(self.batch, explore=learn)
-            self.assembler.act(self.batch, actions, **extras)
+            self.assembler.act(self.batch, actions, **next(iter(extras.values()), {}))
             restarts = int(self.batch.worker_restarts.sum())
             self.batch = self.venv.step(actions)
             progress.env_steps += self.venv.num_envs
@@ -184,7 +204,7 @@ class Collector:
         if len(finished) == 0:
             return
         returns = np.concatenate(
-            [batch.episode_return[g][finished] for g in self.algo.groups], axis=1
+            [batch.episode_return[g][finished] for g in self.learned_groups], axis=1
         )
         progress.episode_returns.extend(returns.mean(axis=1).tolist())
         for g, agents in self.venv.groups.items():
@@ -242,10 +262,53 @@ def evaluate(
     return progress
 
 
-def _placed(place: Place, actions: Any) -> Any:
-    """A fixed policy's actions (nested for Dict and Tuple spaces) in ``place``."""
-    if isinstance(actions, dict):
-        return {k: _placed(place, v) for k, v in actions.items()}
-    if isinstance(actions, tuple):
-        return tuple(_placed(place, v) for v in actions)
-    return place.asarray(actions) if place.is_torch else actions
+def _merged(place: Place, mine: np.ndarray, theirs: Any, others: Any) -> Any:
+    """``theirs`` in the agents ``mine`` ``[n]`` marks, ``others`` elsewhere (``[E, n, ...]``
+    arrays or tensors)."""
+    if place.is_torch:
+        import torch
+
+        where = torch.as_tensor(mine, device=others.device)
+        return torch.where(where.reshape(1, -1, *[1] * (others.ndim - 2)), theirs, others)
+    return np.where(mine.reshape(1, -1, *[1] * (np.ndim(others) - 2)), theirs, others)
+
+
+def _player(venv: Any, pid: str, player: FixedPlayer | FixedPolicy) -> FixedPlayer:
+    """A :class:`FixedPlayer`; a bare :data:`FixedPolicy` keyed by a group plays all of it."""
+    if isinstance(player, FixedPlayer):
+        return player
+    if pid not in venv.groups:
+        raise ValueError(
+            f"a fixed policy given without its agents must be keyed by a group of the env; "
+            f"{pid!r} is none of {sorted(venv.groups)}"
+        )
+    return FixedPlayer(player, {pid: np.ones(len(venv.groups[pid]), dtype=bool)})
+
+
+def _check_cover(venv: Any, learners: Mapping[str, Any], fixed: Mapping[str, FixedPlayer]) -> None:
+    """Every agent is played by exactly one learner or fixed policy; learners play whole,
+    distinct groups."""
+    owner: dict[tuple[str, int], str] = {}
+    for pid, learner in learners.items():
+        for g in learner.groups:
+            for j in range(len(venv.groups[g])):
+                if (g, j) in owner:
+                    raise ValueError(
+                        f"the agent {venv.groups[g][j]!r} is played by both {owner[g, j]!r} "
+                        f"and {pid!r}"
+                    )
+                owner[g, j] = pid
+    for pid, player in fixed.items():
+        for g, mask in player.slots.items():
+            for j in np.flatnonzero(mask):
+                if (g, int(j)) in owner:
+                    raise ValueError(
+                        f"the agent {venv.groups[g][j]!r} is played by both "
+                        f"{owner[g, int(j)]!r} and {pid!r}"
+                    )
+                owner[g, int(j)] = pid
+    missing = [
+        a for g, agents in venv.groups.items() for j, a in enumerate(agents) if (g, j) not in owner
+    ]
+    if missing:
+        raise ValueError(f"the agents {missing} have neither a learner nor a fixed policy")

@@ -41,6 +41,7 @@ from corral.errors import ConfigError, MissingDependencyError
 from corral.ranges import SEED, Range, check_ranges
 from corral.registry import resolve
 from corral.settings import parse_settings, parse_value
+from corral.training.policy_map import FIXED, OBJECT, is_fixed, parse_policies, written
 
 DEVICES = ("cpu", "cuda", "auto")
 BACKEND_OPTIONS = {
@@ -143,6 +144,12 @@ class RunConfig:
     """Groups the algorithm learns (empty: all); the others are played by ``opponent``."""
     opponent: str = "random"
     """Policy of the groups not learned: ``random`` (uniform legal actions) or ``module:attr``."""
+    policies: dict[str, Any] = field(default_factory=dict)
+    """Which policy plays which agents (see :mod:`corral.training.policy_map`): a group or
+    agent id -> an algorithm learned in the run (``mappo``...), ``fixed:random`` or
+    ``fixed:MODULE:ATTR`` (in Python, also a ``Policy`` object); agents named nowhere are
+    learned by the run's algorithm. On the command line ``--policies
+    "adversary=mappo,agent=fixed:random"``."""
     self_play: bool = False
     """Learn a zero-sum game against snapshots of itself (its env declares metadata zero_sum=True;
     for algorithms that support it)."""
@@ -186,6 +193,12 @@ class RunConfig:
         if self.array == "torch" and self.self_play:
             raise ConfigError(
                 "self_play plays on numpy batches only: leave array at 'numpy' (got 'torch')"
+            )
+        if isinstance(self.policies, str):
+            self.policies = parse_policies(self.policies) if self.policies else {}
+        if not isinstance(self.policies, Mapping):
+            raise ConfigError(
+                f"policies must map groups or agents to policies, got {self.policies!r}"
             )
         if self.eval_opponent != "random" and os.path.exists(self.eval_opponent):
             # written to config.yaml as an absolute path, so a resumed run finds it from anywhere
@@ -252,13 +265,21 @@ class TrainConfig:
     algo: str
     run: RunConfig
     algo_config: AlgoConfig
+    policy_configs: dict[str, AlgoConfig] = field(default_factory=dict)
+    """The config of each policy id of ``run.policies`` learned by another algorithm than
+    ``algo`` (the packaged defaults of that algorithm, with the settings given that it has)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (lists for tuples) as written to a run's ``config.yaml``."""
+        run = _plain(dataclasses.asdict(dataclasses.replace(self.run, policies={})))
+        run["policies"] = {key: written(value) for key, value in self.run.policies.items()}
         return {
             "algo": self.algo,
-            "run": _plain(dataclasses.asdict(self.run)),
+            "run": run,
             "algo_config": _plain(dataclasses.asdict(self.algo_config)),
+            "policy_configs": {
+                pid: _plain(dataclasses.asdict(cfg)) for pid, cfg in self.policy_configs.items()
+            },
         }
 
     @classmethod
@@ -282,10 +303,16 @@ class TrainConfig:
         run, algo_values = (_section(data, key, source) for key in ("run", "algo_config"))
         check_imports(data, source, allow_imports)
         run = {RENAMED.get(key, key): value for key, value in run.items()}
+        saved = _section(data, "policy_configs", source)
         try:
             algo, algo_cls = algorithm_spec(algo)
-            return cls(algo, _build(RunConfig, run), _build(algo_cls.Config, algo_values))
-        except ValueError as err:  # ConfigError, or an unknown algorithm
+            run_config = _build(RunConfig, run)
+            others = {
+                pid: _build(algorithm_spec(run_config.policies[pid])[1].Config, dict(values or {}))
+                for pid, values in saved.items()
+            }
+            return cls(algo, run_config, _build(algo_cls.Config, algo_values), others)
+        except (ValueError, KeyError) as err:  # ConfigError, an unknown algorithm or policy
             raise ConfigError(f"{source}: {err}") from err
 
 
@@ -308,6 +335,18 @@ def check_imports(data: Mapping[str, Any], source: str, allow_imports: Collectio
                 f" and a setting read from a file may only name {allowed}. If you trust it,"
                 f" allow it on the command line: --allow-import {value}"
                 f" (Python: allow_imports=[{value!r}])"
+            )
+    policies = run.get("policies")
+    for key, value in policies.items() if isinstance(policies, Mapping) else ():
+        code = value.removeprefix(FIXED) if isinstance(value, str) else ""
+        if code.startswith(OBJECT):  # no code: refused when the run is built (check_value)
+            continue
+        if ":" in code and value not in allow_imports:
+            raise ConfigError(
+                f"{source}: policies {key}={value} would import the module {_module(code)!r}, "
+                "and a setting read from a file may only name registered algorithms and "
+                f"fixed:random. If you trust it, allow it on the command line: --allow-import "
+                f"{value} (Python: allow_imports=[{value!r}])"
             )
     try:  # read as the config will be, so that what is checked is what is imported
         modules = coerce(run.get("imports") or (), tuple[str, ...])
@@ -378,8 +417,41 @@ def load_config(
     settings = file
     for layer in layers:
         settings = _merge(settings, layer)
-    run_values, algo_values = _split(settings, algo_cls.Config)
-    return TrainConfig(algo, _build(RunConfig, run_values), _build(algo_cls.Config, algo_values))
+    policies = settings.get("policies") or {}
+    policies = parse_policies(policies) if isinstance(policies, str) else policies
+    others = _policy_algorithms(policies, algo)
+    also = {f.name for cls in others.values() for f in fields(cls.Config)}
+    run_values, algo_values = _split(settings, algo_cls.Config, also)
+    run = _build(RunConfig, run_values)
+    configs = {
+        pid: _policy_config(cls, str(policies[pid]), str(env_id), user)
+        for pid, cls in others.items()
+    }
+    return TrainConfig(algo, run, _build(algo_cls.Config, algo_values), configs)
+
+
+def _policy_algorithms(policies: Mapping[str, Any], algo: str) -> dict[str, type]:
+    """The class of each learned policy of ``policies`` whose algorithm is not ``algo``."""
+    found = {}
+    for pid, value in policies.items():
+        if is_fixed(value) or value == algo or value.startswith(OBJECT):
+            continue
+        try:
+            found[pid] = algorithm_spec(value)[1]
+        except ValueError as err:  # an unknown algorithm
+            raise ConfigError(f"policies: {pid}={value}: {err}") from err
+    return found
+
+
+def _policy_config(algo_cls: type, name: str, env: str, user: Mapping[str, Any]) -> AlgoConfig:
+    """The config of a policy learned by ``algo_cls`` (registered as ``name``): its packaged
+    defaults for ``env``, then those of the ``user``'s settings it has."""
+    file = packaged_defaults(name if name in ALGORITHMS else getattr(algo_cls, "name", ""))
+    settings = file
+    for layer in [*_env_layers(file.pop("envs", None) or {}, env), user]:
+        settings = _merge(settings, layer)
+    names = {f.name for f in fields(algo_cls.Config)}
+    return _build(algo_cls.Config, {k: v for k, v in settings.items() if k in names})
 
 
 def replace_run(run: RunConfig, **changes: Any) -> RunConfig:
@@ -469,10 +541,14 @@ def _merge(base: Mapping[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _split(settings: Mapping[str, Any], algo_config: type) -> tuple[dict, dict]:
+def _split(
+    settings: Mapping[str, Any], algo_config: type, also: Collection[str] = ()
+) -> tuple[dict, dict]:
+    """The run's and the algorithm's settings of ``settings``; names in ``also`` (settings of
+    other algorithms of the run's policies) are known but belong to neither."""
     run_names = {f.name for f in fields(RunConfig)}
     algo_names = {f.name for f in fields(algo_config)}
-    unknown = sorted(set(settings) - run_names - algo_names)
+    unknown = sorted(set(settings) - run_names - algo_names - set(also))
     if unknown:
         known = sorted(run_names | algo_names)
         hints = {name: difflib.get_close_matches(name, known, n=1) for name in unknown}

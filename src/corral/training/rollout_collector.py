@@ -20,6 +20,7 @@ as is the first invalid action of a vector env that checks them on its device
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -28,6 +29,7 @@ from corral.algos.base import Algorithm, FixedPolicy
 from corral.arrays import is_tensor, to_numpy
 from corral.data.rollouts import RolloutBuilder
 from corral.training.collector import Collector, Progress
+from corral.training.policy_map import MAIN, FixedPlayer
 
 
 class RolloutCollector(Collector):
@@ -46,27 +48,45 @@ class RolloutCollector(Collector):
     def __init__(
         self,
         venv: Any,
-        algo: Algorithm,
-        fixed: Mapping[str, FixedPolicy] | None = None,
+        algo: Algorithm | Mapping[str, Algorithm],
+        fixed: Mapping[str, FixedPlayer | FixedPolicy] | None = None,
         seed: int | None = None,
     ) -> None:
         super().__init__(venv, algo, fixed, seed)
-        learned = SimpleNamespace(num_envs=venv.num_envs, groups=algo.groups)
-        self.builder = RolloutBuilder(learned, algo.rollout_steps, record_next=algo.records_next)
+        self.builders = {
+            pid: RolloutBuilder(
+                SimpleNamespace(num_envs=venv.num_envs, groups=learner.groups),
+                learner.rollout_steps,
+                record_next=learner.records_next,
+            )
+            for pid, learner in self.learners.items()
+        }
         self._ended: list[tuple[Any, dict[str, Any], Any, Any]] = []
         """Torch batches: each step's ``done``, ``episode_return``, ``episode_length`` and
         ``episode_cut``, on the device until :meth:`_read_episodes`."""
 
     @property
+    def builder(self) -> RolloutBuilder:
+        """The only learner's rollout builder (see :attr:`Collector.algo`)."""
+        if len(self.builders) != 1:
+            raise ValueError(f"this collector has several learners: {sorted(self.builders)}")
+        return next(iter(self.builders.values()))
+
+    @property
     def rollout_open(self) -> bool:
         """Whether a rollout is partly collected: its steps would be lost to a checkpoint."""
-        return self.builder.recorded > 0
+        return any(b.recorded > 0 for b in self.builders.values())
 
     def rollout_left(self) -> int:
-        """The env steps until the rollout being collected ends (0 where none is open)."""
+        """The env steps until no learner's rollout is open (0 where none is open): learners
+        of different ``rollout_steps`` close theirs together every so many steps."""
         if not self.rollout_open:
             return 0
-        return (self.builder.steps - self.builder.recorded) * self.venv.num_envs
+        horizon = math.lcm(*(b.steps for b in self.builders.values()))
+        for steps in range(1, horizon + 1):
+            if all((b.recorded + steps) % b.steps == 0 for b in self.builders.values()):
+                return steps * self.venv.num_envs
+        raise AssertionError("unreachable: every rollout closes within their lcm")
 
     def run(
         self,
@@ -75,44 +95,52 @@ class RolloutCollector(Collector):
         learn: bool = True,
         on_step: Callable[[int], None] | None = None,
     ) -> Progress:
-        """Collect at least ``env_steps`` env steps, learning at the end of every rollout.
+        """Collect at least ``env_steps`` env steps, each learner learning at the end of each
+        of its rollouts.
 
         ``on_step`` is called after every vector step with the env steps it took.
         """
         progress = Progress()
         if not learn:
-            self.builder.reset()  # a rollout never spans acting without learning
+            for builder in self.builders.values():
+                builder.reset()  # a rollout never spans acting without learning
         # worker_restarts only grows: the restarts of the run are its growth over the run
         restarts = self.batch.worker_restarts.sum()
         while progress.env_steps < env_steps:
             actions, extras = self.actions(self.batch, explore=learn)
             if learn:
-                value = extras.pop("value", None)
-                self.builder.act(
-                    self.batch, {g: actions[g] for g in self.algo.groups}, value, **extras
-                )
+                for pid, learner in self.learners.items():
+                    own = dict(extras[pid])
+                    value = own.pop("value", None)
+                    self.builders[pid].act(
+                        self.batch, {g: actions[g] for g in learner.groups}, value, **own
+                    )
             self.batch = self.venv.step(actions)
             progress.env_steps += self.venv.num_envs
             self._record_episodes(progress)
             if learn:
-                final = self.algo.final_values(self.batch, self.decisions.made)
-                self.builder.observe(self.batch, final)
-                if self.builder.full:
-                    next_value = self.algo.bootstrap_values(
-                        self.batch, self.decisions.index(self.batch)
-                    )
-                    rollouts = self.builder.finish(next_value)
-                    self._read_episodes(progress)
-                    self._raise_deferred()  # not learning from a bad action's stand-in
-                    metrics = self.algo.learn(rollouts)
-                    if metrics:  # a replay learner's rollout that took no gradient step: none
-                        progress.updates.append(metrics)
+                for pid, learner in self.learners.items():
+                    self._learn(pid, learner, progress)
             if on_step is not None:
                 on_step(self.venv.num_envs)
         self._read_episodes(progress)
         self._raise_deferred()
         progress.env_restarts += int(self.batch.worker_restarts.sum() - restarts)
         return progress
+
+    def _learn(self, pid: str, learner: Algorithm, progress: Progress) -> None:
+        """Record the step into ``pid``'s rollout; where it is full, learn from it."""
+        builder = self.builders[pid]
+        builder.observe(self.batch, learner.final_values(self.batch, self.decisions.made))
+        if not builder.full:
+            return
+        next_value = learner.bootstrap_values(self.batch, self.decisions.index(self.batch))
+        rollouts = builder.finish(next_value)
+        self._read_episodes(progress)
+        self._raise_deferred()  # not learning from a bad action's stand-in
+        metrics = learner.learn(rollouts)
+        if metrics:  # a replay learner's rollout that took no gradient step: none
+            progress.updates.append(_named(pid, metrics))
 
     def _raise_deferred(self) -> None:
         """Raise an invalid action that the vector env checked on its device
@@ -152,3 +180,11 @@ class RolloutCollector(Collector):
             episode_cut=to_numpy(torch.cat([cut for _, _, _, cut in steps])),
         )
         super()._record_episodes(progress, flat)
+
+
+def _named(pid: str, metrics: dict[str, float]) -> dict[str, float]:
+    """A learner's metrics as the run logs them: those of the policy :data:`MAIN` as they
+    are, others' prefixed ``pid/`` (unless their names already start so)."""
+    if pid == MAIN:
+        return metrics
+    return {k if k.startswith(f"{pid}/") else f"{pid}/{k}": v for k, v in metrics.items()}

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from corral.algos.base import Algorithm, FixedPolicy, resolve_device
+from corral.algos.base import Algorithm, resolve_device
 from corral.arrays import Place
 from corral.errors import CheckpointError
 from corral.registry import EnvSpec, import_modules, resolve, spec
@@ -63,6 +63,16 @@ from corral.training.metrics import (
     Row,
     checked_rows,
     is_column,
+)
+from corral.training.policy_map import (
+    FIXED,
+    MAIN,
+    FixedPlayer,
+    PolicyMap,
+    check_value,
+    fixed_target,
+    is_fixed,
+    policy_map,
 )
 from corral.training.progress import progress as make_progress
 from corral.training.rollout_collector import RolloutCollector
@@ -175,10 +185,9 @@ class Runner:
             threads = torch_threads(run.torch_threads)
             self._threads_before = set_torch_threads(threads)
             self.torch_threads = None if self._threads_before is None else threads
-            self.algo = build_algorithm(config, self.venv)
-            self.fixed = fixed_policies(config, self.venv, self.algo)
+            self.learners, self.fixed = build_players(config, self.venv)
             self.selection = run_selection(
-                config, self.venv, self.algo, allow_imports=self.allow_imports
+                config, self.venv, self.learners, allow_imports=self.allow_imports
             )
             saved = {} if restore is None else restored(restore, self.run_dir / LATEST)
             # the run is usable as configured: only now is its directory made or rewritten
@@ -194,13 +203,12 @@ class Runner:
                 self.best_eval, self.best_steps = saved.get("best_eval"), saved.get("best_steps")
             # A resumed run's envs start new episodes, from seeds that follow the step.
             seed = run.seed + self.env_steps
-            collect = RolloutCollector if self.algo.learns_from == "rollouts" else Collector
-            self.collector = collect(self.venv, self.algo, self.fixed, seed=seed)
+            rollouts = all(a.learns_from == "rollouts" for a in self.learners.values())
+            collect = RolloutCollector if rollouts else Collector
+            self.collector = collect(self.venv, self.learners, self.fixed, seed=seed)
             if restore is not None:
                 with _fitting(self.run_dir / LATEST, restore, config):
-                    self.algo.load_state_dict(restore["algo_state"])
-                    if "replay" in restore:
-                        self.algo.load_replay_state_dict(restore["replay"])
+                    load_learners(self.learners, restore)
                     self.collector.rng.bit_generator.state = restore["collector_rng"]
                     checkpoint.set_rng_state(restore["rng"])
             self.metrics = MetricsLog(
@@ -209,6 +217,20 @@ class Runner:
         except BaseException:
             self.close()
             raise
+
+    @property
+    def algo(self) -> Algorithm:
+        """The run's own algorithm (the policy ``main``), or its only learner."""
+        if MAIN in self.learners:
+            return self.learners[MAIN]
+        if len(self.learners) == 1:
+            return next(iter(self.learners.values()))
+        raise ValueError(f"this run has several learners: {sorted(self.learners)}")
+
+    @property
+    def device(self) -> str:
+        """Where the learners act and learn."""
+        return next(iter(self.learners.values())).device
 
     @classmethod
     def resume(
@@ -328,8 +350,12 @@ class Runner:
     def _warn_if_too_short(self) -> None:
         """Warn when the run ends before the algorithm's first update."""
         run = self.config.run
-        wait = self.algo.first_update()
         left = run.total_steps - self.env_steps
+        for pid, learner in self.learners.items():
+            self._warn_learner(pid, learner, left)
+
+    def _warn_learner(self, pid: str, learner: Algorithm, left: int) -> None:
+        wait = learner.first_update()
         # The collector steps every env at once: a run takes whole vector steps.
         collected = -(-left // self.venv.num_envs) * self.venv.num_envs
         if wait is None or left <= 0 or collected >= wait.env_steps:
@@ -338,7 +364,7 @@ class Runner:
             "no update will happen: the run has %d env steps to go, and %s's next update needs "
             "at least %d (%s); set total_steps to at least %d, or lower those settings",
             left,
-            self.config.algo,
+            self.config.algo if pid == MAIN else f"the policy {pid!r}",
             wait.env_steps,
             wait.because,
             self.env_steps + wait.env_steps,
@@ -416,7 +442,7 @@ class Runner:
             self.eval_venv = build_eval_venv(self.config)
         return evaluate_policy(
             self.config,
-            self.algo,
+            self.learners,
             episodes or run.eval_episodes,
             venv=self.eval_venv,
             allow_imports=self.allow_imports,
@@ -428,7 +454,7 @@ class Runner:
         state = {
             "algo": self.config.algo,
             "env": self.config.run.env,
-            "algo_state": self.algo.state_dict(),
+            "learners": {pid: learner.state_dict() for pid, learner in self.learners.items()},
             "env_steps": self.env_steps,
             "elapsed": self.elapsed,
             "best_eval": self.best_eval,
@@ -438,8 +464,9 @@ class Runner:
             "rng": checkpoint.rng_state(),
             "collector_rng": self.collector.rng.bit_generator.state,
         }
-        memory = self.algo.replay_state_dict() if replay else None
-        if memory is not None:
+        memory = {pid: learner.replay_state_dict() for pid, learner in self.learners.items()}
+        memory = {pid: m for pid, m in memory.items() if m is not None}
+        if replay and memory:
             state["replay"] = memory
         checkpoint.save(path, state)
 
@@ -487,7 +514,7 @@ class Runner:
         threads = "" if self.torch_threads is None else f", torch threads {self.torch_threads}"
         return (
             f"run {self.run_dir}: {self.config.algo} on {run.env}; backend {run.backend}, "
-            f"{run.num_envs} envs, device {self.algo.device}{threads}"
+            f"{run.num_envs} envs, device {self.device}{threads}"
         )
 
     @contextlib.contextmanager
@@ -628,13 +655,29 @@ def build_eval_venv(config: TrainConfig) -> VectorEnv:
 
 
 def uses_state(config: TrainConfig) -> bool:
-    """Whether the algorithm of ``config`` reads the global state (see ``Algorithm.uses_state``)."""
-    return bool(getattr(algorithm_spec(config.algo)[1], "uses_state", False))
+    """Whether an algorithm of ``config`` (its own or one in ``policies``) reads the global
+    state (see ``Algorithm.uses_state``)."""
+    names = [config.algo, *(v for v in config.run.policies.values() if not is_fixed(v))]
+    return any(getattr(_algorithm_class(name), "uses_state", False) for name in names)
 
 
-def build_algorithm(config: TrainConfig, venv: VectorEnv) -> Algorithm:
-    """The algorithm of ``config`` for ``venv``, with its learned groups and device."""
-    _, algo_cls = algorithm_spec(config.algo)
+def _algorithm_class(name: str) -> type:
+    try:
+        return algorithm_spec(name)[1]
+    except ValueError as err:  # an unknown algorithm in policies
+        raise ConfigError(f"policies: {err}") from err
+
+
+def build_algorithm(
+    config: TrainConfig,
+    venv: VectorEnv,
+    pid: str = MAIN,
+    groups: Sequence[str] | None = None,
+) -> Algorithm:
+    """The learner of the policy id ``pid`` (default: the run's own algorithm) for ``groups``
+    of ``venv`` (default: the run's ``learn_groups``, else all), on the run's device."""
+    name = config.algo if pid == MAIN else config.run.policies[pid]
+    _, algo_cls = algorithm_spec(name)
     run = config.run
     if run.self_play and not getattr(config.algo_config, "self_play", False):
         raise ConfigError(f"algorithm {config.algo!r} does not support self_play")
@@ -642,30 +685,129 @@ def build_algorithm(config: TrainConfig, venv: VectorEnv) -> Algorithm:
         raise ConfigError(
             f"array='torch' needs an algorithm that learns from rollouts (mappo, ippo, dqn, "
             f"maddpg); "
-            f"{config.algo!r} plays numpy batches: leave array at 'numpy'"
+            f"{name!r} plays numpy batches: leave array at 'numpy'"
         )
-    learn = list(run.learn_groups) or list(venv.groups)
-    unknown = sorted(set(learn) - set(venv.groups))
+    if groups is None:
+        groups = list(run.learn_groups) or list(venv.groups)
+        unknown = sorted(set(groups) - set(venv.groups))
+        if unknown:
+            raise ConfigError(
+                f"learn_groups {unknown} are not groups of {run.env}: {list(venv.groups)}"
+            )
+    algo_config = config.policy_configs.get(pid, config.algo_config)
+    return algo_cls(venv, algo_config, learn_groups=list(groups), device=_device(run.device))
+
+
+def run_policies(config: TrainConfig, venv: VectorEnv) -> dict[str, Any]:
+    """The run's ``policies``, with the groups that ``learn_groups`` leaves out played by
+    ``opponent`` (as ``fixed:...``), in the env's order of groups."""
+    run = config.run
+    policies = dict(run.policies)
+    unknown = sorted(set(run.learn_groups) - set(venv.groups))
     if unknown:
         raise ConfigError(
             f"learn_groups {unknown} are not groups of {run.env}: {list(venv.groups)}"
         )
-    return algo_cls(venv, config.algo_config, learn_groups=learn, device=_device(run.device))
+    if run.learn_groups:
+        opponent = FIXED + run.opponent
+        for g in venv.groups:
+            if g not in run.learn_groups and g not in policies:
+                policies[g] = opponent
+    return policies
 
 
-def fixed_policies(config: TrainConfig, venv: VectorEnv, algo: Algorithm) -> dict[str, FixedPolicy]:
-    """The :data:`FixedPolicy` of each group that ``algo`` does not learn (``run.opponent``)."""
-    others = [g for g in venv.groups if g not in algo.groups]
-    if not others:
-        return {}
-    opponent = config.run.opponent
-    if opponent == "random":
-        return {g: RandomPolicy(venv.action_space(g)) for g in others}
+def build_players(
+    config: TrainConfig, venv: VectorEnv
+) -> tuple[dict[str, Algorithm], dict[str, FixedPlayer]]:
+    """The learners and the fixed policies of ``config``'s policy map on ``venv``, by policy
+    id (see :mod:`corral.training.policy_map`)."""
+    pmap, policies = _plan(config, venv)
+    learners: dict[str, Algorithm] = {}
+    for pid in pmap.ids:
+        value = config.algo if pid == MAIN else policies[pid]
+        if is_fixed(value):
+            continue
+        if not pmap.whole_groups(pid):
+            group = next(iter(pmap.groups_of(pid)))
+            raise ConfigError(
+                f"policies: {pid!r} would learn part of the group {group!r}; a learned policy "
+                "plays whole groups: name the group, or give each agent a group of its own "
+                "(group_map=agent)"
+            )
+        try:
+            learners[pid] = build_algorithm(config, venv, pid, list(pmap.groups_of(pid)))
+        except ValueError as err:  # an unknown algorithm
+            if pid == MAIN:
+                raise
+            raise ConfigError(f"policies: {pid}={value}: {err}") from err
+    return learners, fixed_players(config, venv)
+
+
+def fixed_players(config: TrainConfig, venv: VectorEnv) -> dict[str, FixedPlayer]:
+    """The policies of ``config``'s policy map on ``venv`` that are not learned, by id."""
+    pmap, policies = _plan(config, venv)
+    fixed = {}
+    for pid in pmap.ids:
+        value = config.algo if pid == MAIN else policies[pid]
+        if is_fixed(value):
+            (group,) = pmap.groups_of(pid)  # a key names one group or one agent
+            fixed[pid] = FixedPlayer(fixed_policy(value, venv, group, pid), pmap.slots(pid))
+    return fixed
+
+
+def _plan(config: TrainConfig, venv: VectorEnv) -> tuple[PolicyMap, dict[str, Any]]:
+    policies = run_policies(config, venv)
+    for key, value in policies.items():
+        check_value(key, value)
+    if policies and config.run.self_play:
+        raise ConfigError(
+            "self_play plays every seat by the learner and its past copies: it takes no "
+            f"policies (got {sorted(policies)})"
+        )
+    return policy_map(venv.groups, list(policies)), policies
+
+
+def fixed_policy(value: Any, venv: VectorEnv, group: str, pid: str) -> Any:
+    """What plays the policy id ``pid`` (in ``group``) that ``value`` names: a
+    :class:`RandomPolicy` for ``fixed:random``, the object ``fixed:MODULE:ATTR`` names, or
+    ``value`` itself (a :class:`~corral.algos.policy.Policy` or a :data:`FixedPolicy`)."""
+    if not isinstance(value, str):
+        return value
+    target = fixed_target(value)
+    if target == "random":
+        return RandomPolicy(venv.action_space(group))
     try:
-        policy = resolve(opponent)
+        return resolve(target)
     except (ImportError, AttributeError, ValueError) as err:
-        raise ConfigError(f"opponent must be 'random' or 'module:attr': {err}") from err
-    return dict.fromkeys(others, policy)
+        raise ConfigError(
+            f"policies: {pid}={value}: a fixed policy is fixed:random or fixed:MODULE:ATTR ({err})"
+        ) from err
+
+
+def as_learners(algo: Algorithm | Mapping[str, Algorithm]) -> dict[str, Algorithm]:
+    """The learners by policy id: a single learner is the policy :data:`MAIN`."""
+    return dict(algo) if isinstance(algo, Mapping) else {MAIN: algo}
+
+
+def _only(learners: Mapping[str, Algorithm], doing: str) -> Algorithm:
+    """The one learner of a run, for what only one learner can do (``doing``)."""
+    if len(learners) != 1:
+        raise ConfigError(f"{doing} needs a run of one learner; this one has {sorted(learners)}")
+    return next(iter(learners.values()))
+
+
+def load_learners(learners: Mapping[str, Algorithm], saved: Mapping[str, Any]) -> None:
+    """Restore each learner's state (and replay memory, where kept) from a checkpoint."""
+    states = saved["learners"]
+    if sorted(states) != sorted(learners):
+        raise CheckpointError(
+            f"the checkpoint holds the policies {sorted(states)}, "
+            f"this run learns {sorted(learners)}"
+        )
+    for pid, learner in learners.items():
+        learner.load_state_dict(states[pid])
+        if pid in saved.get("replay", {}):
+            learner.load_replay_state_dict(saved["replay"][pid])
 
 
 class RandomPolicy:
@@ -680,7 +822,7 @@ class RandomPolicy:
 
 def evaluate_policy(
     config: TrainConfig,
-    algo: Algorithm,
+    algo: Algorithm | Mapping[str, Algorithm],
     episodes: int,
     *,
     venv: VectorEnv | None = None,
@@ -688,7 +830,8 @@ def evaluate_policy(
     opponent: str | None = None,
     allow_imports: Collection[str] = (),
 ) -> Evaluation:
-    """``episodes`` whole greedy episodes of ``algo``, the other groups played as in training.
+    """``episodes`` whole greedy episodes of ``algo`` (a learner, or the learners by policy
+    id), the other agents played as in training.
 
     Measures the columns of :mod:`corral.training.scoring`: the learned
     agents' mean return and each group's and agent's; in two-player zero-sum
@@ -705,9 +848,9 @@ def evaluate_policy(
     own = venv is None
     venv = build_eval_venv(config) if venv is None else venv
     try:
-        selection = _selection(config, venv, algo, versus=opponent is not None)
-        fixed = fixed_policies(config, venv, algo)
-        done = evaluate(venv, algo, episodes, fixed, seed=seed)
+        learners = as_learners(algo)
+        selection = _selection(config, venv, learners, versus=opponent is not None)
+        done = evaluate(venv, learners, episodes, fixed_players(config, venv), seed=seed)
         returns = [float(r) for r in done.episode_returns]
         result = Evaluation({RETURN: returns}, metric=selection.metric, cut=done.episodes_cut)
         result.episodes.update(episode_columns(RETURN, done.agent_returns, venv.groups))
@@ -715,7 +858,8 @@ def evaluate_policy(
             spec = opponent or config.run.eval_opponent
             reference = reference_opponent(spec, config, venv, allow_imports=allow_imports)
             cut = CutEpisodes(episodes)
-            found = versus_columns(algo, venv, selection.seats, episodes, reference, seed, cut)
+            player = _only(learners, "playing against eval_opponent (select_by eval_vs_opponent)")
+            found = versus_columns(player, venv, selection.seats, episodes, reference, seed, cut)
             result.episodes.update(found)
             result.cut += cut.count
     finally:
@@ -727,25 +871,27 @@ def evaluate_policy(
 def run_selection(
     config: TrainConfig,
     venv: VectorEnv,
-    algo: Algorithm,
+    algo: Algorithm | Mapping[str, Algorithm],
     *,
     versus: bool = False,
     allow_imports: Collection[str] = (),
 ) -> Selection:
     """The :class:`~corral.training.scoring.Selection` of ``config``'s ``select_by`` for
     ``algo`` on ``venv``; checks ``eval_opponent`` when evaluations play it."""
-    selection = _selection(config, venv, algo, versus=versus)
+    selection = _selection(config, venv, as_learners(algo), versus=versus)
     if selection.versus:
+        _only(as_learners(algo), "playing against eval_opponent (select_by eval_vs_opponent)")
         reference_opponent(config.run.eval_opponent, config, venv, allow_imports=allow_imports)
     return selection
 
 
-def _selection(config: TrainConfig, venv: VectorEnv, algo: Algorithm, *, versus: bool) -> Selection:
+def _selection(
+    config: TrainConfig, venv: VectorEnv, learners: Mapping[str, Algorithm], *, versus: bool
+) -> Selection:
     run = config.run
+    groups = {g: a for learner in learners.values() for g, a in learner.groups.items()}
     try:
-        return choose_selection(
-            run.select_by, venv, algo.groups, self_play=run.self_play, versus=versus
-        )
+        return choose_selection(run.select_by, venv, groups, self_play=run.self_play, versus=versus)
     except ValueError as err:
         raise ConfigError(str(err)) from err
 
@@ -776,7 +922,8 @@ def reference_opponent(
     saved = run_dir / (BEST if which == "best" and (run_dir / BEST).is_file() else LATEST)
     stamp = saved.stat().st_mtime_ns if saved.is_file() else 0
     allowed = tuple(sorted(allow_imports))
-    other, algo = _load_reference(str(run_dir), which, stamp, config.run.device, allowed)
+    other, loaded = _load_reference(str(run_dir), which, stamp, config.run.device, allowed)
+    algo = _only(as_learners(loaded), f"eval_opponent {spec!r}")
     if other.run.env != config.run.env:
         raise ConfigError(
             f"eval_opponent {spec!r} was trained on {other.run.env}, not on {config.run.env}"
@@ -794,7 +941,7 @@ def reference_opponent(
 @functools.lru_cache(maxsize=4)
 def _load_reference(
     run_dir: str, which: str, stamp: int, device: str, allow_imports: tuple[str, ...]
-) -> tuple[TrainConfig, Algorithm]:
+) -> tuple[TrainConfig, Algorithm | dict[str, Algorithm]]:
     """``load_run`` of a reference opponent, cached on the checkpoint file's modification time."""
     config, algo, _ = load_run(run_dir, which, device=device, allow_imports=allow_imports)
     return config, algo
@@ -822,8 +969,9 @@ def load_run(
     *,
     device: str | None = None,
     allow_imports: Collection[str] = (),
-) -> tuple[TrainConfig, Algorithm, dict]:
-    """The config, the algorithm restored from ``best.pt`` (or ``latest``), and that checkpoint.
+) -> tuple[TrainConfig, Algorithm | dict[str, Algorithm], dict]:
+    """The config, the learner restored from ``best.pt`` (or ``latest``), and that checkpoint;
+    a run of several learners gives them all, by policy id.
 
     ``which="best"`` falls back to the latest checkpoint when no evaluation
     has been saved yet. ``device`` replaces the run's (a GPU run on a CPU machine).
@@ -842,13 +990,13 @@ def load_run(
         raise ConfigError(f"{run_dir} has no checkpoint yet")
     venv = build_venv(config.run, backend="sync", array="numpy", state=uses_state(config))
     try:
-        algo = build_algorithm(config, venv)
+        learners, _ = build_players(config, venv)
     finally:
         venv.close()
     saved = checkpoint.load(path)
     with _fitting(path, saved, config):
-        algo.load_state_dict(saved["algo_state"])
-    return config, algo, saved
+        load_learners(learners, saved)
+    return config, learners if len(learners) > 1 else next(iter(learners.values())), saved
 
 
 UNFIT = (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError)

@@ -1,0 +1,201 @@
+"""Which policy plays each agent: the policy map of a run.
+
+A run maps every agent of its env to a *policy id*, and each policy id to
+what plays it (``policies``, ``--policies "adversary=mappo,agent=fixed:random"``):
+
+- an algorithm (``mappo``, ``ippo``, ``dqn``, ``maddpg`` or ``module:attr`` of an
+  :class:`~corral.algos.base.Algorithm`): a learner of its own, trained in the run;
+- ``fixed:random``: uniformly random legal actions;
+- ``fixed:MODULE:ATTR``: a policy of yours, a :class:`~corral.algos.policy.Policy`
+  or a :data:`~corral.algos.base.FixedPolicy` callable;
+- in Python, such an object itself.
+
+A key of the map is a group or an agent id; an agent named by its id takes
+that entry over its group's, and agents that no key names are learned by the
+run's algorithm (the policy id ``main``). The key is the policy id. A learned
+policy plays whole groups (give an agent a group of its own with
+``group_map="agent"`` to learn it apart); a fixed one may play single agents.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from corral.algos.policy import Policy
+from corral.arrays import Place, to_numpy, tree_to_numpy
+from corral.errors import ConfigError
+
+MAIN = "main"
+"""The policy id of the agents that no key of the map names: the run's own algorithm."""
+FIXED = "fixed:"
+RANDOM = "fixed:random"
+_KEY = re.compile(r"[A-Za-z_][\w.-]*")
+
+
+def parse_policies(text: str) -> dict[str, str]:
+    """``"adversary=mappo,agent=fixed:random"`` as a mapping of keys to values.
+
+    Raises :class:`~corral.errors.ConfigError` naming the entry that is not ``KEY=VALUE``
+    or a key given twice.
+    """
+    found: dict[str, str] = {}
+    for entry in text.split(","):
+        key, sep, value = (part.strip() for part in entry.partition("="))
+        if not sep or not _KEY.fullmatch(key) or not value:
+            raise ConfigError(
+                f"policies: {entry.strip()!r} is not KEY=VALUE (a group or agent id, then an "
+                "algorithm, fixed:random or fixed:MODULE:ATTR), in "
+                f"{text!r}; e.g. --policies 'adversary=mappo,agent=fixed:random'"
+            )
+        if key in found:
+            raise ConfigError(f"policies: {key!r} is given twice in {text!r}")
+        found[key] = value
+    return found
+
+
+@dataclass(frozen=True)
+class PolicyMap:
+    """Each agent's policy id, and the slots of each policy id.
+
+    Built by :func:`policy_map`; :attr:`agents` maps every agent of the env
+    to its policy id.
+    """
+
+    groups: Mapping[str, tuple[str, ...]]
+    agents: Mapping[str, str]
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """The policy ids, in the order of the agents they play first."""
+        return tuple(dict.fromkeys(self.agents.values()))
+
+    def groups_of(self, policy: str) -> dict[str, tuple[str, ...]]:
+        """The groups in which ``policy`` plays some agent (group -> all its agents)."""
+        return {
+            g: agents
+            for g, agents in self.groups.items()
+            if any(self.agents[a] == policy for a in agents)
+        }
+
+    def slots(self, policy: str) -> dict[str, np.ndarray]:
+        """Per group of :meth:`groups_of`, ``[n_g]`` booleans: the agents ``policy`` plays."""
+        return {
+            g: np.array([self.agents[a] == policy for a in agents], dtype=bool)
+            for g, agents in self.groups_of(policy).items()
+        }
+
+    def whole_groups(self, policy: str) -> bool:
+        """Whether ``policy`` plays every agent of each group it plays in."""
+        return all(mask.all() for mask in self.slots(policy).values())
+
+
+def policy_map(groups: Mapping[str, Sequence[str]], keys: Sequence[str]) -> PolicyMap:
+    """The map that sends each agent to the key naming it (its own id first, then its
+    group), and the agents that no key names to :data:`MAIN`.
+
+    Raises :class:`~corral.errors.ConfigError` for a key that is neither a group nor an
+    agent of ``groups`` (naming both), or for the key ``main``.
+    """
+    groups = {g: tuple(agents) for g, agents in groups.items()}
+    agent_ids = [a for agents in groups.values() for a in agents]
+    for key in keys:
+        if key == MAIN:
+            raise ConfigError(
+                f"policies: {MAIN!r} is the policy id of the agents no key names (the run's "
+                "algorithm); name a group or an agent instead"
+            )
+        if key not in groups and key not in agent_ids:
+            raise ConfigError(
+                f"policies: {key!r} is neither a group nor an agent of this env; its groups: "
+                f"{sorted(groups)}, its agents: {agent_ids}"
+            )
+    chosen = set(keys)
+    agents = {}
+    for g, members in groups.items():
+        for a in members:
+            agents[a] = a if a in chosen else g if g in chosen else MAIN
+    return PolicyMap(groups, agents)
+
+
+OBJECT = "object:"
+"""How ``config.yaml`` records a policy given as a Python object (``object:ClassName``)."""
+
+
+def written(value: Any) -> str:
+    """A ``policies`` value as ``config.yaml`` records it: a string as it is, an object as
+    ``object:ClassName`` (it cannot be saved; :func:`check_value` refuses it when read)."""
+    return value if isinstance(value, str) else f"{OBJECT}{type(value).__qualname__}"
+
+
+def check_value(key: str, value: Any) -> None:
+    """Refuse a ``policies`` value that records a Python object (see :func:`written`)."""
+    if isinstance(value, str) and value.startswith(OBJECT):
+        raise ConfigError(
+            f"policies: {key!r} was played by a Python object ({value.removeprefix(OBJECT)}) "
+            "when the run was made, which a run directory cannot hold: build the run in Python "
+            "with that object in policies={...}"
+        )
+
+
+def is_fixed(value: Any) -> bool:
+    """Whether a ``policies`` value names a policy that is not learned (``fixed:...`` or an
+    object rather than an algorithm's name)."""
+    return not isinstance(value, str) or value.startswith(FIXED)
+
+
+def fixed_target(value: str) -> str:
+    """What ``fixed:...`` names: ``random`` or ``MODULE:ATTR``."""
+    return value[len(FIXED) :]
+
+
+class FixedPlayer:
+    """A policy that is not learned, and the agents it plays.
+
+    ``policy`` is a :class:`~corral.algos.policy.Policy` (its ``act(batch, explore=...)``
+    gives actions ``[E, n, ...]`` per group) or a :data:`~corral.algos.base.FixedPolicy`
+    callable ``(obs, action_mask, rng) -> actions`` of one group, called per group on the
+    host with the collector's generator. ``slots``: per group, ``[n]`` booleans marking the
+    agents it plays.
+    """
+
+    def __init__(self, policy: Any, slots: Mapping[str, np.ndarray]) -> None:
+        self.policy = policy
+        self.slots = {g: np.asarray(mask, dtype=bool) for g, mask in slots.items()}
+
+    def actions(
+        self, batch: Any, place: Place, explore: bool, rng: np.random.Generator
+    ) -> dict[str, Any]:
+        """Its actions ``[E, n, ...]`` in each group of :attr:`slots`, placed where the batch
+        lives (its other agents' entries are ignored)."""
+        if isinstance(self.policy, Policy):
+            actions, _ = self.policy.act(batch, explore=explore)
+            missing = [g for g in self.slots if g not in actions]
+            if missing:
+                name = type(self.policy).__name__
+                raise ValueError(
+                    f"the policy {name} gave no actions for the group(s) {missing} it plays"
+                )
+            return {g: actions[g] for g in self.slots}
+        out = {}
+        for g in self.slots:
+            # a callable plays on the host: a torch batch's observations and mask are read
+            # back (one copy per step), the actions placed where the batch lives
+            obs, mask = batch.obs[g], batch.action_mask.get(g)
+            if place.is_torch:
+                obs, mask = tree_to_numpy(obs), None if mask is None else to_numpy(mask)
+            out[g] = placed(place, self.policy(obs, mask, rng))
+        return out
+
+
+def placed(place: Place, actions: Any) -> Any:
+    """Host actions (nested for Dict and Tuple spaces) in ``place``."""
+    if isinstance(actions, dict):
+        return {k: placed(place, v) for k, v in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(placed(place, v) for v in actions)
+    return place.asarray(actions) if place.is_torch else actions

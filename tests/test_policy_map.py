@@ -1,0 +1,314 @@
+"""The policy map: several learners, fixed and scripted policies in one run (``policies``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("yaml")
+
+import yaml
+
+import corral
+from corral import cli
+from corral.algos.mappo import IPPO, MAPPO
+from corral.algos.policy import Policy
+from corral.errors import ConfigError
+from corral.training import load_config, load_run
+from corral.training import checkpoint as ckpt
+from corral.training.collector import Collector
+from corral.training.metrics import read_metrics
+from corral.training.policy_map import MAIN, FixedPlayer, parse_policies, policy_map
+from corral.training.runner import LATEST, build_players, evaluate_policy
+
+TAG = "mpe2/simple_tag_v3"
+GROUPS = {"adversary": ("adversary_0", "adversary_1", "adversary_2"), "agent": ("agent_0",)}
+QUICK = {
+    "num_envs": 4,
+    "rollout_steps": 16,
+    "epochs": 1,
+    "eval_every": 128,
+    "eval_episodes": 2,
+    "log_every": 64,
+    "device": "cpu",
+    "tensorboard": False,
+    "env_kwargs": {"max_cycles": 16},
+}
+
+
+class Still(Policy):
+    """A scripted policy: every agent of its groups plays ``action``."""
+
+    def __init__(self, action: int = 0, groups: tuple[str, ...] = ("agent",)) -> None:
+        super().__init__({g: () for g in groups})
+        self.action = action
+        self.calls = 0
+
+    def act(self, batch: Any, *, explore: bool = True, decisions: Any = None) -> Any:
+        self.calls += 1
+        return {g: np.full(batch.acting[g].shape, self.action) for g in self.groups}, {}
+
+
+def still(obs: np.ndarray, mask: Any, rng: np.random.Generator) -> np.ndarray:
+    """A :data:`FixedPolicy`: action 0 for every agent of the group."""
+    return np.zeros(obs.shape[:2], dtype=np.int64)
+
+
+def test_policies_parse_from_text() -> None:
+    text = "adversary=mappo, agent=fixed:random,agent_0=fixed:tests.x:y"
+    assert parse_policies(text) == {
+        "adversary": "mappo",
+        "agent": "fixed:random",
+        "agent_0": "fixed:tests.x:y",
+    }
+    for bad, said in (
+        ("adversary", "'adversary' is not KEY=VALUE"),
+        ("adversary=", "'adversary=' is not KEY=VALUE"),
+        ("=mappo", "'=mappo' is not KEY=VALUE"),
+        ("a=mappo,a=ippo", "'a' is given twice"),
+    ):
+        with pytest.raises(ConfigError, match=said):
+            parse_policies(bad)
+
+
+def test_an_agent_s_own_key_wins_over_its_group_s_and_the_rest_is_main() -> None:
+    pmap = policy_map(GROUPS, ["adversary", "adversary_1"])
+    assert pmap.agents == {
+        "adversary_0": "adversary",
+        "adversary_1": "adversary_1",
+        "adversary_2": "adversary",
+        "agent_0": MAIN,
+    }
+    assert pmap.slots("adversary") == {"adversary": pytest.approx(np.array([1, 0, 1], bool))}
+    assert not pmap.whole_groups("adversary") and pmap.whole_groups(MAIN)
+    with pytest.raises(ConfigError, match="'prey' is neither a group nor an agent of this env"):
+        policy_map(GROUPS, ["prey"])
+    with pytest.raises(ConfigError, match="'main' is the policy id"):
+        policy_map(GROUPS, ["main"])
+
+
+def _venv(num_envs: int = 3) -> Any:
+    return corral.make_vec(TAG, num_envs, seed=0, env_kwargs={"max_cycles": 8})
+
+
+def _recording(venv: Any) -> list[dict[str, np.ndarray]]:
+    """Record the actions ``venv.step`` receives."""
+    seen: list[dict[str, np.ndarray]] = []
+    step = venv.step
+
+    def recorded(actions: dict[str, Any]) -> Any:
+        seen.append({g: np.array(a, copy=True) for g, a in actions.items()})
+        return step(actions)
+
+    venv.step = recorded
+    return seen
+
+
+def test_a_scripted_policy_plays_its_group_beside_a_learner() -> None:
+    venv = _venv()
+    try:
+        learner = MAPPO(venv, MAPPO.Config(rollout_steps=4), learn_groups=["adversary"])
+        scripted = Still(action=3)
+        slots = {"agent": np.ones(1, dtype=bool)}
+        collector = Collector(venv, {MAIN: learner}, {"agent": FixedPlayer(scripted, slots)})
+        seen = _recording(venv)
+        collector.run(6 * venv.num_envs, learn=False)
+    finally:
+        venv.close()
+    assert scripted.calls == 6
+    assert all((step["agent"] == 3).all() for step in seen)
+    # the learner's own actions reach its group: not all the scripted one
+    assert any((step["adversary"] != 3).any() for step in seen)
+
+
+def test_fixed_policies_of_single_agents_share_a_group() -> None:
+    venv = _venv()
+    try:
+        players = {
+            f"adversary_{j}": FixedPlayer(Still(j, ("adversary",)), {"adversary": np.eye(3)[j]})
+            for j in range(3)
+        }
+        players["agent"] = FixedPlayer(still, {"agent": np.ones(1, dtype=bool)})
+        seen = _recording(venv)
+        Collector(venv, {}, players).run(4 * venv.num_envs, learn=False)
+    finally:
+        venv.close()
+    for step in seen:
+        assert (step["adversary"] == np.arange(3)).all()
+        assert (step["agent"] == 0).all()
+
+
+def test_an_agent_played_twice_or_by_nobody_is_refused() -> None:
+    venv = _venv()
+    try:
+        learner = MAPPO(venv, MAPPO.Config(), learn_groups=["adversary"])
+        with pytest.raises(ValueError, match=r"agents \['agent_0'\] have neither"):
+            Collector(venv, {MAIN: learner})
+        twice = {"adversary": FixedPlayer(still, {"adversary": np.ones(3, dtype=bool)})}
+        with pytest.raises(ValueError, match="'adversary_0' is played by both"):
+            Collector(venv, {MAIN: learner}, {**twice, "agent": still})
+    finally:
+        venv.close()
+
+
+def _train(tmp_path: Path, name: str, **overrides: Any) -> Any:
+    settings = {**QUICK, "run_dir": str(tmp_path / name), **overrides}
+    return corral.train("mappo", env=TAG, progress=False, **settings)
+
+
+def test_two_learners_of_two_algorithms_train_checkpoint_resume_and_evaluate(
+    tmp_path: Path,
+) -> None:
+    policies = {"adversary": "mappo", "agent": "ippo"}
+    results = _train(tmp_path, "two", total_steps=256, policies=policies)
+    rows = read_metrics(results.run_dir / "metrics.csv")
+    learned = [r for r in rows if "adversary/policy_loss" in r]
+    assert learned and all("agent/policy_loss" in r for r in learned)
+    saved = ckpt.load(results.run_dir / LATEST)
+    assert sorted(saved["learners"]) == ["adversary", "agent"]
+    written = yaml.safe_load((results.run_dir / "config.yaml").read_text())
+    assert written["run"]["policies"] == policies
+
+    config, learners, _ = load_run(results.run_dir, "latest")
+    assert isinstance(learners, dict) and sorted(learners) == ["adversary", "agent"]
+    assert type(learners["adversary"]) is MAPPO and type(learners["agent"]) is IPPO
+    assert list(learners["adversary"].groups) == ["adversary"]
+    assert learners["agent"].learner.updates == learners["adversary"].learner.updates == 4
+
+    resumed = corral.train("mappo", resume=results.run_dir, progress=False, total_steps=320)
+    assert resumed.env_steps == 320
+    config, learners, _ = load_run(results.run_dir, "latest")
+    assert learners["agent"].learner.updates == 5
+    assert "eval_return/agent" in evaluate_policy(config, learners, 2).columns()
+
+
+def test_a_fixed_random_group_plays_as_learn_groups_with_opponent_random(tmp_path: Path) -> None:
+    """``policies={"agent": "fixed:random"}`` is today's ``learn_groups=["adversary"]``."""
+    mapped = _train(tmp_path, "mapped", total_steps=192, policies={"agent": "fixed:random"})
+    learned = _train(tmp_path, "learned", total_steps=192, learn_groups=["adversary"])
+
+    def learning(rows: list[dict[str, float]]) -> list[dict[str, float]]:
+        return [{k: v for k, v in r.items() if k not in ("wall_time", "steps_per_s")} for r in rows]
+
+    assert learning(mapped.metrics) == learning(learned.metrics)
+    assert "agent/policy_loss" not in mapped.metrics[-1]
+
+
+def test_a_user_s_policy_object_plays_in_corral_train(tmp_path: Path) -> None:
+    scripted = Still(action=0)
+    results = _train(tmp_path, "object", total_steps=64, policies={"agent": scripted})
+    assert scripted.calls > 64 // QUICK["num_envs"]  # training and evaluations
+    written = yaml.safe_load((results.run_dir / "config.yaml").read_text())
+    assert written["run"]["policies"] == {"agent": "object:Still"}
+    with pytest.raises(ConfigError, match=r"'agent' was played by a Python object \(Still\)"):
+        load_run(results.run_dir)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], tmp_path: Path, policies: str, *extra: str) -> Any:
+    code = cli.main(
+        [
+            "train",
+            "mappo",
+            "--env",
+            TAG,
+            "--policies",
+            policies,
+            "--total-steps",
+            "64",
+            "--run-dir",
+            str(tmp_path / "cli"),
+            "--no-progress",
+            "--set",
+            "num_envs=4",
+            "rollout_steps=16",
+            "eval_every=64",
+            "eval_episodes=1",
+            "env_kwargs.max_cycles=16",
+            "device=cpu",
+            *extra,
+        ]
+    )
+    return code, capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("policies", "said"),
+    [
+        ("adversary=mapo,agent=ippo", "policies: adversary=mapo: unknown algorithm 'mapo'"),
+        ("prey=mappo", "policies: 'prey' is neither a group nor an agent of this env"),
+        ("agent=fixed:randm", "policies: agent=fixed:randm: a fixed policy is fixed:random"),
+        ("adversary_0=ippo", "policies: 'adversary_0' would learn part of the group 'adversary'"),
+        ("agent", "policies: 'agent' is not KEY=VALUE"),
+    ],
+)
+def test_a_bad_policies_string_is_one_line_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, policies: str, said: str
+) -> None:
+    code, (out, err) = _cli(capsys, tmp_path, policies)
+    assert code == 2
+    assert err.startswith(f"corral: error: {said}") and err.count("\n") == 1, err
+    assert not (tmp_path / "cli").exists()
+
+
+def test_a_fixed_module_attr_policy_from_the_command_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, (out, err) = _cli(capsys, tmp_path, f"agent=fixed:{__name__}:still")
+    assert code == 0, err
+    # eval reads the run's config.yaml: the policy's module is imported only when allowed
+    code = cli.main(["eval", str(tmp_path / "cli"), "--episodes", "1"])
+    assert code == 2 and f"--allow-import fixed:{__name__}:still" in capsys.readouterr().err
+    allowed = ["--allow-import", f"fixed:{__name__}:still"]
+    assert cli.main(["eval", str(tmp_path / "cli"), "--episodes", "1", *allowed]) == 0
+
+
+def test_self_play_takes_no_policies(tmp_path: Path) -> None:
+    config = load_config(
+        "dqn",
+        "pettingzoo/classic/tictactoe_v3",
+        {"self_play": True, "policies": {"player_1": "fixed:random"}, "group_map": "agent"},
+    )
+    venv = corral.make_vec(config.run.env, 2, group_map="agent")
+    try:
+        with pytest.raises(ConfigError, match="self_play .* takes no policies"):
+            build_players(config, venv)
+    finally:
+        venv.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("CI") == "true", reason="slow learning run")
+def test_two_learners_both_improve_against_a_random_other_group(tmp_path: Path) -> None:
+    """Trained together (adversary MAPPO, agent IPPO), each group beats its untrained self
+    when played against a uniformly random other group."""
+    results = _train(
+        tmp_path,
+        "learn",
+        total_steps=60_000,
+        num_envs=16,
+        rollout_steps=128,
+        epochs=5,
+        eval_every=60_000,
+        log_every=10_000,
+        env_kwargs={"max_cycles": 25},
+        policies={"adversary": "mappo", "agent": "ippo"},
+    )
+    config, trained, _ = load_run(results.run_dir)
+    untrained_venv = corral.make_vec(TAG, 2, seed=0)
+    scores = {}
+    for group, other in (("adversary", "agent"), ("agent", "adversary")):
+        versus = load_config(
+            "mappo", TAG, {"policies": {group: trained[group].name, other: "fixed:random"}}
+        )
+        fresh = type(trained[group])(untrained_venv, learn_groups=[group])
+        for name, learner in (("trained", trained[group]), ("untrained", fresh)):
+            result = evaluate_policy(versus, {group: learner}, 40, seed=7)
+            scores[group, name] = result.columns()[f"eval_return/{group}"]
+    untrained_venv.close()
+    assert scores["adversary", "trained"] > scores["adversary", "untrained"] + 2.0, scores
+    assert scores["agent", "trained"] > scores["agent", "untrained"] + 2.0, scores
