@@ -21,7 +21,7 @@ from corral.algos.policy import Policy
 from corral.errors import ConfigError
 from corral.training import load_config, load_run
 from corral.training import checkpoint as ckpt
-from corral.training.collector import Collector
+from corral.training.rollout_collector import RolloutCollector as Collector
 from corral.training.metrics import read_metrics
 from corral.training.policy_map import MAIN, FixedPlayer, parse_policies, policy_map
 from corral.training.runner import LATEST, build_players, evaluate_policy
@@ -149,9 +149,15 @@ def test_an_agent_played_twice_or_by_nobody_is_refused() -> None:
         learner = MAPPO(venv, MAPPO.Config(), learn_groups=["adversary"])
         with pytest.raises(ValueError, match=r"agents \['agent_0'\] have neither"):
             Collector(venv, {MAIN: learner})
-        twice = {"adversary": FixedPlayer(still, {"adversary": np.ones(3, dtype=bool)})}
+        slots = {"adversary": np.ones(3, dtype=bool)}
+        twice = {"adversary": FixedPlayer(still, slots), "agent": still}
         with pytest.raises(ValueError, match="'adversary_0' is played by both"):
-            Collector(venv, {MAIN: learner}, {**twice, "agent": still})
+            Collector(venv, {}, {**twice, "again": FixedPlayer(still, slots)})
+        # a learner's agents played by a fixed policy instead: to evaluate, never to learn
+        collector = Collector(venv, {MAIN: learner}, twice)
+        collector.run(venv.num_envs, learn=False)
+        with pytest.raises(ValueError, match=r"agents \['adversary_0 \(main and adversary\)'"):
+            collector.run(venv.num_envs)
     finally:
         venv.close()
 
@@ -279,6 +285,32 @@ def test_self_play_takes_no_policies(tmp_path: Path) -> None:
             build_players(config, venv)
     finally:
         venv.close()
+
+
+def test_eval_plays_a_group_by_another_run_s_policy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``corral eval RUN --policies "agent=OTHER:agent"``: cross-play. Played by its own run's
+    policy the group scores as in a plain evaluation; by another run's, otherwise."""
+    one = _train(tmp_path, "one", total_steps=256).run_dir
+    two = _train(tmp_path, "two", total_steps=256, seed=1, policies={"agent": "ippo"}).run_dir
+
+    def evaluated(*extra: str) -> str:
+        code = cli.main(["eval", str(one), "--episodes", "3", "--seed", "5", *extra])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        # each group's and agent's mean return (eval_return is the learned agents' alone)
+        return out.splitlines()[1].partition("by group and agent:")[2]
+
+    plain = evaluated()
+    assert evaluated("--policies", f"agent={one}:agent") == plain
+    assert evaluated("--policies", f"agent={two}:agent") != plain
+    code = cli.main(["eval", str(one), "--policies", f"agent={two}:prey"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"the run {two} has no policy or group 'prey'" in err, err
+    code = cli.main(["eval", str(one), "--policies", f"agent={two}:main"])
+    err = capsys.readouterr().err
+    assert code == 2 and "that policy plays {'adversary': " in err, err
 
 
 @pytest.mark.slow

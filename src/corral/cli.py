@@ -505,6 +505,12 @@ def _add_training_commands(commands: Any) -> None:
         help="also play against this reference from each learned seat: random, or a run "
         "directory or checkpoint (default: the run's eval_opponent, in zero-sum games only)",
     )
+    evaluate.add_argument(
+        "--policies",
+        metavar="MAP",
+        help="play groups or agents by other policies, e.g. 'agent=runs/OTHER:agent' (another "
+        "run's policy, greedy) or 'agent=fixed:random'",
+    )
     evaluate.add_argument("--gif", metavar="PATH", help="also record one episode as a GIF")
     evaluate.add_argument(
         "--baselines",
@@ -717,6 +723,7 @@ def _eval(args: argparse.Namespace) -> int:
     from corral.training import ConfigError
     from corral.training.config import replace_run
     from corral.training.render import RenderError, record_episode
+    from corral.training.policy_map import parse_policies
     from corral.training.runner import check_cluster, evaluate_policy, load_run
     from corral.training.scoring import RETURN, VERSUS
     from corral.training.threads import set_torch_threads, torch_threads
@@ -726,6 +733,9 @@ def _eval(args: argparse.Namespace) -> int:
         config, algo, saved = load_run(
             args.run_dir, args.checkpoint, device=args.device, allow_imports=allowed
         )
+        if args.policies is not None:
+            given = parse_policies(args.policies)
+            config.run = replace_run(config.run, policies={**config.run.policies, **given})
         named = args.ray_address is not None
         check_cluster(config, Path(args.run_dir), named, "corral eval", "--ray-address ")
         if named:

@@ -104,9 +104,17 @@ class Collector:
             dict(algo) if isinstance(algo, Mapping) else {MAIN: algo}
         )
         self.fixed = {pid: _player(venv, pid, p) for pid, p in (fixed or {}).items()}
+        taken = {g: np.zeros(len(venv.groups[g]), dtype=bool) for g in venv.groups}
+        for player in self.fixed.values():
+            for g, mask in player.slots.items():
+                taken[g] |= mask
         learned = [g for learner in self.learners.values() for g in learner.groups]
-        self.learned_groups = tuple(dict.fromkeys(learned))
-        _check_cover(venv, self.learners, self.fixed)
+        self.learned_groups = tuple(g for g in dict.fromkeys(learned) if not taken[g].all())
+        """The groups whose returns are the learners': learned and not all played by fixed
+        policies instead."""
+        self.overridden = _check_cover(venv, self.learners, self.fixed)
+        """Agents of learners that fixed policies play instead (to evaluate a learner against
+        another run's policy); a collector with any cannot learn."""
         self.rng = np.random.default_rng(seed)
         self.assembler = TransitionAssembler(venv)
         self.batch = venv.reset(seed=seed)
@@ -285,9 +293,11 @@ def _player(venv: Any, pid: str, player: FixedPlayer | FixedPolicy) -> FixedPlay
     return FixedPlayer(player, {pid: np.ones(len(venv.groups[pid]), dtype=bool)})
 
 
-def _check_cover(venv: Any, learners: Mapping[str, Any], fixed: Mapping[str, FixedPlayer]) -> None:
-    """Every agent is played by exactly one learner or fixed policy; learners play whole,
-    distinct groups."""
+def _check_cover(
+    venv: Any, learners: Mapping[str, Any], fixed: Mapping[str, FixedPlayer]
+) -> list[str]:
+    """Every agent is played by a learner or a fixed policy, by one learner at most and by
+    one fixed policy at most; returns the agents of learners that fixed policies play."""
     owner: dict[tuple[str, int], str] = {}
     for pid, learner in learners.items():
         for g in learner.groups:
@@ -298,17 +308,21 @@ def _check_cover(venv: Any, learners: Mapping[str, Any], fixed: Mapping[str, Fix
                         f"and {pid!r}"
                     )
                 owner[g, j] = pid
+    overridden = []
     for pid, player in fixed.items():
         for g, mask in player.slots.items():
             for j in np.flatnonzero(mask):
-                if (g, int(j)) in owner:
+                if (g, int(j)) in owner and owner[g, int(j)] not in learners:
                     raise ValueError(
                         f"the agent {venv.groups[g][j]!r} is played by both "
                         f"{owner[g, int(j)]!r} and {pid!r}"
                     )
+                if (g, int(j)) in owner:
+                    overridden.append(f"{venv.groups[g][j]} ({owner[g, int(j)]} and {pid})")
                 owner[g, int(j)] = pid
     missing = [
         a for g, agents in venv.groups.items() for j, a in enumerate(agents) if (g, j) not in owner
     ]
     if missing:
         raise ValueError(f"the agents {missing} have neither a learner nor a fixed policy")
+    return overridden

@@ -41,7 +41,14 @@ from corral.errors import ConfigError, MissingDependencyError
 from corral.ranges import SEED, Range, check_ranges
 from corral.registry import resolve
 from corral.settings import parse_settings, parse_value
-from corral.training.policy_map import FIXED, OBJECT, is_fixed, parse_policies, written
+from corral.training.policy_map import (
+    FIXED,
+    OBJECT,
+    is_fixed,
+    is_run_policy,
+    parse_policies,
+    written,
+)
 
 DEVICES = ("cpu", "cuda", "auto")
 BACKEND_OPTIONS = {
@@ -200,6 +207,11 @@ class RunConfig:
             raise ConfigError(
                 f"policies must map groups or agents to policies, got {self.policies!r}"
             )
+        # another run's policy is recorded by its absolute path, found from anywhere
+        self.policies = {
+            key: os.path.abspath(value) if is_run_policy(value) else value
+            for key, value in self.policies.items()
+        }
         if self.eval_opponent != "random" and os.path.exists(self.eval_opponent):
             # written to config.yaml as an absolute path, so a resumed run finds it from anywhere
             self.eval_opponent = os.path.abspath(self.eval_opponent)
@@ -339,8 +351,8 @@ def check_imports(data: Mapping[str, Any], source: str, allow_imports: Collectio
     policies = run.get("policies")
     for key, value in policies.items() if isinstance(policies, Mapping) else ():
         code = value.removeprefix(FIXED) if isinstance(value, str) else ""
-        if code.startswith(OBJECT):  # no code: refused when the run is built (check_value)
-            continue
+        if code.startswith(OBJECT) or is_run_policy(value):
+            continue  # an object is refused when the run is built; a run's config is checked
         if ":" in code and value not in allow_imports:
             raise ConfigError(
                 f"{source}: policies {key}={value} would import the module {_module(code)!r}, "

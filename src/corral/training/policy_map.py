@@ -8,6 +8,8 @@ what plays it (``policies``, ``--policies "adversary=mappo,agent=fixed:random"``
 - ``fixed:random``: uniformly random legal actions;
 - ``fixed:MODULE:ATTR``: a policy of yours, a :class:`~corral.algos.policy.Policy`
   or a :data:`~corral.algos.base.FixedPolicy` callable;
+- ``RUN_DIR:POLICY``: the policy of another run (a policy id or a group of that run,
+  from its ``best.pt``), played greedily (cross-play);
 - in Python, such an object itself.
 
 A key of the map is a group or an agent id; an agent named by its id takes
@@ -22,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -143,9 +146,18 @@ def check_value(key: str, value: Any) -> None:
 
 
 def is_fixed(value: Any) -> bool:
-    """Whether a ``policies`` value names a policy that is not learned (``fixed:...`` or an
-    object rather than an algorithm's name)."""
-    return not isinstance(value, str) or value.startswith(FIXED)
+    """Whether a ``policies`` value names a policy that is not learned (``fixed:...``, another
+    run's policy, or an object rather than an algorithm's name)."""
+    return not isinstance(value, str) or value.startswith(FIXED) or is_run_policy(value)
+
+
+def is_run_policy(value: Any) -> bool:
+    """Whether a ``policies`` value is ``RUN_DIR:POLICY``: a policy of another run (a
+    directory holding a ``config.yaml``)."""
+    if not isinstance(value, str) or value.startswith(FIXED):
+        return False
+    run_dir = Path(value.rpartition(":")[0])
+    return (run_dir / "config.yaml").is_file()
 
 
 def fixed_target(value: str) -> str:

@@ -100,6 +100,11 @@ class RolloutCollector(Collector):
 
         ``on_step`` is called after every vector step with the env steps it took.
         """
+        if learn and self.overridden:
+            raise ValueError(
+                f"the agents {self.overridden} are played by both a learner and a fixed policy: "
+                "a collector plays so only without learning"
+            )
         progress = Progress()
         if not learn:
             for builder in self.builders.values():

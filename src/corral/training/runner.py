@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from corral.algos.base import Algorithm, resolve_device
+from corral.algos.policy import Policy
 from corral.arrays import Place
 from corral.errors import CheckpointError
 from corral.registry import EnvSpec, import_modules, resolve, spec
@@ -72,6 +73,7 @@ from corral.training.policy_map import (
     check_value,
     fixed_target,
     is_fixed,
+    is_run_policy,
     policy_map,
 )
 from corral.training.progress import progress as make_progress
@@ -185,7 +187,7 @@ class Runner:
             threads = torch_threads(run.torch_threads)
             self._threads_before = set_torch_threads(threads)
             self.torch_threads = None if self._threads_before is None else threads
-            self.learners, self.fixed = build_players(config, self.venv)
+            self.learners, self.fixed = build_players(config, self.venv, self.allow_imports)
             self.selection = run_selection(
                 config, self.venv, self.learners, allow_imports=self.allow_imports
             )
@@ -717,7 +719,7 @@ def run_policies(config: TrainConfig, venv: VectorEnv) -> dict[str, Any]:
 
 
 def build_players(
-    config: TrainConfig, venv: VectorEnv
+    config: TrainConfig, venv: VectorEnv, allow_imports: Collection[str] = ()
 ) -> tuple[dict[str, Algorithm], dict[str, FixedPlayer]]:
     """The learners and the fixed policies of ``config``'s policy map on ``venv``, by policy
     id (see :mod:`corral.training.policy_map`)."""
@@ -740,19 +742,59 @@ def build_players(
             if pid == MAIN:
                 raise
             raise ConfigError(f"policies: {pid}={value}: {err}") from err
-    return learners, fixed_players(config, venv)
+    return learners, fixed_players(config, venv, allow_imports)
 
 
-def fixed_players(config: TrainConfig, venv: VectorEnv) -> dict[str, FixedPlayer]:
-    """The policies of ``config``'s policy map on ``venv`` that are not learned, by id."""
+def fixed_players(
+    config: TrainConfig, venv: VectorEnv, allow_imports: Collection[str] = ()
+) -> dict[str, FixedPlayer]:
+    """The policies of ``config``'s policy map on ``venv`` that are not learned, by id.
+    ``allow_imports``: what the configs of runs whose policies play here may import."""
     pmap, policies = _plan(config, venv)
     fixed = {}
     for pid in pmap.ids:
         value = config.algo if pid == MAIN else policies[pid]
         if is_fixed(value):
             (group,) = pmap.groups_of(pid)  # a key names one group or one agent
-            fixed[pid] = FixedPlayer(fixed_policy(value, venv, group, pid), pmap.slots(pid))
+            policy = fixed_policy(value, venv, group, pid, config, allow_imports)
+            fixed[pid] = FixedPlayer(policy, pmap.slots(pid))
     return fixed
+
+
+def run_policy(
+    value: str,
+    venv: VectorEnv,
+    group: str,
+    pid: str,
+    config: TrainConfig,
+    allow_imports: Collection[str] = (),
+) -> RunPolicy:
+    """The policy of another run that ``RUN_DIR:POLICY`` names (a policy id of that run, or
+    a group its policy plays), from its ``best.pt`` (else its latest checkpoint), to play
+    ``group`` of ``venv``, which that run must have with the same agents."""
+    run_dir, _, name = value.rpartition(":")
+    saved = Path(run_dir) / (BEST if (Path(run_dir) / BEST).is_file() else LATEST)
+    stamp = saved.stat().st_mtime_ns if saved.is_file() else 0
+    allowed = tuple(sorted(allow_imports))
+    try:
+        other, loaded = _load_reference(run_dir, "best", stamp, config.run.device, allowed)
+    except (ConfigError, CheckpointError) as err:
+        raise ConfigError(f"policies: {pid}={value}: {err}") from err
+    learners = as_learners(loaded)
+    learner = learners.get(name) or next((a for a in learners.values() if name in a.groups), None)
+    if learner is None:
+        groups = sorted(g for a in learners.values() for g in a.groups)
+        raise ConfigError(
+            f"policies: {pid}={value}: the run {run_dir} has no policy or group {name!r}; its "
+            f"policies: {sorted(learners)}, its groups: {groups}"
+        )
+    if other.run.env != config.run.env or learner.groups.get(group) != venv.groups[group]:
+        raise ConfigError(
+            f"policies: {pid}={value}: that policy plays {dict(learner.groups)} on "
+            f"{other.run.env}, not the group {group!r} {list(venv.groups[group])} of "
+            f"{config.run.env}"
+        )
+    return RunPolicy(learner)
 
 
 def _plan(config: TrainConfig, venv: VectorEnv) -> tuple[PolicyMap, dict[str, Any]]:
@@ -767,12 +809,22 @@ def _plan(config: TrainConfig, venv: VectorEnv) -> tuple[PolicyMap, dict[str, An
     return policy_map(venv.groups, list(policies)), policies
 
 
-def fixed_policy(value: Any, venv: VectorEnv, group: str, pid: str) -> Any:
+def fixed_policy(
+    value: Any,
+    venv: VectorEnv,
+    group: str,
+    pid: str,
+    config: TrainConfig,
+    allow_imports: Collection[str] = (),
+) -> Any:
     """What plays the policy id ``pid`` (in ``group``) that ``value`` names: a
-    :class:`RandomPolicy` for ``fixed:random``, the object ``fixed:MODULE:ATTR`` names, or
-    ``value`` itself (a :class:`~corral.algos.policy.Policy` or a :data:`FixedPolicy`)."""
+    :class:`RandomPolicy` for ``fixed:random``, the object ``fixed:MODULE:ATTR`` names, the
+    policy of another run ``RUN_DIR:POLICY`` names (:class:`RunPolicy`), or ``value`` itself
+    (a :class:`~corral.algos.policy.Policy` or a :data:`FixedPolicy`)."""
     if not isinstance(value, str):
         return value
+    if is_run_policy(value):
+        return run_policy(value, venv, group, pid, config, allow_imports)
     target = fixed_target(value)
     if target == "random":
         return RandomPolicy(venv.action_space(group))
@@ -808,6 +860,17 @@ def load_learners(learners: Mapping[str, Algorithm], saved: Mapping[str, Any]) -
         learner.load_state_dict(states[pid])
         if pid in saved.get("replay", {}):
             learner.load_replay_state_dict(saved["replay"][pid])
+
+
+class RunPolicy(Policy):
+    """A learner of another run as a fixed policy: it plays greedily, and learns nothing."""
+
+    def __init__(self, learner: Algorithm) -> None:
+        super().__init__(learner.groups)
+        self.learner = learner
+
+    def act(self, batch: Any, *, explore: bool = True, decisions: Any = None) -> Any:
+        return self.learner.act(batch, explore=False)
 
 
 class RandomPolicy:
@@ -850,7 +913,8 @@ def evaluate_policy(
     try:
         learners = as_learners(algo)
         selection = _selection(config, venv, learners, versus=opponent is not None)
-        done = evaluate(venv, learners, episodes, fixed_players(config, venv), seed=seed)
+        fixed = fixed_players(config, venv, allow_imports)
+        done = evaluate(venv, learners, episodes, fixed, seed=seed)
         returns = [float(r) for r in done.episode_returns]
         result = Evaluation({RETURN: returns}, metric=selection.metric, cut=done.episodes_cut)
         result.episodes.update(episode_columns(RETURN, done.agent_returns, venv.groups))
