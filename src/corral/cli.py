@@ -644,7 +644,7 @@ def _train(args: argparse.Namespace) -> int:
                 config = load_config(args.algo, args.env, overrides)
                 runner = Runner(config, progress=progress, allow_imports=allowed)
         with _console_logging(), runner:
-            results = runner.benchmark()
+            results = runner.train()
     except (CheckpointError, ConfigError) as err:  # a run file or eval_opponent, changed meanwhile
         raise UsageError(str(err)) from err
     except UnsupportedEnvError as err:  # found while training, on an env that did not declare it

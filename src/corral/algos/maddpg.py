@@ -33,10 +33,10 @@ games), where every agent acts at every step. Then each vector step
 completes one transition of every learned agent in every env, and these are
 stored together as one row of a joint replay memory (all agents'
 observations, actions, rewards, next observations). MADDPG learns from
-rollouts (``learns_from = "rollouts"``) of ``ceil(train_freq / num_envs)``
-vector steps: its learner writes each rollout's ``T * E`` joint rows
-into its :class:`~corral.data.replay.Replay`, which lives where the batches
-do (NumPy, or torch on their device with ``array="torch"``), then takes one
+rollouts of ``ceil(train_freq / num_envs)`` vector steps: its learner
+writes each rollout's ``T * E`` joint rows into its
+:class:`~corral.data.replay.Replay`, which lives where the batches do
+(NumPy, or torch on their device with ``array="torch"``), then takes one
 gradient step per ``train_freq`` env steps there. Turn-based or
 asynchronous envs, and envs whose agents leave before the episode ends, raise
 :class:`~corral.errors.UnsupportedEnvError`: when MADDPG is built, for envs
@@ -69,9 +69,8 @@ from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdat
 from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
 from corral.algos.policy import Learner, Policy, Weights
 from corral.arrays import is_tensor
-from corral.data.replay import Replay
+from corral.data.replay import Replay, Transitions
 from corral.data.rollouts import Rollout
-from corral.data.transitions import Transitions
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
 
@@ -570,7 +569,6 @@ class MADDPG(Algorithm):
     Config = Config
     uses_state = True
     needs_lockstep = True
-    learns_from = "rollouts"
     records_next = True
     """Its rollouts record what replay rows need (``RolloutBuilder(record_next=True)``)."""
     policy: MADDPGPolicy

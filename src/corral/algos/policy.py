@@ -16,8 +16,8 @@ arrays it receives. Its counters come from those arrays, not from acting:
 the agents' decisions the rollouts record, :attr:`~Learner.updates` one per
 :meth:`~Learner.learn`, which also bumps the policy's version.
 
-The runner still drives an :class:`~corral.algos.base.Algorithm`; a split
-algorithm (MAPPO, IPPO, DQN, MADDPG) is a facade over its policy and learner.
+The runner drives an :class:`~corral.algos.base.Algorithm`; a split algorithm
+(MAPPO, IPPO, DQN, MADDPG) is a facade over its policy and learner.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Policy:
 
     uses_decisions: ClassVar[bool] = False
     """Whether :meth:`act` reads each agent's decision index in its episode (``decisions``);
-    a collector keeps them from the batches it acts on (see
+    the collector keeps them from the batches it acts on (see
     :class:`~corral.training.collector.DecisionCounter`)."""
 
     def __init__(self, groups: Mapping[str, Sequence[str]]) -> None:

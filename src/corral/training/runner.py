@@ -65,7 +65,6 @@ from corral.training.metrics import (
     is_column,
 )
 from corral.training.progress import progress as make_progress
-from corral.training.rollout_collector import RolloutCollector
 from corral.training.scoring import (
     RETURN,
     ConstantWatch,
@@ -194,8 +193,7 @@ class Runner:
                 self.best_eval, self.best_steps = saved.get("best_eval"), saved.get("best_steps")
             # A resumed run's envs start new episodes, from seeds that follow the step.
             seed = run.seed + self.env_steps
-            collect = RolloutCollector if self.algo.learns_from == "rollouts" else Collector
-            self.collector = collect(self.venv, self.algo, self.fixed, seed=seed)
+            self.collector = Collector(self.venv, self.algo, self.fixed, seed=seed)
             if restore is not None:
                 with _fitting(self.run_dir / LATEST, restore, config):
                     self.algo.load_state_dict(restore["algo_state"])
@@ -255,7 +253,7 @@ class Runner:
 
     # -- the training loop -------------------------------------------------------------
 
-    def benchmark(self) -> Results:
+    def train(self) -> Results:
         """Train to ``total_steps``, evaluating every ``eval_every`` steps and at the end.
 
         Writes a metrics row every ``log_every`` steps, ``checkpoint.pt`` at
@@ -548,7 +546,7 @@ def train(
         config = load_config(algo, env, overrides)
         runner = Runner(config, progress=progress, allow_imports=allowed)
     with runner:
-        return runner.benchmark()
+        return runner.train()
 
 
 # -- building blocks, shared with `corral eval` ---------------------------------------------------
@@ -638,12 +636,6 @@ def build_algorithm(config: TrainConfig, venv: VectorEnv) -> Algorithm:
     run = config.run
     if run.self_play and not getattr(config.algo_config, "self_play", False):
         raise ConfigError(f"algorithm {config.algo!r} does not support self_play")
-    if training_array(run) == "torch" and getattr(algo_cls, "learns_from", None) != "rollouts":
-        raise ConfigError(
-            f"array='torch' needs an algorithm that learns from rollouts (mappo, ippo, dqn, "
-            f"maddpg); "
-            f"{config.algo!r} plays numpy batches: leave array at 'numpy'"
-        )
     learn = list(run.learn_groups) or list(venv.groups)
     unknown = sorted(set(learn) - set(venv.groups))
     if unknown:
