@@ -673,6 +673,41 @@ def test_the_cli_refuses_another_run_s_checkpoint_in_one_line(
     assert cli_error(argv, capsys).startswith(f"corral: error: {said}")
 
 
+LACKING = [
+    (algo, where, entry)
+    for algo in ("dqn", "mappo")
+    for where, entry in [
+        ((), "env"),  # the env the run trained on
+        ((), "best_steps"),  # a counter of the run
+        (("algo_state",), "decisions"),  # a counter of the learner
+        (("algo_state",), "version"),  # the policy's version
+    ]
+] + [("dqn", ("algo_state",), "torch_rng")]  # DQN's generator of torch batches
+
+
+@pytest.mark.parametrize(("algo", "where", "entry"), LACKING)
+def test_a_checkpoint_lacking_an_entry_is_refused_naming_it(
+    rps_runs: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    algo: str,
+    where: tuple[str, ...],
+    entry: str,
+) -> None:
+    # a checkpoint holds live state only: nothing missing is filled in with a default
+    run_dir = shutil.copytree(rps_runs[algo], tmp_path / "run")
+    saved = ckpt.load(run_dir / LATEST)
+    holder = saved
+    for key in where:
+        holder = holder[key]
+    del holder[entry]
+    ckpt.save(run_dir / LATEST, saved)
+    argv = ["train", "--resume", str(run_dir), "--no-progress", "--total-steps", "60"]
+    line = cli_error(argv, capsys)
+    assert line.startswith(f"corral: error: {run_dir / LATEST}") and f"'{entry}'" in line, line
+    assert "lacks the entry" in line, line
+
+
 def damage(path: Path) -> None:
     """Overwrite 16 bytes in the middle of ``path``, and give it a new modification time."""
     data = bytearray(path.read_bytes())

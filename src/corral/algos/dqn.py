@@ -376,18 +376,16 @@ class DQNLearner(Learner):
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`. A checkpoint from before the split (no ``updates``,
-        ``decisions``, ``version``) counts those from 0 again."""
+        """Restore :meth:`state_dict`."""
         for g, net in self.policy.q.items():
             net.load_state_dict(state["q"][g])
             self.target[g].load_state_dict(state["target"][g])
             self.optimizer[g].load_state_dict(state["optimizer"][g])
-        super().load_state_dict({"updates": 0, **state})
+        super().load_state_dict(state)
         self.gradient_step = int(state["gradient_step"])
         self.pending_steps = int(state["pending_steps"])
         self.policy.rng.bit_generator.state = state["rng"]
-        if "torch_rng" in state:  # absent from checkpoints older than torch batches
-            self.policy.torch_rng.set_state(state["torch_rng"])
+        self.policy.torch_rng.set_state(state["torch_rng"])
         self.policy.epsilon = self.epsilon()
 
     def replay_state_dict(self) -> dict[str, Any]:

@@ -537,12 +537,11 @@ class MADDPGLearner(Learner):
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`. A checkpoint from before the split (no ``updates``,
-        ``decisions``, ``version``) counts those from 0 again."""
+        """Restore :meth:`state_dict`."""
         for key, per_group in self._checkpointed().items():
             for g, part in per_group.items():
                 part.load_state_dict(state[key][g])
-        super().load_state_dict({"updates": 0, **state})
+        super().load_state_dict(state)
         self.due = int(state["due"])
         self.policy.rng.bit_generator.state = state["rng"]
         self.policy.torch_rng.set_state(state["torch_rng"])

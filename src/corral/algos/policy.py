@@ -137,9 +137,8 @@ class Learner:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`. Checkpoints older than the split hold ``updates``
-        only: the other counters start again at 0 and the version at ``updates``."""
+        """Restore :meth:`state_dict`."""
         self.updates = int(state["updates"])
-        self.env_steps = int(state.get("env_steps", 0))
-        self._decisions = int(state.get("decisions", 0))
-        self.policy.version = int(state.get("version", self.updates))
+        self.env_steps = int(state["env_steps"])
+        self._decisions = int(state["decisions"])
+        self.policy.version = int(state["version"])

@@ -189,7 +189,7 @@ class Runner:
             self.elapsed = float(saved.get("elapsed", 0.0))
             self.best_eval: float | None = None
             self.best_steps: int | None = None
-            if saved.get("select_by", self.selection.metric) == self.selection.metric:
+            if saved.get("select_by") == self.selection.metric:  # a fresh run has none
                 self.best_eval, self.best_steps = saved.get("best_eval"), saved.get("best_steps")
             # A resumed run's envs start new episodes, from seeds that follow the step.
             seed = run.seed + self.env_steps
@@ -858,7 +858,12 @@ def _fitting(path: Path, saved: Mapping[str, Any], config: TrainConfig) -> Itera
             f"{path} is not a checkpoint of {run}: it was written by a run of "
             f"{saved.get('algo')!r}; it is another run's checkpoint"
         )
-    if saved.get("env", config.run.env) != config.run.env:  # older checkpoints name none
+    if "env" not in saved:
+        raise CheckpointError(
+            f"{path} is not a checkpoint of {run}: it lacks the entry 'env' (the env it was "
+            "trained on), which every checkpoint of this corral holds"
+        )
+    if saved["env"] != config.run.env:
         raise CheckpointError(
             f"{path} is not a checkpoint of {run}: it was written by a run on "
             f"{saved['env']!r}; it is another run's checkpoint"
@@ -899,11 +904,16 @@ def check_run_files(run_dir: Path) -> None:
 def restored(saved: Mapping[str, Any], path: Path) -> dict[str, Any]:
     """The checkpoint ``saved`` read from ``path``, its counters and metrics rows checked: a
     crafted file passes its seal (anyone can compute a sha256), so each value is refused with
-    a :class:`CheckpointError` unless it is of the kind the run writes."""
+    a :class:`CheckpointError` unless it is of the kind the run writes; a checkpoint that
+    lacks one (or its ``metrics``) is refused naming the entry."""
     for key, (fits, kind) in RESTORED.items():
-        if key in saved and not fits(saved[key]):
+        if key not in saved:
+            raise CheckpointError(f"{path}: it lacks the entry {key!r}, which every run writes")
+        if not fits(saved[key]):
             raise CheckpointError(f"{path}: its {key} is {repr(saved[key])[:60]}, not {kind}")
-    return {**saved, "metrics": checked_rows(saved.get("metrics", []), str(path))}
+    if "metrics" not in saved:
+        raise CheckpointError(f"{path}: it lacks the entry 'metrics', which every run writes")
+    return {**saved, "metrics": checked_rows(saved["metrics"], str(path))}
 
 
 def _count(value: Any) -> bool:
