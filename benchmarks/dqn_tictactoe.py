@@ -22,7 +22,7 @@ import torch
 
 import corral
 from corral.algos.dqn import DQN, Config
-from corral.training.rollout_collector import RolloutCollector
+from corral.training.collector import Collector
 from corral.training.selfplay_eval import evaluate_vs_random
 
 ENV_ID = "pettingzoo/classic/tictactoe_v3"
@@ -79,7 +79,7 @@ def main() -> None:
 
     venv = corral.make_vec(ENV_ID, args.num_envs, seed=args.seed)
     algo = DQN(venv, config)
-    collector = RolloutCollector(venv, algo, seed=args.seed)
+    collector = Collector(venv, algo, seed=args.seed)
     start = time.perf_counter()
     done = 0
     while done < args.env_steps:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-
-from corral.data.buffers import RolloutBuffer, gae
+from oracles.buffers import RolloutBuffer, gae
 
 
 def _rows(**fields):

@@ -39,7 +39,6 @@ from corral.training import ConfigError, Runner, load_config, load_run  # noqa: 
 from corral.training import checkpoint as ckpt  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
 from corral.training.metrics import read_metrics  # noqa: E402
-from corral.training.rollout_collector import RolloutCollector  # noqa: E402
 from corral.training.runner import BEST, LATEST  # noqa: E402
 
 SEAL = b"corral-sha256:"
@@ -129,7 +128,7 @@ def _ippo() -> IPPO:
 def _maddpg() -> MADDPG:
     venv = corral.make_vec("mdp/two_round_dmdp", 8, seed=1)
     algo = MADDPG(venv, MADDPG.Config(hidden=(16,), batch_size=32, learning_starts=64))
-    RolloutCollector(venv, algo, seed=1).run(160)
+    Collector(venv, algo, seed=1).run(160)
     return algo
 
 
@@ -137,7 +136,7 @@ def _dqn(**config: Any) -> DQN:
     venv = corral.make_vec("corral/rps", 4, seed=0)
     settings = {"hidden": (16,), "learning_starts": 40, "train_freq": 4, **config}
     algo = DQN(venv, DQN.Config(batch_size=16, **settings))
-    RolloutCollector(venv, algo, seed=0).run(160)
+    Collector(venv, algo, seed=0).run(160)
     return algo
 
 
@@ -365,7 +364,7 @@ def dqn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "run_dir": str(run_dir),
     }
     with Runner(load_config("dqn", "mdp/climbing", settings), progress=False) as runner:
-        runner.benchmark()
+        runner.train()
     return run_dir
 
 
@@ -558,7 +557,7 @@ def test_checkpoints_are_written_every_checkpoint_every_s_seconds(
 ) -> None:
     saved = record_checkpoints(monkeypatch)
     with Runner(run_config(tmp_path, checkpoint_every_s=seconds), progress=False) as runner:
-        runner.benchmark()
+        runner.train()
     assert saved == steps  # 1e-9: after every vector step (of 2 envs)
 
 
@@ -575,7 +574,7 @@ def test_a_wall_clock_checkpoint_does_not_wait_for_a_metrics_row(
             return step(actions)
 
         runner.venv.step = slow_step  # 20 vector steps of 20 ms or more, one metrics row
-        runner.benchmark()
+        runner.train()
     assert len(saved) >= 3 and saved[-1] == 40, saved
     assert all(0 < s < 40 and s % 2 == 0 for s in saved[:-1]), saved
     assert ckpt.load(tmp_path / "run" / LATEST)["elapsed"] >= 20 * 0.02
@@ -630,7 +629,7 @@ def rps_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             settings |= {"learning_starts": 20, "batch_size": 8}
         config = load_config(algo, "corral/rps", {**settings, "run_dir": str(run_dir)})
         with Runner(config, progress=False) as runner:
-            runner.benchmark()
+            runner.train()
         runs[algo] = run_dir
     return runs
 
@@ -674,6 +673,41 @@ def test_the_cli_refuses_another_run_s_checkpoint_in_one_line(
     assert cli_error(argv, capsys).startswith(f"corral: error: {said}")
 
 
+LACKING = [
+    (algo, where, entry)
+    for algo in ("dqn", "mappo")
+    for where, entry in [
+        ((), "env"),  # the env the run trained on
+        ((), "best_steps"),  # a counter of the run
+        (("learners", "main"), "decisions"),  # a counter of the learner
+        (("learners", "main"), "version"),  # the policy's version
+    ]
+] + [("dqn", ("learners", "main"), "torch_rng")]  # DQN's generator of torch batches
+
+
+@pytest.mark.parametrize(("algo", "where", "entry"), LACKING)
+def test_a_checkpoint_lacking_an_entry_is_refused_naming_it(
+    rps_runs: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    algo: str,
+    where: tuple[str, ...],
+    entry: str,
+) -> None:
+    # a checkpoint holds live state only: nothing missing is filled in with a default
+    run_dir = shutil.copytree(rps_runs[algo], tmp_path / "run")
+    saved = ckpt.load(run_dir / LATEST)
+    holder = saved
+    for key in where:
+        holder = holder[key]
+    del holder[entry]
+    ckpt.save(run_dir / LATEST, saved)
+    argv = ["train", "--resume", str(run_dir), "--no-progress", "--total-steps", "60"]
+    line = cli_error(argv, capsys)
+    assert line.startswith(f"corral: error: {run_dir / LATEST}") and f"'{entry}'" in line, line
+    assert "lacks the entry" in line, line
+
+
 def damage(path: Path) -> None:
     """Overwrite 16 bytes in the middle of ``path``, and give it a new modification time."""
     data = bytearray(path.read_bytes())
@@ -706,13 +740,13 @@ def test_corral_train_refuses_an_eval_opponent_damaged_while_it_trains_in_one_li
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     opponent = shutil.copytree(rps_runs["dqn"], tmp_path / "opponent")
-    benchmark = Runner.benchmark
+    train = Runner.train
 
     def damaged_first(self: Runner) -> Any:  # the opponent was read when the run started
         damage(opponent / BEST)
-        return benchmark(self)
+        return train(self)
 
-    monkeypatch.setattr(Runner, "benchmark", damaged_first)
+    monkeypatch.setattr(Runner, "train", damaged_first)
     settings = ["num_envs=2", "eval_every=20", "eval_episodes=2", "log_every=20", "device=cpu"]
     settings += ["tensorboard=false", "learning_starts=20", "batch_size=8"]
     argv = ["train", "dqn", "--env", "corral/rps", "--total-steps", "40", "--no-progress"]
@@ -753,7 +787,7 @@ def test_a_checkpoint_of_another_env_with_the_same_spaces_is_refused(
     other = tmp_path / "penalty"
     config = load_config("dqn", "mdp/penalty", {**settings, "run_dir": str(other)})
     with Runner(config, progress=False) as runner:
-        runner.benchmark()
+        runner.train()
     run_dir = shutil.copytree(dqn_run, tmp_path / "run")
     shutil.copy(other / BEST, run_dir / BEST)
     said = f"{run_dir / BEST} is not a checkpoint of its run (dqn on mdp/climbing, as its "

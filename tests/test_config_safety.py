@@ -304,7 +304,7 @@ def test_corral_eval_joins_the_cluster_a_config_names_only_where_the_command_lin
     settings = {"num_envs": 2, "total_steps": 20, "eval_every": 0, "device": "cpu"}
     config = load_config(TINY, "mdp/climbing", {**settings, "run_dir": str(tmp_path / "r")})
     with Runner(config, progress=False) as runner:
-        runner.benchmark()
+        runner.train()
     path = tmp_path / "r" / "config.yaml"
     text = path.read_text()
     assert "backend: sync" in text and "ray_address: null" in text

@@ -16,8 +16,7 @@ from corral.algos.networks import as_input  # noqa: E402
 from corral.algos.selfplay import SelfPlay  # noqa: E402
 from corral.data.rollouts import decision_rows  # noqa: E402
 from corral.errors import UnsupportedEnvError  # noqa: E402
-from corral.training.collector import evaluate  # noqa: E402
-from corral.training.rollout_collector import RolloutCollector  # noqa: E402
+from corral.training.collector import Collector, evaluate  # noqa: E402
 from corral.training.selfplay_eval import evaluate_vs_random  # noqa: E402
 
 TICTACTOE = "pettingzoo/classic/tictactoe_v3"
@@ -46,7 +45,7 @@ def _one_thread() -> None:
 def _train(env_id: str, config: Config, env_steps: int, **vec_kwargs) -> tuple:
     venv = corral.make_vec(env_id, 8, seed=config.seed, **vec_kwargs)
     algo = DQN(venv, config)
-    RolloutCollector(venv, algo, seed=config.seed).run(env_steps)
+    Collector(venv, algo, seed=config.seed).run(env_steps)
     return venv, algo
 
 
@@ -211,7 +210,7 @@ def test_dqn_learns_paper_against_rock_in_either_seat_of_rps(learner: str) -> No
         "corral/rps", 8, seed=0, group_map="agent", env_kwargs={"num_rounds": num_rounds}
     )
     algo = DQN(venv, config, learn_groups=[learner])
-    RolloutCollector(venv, algo, fixed={other: rock}, seed=0).run(1_500)
+    Collector(venv, algo, fixed={other: rock}, seed=0).run(1_500)
     result = evaluate(venv, algo, 8, fixed={other: rock}, seed=1)
     assert result.episode_returns == [float(num_rounds)] * 8  # a win every round
     batch = venv.reset(seed=2)
@@ -260,7 +259,7 @@ def test_selfplay_smoke_on_tictactoe_stores_only_learner_transitions_and_uses_th
     observed = []
     learn = algo.learn
     algo.learn = lambda rollouts: (observed.append(rollouts["player"]), learn(rollouts))[1]
-    updates = RolloutCollector(venv, algo, seed=0).run(2_000).updates
+    updates = Collector(venv, algo, seed=0).run(2_000).updates
     learner = np.concatenate([decision_rows(r, ["learner"])["learner"] for r in observed])
     assert 0 < learner.sum() < len(learner)  # the opponent's moves were transitions too
     assert len(algo.buffer["player"]) == learner.sum()

@@ -17,8 +17,7 @@ from corral.env import MultiAgentEnv, validate_actions  # noqa: E402
 from corral.envs.rps import RockPaperScissors  # noqa: E402
 from corral.errors import UnsupportedEnvError  # noqa: E402
 from corral.training import checkpoint as ckpt  # noqa: E402
-from corral.training.collector import evaluate  # noqa: E402
-from corral.training.rollout_collector import RolloutCollector  # noqa: E402
+from corral.training.collector import Collector, evaluate  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -39,7 +38,7 @@ MDP_CONFIG = dict(
 def _train(env_id: str, env_steps: int, seed: int, **config) -> tuple[MADDPG, object]:
     venv = corral.make_vec(env_id, 8, seed=seed)
     algo = MADDPG(venv, MADDPG.Config(seed=seed, **{**MDP_CONFIG, **config}))
-    RolloutCollector(venv, algo, seed=seed).run(env_steps)
+    Collector(venv, algo, seed=seed).run(env_steps)
     return algo, venv
 
 
@@ -101,7 +100,7 @@ def test_learns_the_best_reply_to_a_fixed_partner() -> None:
     venv = corral.make_vec("mdp/climbing", 8, seed=0, group_map="agent")
     algo = MADDPG(venv, MADDPG.Config(**MDP_CONFIG), learn_groups=["player_0"])
     partner = {"player_1": lambda obs, mask, rng: np.zeros(obs.shape[:2], dtype=np.int64)}
-    RolloutCollector(venv, algo, fixed=partner, seed=0).run(1000)
+    Collector(venv, algo, fixed=partner, seed=0).run(1000)
     returns = evaluate(venv, algo, episodes=8, fixed=partner, seed=1).episode_returns
     assert returns == pytest.approx([corral.make("mdp/climbing").optimal_return["player_0"]] * 8)
 
@@ -154,7 +153,7 @@ def test_continuous_actions_reach_the_optimum_of_a_coordination_game() -> None:
         explore_decay_steps=2000,
     )  # fmt: skip
     algo = MADDPG(venv, config)
-    RolloutCollector(venv, algo, seed=0).run(3000)
+    Collector(venv, algo, seed=0).run(3000)
     greedy = algo.act(venv.reset(seed=1), explore=False)[0]["agent"]
     np.testing.assert_allclose(
         greedy[..., 0], np.broadcast_to(TargetGame.TARGETS, (8, 2)), atol=0.1
@@ -177,7 +176,7 @@ def test_simple_spread_smoke_run(continuous: bool) -> None:
     algo = MADDPG(venv, config)
     assert algo.critic_sees_state == continuous
     space = venv.action_space("agent")
-    progress = RolloutCollector(venv, algo, seed=0).run(400)
+    progress = Collector(venv, algo, seed=0).run(400)
     updates = progress.updates
     assert updates, "no update ran"
     for metrics in updates:
@@ -242,7 +241,7 @@ def test_a_turn_based_env_that_does_not_say_so_raises_at_its_first_step() -> Non
     venv = corral.VectorEnv([Undeclared] * 2, seed=0)
     algo = MADDPG(venv)
     with pytest.raises(UnsupportedEnvError, match=r"simultaneous moves.*player_1"):
-        RolloutCollector(venv, algo, seed=0).run(10)
+        Collector(venv, algo, seed=0).run(10)
 
 
 def test_state_dict_round_trip_resumes_learning_exactly(tmp_path: Path) -> None:
@@ -260,7 +259,7 @@ def test_state_dict_round_trip_resumes_learning_exactly(tmp_path: Path) -> None:
     runs = []
     for learner in (algo, resumed):
         learner_venv = corral.make_vec("mdp/two_round_dmdp", 8, seed=1)
-        progress = RolloutCollector(learner_venv, learner, seed=9).run(200)
+        progress = Collector(learner_venv, learner, seed=9).run(200)
         batch = learner_venv.reset(seed=2)
         runs.append((progress.updates, learner.act(batch, explore=True)[0]["agent"]))
     (updates, actions), (resumed_updates, resumed_actions) = runs
@@ -280,7 +279,7 @@ def test_critics_see_each_agents_own_observation_and_activation_is_chosen() -> N
         widths[own] = critic[0].in_features
         assert any(isinstance(layer, torch.nn.ReLU) for layer in critic)
         assert not any(isinstance(layer, torch.nn.Tanh) for layer in algo.actor["agent"])
-        updates = RolloutCollector(venv, algo, seed=0).run(algo.config.learning_starts + 64).updates
+        updates = Collector(venv, algo, seed=0).run(algo.config.learning_starts + 64).updates
         assert updates and all(np.isfinite(v) for u in updates for v in u.values())
     # state, the others' actions, the agent's index and own action; plus its observation
     assert widths[True] - widths[False] == obs_dim
@@ -293,13 +292,13 @@ def test_learning_rates_decay_linearly_and_resume_with_the_step_count() -> None:
     venv = corral.make_vec("mdp/one_round_dmdp", 4, seed=0)
     config = MADDPG.Config(lr=1e-2, critic_lr=4e-3, lr_decay_steps=1000, lr_final_frac=0.2)
     algo = MADDPG(venv, config.replace(learning_starts=0, batch_size=8, train_freq=4))
-    updates = RolloutCollector(venv, algo, seed=0).run(500).updates
+    updates = Collector(venv, algo, seed=0).run(500).updates
     assert updates[-1]["lr_scale"] == pytest.approx(1 - 0.5 * 0.8)
     assert algo.actor_opt["agent"].param_groups[0]["lr"] == pytest.approx(1e-2 * 0.6)
     assert algo.critic_opt["agent"].param_groups[0]["lr"] == pytest.approx(4e-3 * 0.6)
     restored = MADDPG(venv, algo.config)
     restored.load_state_dict(algo.state_dict())
     assert restored.lr_scale() == pytest.approx(0.6)
-    RolloutCollector(venv, algo, seed=0).run(1000)
+    Collector(venv, algo, seed=0).run(1000)
     assert algo.lr_scale() == pytest.approx(0.2)  # kept after lr_decay_steps
     assert MADDPG(venv).lr_scale() == 1.0

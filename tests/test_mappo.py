@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 import corral  # noqa: E402
 from corral.algos import algorithm_class  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO, Config, policy_head  # noqa: E402
+from corral.data.rollouts import decision_rows, masked_gae  # noqa: E402
 from corral.errors import UnsupportedEnvError  # noqa: E402
 from corral.training.collector import Collector, DecisionCounter, evaluate  # noqa: E402
 
@@ -209,11 +210,16 @@ def test_registered_names() -> None:
 
 
 def rollout(env_id: str, env_steps: int, config: Config, **env_kwargs) -> tuple:
-    """A MAPPO and its rollout of ``env_steps`` (no update), per group."""
+    """A MAPPO, the rollouts of its first ``env_steps`` (what it would learn from) per group,
+    and the batch each of their steps returned."""
     venv = corral.make_vec(env_id, 4, seed=0, state=True, env_kwargs=env_kwargs)
-    algo = MAPPO(venv, config.replace(rollout_steps=10**6))
+    algo = MAPPO(venv, config.replace(rollout_steps=env_steps // venv.num_envs))
+    algo.records_next = True  # for decision_rows: what the rollout path learns needs none
+    learned, batches, step = [], [], venv.step
+    algo.learn = lambda rollouts: learned.append(rollouts) or {}
+    venv.step = lambda actions: batches.append(step(actions)) or batches[-1]
     Collector(venv, algo, seed=0).run(env_steps)
-    return algo, {g: buffer.data() for g, buffer in algo.buffers.items()}
+    return algo, learned[0], batches
 
 
 @pytest.mark.parametrize(
@@ -222,8 +228,9 @@ def rollout(env_id: str, env_steps: int, config: Config, **env_kwargs) -> tuple:
 )
 def test_the_critic_sees_each_agents_decision_index_in_its_episode(env_id, env_kwargs) -> None:
     # tag: simultaneous moves, prey that die early, the rest truncated; rps: turn by turn.
-    algo, rollouts = rollout(env_id, 4 * 40, Config(), **env_kwargs)
-    for t in rollouts.values():
+    algo, rollouts, _ = rollout(env_id, 4 * 40, Config(), **env_kwargs)
+    decided = {g: decision_rows(r) for g, r in rollouts.items()}
+    for t in decided.values():
         ended = t["terminated"] | t["truncated"]
         for key in set(zip(t["env"], t["agent"], strict=True)):
             rows = np.flatnonzero((t["env"] == key[0]) & (t["agent"] == key[1]))
@@ -233,7 +240,7 @@ def test_the_critic_sees_each_agents_decision_index_in_its_episode(env_id, env_k
             np.testing.assert_array_equal(t["decision"][rows], expected)
         assert ended.any() and t["decision"].max() >= 2
     # the decision index is an input of the critic: the stored values depend on it
-    g, t = "predator" if env_id == "corral/tag" else "player", next(iter(rollouts.values()))
+    g, t = "predator" if env_id == "corral/tag" else "player", next(iter(decided.values()))
     x = algo.policy.critic_input(g, t["obs"], t["state"], t["decision"], t["agent"])
     later = algo.policy.critic_input(g, t["obs"], t["state"], t["decision"] + 5, t["agent"])
     assert not torch.equal(algo.nets[g].value(x), algo.nets[g].value(later))
@@ -241,22 +248,28 @@ def test_the_critic_sees_each_agents_decision_index_in_its_episode(env_id, env_k
 
 def test_values_count_nothing_after_a_truncated_episode_unless_told_to_bootstrap() -> None:
     # Predators are truncated after max_cycles steps; caught prey terminate.
-    algo, rollouts = rollout("corral/tag", 4 * 30, Config(), max_cycles=6)
-    t = rollouts["predator"]
-    ended = t["terminated"] | t["truncated"]
-    assert t["truncated"].any()
-    _, returns = algo.advantages("predator", t)
-    np.testing.assert_allclose(returns[ended], t["reward"][ended], rtol=0, atol=1e-6)
+    # Every agent of tag acts at every step it is alive: a decision is one step.
+    algo, rollouts, _ = rollout("corral/tag", 4 * 30, Config(), max_cycles=6)
+    r = rollouts["predator"]
+    _, returns, complete = masked_gae(r, algo.config.gamma, algo.config.gae_lambda)
+    ended = complete & (r.terminated | r.truncated)
+    assert (complete & r.truncated).any()
+    np.testing.assert_allclose(returns[ended], r.reward[ended], rtol=0, atol=1e-6)
 
-    algo.config = algo.config.replace(bootstrap_truncated=True)
-    _, returns = algo.advantages("predator", t)
-    last = algo.policy.critic_input(
-        "predator", t["next_obs"], t["next_state"], t["decision"] + 1, t["agent"]
-    )
+    config = Config(bootstrap_truncated=True)
+    algo, rollouts, batches = rollout("corral/tag", 4 * 30, config, max_cycles=6)
+    r = rollouts["predator"]
+    _, returns, complete = masked_gae(r, config.gamma, config.gae_lambda)
+    trunc = complete & r.truncated
+    # the critic's value of each truncated agent's last observation, at its next decision
+    t, e, i = np.nonzero(trunc)
+    final = [batches[k] for k in t]
+    obs = np.stack([b.final_obs["predator"][j, n] for b, j, n in zip(final, e, i, strict=True)])
+    state = np.stack([b.final_state[j] for b, j in zip(final, e, strict=True)])
+    x = algo.policy.critic_input("predator", obs, state, r.extras["decision"][trunc] + 1, i)
     with torch.no_grad():
-        bootstrap = algo.config.gamma * algo.nets["predator"].value(last).numpy()
-    trunc = t["truncated"]
-    np.testing.assert_allclose(returns[trunc], (t["reward"] + bootstrap)[trunc], atol=1e-5)
+        bootstrap = config.gamma * algo.nets["predator"].value(x).numpy()
+    np.testing.assert_allclose(returns[trunc], r.reward[trunc] + bootstrap, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -287,7 +300,7 @@ def test_updates_after_rollout_steps_of_exploring_acts_only() -> None:
     algo = MAPPO(venv, Config(rollout_steps=3))
     collector = Collector(venv, algo, seed=0)
     collector.run(2 * 2, learn=False)  # greedy acting does not count
-    assert algo.steps_since_update == 0
+    assert not collector.rollout_open and algo.updates == 0
     assert [len(collector.run(2 * 3).updates) for _ in range(3)] == [1, 1, 1]
     assert algo.updates == 3
 
@@ -296,8 +309,9 @@ def test_state_dict_round_trip_acts_and_continues_identically() -> None:
     venv = corral.make_vec("corral/rps", 4, seed=0, state=True)
     config = Config(rollout_steps=8, epochs=2, minibatches=2)
     algo = MAPPO(venv, config)
-    Collector(venv, algo, seed=0).run(4 * 13)  # one update and a partial rollout
-    assert algo.updates == 1 and algo.steps_since_update == 5
+    collector = Collector(venv, algo, seed=0)
+    collector.run(4 * 13)  # one update and a partial rollout, which the collector holds
+    assert algo.updates == 1 and collector.builder.recorded == 5
 
     file = io.BytesIO()
     torch.save(algo.state_dict(), file)
@@ -313,9 +327,9 @@ def test_state_dict_round_trip_acts_and_continues_identically() -> None:
         np.testing.assert_array_equal(mine[0]["player"], theirs[0]["player"])
         for name, per_group in mine[1].items():
             np.testing.assert_array_equal(per_group["player"], theirs[1][name]["player"])
-    # 3 steps to finish the rollout, then two more of 8
+    # new collectors start new rollouts: two of 8 steps in 19
     runs = [Collector(venv, a, seed=7).run(4 * 19).updates for a in (algo, clone)]
-    assert len(runs[0]) == 3 and runs[0] == runs[1]
+    assert len(runs[0]) == 2 and runs[0] == runs[1]
     for p, q in zip(
         algo.nets["player"].parameters(), clone.nets["player"].parameters(), strict=True
     ):
@@ -341,14 +355,21 @@ def test_self_play_keeps_a_pool_of_past_copies_and_learns_from_its_own_moves_onl
     venv = corral.make_vec("corral/rps", 8, seed=0, state=True)
     algo = MAPPO(venv, Config(self_play=True, rollout_steps=4, epochs=1, snapshot_interval=2))
     algo.selfplay.pool_size = 3
-    added = []
-    store = algo.buffers["player"].add
-    algo.buffers["player"].add = lambda t: (added.append(t), store(t))
+    learned = []  # each rollout's complete decisions and the rows learned from them
+    rows_of = algo.learner.rollout_rows
+
+    def rollout_rows(g, rollout):
+        rows = rows_of(g, rollout)
+        learned.append((masked_gae(rollout, 0.99, 0.95)[2], rollout.extras["learner"], rows))
+        return rows
+
+    algo.learner.rollout_rows = rollout_rows
     updates = Collector(venv, algo, seed=0).run(8 * 4 * 10).updates  # ten updates
     assert [u["selfplay/pool"] for u in updates] == [0, 1, 1, 2, 2, 3, 3, 3, 3, 3]
     assert any("selfplay/return" in u for u in updates)
-    learner = np.concatenate([t["learner"] for t in added])
-    assert learner.all() and len(learner) > 0  # the opponents' moves are not learned from
+    # the opponents' moves are not learned from: only the learner's complete decisions are
+    for complete, learner, rows in learned:
+        assert 0 < len(rows["sample"]) == (complete & learner).sum() < complete.sum()
     assert (algo.selfplay.seat_counts > 0).all()  # it played both seats
     # the pool holds frozen copies of the actor from updates 6, 8 and 10 (the last one)
     oldest, newest = algo.selfplay.pool[0]["player"], algo.selfplay.pool[-1]["player"]
@@ -369,11 +390,11 @@ def test_self_play_opponents_act_with_the_snapshot_drawn_from_the_pool() -> None
         scissors.net[-1].bias.copy_(torch.tensor([0.0, 0.0, 50.0]))
     algo.selfplay.add({"player": scissors})
     seen = []
-    observe = algo.observe
-    algo.observe = lambda transitions: (seen.append(transitions["player"]), observe(transitions))
+    learn = algo.learn
+    algo.learn = lambda rollouts: (seen.append(rollouts["player"]), learn(rollouts))[1]
     Collector(venv, algo, seed=0).run(8 * 40)
-    learner = np.concatenate([t["learner"] for t in seen])
-    action = np.concatenate([t["action"] for t in seen])
+    learner = np.concatenate([r.extras["learner"][r.acting] for r in seen])
+    action = np.concatenate([r.action[r.acting] for r in seen])
     assert (~learner).any() and (action[~learner] == 2).all()  # the snapshot: always scissors
     assert set(action[learner]) == {0, 1, 2}  # the learner samples its own policy
     assert all(o["player"] is scissors for o in algo.selfplay.opponent)
@@ -499,14 +520,14 @@ def test_the_update_gives_the_numbers_of_the_textbook_minibatch_loop(
     # bit for bit: the learner's shortcuts (one gather per epoch, its own gradient clearing
     # and clipping) must leave the networks, the optimiser and the draws as they were
     pytest.importorskip(env_id.split("/")[0] if env_id.startswith("mpe2") else "pettingzoo")
-    from corral.training.rollout_collector import RolloutCollector
+    from corral.training.collector import Collector
 
     venv = corral.make_vec(env_id, 8, seed=0, state=True, env_kwargs=settings)
     config = Config(rollout_steps=10, epochs=3, minibatches=minibatches, seed=0)
     algo = MAPPO(venv, config)
     rollouts = {}
     algo.learn = rollouts.update  # keep the first rollout instead of learning from it
-    RolloutCollector(venv, algo, seed=0).run(8 * 10)
+    Collector(venv, algo, seed=0).run(8 * 10)
     venv.close()
     (g,) = rollouts
     rows = algo.learner.rollout_rows(g, rollouts[g])

@@ -19,9 +19,9 @@ from corral import cli
 from corral.algos.mappo import IPPO, MAPPO
 from corral.algos.policy import Policy
 from corral.errors import ConfigError
-from corral.training import load_config, load_run
 from corral.training import checkpoint as ckpt
-from corral.training.rollout_collector import RolloutCollector as Collector
+from corral.training import load_config, load_run
+from corral.training.collector import Collector
 from corral.training.metrics import read_metrics
 from corral.training.policy_map import MAIN, FixedPlayer, parse_policies, policy_map
 from corral.training.runner import LATEST, build_players, evaluate_policy
@@ -255,7 +255,7 @@ def _cli(capsys: pytest.CaptureFixture[str], tmp_path: Path, policies: str, *ext
 def test_a_bad_policies_string_is_one_line_naming_it(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, policies: str, said: str
 ) -> None:
-    code, (out, err) = _cli(capsys, tmp_path, policies)
+    code, (_out, err) = _cli(capsys, tmp_path, policies)
     assert code == 2
     assert err.startswith(f"corral: error: {said}") and err.count("\n") == 1, err
     assert not (tmp_path / "cli").exists()
@@ -264,7 +264,7 @@ def test_a_bad_policies_string_is_one_line_naming_it(
 def test_a_fixed_module_attr_policy_from_the_command_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, (out, err) = _cli(capsys, tmp_path, f"agent=fixed:{__name__}:still")
+    code, (_out, err) = _cli(capsys, tmp_path, f"agent=fixed:{__name__}:still")
     assert code == 0, err
     # eval reads the run's config.yaml: the policy's module is imported only when allowed
     code = cli.main(["eval", str(tmp_path / "cli"), "--episodes", "1"])
@@ -281,7 +281,7 @@ def test_self_play_takes_no_policies(tmp_path: Path) -> None:
     )
     venv = corral.make_vec(config.run.env, 2, group_map="agent")
     try:
-        with pytest.raises(ConfigError, match="self_play .* takes no policies"):
+        with pytest.raises(ConfigError, match=r"self_play .* takes no policies"):
             build_players(config, venv)
     finally:
         venv.close()
@@ -330,7 +330,7 @@ def test_two_learners_both_improve_against_a_random_other_group(tmp_path: Path) 
         env_kwargs={"max_cycles": 25},
         policies={"adversary": "mappo", "agent": "ippo"},
     )
-    config, trained, _ = load_run(results.run_dir)
+    _config, trained, _ = load_run(results.run_dir)
     untrained_venv = corral.make_vec(TAG, 2, seed=0)
     scores = {}
     for group, other in (("adversary", "agent"), ("agent", "adversary")):

@@ -21,7 +21,7 @@ import corral  # noqa: E402
 from corral.algos.dqn import DQN  # noqa: E402
 from corral.algos.maddpg import MADDPG  # noqa: E402
 from corral.arrays import Place, to_numpy  # noqa: E402
-from corral.training.rollout_collector import RolloutCollector  # noqa: E402
+from corral.training.collector import Collector  # noqa: E402
 
 SPREAD = "mpe2/simple_spread_v3"
 
@@ -67,7 +67,7 @@ def test_a_rollout_and_its_gradient_steps_read_the_host_a_constant_number_of_tim
         venv = spread(4, "torch", device, **env)
         algo = make(venv, device, train_freq=train_freq, **settings)
         assert algo.rollout_steps == train_freq // 4
-        collector = RolloutCollector(venv, algo, seed=0)
+        collector = Collector(venv, algo, seed=0)
         with counting_reads() as counts:
             progress = collector.run(2 * train_freq)
         venv.close()
@@ -90,7 +90,7 @@ def test_as_on_a_gpu_replay_learners_copy_nothing_from_the_host_per_step(name, m
     for train_freq in (4 * 13, 4 * 40):
         venv = spread(4, "torch", deferred=True, **env)
         algo = make(venv, "cpu", train_freq=train_freq, **settings)
-        collector = RolloutCollector(venv, algo, seed=0)
+        collector = Collector(venv, algo, seed=0)
         with counting_transfers(host_side=HOST_SIDE) as counts:
             progress = collector.run(2 * train_freq)
         venv.close()
@@ -111,7 +111,7 @@ def test_on_cuda_replay_learners_synchronise_a_constant_number_of_times(name):
     for train_freq in (4 * 13, 4 * 40):
         venv = spread(4, "torch", "cuda", deferred=True, **env)
         algo = make(venv, "cuda", train_freq=train_freq, **settings)
-        collector = RolloutCollector(venv, algo, seed=0)
+        collector = Collector(venv, algo, seed=0)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
@@ -137,7 +137,7 @@ def filled(name, array):
         else {"noise_std": 0.0, "noise_std_final": 0.0}
     )
     algo = make(venv, "cpu", learning_starts=10**6, train_freq=5, **quiet)
-    RolloutCollector(venv, algo, seed=0).run(3 * 60)
+    Collector(venv, algo, seed=0).run(3 * 60)
     venv.close()
     state = algo.replay_state_dict()
     data = state["agent"]["data"] if name == "dqn" else state["data"]
@@ -170,7 +170,7 @@ def test_dqn_counts_env_steps_from_the_rollouts_it_learns_not_from_acting():
     for _ in range(5):
         algo.act(batch)
     assert algo.env_steps == 0 and algo.epsilon() == 1.0
-    RolloutCollector(venv, algo, seed=0).run(40)
+    Collector(venv, algo, seed=0).run(40)
     venv.close()
     assert algo.rollout_steps == 2 and algo.env_steps == 40
     assert algo.epsilon() == pytest.approx(1.0 - 0.4 * 0.95)
@@ -180,7 +180,7 @@ def test_dqn_takes_its_gradient_steps_per_train_freq_env_steps():
     venv = spread(3, "numpy")
     algo = dqn(venv, "cpu", train_freq=7, gradient_steps=2, learning_starts=0)
     assert algo.rollout_steps == 3  # 9 env steps per rollout
-    progress = RolloutCollector(venv, algo, seed=0).run(9 * 7)
+    progress = Collector(venv, algo, seed=0).run(9 * 7)
     venv.close()
     # 63 env steps pay for 9 rounds of 2 gradient steps; every rollout (9 env steps, more
     # than train_freq) completes at least one round, so each of the 7 reports an update
@@ -201,7 +201,7 @@ def test_maddpg_on_torch_batches_refuses_an_agent_that_does_not_act():
 
     venv = spread(2, "torch", continuous=True)
     algo = maddpg(venv, "cpu", train_freq=2)
-    collector = RolloutCollector(venv, algo, seed=0)
+    collector = Collector(venv, algo, seed=0)
     step = venv.step
 
     def one_idle(actions):
@@ -225,7 +225,7 @@ def test_the_runner_trains_replay_learners_on_torch_batches(tmp_path, algo):
     config = load_config(algo, SPREAD, run_settings(tmp_path, algo, **settings))
     with Runner(config, progress=False) as runner:
         assert isinstance(runner.collector.batch.done, torch.Tensor)
-        results = runner.benchmark()
+        results = runner.train()
     losses = [r for r in results.metrics if any(k.startswith(("loss", "critic_loss")) for k in r)]
     assert losses and all(np.isfinite(v) for r in losses for v in r.values() if v is not None)
 

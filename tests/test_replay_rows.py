@@ -14,11 +14,11 @@ import dataclasses
 
 import numpy as np
 import pytest
+from oracles.transitions import TransitionAssembler
 
 import corral
 from corral.arrays import to_numpy
 from corral.data.rollouts import RolloutBuilder, decision_rows, decisions
-from corral.data.transitions import TransitionAssembler
 from corral.vector.sampling import sample_array
 
 torch = pytest.importorskip("torch")

@@ -30,8 +30,7 @@ from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
 from corral.arrays import Place  # noqa: E402
 from corral.envs.tag_batched import BatchedTag  # noqa: E402
 from corral.errors import InvalidActionError  # noqa: E402
-from corral.training.collector import DecisionCounter  # noqa: E402
-from corral.training.rollout_collector import RolloutCollector  # noqa: E402
+from corral.training.collector import Collector, DecisionCounter  # noqa: E402
 
 DEVICES = [
     "cpu",
@@ -77,7 +76,7 @@ def torch_collector(
     )
     config = algo_cls.Config(rollout_steps=rollout_steps, epochs=2, seed=0, **settings)
     algo = algo_cls(venv, config, device=device)
-    return venv, algo, RolloutCollector(venv, algo, seed=0)
+    return venv, algo, Collector(venv, algo, seed=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -208,7 +207,7 @@ def trained(array, device, algo_cls, updates=3, env_kwargs=None, **settings):
     )
     config = algo_cls.Config(rollout_steps=10, epochs=2, seed=0, **settings)
     algo = algo_cls(venv, config, device=device)
-    collector = RolloutCollector(venv, algo, seed=0)
+    collector = Collector(venv, algo, seed=0)
     reported = []
     while algo.updates < updates:
         progress = collector.run(7 * venv.num_envs)
@@ -351,7 +350,7 @@ def test_the_runner_trains_on_torch_batches_as_on_numpy(tmp_path):
         with Runner(config, progress=False) as runner:
             batch = runner.collector.batch
             assert isinstance(batch.done, torch.Tensor) == (array == "torch")
-            results[array] = runner.benchmark()
+            results[array] = runner.train()
             assert runner.eval_venv is None or not runner.eval_venv.place.is_torch
     columns = ("env_steps", "train_episodes")
     rows = {a: [{c: r.get(c) for c in columns} for r in res.metrics] for a, res in results.items()}
@@ -397,7 +396,7 @@ def test_fixed_policies_of_groups_not_learned_play_torch_batches_as_numpy_ones(t
         with Runner(config, progress=False) as runner:
             actions, _ = runner.collector.actions(runner.collector.batch, explore=True)
             placed[array] = type(actions["prey"])
-            results[array] = runner.benchmark()
+            results[array] = runner.train()
     assert placed == {"numpy": np.ndarray, "torch": torch.Tensor}
     columns = ("env_steps", "train_return", "train_episodes")
     rows = {a: [{c: r.get(c) for c in columns} for r in res.metrics] for a, res in results.items()}

@@ -1,8 +1,8 @@
 """MAPPO and IPPO learning from time-major rollouts against the per-agent row path.
 
-The row path (``Collector``: ``TransitionAssembler`` rows, ``MAPPO.observe``,
-``MAPPO.update`` with row-wise GAE) is the oracle: with one minibatch per
-epoch the order of rows does not matter, so the same seeds must give the same
+The row path (:mod:`oracles.rows`: ``TransitionAssembler`` rows, row-wise GAE,
+``MAPPOLearner.ppo`` on the rows) is the oracle: with one minibatch per epoch
+the order of rows does not matter, so the same seeds must give the same
 networks after several updates, up to float32 rounding.
 """
 
@@ -12,11 +12,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from oracles.rows import RowCollector  # noqa: E402
+
 import corral  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
 from corral.training import Runner, load_config  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
-from corral.training.rollout_collector import RolloutCollector  # noqa: E402
 
 CASES = [
     ("corral/rps", {}),  # turn-based: the first mover's reward
@@ -51,9 +52,9 @@ def max_difference(a: dict, b: dict) -> float:
 @pytest.mark.parametrize("algo_cls", [MAPPO, IPPO], ids=["mappo", "ippo"])
 @pytest.mark.parametrize(("env_id", "settings"), CASES, ids=[f"{i}{s}" for i, s in CASES])
 def test_rollouts_learn_what_rows_learn(algo_cls, env_id, settings):
-    rows = trained(Collector, algo_cls, env_id, **settings)
-    rollouts = trained(RolloutCollector, algo_cls, env_id, **settings)
-    initial = trained(RolloutCollector, algo_cls, env_id, updates=0, **settings)
+    rows = trained(RowCollector, algo_cls, env_id, **settings)
+    rollouts = trained(Collector, algo_cls, env_id, **settings)
+    initial = trained(Collector, algo_cls, env_id, updates=0, **settings)
     assert max_difference(rows, initial) > 1e-3  # the updates moved the networks
     assert max_difference(rows, rollouts) < 1e-5
 
@@ -61,15 +62,15 @@ def test_rollouts_learn_what_rows_learn(algo_cls, env_id, settings):
 def test_self_play_learns_only_the_learners_decisions():
     settings = {"self_play": True, "snapshot_interval": 1}
     env_id = "pettingzoo/classic/tictactoe_v3"
-    rows = trained(Collector, MAPPO, env_id, **settings)
-    rollouts = trained(RolloutCollector, MAPPO, env_id, **settings)
+    rows = trained(RowCollector, MAPPO, env_id, **settings)
+    rollouts = trained(Collector, MAPPO, env_id, **settings)
     assert max_difference(rows, rollouts) < 1e-5
 
 
 def test_bootstrapping_truncated_decisions_changes_what_is_learned():
     # the bootstrap case above is not the plain one: truncations happen in its window
-    plain = trained(RolloutCollector, MAPPO, "mpe2/simple_spread_v3")
-    boot = trained(RolloutCollector, MAPPO, "mpe2/simple_spread_v3", bootstrap_truncated=True)
+    plain = trained(Collector, MAPPO, "mpe2/simple_spread_v3")
+    boot = trained(Collector, MAPPO, "mpe2/simple_spread_v3", bootstrap_truncated=True)
     assert max_difference(plain, boot) > 1e-4
 
 
@@ -77,6 +78,6 @@ def test_the_runner_learns_mappo_from_rollouts(tmp_path):
     settings = {"num_envs": 4, "total_steps": 160, "eval_every": 0, "rollout_steps": 10}
     config = load_config("mappo", "corral/rps", {**settings, "run_dir": str(tmp_path / "run")})
     with Runner(config, progress=False) as runner:
-        assert isinstance(runner.collector, RolloutCollector)
-        runner.benchmark()
+        assert isinstance(runner.collector, Collector)
+        runner.train()
         assert runner.algo.updates == 4

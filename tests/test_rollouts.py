@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from oracles.buffers import gae
+from oracles.transitions import TransitionAssembler
 
-from corral.data.buffers import gae
 from corral.data.rollouts import RolloutBuilder, masked_gae
-from corral.data.transitions import TransitionAssembler
 from corral.vector import make_vec
 
 GAMMA, LAM = 0.9, 0.8

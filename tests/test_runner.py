@@ -18,6 +18,7 @@ pytest.importorskip("yaml")
 
 import corral
 from corral.algos.base import AlgoConfig, Algorithm
+from corral.data.rollouts import Rollout, decision_rows
 from corral.training import ConfigError, Runner, load_config, load_run
 from corral.training import checkpoint as ckpt
 from corral.training import runner as runner_module
@@ -38,17 +39,21 @@ class TabularConfig(AlgoConfig):
     """Exploration rate."""
     states: int = 8
     """Table rows: an observation's state is the argmax of its entries, modulo this."""
+    rollout_steps: int = 1
+    """Vector steps per rollout."""
     batch: int = 4
-    """Completed transition sets stored before an update."""
+    """Rollouts with complete decisions stored before an update."""
     prefer: int = 0
     """The action an untrained table plays greedily."""
 
 
 class TabularQ(Algorithm):
-    """Q-learning on a table per group; the state of an observation is its argmax."""
+    """Q-learning on a table per group, from each rollout's decisions; the state of an
+    observation is its argmax."""
 
     name: ClassVar[str] = "tabular"
     Config: ClassVar[type[AlgoConfig]] = TabularConfig
+    records_next: ClassVar[bool] = True
     config: TabularConfig
 
     def __init__(self, venv: Any, config: AlgoConfig | None = None, **kwargs: Any) -> None:
@@ -77,13 +82,14 @@ class TabularQ(Algorithm):
             actions[g] = best
         return actions, {}
 
-    def observe(self, transitions: Mapping[str, Any]) -> None:
-        self.pending.append(dict(transitions))
-
-    def ready(self) -> bool:
-        return len(self.pending) >= self.config.batch
-
-    def update(self) -> dict[str, float]:
+    def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
+        fields = ("obs", "action", "reward", "next_obs", "terminated")
+        rows = {g: decision_rows(r, fields) for g, r in rollouts.items()}
+        complete = {g: t for g, t in rows.items() if len(t["reward"])}
+        if complete:
+            self.pending.append(complete)
+        if len(self.pending) < self.config.batch:
+            return {}
         errors = []
         for transitions in self.pending:
             for g, t in transitions.items():
@@ -142,7 +148,7 @@ def config(
 
 def train(cfg: Any) -> Any:
     with Runner(cfg, progress=False, allow_imports=[TINY]) as runner:
-        return runner.benchmark()
+        return runner.train()
 
 
 def without_time(rows: list[dict[str, float]]) -> list[dict[str, float]]:
@@ -319,7 +325,7 @@ def test_packaged_mappo_learns_simple_spread_on_the_native_mpe(tmp_path: Path) -
     cfg = load_config("mappo", "mpe2/simple_spread_v3", {**settings, "run_dir": str(tmp_path)})
     with Runner(cfg, progress=False) as runner:
         assert runner.venv.native
-        results = runner.benchmark()
+        results = runner.train()
     with corral.make_vec("mpe2/simple_spread_v3", 48, env_kwargs={"N": 3}) as venv:
         batch, rng = venv.reset(seed=1000), np.random.default_rng(0)
         for _ in range(25):
@@ -362,7 +368,7 @@ def test_a_progress_bar_counts_env_steps(
 ) -> None:
     pytest.importorskip("tqdm")
     with Runner(config(tmp_path), progress=True) as runner:
-        runner.benchmark()
+        runner.train()
     err = capsys.readouterr().err
     assert "400/400" in err and "eval" in err
 
@@ -418,7 +424,7 @@ def test_training_envs_get_the_backend_settings_and_evaluation_one_worker_of_its
     cfg = config(tmp_path, backend="subproc", num_workers=2, total_steps=40, timeout=7)
     with Runner(cfg, progress=False) as runner:
         assert len(runner.venv._backend.worker_pids) == 2
-        runner.benchmark()
+        runner.train()
         evaluation = runner.eval_venv._backend
         assert runner.eval_venv.backend_name == "subproc" and len(evaluation.worker_pids) == 1
         assert evaluation.timeout == 7
@@ -426,7 +432,7 @@ def test_training_envs_get_the_backend_settings_and_evaluation_one_worker_of_its
 
 def test_a_sync_run_evaluates_in_process(tmp_path: Path) -> None:
     with Runner(config(tmp_path, total_steps=40), progress=False) as runner:
-        runner.benchmark()
+        runner.train()
         assert runner.eval_venv.backend_name == "sync"
 
 
@@ -440,7 +446,7 @@ def test_torch_threads_are_set_for_the_run_logged_and_given_back(
         cfg = config(tmp_path, f"run{setting}", total_steps=40, torch_threads=setting)
         with caplog.at_level(logging.INFO, logger="corral"), Runner(cfg, progress=False) as run:
             assert torch.get_num_threads() == threads
-            run.benchmark()
+            run.train()
         assert torch.get_num_threads() == before
         header = f"mdp/climbing; backend sync, 4 envs, device cpu, torch threads {threads}"
         assert header in caplog.text
@@ -500,7 +506,7 @@ def test_resume_of_a_killed_run_equals_an_uninterrupted_one(
     assert ckpt.load(tmp_path / "killed" / LATEST)["env_steps"] == 160
     with Runner.resume(tmp_path / "killed", progress=False, allow_imports=[TINY]) as runner:
         assert runner.env_steps == 160
-        resumed = runner.benchmark()
+        resumed = runner.train()
         assert "resumed at 160 env steps" in (tmp_path / "killed" / "train.log").read_text()
         q = runner.algo.q
     assert resumed.env_steps == 400
@@ -532,7 +538,7 @@ def test_dqn_resumes_with_its_replay_buffers_as_if_never_killed(
     replay = ckpt.load(tmp_path / "killed" / LATEST)["replay"]["main"]["player"]
     assert len(replay["data"]["reward"]) == 320  # 160 one-step games of two players
     with Runner.resume(tmp_path / "killed", progress=False) as runner:
-        resumed = runner.benchmark()
+        resumed = runner.train()
         weights = runner.algo.q["player"].state_dict()
     assert without_time(resumed.metrics) == without_time(whole.metrics)
     _, algo, _ = load_run(tmp_path / "whole", "latest")
@@ -540,7 +546,7 @@ def test_dqn_resumes_with_its_replay_buffers_as_if_never_killed(
         assert value.equal(weights[key]), key
     # Without the buffers the resumed run learns from fewer, other transitions.
     with Runner.resume(tmp_path / "forgetful", progress=False) as runner:
-        runner.benchmark()
+        runner.train()
         forgetful = runner.algo.q["player"].state_dict()
     assert not all(value.equal(forgetful[key]) for key, value in weights.items())
 
@@ -560,12 +566,12 @@ def test_resume_continues_from_the_checkpoint_in_multi_step_games(
         kill_after_checkpoint(patch, 160)
         with pytest.raises(Killed), Runner(cfg, progress=False) as runner:
             # rows written after the checkpoint are lost with the kill
-            runner.benchmark()
+            runner.train()
     rows_at_kill = read_metrics(tmp_path / "run")
     assert rows_at_kill[-1]["env_steps"] == 160
     resumed = Runner.resume(tmp_path / "run", progress=False, allow_imports=[TINY])
     with resumed:
-        results = resumed.benchmark()
+        results = resumed.train()
     steps = [int(r["env_steps"]) for r in results.metrics]
     assert steps == list(range(40, 401, 40))
     assert results.metrics[: len(rows_at_kill)] == rows_at_kill
@@ -600,7 +606,7 @@ def test_groups_not_learned_are_played_by_the_opponent(tmp_path: Path) -> None:
     with Runner(cfg, progress=False) as runner:
         assert list(runner.algo.groups) == ["player_1"]
         assert list(runner.fixed) == ["player_0"]
-        results = runner.benchmark()
+        results = runner.train()
     assert results.env_steps == 400
 
 
@@ -733,7 +739,7 @@ def test_a_checkpoint_due_mid_rollout_waits_for_its_end_so_resume_loses_no_step(
     pytest.importorskip("torch")
     settings = {"algo": algo, **MID_ROLLOUT[algo]}
     with Runner(config(tmp_path, "whole", **settings), progress=False) as runner:
-        whole = runner.benchmark()
+        whole = runner.train()
         state = runner.algo.state_dict()
     with monkeypatch.context() as patch:
         kill_after_checkpoint(patch, 160)
@@ -741,7 +747,7 @@ def test_a_checkpoint_due_mid_rollout_waits_for_its_end_so_resume_loses_no_step(
             train(config(tmp_path, "killed", **settings))
     assert ckpt.load(tmp_path / "killed" / LATEST)["env_steps"] == 168  # 14 whole rollouts
     with Runner.resume(tmp_path / "killed", progress=False) as runner:
-        resumed = runner.benchmark()
+        resumed = runner.train()
         assert same_state(runner.algo.state_dict(), state)
     assert resumed.env_steps == whole.env_steps == 400
     assert without_time(resumed.metrics) == without_time(whole.metrics)

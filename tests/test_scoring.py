@@ -313,3 +313,34 @@ def test_a_greedy_policy_scoring_the_same_in_every_evaluation_is_not_flagged(
         results = train(config(tmp_path, **ROCK))  # the climbing game: greedy play never changes
     assert len({r["eval_return"] for r in eval_rows(results.metrics)}) == 1
     assert not warnings_logged(caplog)
+
+
+class _Drawing:
+    """A player of ``groups`` whose every action is a legal one drawn from its own generator
+    (greedy or not): two loops that ask it in the same order get the same actions."""
+
+    def __init__(self, venv, groups: list[str], seed: int) -> None:
+        self.venv, self.groups = venv, {g: venv.groups[g] for g in groups}
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, batch, *, explore: bool = True):
+        actions = self.venv.sample_actions(batch, self.rng)
+        return {g: actions[g] for g in self.groups}, {}
+
+
+@pytest.mark.parametrize("opponent", [False, True])
+@pytest.mark.parametrize("seat", ["player_0", "player_2"])
+def test_games_against_an_opponent_play_as_stepping_the_envs_directly(seat, opponent) -> None:
+    from oracles.seats import play_against_directly
+
+    from corral.training.selfplay_eval import play_against
+
+    venv = corral.make_vec("corral/rps4", 3, seed=0, group_map="agent")
+    returns = []
+    for play in (play_against, play_against_directly):
+        learner = _Drawing(venv, list(venv.groups), seed=1)
+        other = _Drawing(venv, ["player_1", "player_3"], seed=2) if opponent else None
+        returns.append(play(learner, venv, 7, seat, other, seed=5))
+    assert len(returns[0]) == 7 and len(set(returns[0])) > 1
+    assert returns[0] == returns[1]
+    venv.close()

@@ -775,7 +775,7 @@ def test_an_interrupted_run_offers_to_resume_only_from_a_checkpoint(
     def interrupted(self: Runner) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Runner, "benchmark", interrupted)
+    monkeypatch.setattr(Runner, "train", interrupted)
     if checkpointed:
         command = ["train", "--resume", str(run_dir), "--total-steps", "120", *ALLOW]
         code, _, err = run(capsys, *command)

@@ -97,7 +97,7 @@ def test_restart_trains_on_and_counts_the_restarts(tmp_path: Path) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with Runner(config, progress=False) as runner:
-            results = runner.benchmark()
+            results = runner.train()
     assert results.env_steps == 200
     rows = read_metrics(tmp_path / "r")
     restarts = sum(r.get("env_restarts", 0) for r in rows)
@@ -114,7 +114,7 @@ def test_restart_trains_on_when_a_natively_batched_env_raises(tmp_path: Path) ->
         warnings.simplefilter("always")
         with Runner(config, progress=False) as runner:
             assert runner.venv.native
-            results = runner.benchmark()
+            results = runner.train()
     assert results.env_steps == 200
     restarts = sum(r.get("env_restarts", 0) for r in read_metrics(tmp_path / "r"))
     assert restarts == SETTINGS["num_envs"] * (FAULTS["steps"] // 37) >= 2  # every copy
@@ -173,7 +173,7 @@ def test_a_worker_timeout_stops_the_run_with_one_clear_message(
 def test_the_error_names_the_env_and_carries_the_batch(tmp_path: Path) -> None:
     config = load_config("dqn", "test/flaky_climbing", {**SETTINGS, "run_dir": str(tmp_path)})
     with Runner(config, progress=False) as runner, pytest.raises(EnvError) as err:
-        runner.benchmark()
+        runner.train()
     assert err.value.env_index in (0, 1) and err.value.batch is not None
 
 
@@ -181,7 +181,7 @@ def test_a_resumed_run_does_not_join_the_cluster_its_config_names(tmp_path: Path
     FAULTS["every"] = 0
     config = load_config("dqn", "test/flaky_climbing", {**SETTINGS, "run_dir": str(tmp_path)})
     with Runner(config, progress=False) as runner:
-        runner.benchmark()
+        runner.train()
     text = (tmp_path / "config.yaml").read_text()
     (tmp_path / "config.yaml").write_text(
         text.replace("ray_address: null", "ray_address: ray://attacker:10001").replace(
@@ -394,7 +394,7 @@ def test_restarts_under_raise_are_logged_as_what_happened(tmp_path: Path) -> Non
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the WorkerRestartWarning
         with Runner(config, progress=False) as runner:
-            results = runner.benchmark()
+            results = runner.train()
     assert results.env_steps == 200 and flag.exists()
     assert sum(r.get("env_restarts", 0) for r in read_metrics(tmp_path / "r")) == 1
     logged = (tmp_path / "r" / "train.log").read_text()

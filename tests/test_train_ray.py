@@ -77,7 +77,7 @@ def test_a_run_whose_envs_hold_every_cpu_evaluates_and_completes(tmp_path: Path)
     with Runner(tiny_mappo(tmp_path), progress=False) as runner:
         actors = runner.venv._backend.shards
         assert len(actors) == CPUS  # the training envs' workers take every CPU of the Ray
-        results = runner.benchmark()
+        results = runner.train()
         evaluation = runner.eval_venv._backend  # one actor of its own that reserves no CPU
         assert runner.eval_venv.backend_name == "ray" and len(evaluation.shards) == 1
         assert evaluation.num_cpus_per_worker == 0

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from oracles.transitions import TransitionAssembler
 
-from corral.data.transitions import TransitionAssembler
 from corral.vector import make_vec
 
 ROCK, PAPER, SCISSORS = 0, 1, 2

@@ -616,8 +616,8 @@ _SETTING_FLAGS = ("num_envs", "backend", "total_steps", "seed", "device", "run_d
 
 def _train(args: argparse.Namespace) -> int:
     from corral.training import Runner, load_config
-    from corral.training.runner import AlreadyTrainedError
     from corral.training.policy_map import parse_policies
+    from corral.training.runner import AlreadyTrainedError
 
     overrides: dict[str, Any] = {}
     config = None
@@ -659,7 +659,7 @@ def _train(args: argparse.Namespace) -> int:
                 config = load_config(args.algo, args.env, overrides)
                 runner = Runner(config, progress=progress, allow_imports=allowed)
         with _console_logging(), runner:
-            results = runner.benchmark()
+            results = runner.train()
     except (CheckpointError, ConfigError) as err:  # a run file or eval_opponent, changed meanwhile
         raise UsageError(str(err)) from err
     except UnsupportedEnvError as err:  # found while training, on an env that did not declare it
@@ -722,8 +722,8 @@ def _resume_advice(run_dir: str | None) -> str:
 def _eval(args: argparse.Namespace) -> int:
     from corral.training import ConfigError
     from corral.training.config import replace_run
-    from corral.training.render import RenderError, record_episode
     from corral.training.policy_map import parse_policies
+    from corral.training.render import RenderError, record_episode
     from corral.training.runner import check_cluster, evaluate_policy, load_run
     from corral.training.scoring import RETURN, VERSUS
     from corral.training.threads import set_torch_threads, torch_threads

@@ -1,12 +1,12 @@
 """What every learning algorithm gives the collector and the runner.
 
-An :class:`Algorithm` acts on vector batches and learns from what the
-collector records: time-major rollouts (``learns_from = "rollouts"``) or
-per-agent transitions. An algorithm split into a
-:class:`~corral.algos.policy.Policy` and a :class:`~corral.algos.policy.Learner`
-(MAPPO, IPPO, DQN, MADDPG) is a facade over the two (:attr:`Algorithm.policy`,
-:attr:`Algorithm.learner`); an algorithm that is not split (a test's tabular
-learner of transitions) implements the methods itself. Groups it does not
+An :class:`Algorithm` acts on vector batches and learns from the time-major
+rollouts that the collector (:mod:`corral.training.collector`) records. An
+algorithm split into a :class:`~corral.algos.policy.Policy` and a
+:class:`~corral.algos.policy.Learner` (MAPPO, IPPO, DQN, MADDPG) is a facade
+over the two (:attr:`Algorithm.policy`, :attr:`Algorithm.learner`); an
+algorithm that is not split (a test's tabular learner) implements the methods
+itself. Groups it does not
 learn (a fixed opponent) are played by :data:`FixedPolicy` callables that the
 collector merges in. The algorithm never steps an env itself, so one
 collector and one runner serve MAPPO, IPPO, MADDPG and DQN alike.
@@ -22,13 +22,12 @@ import numpy as np
 
 from corral.algos.policy import Actions, Extras, Learner, Policy
 from corral.data.rollouts import Rollout
-from corral.data.transitions import Transitions
 from corral.errors import UnsupportedEnvError
 from corral.ranges import SEED, Range, check_ranges
 
 FixedPolicy = Callable[[np.ndarray, "np.ndarray | None", np.random.Generator], np.ndarray]
 """A fixed policy for one group: ``(obs [E, n, ...], action_mask or None, rng) -> actions``,
-on NumPy arrays (the collectors hand a torch batch's values over on the host, and place the
+on NumPy arrays (the collector hands a torch batch's values over on the host, and places the
 actions where the batch lives)."""
 
 
@@ -36,7 +35,7 @@ class FirstUpdate(NamedTuple):
     """When an algorithm can next update: the fewest env steps from now, and what sets them."""
 
     env_steps: int
-    """Env steps (one per env per vector step) to collect before :meth:`Algorithm.update`."""
+    """Env steps (one per env per vector step) to collect before the next update."""
     because: str
     """The settings behind that number, e.g. ``rollout_steps=64 vector steps of 16 envs``."""
 
@@ -74,7 +73,7 @@ class AlgoConfig:
 
 
 class Algorithm:
-    """Base class of corral's learning algorithms: what the collectors and the runner call.
+    """Base class of corral's learning algorithms: what the collector and the runner call.
 
     A split algorithm sets :attr:`policy` and :attr:`learner` in its
     constructor; :meth:`act`, :meth:`learn`, :meth:`state_dict` and
@@ -95,14 +94,10 @@ class Algorithm:
     """Whether it reads ``batch.state``: its vector envs are then built with ``state=True``."""
     uses_decisions: ClassVar[bool] = False
     """Whether :meth:`act` reads ``decisions`` (see :attr:`Policy.uses_decisions
-    <corral.algos.policy.Policy.uses_decisions>`); the collectors pass them only then."""
+    <corral.algos.policy.Policy.uses_decisions>`); the collector passes them only then."""
     needs_lockstep: ClassVar[bool] = False
     """Whether every learned agent must act at every step until the episode ends (simultaneous
     moves, no agent leaving early); see :func:`check_env_support`."""
-    learns_from: ClassVar[str] = "transitions"
-    """What the runner feeds it: ``"transitions"`` (per-agent rows, :meth:`observe` and
-    :meth:`update`) or ``"rollouts"`` (time-major arrays of :attr:`rollout_steps`
-    vector steps, :meth:`learn`; see :mod:`corral.training.rollout_collector`)."""
     records_next: ClassVar[bool] = False
     """Whether its rollouts record each step's next observations (``RolloutBuilder``'s
     ``record_next``), from which a replay learner makes its rows."""
@@ -140,47 +135,32 @@ class Algorithm:
             raise NotImplementedError
         return self.policy.act(batch, explore=explore, decisions=decisions)
 
-    def collected(self, batch: Any) -> None:
-        """The collector stepped the envs once while learning and got ``batch`` (for a
-        learner of transitions that updates on a schedule of env steps)."""
-
-    def observe(self, transitions: Mapping[str, Transitions]) -> None:
-        """Store completed transitions (only those of its own groups are passed)."""
-        raise NotImplementedError
-
-    def ready(self) -> bool:
-        """Whether :meth:`update` should run now."""
-        raise NotImplementedError
-
-    def update(self) -> dict[str, float]:
-        """Learn from what was stored; returns scalar metrics (losses, ...)."""
-        raise NotImplementedError
-
     @property
     def rollout_steps(self) -> int:
-        """A rollout learner's vector steps per rollout (``config.rollout_steps``)."""
+        """Vector steps per rollout learned from (``config.rollout_steps``)."""
         return int(self.config.rollout_steps)
 
     def bootstrap_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any] | None:
-        """A rollout learner's value ``[E, n]`` of every agent's observation in ``batch``;
+        """A learner with a critic: the value ``[E, n]`` of every agent's observation in ``batch``;
         ``decisions``: each agent's decision index there (as :meth:`act` is given).
         ``None``: its rollouts carry no values (a replay learner's)."""
         return None
 
     def final_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any] | None:
-        """A rollout learner's value ``[E, n]`` of every agent's next observation after a
+        """A learner with a critic: the value ``[E, n]`` of every agent's next observation after a
         step, which truncated decisions bootstrap from; ``None``: they bootstrap nothing.
         ``decisions``: each agent's decisions in the episode the step continued or ended."""
         return None
 
     def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
-        """A rollout learner's update from one :class:`Rollout` per group; returns metrics."""
+        """An update from one :class:`Rollout` per group of :attr:`rollout_steps` vector steps
+        (the collector's, at the end of each); returns metrics (an empty dict: none made)."""
         if self.learner is None:
             raise NotImplementedError(f"{type(self).__name__} does not learn from rollouts")
         return self.learner.learn(rollouts)
 
     def first_update(self) -> FirstUpdate | None:
-        """A lower bound on the env steps before :meth:`ready` can next be true (``None``:
+        """A lower bound on the env steps before :meth:`learn` can next update (``None``:
         unknown); the runner warns when a run is too short for any update."""
         return None
 

@@ -1,12 +1,11 @@
 """DQN: independent Q-learners, one Q-network shared by the agents of a group.
 
-Each agent learns from its own transitions (see :mod:`corral.data.transitions`),
+Each agent learns from its own decisions (see :func:`corral.data.rollouts.decisions`),
 treating the others as part of the env; the agents of a group share one
 online network, one target network, one optimiser and one replay memory.
-It learns from rollouts (``learns_from = "rollouts"``) of
-``ceil(train_freq / num_envs)`` vector steps: :meth:`DQN.learn` writes each
-rollout's complete decisions (:func:`corral.data.rollouts.decisions`, the
-assembler's transitions made as arrays) into its :class:`~corral.data.replay.Replay`
+It learns from rollouts of ``ceil(train_freq / num_envs)`` vector steps:
+:meth:`DQN.learn` writes each rollout's complete decisions (one row per
+decision, made as arrays) into its :class:`~corral.data.replay.Replay`
 memories, which live where the batches do (NumPy, or torch on their device
 with ``array="torch"``), then takes its gradient steps there.
 Details:
@@ -71,9 +70,8 @@ from corral.algos.networks import (
 from corral.algos.policy import Learner, Policy, Weights
 from corral.algos.selfplay import SelfPlay, check_game
 from corral.arrays import is_tensor
-from corral.data.replay import Replay
+from corral.data.replay import Replay, Transitions
 from corral.data.rollouts import Rollout, decisions
-from corral.data.transitions import Transitions
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
 from corral.vector.sampling import sample_array
@@ -378,18 +376,16 @@ class DQNLearner(Learner):
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`. A checkpoint from before the split (no ``updates``,
-        ``decisions``, ``version``) counts those from 0 again."""
+        """Restore :meth:`state_dict`."""
         for g, net in self.policy.q.items():
             net.load_state_dict(state["q"][g])
             self.target[g].load_state_dict(state["target"][g])
             self.optimizer[g].load_state_dict(state["optimizer"][g])
-        super().load_state_dict({"updates": 0, **state})
+        super().load_state_dict(state)
         self.gradient_step = int(state["gradient_step"])
         self.pending_steps = int(state["pending_steps"])
         self.policy.rng.bit_generator.state = state["rng"]
-        if "torch_rng" in state:  # absent from checkpoints older than torch batches
-            self.policy.torch_rng.set_state(state["torch_rng"])
+        self.policy.torch_rng.set_state(state["torch_rng"])
         self.policy.epsilon = self.epsilon()
 
     def replay_state_dict(self) -> dict[str, Any]:
@@ -413,7 +409,6 @@ class DQN(Algorithm):
     name: ClassVar[str] = "dqn"
     Config: ClassVar[type[AlgoConfig]] = Config
     config: Config
-    learns_from: ClassVar[str] = "rollouts"
     records_next: ClassVar[bool] = True
     """Its rollouts record what replay rows need (``RolloutBuilder(record_next=True)``)."""
     policy: DQNPolicy

@@ -33,10 +33,10 @@ games), where every agent acts at every step. Then each vector step
 completes one transition of every learned agent in every env, and these are
 stored together as one row of a joint replay memory (all agents'
 observations, actions, rewards, next observations). MADDPG learns from
-rollouts (``learns_from = "rollouts"``) of ``ceil(train_freq / num_envs)``
-vector steps: its learner writes each rollout's ``T * E`` joint rows
-into its :class:`~corral.data.replay.Replay`, which lives where the batches
-do (NumPy, or torch on their device with ``array="torch"``), then takes one
+rollouts of ``ceil(train_freq / num_envs)`` vector steps: its learner
+writes each rollout's ``T * E`` joint rows into its
+:class:`~corral.data.replay.Replay`, which lives where the batches do
+(NumPy, or torch on their device with ``array="torch"``), then takes one
 gradient step per ``train_freq`` env steps there. Turn-based or
 asynchronous envs, and envs whose agents leave before the episode ends, raise
 :class:`~corral.errors.UnsupportedEnvError`: when MADDPG is built, for envs
@@ -69,9 +69,8 @@ from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdat
 from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
 from corral.algos.policy import Learner, Policy, Weights
 from corral.arrays import is_tensor
-from corral.data.replay import Replay
+from corral.data.replay import Replay, Transitions
 from corral.data.rollouts import Rollout
-from corral.data.transitions import Transitions
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
 
@@ -538,12 +537,11 @@ class MADDPGLearner(Learner):
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`. A checkpoint from before the split (no ``updates``,
-        ``decisions``, ``version``) counts those from 0 again."""
+        """Restore :meth:`state_dict`."""
         for key, per_group in self._checkpointed().items():
             for g, part in per_group.items():
                 part.load_state_dict(state[key][g])
-        super().load_state_dict({"updates": 0, **state})
+        super().load_state_dict(state)
         self.due = int(state["due"])
         self.policy.rng.bit_generator.state = state["rng"]
         self.policy.torch_rng.set_state(state["torch_rng"])
@@ -570,7 +568,6 @@ class MADDPG(Algorithm):
     Config = Config
     uses_state = True
     needs_lockstep = True
-    learns_from = "rollouts"
     records_next = True
     """Its rollouts record what replay rows need (``RolloutBuilder(record_next=True)``)."""
     policy: MADDPGPolicy

@@ -17,11 +17,11 @@ The env receives the sample mapped to the Box and clipped to its bounds (the
 vector env rejects out-of-bound actions), while log-probabilities are those
 of the unclipped sample, as in most PPO implementations.
 
-Transitions are per agent (see :mod:`corral.data.transitions`), so turn-based
+Decisions are per agent (see :mod:`corral.data.rollouts`), so turn-based
 and asynchronous envs need nothing special: :meth:`MAPPO.act` answers for
 every agent, the env ignores the agents that are not acting, and each
-completed transition carries the ``log_prob``, ``value`` and raw ``sample``
-of its decision.
+decision keeps the ``log_prob``, ``value`` and raw ``sample`` it was made
+with.
 
 Values are those of the episode's return: a truncated episode (MPE's
 ``max_cycles``) counts nothing after its end, as the return the runner
@@ -38,14 +38,13 @@ Self-play (``self_play``, zero-sum games): the learner plays one seat per
 env and episode against a pool of frozen copies of its actors, as DQN does
 (see :mod:`corral.algos.selfplay`); a copy joins the pool every
 ``snapshot_interval`` updates, the opponents sample from their policies, and
-only the learner's transitions are learned from.
+only the learner's decisions are learned from.
 
 The algorithm is split (see :mod:`corral.algos.policy`): a
 :class:`MAPPOPolicy` holds the actors and critics and acts without side
 effects, a :class:`MAPPOLearner` holds the optimisers and learns from
 rollouts, and :class:`MAPPO`, what the runner drives, is a facade over both
-that adds self-play's opponents and keeps the per-agent row path, the oracle
-of the rollout path in differential tests.
+that adds self-play's opponents.
 
 Defaults follow the MPE settings of Yu et al. 2022, "The Surprising
 Effectiveness of PPO in Cooperative Multi-Agent Games" (lr 7e-4, 10 epochs,
@@ -81,15 +80,13 @@ from corral.algos.networks import (
 from corral.algos.policy import Learner, Policy, Weights
 from corral.algos.selfplay import SelfPlay, check_game
 from corral.arrays import to_numpy
-from corral.data.buffers import RolloutBuffer, gae
 from corral.data.rollouts import Rollout, masked_gae
-from corral.data.transitions import Transitions
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
 from corral.vector.sampling import sample_array
 
 METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
-"""What :meth:`MAPPO.update` reports per group (means over its minibatches)."""
+"""What :meth:`MAPPOLearner.update` reports per group (means over its minibatches)."""
 
 
 @dataclass
@@ -419,7 +416,7 @@ class MAPPOPolicy(Policy):
         if explore and decisions is None and self.config.time_scale is not None:
             raise ValueError(
                 f"{name}'s critic reads each agent's decision index in its episode "
-                "(time_scale): pass decisions={group: [E, n] counts}, as the collectors do "
+                "(time_scale): pass decisions={group: [E, n] counts}, as the collector does "
                 "with a DecisionCounter (all 0 at a batch where every episode starts)"
             )
         out = _placer(batch.done)
@@ -494,8 +491,8 @@ class MAPPOPolicy(Policy):
 
 
 class MAPPOLearner(Learner):
-    """PPO updates of a :class:`MAPPOPolicy` from rollouts (and, for the row-path oracle,
-    from rows); one Adam optimiser per group."""
+    """PPO updates of a :class:`MAPPOPolicy` from rollouts; one Adam optimiser per group.
+    :meth:`ppo` learns from any rows of decisions (the tests' row-path oracle uses it too)."""
 
     policy: MAPPOPolicy
 
@@ -640,8 +637,7 @@ class MAPPO(Algorithm):
 
     A facade over a :class:`MAPPOPolicy` (:attr:`policy`) and a
     :class:`MAPPOLearner` (:attr:`learner`); it adds self-play's opponents to
-    the policy's actions, and keeps the per-agent row path (:meth:`observe`,
-    :meth:`update`), the oracle of the rollout path in differential tests.
+    the policy's actions.
     """
 
     name: ClassVar[str] = "mappo"
@@ -650,7 +646,6 @@ class MAPPO(Algorithm):
     """Whether the critic sees the global state (when the env has one)."""
     uses_state: ClassVar[bool] = True
     uses_decisions: ClassVar[bool] = True
-    learns_from: ClassVar[str] = "rollouts"
     policy: MAPPOPolicy
     learner: MAPPOLearner
 
@@ -674,9 +669,6 @@ class MAPPO(Algorithm):
             device=self.device,
         )
         self.learner = MAPPOLearner(self.policy, cfg)
-        self.buffers = {g: RolloutBuffer() for g in self.groups}
-        self.steps_since_update = 0
-        """Row path: vector steps collected since the last update (see :meth:`collected`)."""
         self.selfplay = (
             SelfPlay(self.groups, cfg.pool_size, cfg.random_opponent_prob, seed=cfg.seed)
             if cfg.self_play
@@ -741,8 +733,8 @@ class MAPPO(Algorithm):
     # -- learning from rollouts ----------------------------------------------------------
 
     def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
-        """The learner's update from ``rollouts``; metrics are named ``group/metric``, as
-        :meth:`update`'s, with self-play's ``selfplay/...``."""
+        """The learner's update from ``rollouts``; metrics are named ``group/metric``, with
+        self-play's ``selfplay/...``."""
         return self._updated(self.learner.learn(rollouts))
 
     def first_update(self) -> FirstUpdate:
@@ -752,7 +744,6 @@ class MAPPO(Algorithm):
 
     def _updated(self, metrics: dict[str, float]) -> dict[str, float]:
         """After an update: add a self-play snapshot when due; returns ``metrics``."""
-        self.steps_since_update = 0
         if self.selfplay is not None:
             if self.updates % self.config.snapshot_interval == 0:
                 self.selfplay.add({g: frozen_copy(nets.actor) for g, nets in self.nets.items()})
@@ -762,85 +753,15 @@ class MAPPO(Algorithm):
                 metrics["selfplay/return"] = float(np.mean(returns))
         return metrics
 
-    # -- the row path (the oracle of the rollout path) ---------------------------------
-
-    def collected(self, batch: Any) -> None:
-        """Count a vector step collected while learning, for :meth:`ready`."""
-        self.steps_since_update += 1
-
-    def observe(self, transitions: Mapping[str, Transitions]) -> None:
-        """Store completed transitions (with self-play, only those of the learner's actions)."""
-        for g, t in transitions.items():
-            if "learner" in t:
-                keep = t["learner"].astype(bool)
-                t = {name: value[keep] for name, value in t.items()}
-            if len(t["reward"]):
-                self.buffers[g].add(t)
-
-    def ready(self) -> bool:
-        """After ``rollout_steps`` vector steps collected, once some transition completed."""
-        collected = any(len(b) for b in self.buffers.values())
-        return collected and self.steps_since_update >= self.config.rollout_steps
-
-    def update(self) -> dict[str, float]:
-        """PPO epochs over each group's stored rows; metrics are named ``group/metric``."""
-        metrics: dict[str, float] = {}
-        for g, buffer in self.buffers.items():
-            if len(buffer):
-                for name, value in self._update_group(g, buffer.data()).items():
-                    metrics[f"{g}/{name}"] = value
-            buffer.clear()
-        self.learner.updated()
-        return self._updated(metrics)
-
-    def advantages(self, g: str, t: Transitions) -> tuple[np.ndarray, np.ndarray]:
-        """GAE advantages and value targets of group ``g``'s rows ``t``."""
-        cfg = self.config
-        decision = t.get("decision")
-        with torch.no_grad():
-            next_in = self.policy.critic_input(
-                g,
-                t["next_obs"],
-                t.get("next_state"),
-                None if decision is None else decision + 1,
-                t["agent"],
-            )
-            next_value = self.nets[g].value(next_in).cpu().numpy()
-        if not cfg.bootstrap_truncated:
-            next_value = np.where(t["truncated"], 0.0, next_value)
-        return gae(t, t["value"], next_value, cfg.gamma, cfg.gae_lambda)
-
-    def _update_group(self, g: str, t: Transitions) -> dict[str, float]:
-        agent, policy = t["agent"], self.policy
-        critic_in = policy.critic_input(g, t["obs"], t.get("state"), t.get("decision"), agent)
-        advantage, returns = self.advantages(g, t)
-        return self.learner.ppo(
-            g,
-            actor_in=policy.actor_input(g, t["obs"], agent),
-            critic_in=critic_in,
-            mask=t.get("action_mask"),
-            sample=t["sample"],
-            old_log_prob=t["log_prob"],
-            advantage=advantage,
-            returns=returns,
-            old_value=t["value"],
-        )
-
     # -- checkpoints -------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The learner's state (networks, optimisers, random stream, counters), the row
-        path's stored rows and step count, and with self-play the pool (the actors'
-        weights) and its generators.
+        """The learner's state (networks, optimisers, random stream, counters), and with
+        self-play the pool (the actors' weights) and its generators.
 
         Only tensors and plain Python values: ``torch.load(weights_only=True)`` reads it.
         """
         state = self.learner.state_dict()
-        state["steps_since_update"] = self.steps_since_update
-        state["buffers"] = {
-            g: {name: torch.as_tensor(v) for name, v in buffer.data().items()}
-            for g, buffer in self.buffers.items()
-        }
         if self.selfplay is not None:
             state["selfplay"] = self.selfplay.state_dict()
             state["rng"] = self.rng.bit_generator.state
@@ -850,14 +771,8 @@ class MAPPO(Algorithm):
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`; a checkpoint from before the split (which also holds
-        per-agent decision counts, now the collectors') loads as well."""
+        """Restore :meth:`state_dict`."""
         self.learner.load_state_dict(state)
-        for g, buffer in self.buffers.items():
-            buffer.clear()
-            if state["buffers"][g]:
-                buffer.add({k: v.numpy().copy() for k, v in state["buffers"][g].items()})
-        self.steps_since_update = int(state["steps_since_update"])
         if self.selfplay is not None:
             self.selfplay.load_state_dict(state["selfplay"])
             self.rng.bit_generator.state = state["rng"]

@@ -16,8 +16,8 @@ arrays it receives. Its counters come from those arrays, not from acting:
 the agents' decisions the rollouts record, :attr:`~Learner.updates` one per
 :meth:`~Learner.learn`, which also bumps the policy's version.
 
-The runner still drives an :class:`~corral.algos.base.Algorithm`; a split
-algorithm (MAPPO, IPPO, DQN, MADDPG) is a facade over its policy and learner.
+The runner drives an :class:`~corral.algos.base.Algorithm`; a split algorithm
+(MAPPO, IPPO, DQN, MADDPG) is a facade over its policy and learner.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Policy:
 
     uses_decisions: ClassVar[bool] = False
     """Whether :meth:`act` reads each agent's decision index in its episode (``decisions``);
-    a collector keeps them from the batches it acts on (see
+    the collector keeps them from the batches it acts on (see
     :class:`~corral.training.collector.DecisionCounter`)."""
 
     def __init__(self, groups: Mapping[str, Sequence[str]]) -> None:
@@ -137,9 +137,8 @@ class Learner:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`. Checkpoints older than the split hold ``updates``
-        only: the other counters start again at 0 and the version at ``updates``."""
+        """Restore :meth:`state_dict`."""
         self.updates = int(state["updates"])
-        self.env_steps = int(state.get("env_steps", 0))
-        self._decisions = int(state.get("decisions", 0))
-        self.policy.version = int(state.get("version", self.updates))
+        self.env_steps = int(state["env_steps"])
+        self._decisions = int(state["decisions"])
+        self.policy.version = int(state["version"])

@@ -25,6 +25,10 @@ import numpy as np
 
 from corral.arrays import is_tensor
 
+Transitions = dict[str, Any]
+"""Rows of decisions, one array ``[K, ...]`` per field (``obs``, ``action``, ``reward``,
+``next_obs``...; see :func:`corral.data.rollouts.decisions`): what a :class:`Replay` stores."""
+
 
 class Replay:
     """Rows of fixed capacity (the oldest overwritten first), sampled uniformly.

@@ -7,7 +7,8 @@ the step taken from the batch acted on at ``t``: ``obs[t]``, ``acting[t]``,
 ``action[t]``, ``value[t]`` are that batch's, ``reward[t]``,
 ``terminated[t]``, ``truncated[t]`` those of the batch the step returned.
 
-Decisions are the per-agent transitions of :mod:`corral.data.transitions`:
+Decisions are per-agent transitions (which the row-by-row assembler of the
+tests, ``tests/oracles/transitions.py``, the oracle of this module, makes):
 agent ``i`` of env ``e`` decided at ``t`` where ``acting[t, e, i]``; that
 decision earns ``reward[t..u]``, where ``u >= t`` is the first step at which
 the agent's episode ends (``terminated``/``truncated``) or after which it
@@ -127,7 +128,7 @@ class Rollout:
 def masked_gae(rollout: Rollout, gamma: float, lam: float) -> tuple[Any, Any, Any]:
     """Advantages, returns and the ``complete`` mask of every decision, ``[T, E, n]`` each.
 
-    The same numbers as :func:`corral.data.buffers.gae` over the assembler's
+    The same numbers as the row-wise GAE of the tests' oracle over the assembler's
     rows: each agent's own decisions form its sequence, discounted by
     ``gamma`` per decision; terminated decisions bootstrap nothing, truncated
     ones from ``final_value``, the last of the rollout from ``next_value``.
@@ -430,7 +431,7 @@ def decisions(
     row of the decision agent ``i`` of env ``e`` made at step ``t``, and the
     mask ``[T, E, n]`` of the *complete* decisions (made, and ended within the
     rollout; elsewhere the rows mean nothing). The fields are those of
-    :data:`~corral.data.transitions.Transitions`: ``obs``, ``action``,
+    :data:`~corral.data.replay.Transitions`: ``obs``, ``action``,
     ``reward`` (summed over the decision, in the assembler's order),
     ``next_obs``, ``terminated``, ``truncated``, ``next_acting``, with masks
     ``action_mask`` and ``next_action_mask``, with states ``state`` and

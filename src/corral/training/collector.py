@@ -1,21 +1,40 @@
-"""Drive a vector env with an algorithm's actions and feed it the transitions.
+"""Drive a vector env with an algorithm's actions; learning, feed it time-major rollouts.
 
-The collector also keeps what acting needs to know about the episodes and
-the algorithm must not count itself (its ``act`` has no side effects): each
+The :class:`Collector` is corral's one loop of acting and stepping: training
+(the runner), greedy evaluation (:func:`evaluate`), rendering, ``corral eval``
+and self-play evaluation all play through it. While it learns it records every
+vector step into a :class:`~corral.data.rollouts.RolloutBuilder` and hands the
+learner one :class:`~corral.data.rollouts.Rollout` per group every
+``rollout_steps`` vector steps, with no per-agent rows assembled in Python;
+``run(..., learn=False)`` plays without recording or learning.
+
+The collector also keeps what acting needs to know about the episodes and the
+algorithm must not count itself (its ``act`` has no side effects): each
 agent's decisions so far in its episode (:class:`DecisionCounter`).
+
+On a vector env of torch tensors (``make_vec(..., array="torch")``) the
+collector reads nothing back to the host per step (fixed policies of groups
+not learned aside: they play on the host): the learner acts and learns on the
+batches' device, and the episodes that ended are kept there and read back
+once per rollout and at the end of :meth:`Collector.run` (the
+:class:`Progress` holds the same numbers as on NumPy), as is the first invalid
+action of a vector env that checks them on its device (``deferred_checks``,
+which the runner turns on there): it raises then.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from corral.algos.base import Algorithm, FixedPolicy
-from corral.arrays import Place, is_tensor, place_of
-from corral.data.transitions import TransitionAssembler
+from corral.arrays import Place, is_tensor, place_of, to_numpy
+from corral.data.rollouts import RolloutBuilder
 from corral.training.policy_map import MAIN, FixedPlayer
 from corral.training.whole_episodes import CutEpisodes, whole_ended
 
@@ -81,15 +100,25 @@ class Progress:
 
 
 class Collector:
-    """Steps ``venv`` with the learners' actions (and fixed policies' for other agents).
+    """Steps ``venv`` with the learners' actions (and fixed policies' for other agents);
+    learning, each learner learns from rollouts of its ``rollout_steps`` vector steps.
 
     ``algo``: the learner, or several by policy id (see
     :mod:`corral.training.policy_map`), each playing whole groups of its own.
-    ``fixed`` maps policy ids of policies that are not learned to a
+    ``fixed`` maps the ids of policies that are not learned to a
     :class:`~corral.training.policy_map.FixedPlayer` (a :data:`FixedPolicy`
     keyed by its group plays that whole group). Episode returns count only the
     learned groups. It counts each agent's decisions in its episode
     (:attr:`decisions`) and passes them to the learners with ``uses_decisions``.
+
+    Playing needs of a learner only ``groups`` and ``act``. Learning needs the
+    learner's side of :class:`~corral.algos.base.Algorithm`: :meth:`act` gives,
+    with its actions, any per-decision arrays it learns from and, for a learner
+    with a critic, the extra ``value`` (of every agent's observation);
+    ``bootstrap_values`` the values of the batch after a rollout's last step
+    (``None``: no values); ``learn`` learns from the rollouts. A decision still
+    open when a rollout ends (a turn-based agent waiting for its turn) is
+    learned from in the next one.
     """
 
     def __init__(
@@ -104,6 +133,9 @@ class Collector:
             dict(algo) if isinstance(algo, Mapping) else {MAIN: algo}
         )
         self.fixed = {pid: _player(venv, pid, p) for pid, p in (fixed or {}).items()}
+        self.overridden = _check_cover(venv, self.learners, self.fixed)
+        """Agents of learners that fixed policies play instead (to evaluate a learner against
+        another run's policy); a collector with any cannot learn."""
         taken = {g: np.zeros(len(venv.groups[g]), dtype=bool) for g in venv.groups}
         for player in self.fixed.values():
             for g, mask in player.slots.items():
@@ -112,13 +144,14 @@ class Collector:
         self.learned_groups = tuple(g for g in dict.fromkeys(learned) if not taken[g].all())
         """The groups whose returns are the learners': learned and not all played by fixed
         policies instead."""
-        self.overridden = _check_cover(venv, self.learners, self.fixed)
-        """Agents of learners that fixed policies play instead (to evaluate a learner against
-        another run's policy); a collector with any cannot learn."""
         self.rng = np.random.default_rng(seed)
-        self.assembler = TransitionAssembler(venv)
         self.batch = venv.reset(seed=seed)
         self.decisions = DecisionCounter()
+        self.builders: dict[str, RolloutBuilder] = {}
+        """Each learner's rollout being recorded; made by the first :meth:`run` that learns."""
+        self._ended: list[tuple[Any, dict[str, Any], Any, Any]] = []
+        """Torch batches: each step's ``done``, ``episode_return``, ``episode_length`` and
+        ``episode_cut``, on the device until :meth:`_read_episodes`."""
 
     @property
     def algo(self) -> Algorithm:
@@ -128,14 +161,25 @@ class Collector:
         return next(iter(self.learners.values()))
 
     @property
+    def builder(self) -> RolloutBuilder | None:
+        """The only learner's rollout builder (``None`` before it learned)."""
+        return self.builders.get(next(iter(self.learners))) if len(self.learners) == 1 else None
+
+    @property
     def rollout_open(self) -> bool:
-        """Whether a rollout is partly collected: what a checkpoint cannot hold (the
-        transition collector hands every step over at once: never)."""
-        return False
+        """Whether a rollout is partly collected: its steps would be lost to a checkpoint."""
+        return any(b.recorded > 0 for b in self.builders.values())
 
     def rollout_left(self) -> int:
-        """The env steps until the rollout being collected ends (0 where none is open)."""
-        return 0
+        """The env steps until no learner's rollout is open (0 where none is open): learners
+        of different ``rollout_steps`` close theirs together every so many steps."""
+        if not self.rollout_open:
+            return 0
+        builders = self.builders.values()
+        for steps in range(1, math.lcm(*(b.steps for b in builders)) + 1):
+            if all((b.recorded + steps) % b.steps == 0 for b in builders):
+                return steps * self.venv.num_envs
+        raise AssertionError("unreachable: every rollout closes within their lcm")
 
     def actions(self, batch: Any, explore: bool) -> tuple[dict[str, Any], dict[str, dict]]:
         """Actions of every group at ``batch`` (the next batch acted on), and each learner's
@@ -170,44 +214,114 @@ class Collector:
         learn: bool = True,
         on_step: Callable[[int], None] | None = None,
     ) -> Progress:
-        """Collect at least ``env_steps`` env steps, updating ``algo`` whenever it is ready.
+        """Collect at least ``env_steps`` env steps; ``learn``: exploring, each learner
+        learning at the end of each of its rollouts, else acting greedily and recording
+        nothing.
 
-        ``on_step`` is called after every vector step with the env steps it took. Learning
-        (``learn``) needs an algorithm that learns from transitions (``observe``, ``ready``,
-        ``update``); one that learns only from rollouts raises ``TypeError`` naming the
-        :class:`~corral.training.rollout_collector.RolloutCollector` to use instead.
+        ``on_step`` is called after every vector step with the env steps it took.
         """
-        if learn:
-            _check_learns_from_transitions(self.algo)
+        if learn and self.overridden:
+            raise ValueError(
+                f"the agents {self.overridden} are played by both a learner and a fixed policy: "
+                "a collector plays so only without learning"
+            )
         progress = Progress()
+        builders = self._builders() if learn else {}
+        if not learn:
+            for builder in self.builders.values():
+                builder.reset()  # a rollout never spans acting without learning
+        # worker_restarts only grows: the restarts of the run are its growth over the run
+        restarts = self.batch.worker_restarts.sum()
         while progress.env_steps < env_steps:
             actions, extras = self.actions(self.batch, explore=learn)
-            self.assembler.act(self.batch, actions, **next(iter(extras.values()), {}))
-            restarts = int(self.batch.worker_restarts.sum())
+            for pid, builder in builders.items():
+                own = extras[pid]
+                value = own.pop("value", None)
+                groups = self.learners[pid].groups
+                builder.act(self.batch, {g: actions[g] for g in groups}, value, **own)
             self.batch = self.venv.step(actions)
             progress.env_steps += self.venv.num_envs
-            progress.env_restarts += int(self.batch.worker_restarts.sum()) - restarts
-            done = self.assembler.observe(self.batch)
-            if learn:
-                self.algo.collected(self.batch)
-                own = {g: t for g, t in done.items() if g in self.algo.groups}
-                if own:
-                    self.algo.observe(own)
-                if self.algo.ready():
-                    progress.updates.append(self.algo.update())
             self._record_episodes(progress)
+            for pid, builder in builders.items():
+                self._learned(pid, builder, progress)
             if on_step is not None:
                 on_step(self.venv.num_envs)
+        self._read_episodes(progress)
+        self._raise_deferred()
+        progress.env_restarts += int(self.batch.worker_restarts.sum() - restarts)
         return progress
 
-    def _record_episodes(self, progress: Progress, batch: Any = None) -> None:
-        """Add the whole episodes that ended at ``batch`` (default: the current one) to
-        ``progress``; those that a fault cut are left out.
+    def _builders(self) -> dict[str, RolloutBuilder]:
+        """Each learner's rollout builder, made at the first use."""
+        for pid, learner in self.learners.items():
+            if pid not in self.builders:
+                groups = SimpleNamespace(num_envs=self.venv.num_envs, groups=learner.groups)
+                self.builders[pid] = RolloutBuilder(
+                    groups, learner.rollout_steps, record_next=learner.records_next
+                )
+        return self.builders
+
+    def _learned(self, pid: str, builder: RolloutBuilder, progress: Progress) -> None:
+        """After a step that learning recorded: close it in ``pid``'s rollout, and learn at
+        that rollout's end."""
+        learner = self.learners[pid]
+        builder.observe(self.batch, learner.final_values(self.batch, self.decisions.made))
+        if not builder.full:
+            return
+        next_value = learner.bootstrap_values(self.batch, self.decisions.index(self.batch))
+        rollouts = builder.finish(next_value)
+        self._read_episodes(progress)
+        self._raise_deferred()  # not learning from a bad action's stand-in
+        metrics = learner.learn(rollouts)
+        if metrics:  # a replay learner's rollout that took no gradient step: none
+            progress.updates.append(_named(pid, metrics))
+
+    def _raise_deferred(self) -> None:
+        """Raise an invalid action that the vector env checked on its device
+        (``deferred_checks``) since the last look: one read per rollout."""
+        raise_deferred = getattr(self.venv, "raise_deferred", None)
+        if raise_deferred is not None:
+            raise_deferred()
+
+    def _record_episodes(self, progress: Progress) -> None:
+        """Add the whole episodes that ended at the current batch to ``progress``; a torch
+        batch's stay on the device until :meth:`_read_episodes`."""
+        batch = self.batch
+        if not is_tensor(batch.done):
+            self._add_episodes(progress, batch)
+            return
+        returns = {g: batch.episode_return[g] for g in self.venv.groups}
+        ended = (batch.done, batch.episode_length, batch.episode_cut)
+        if getattr(self.venv, "copy", True) is False:  # views the next step overwrites
+            returns = {g: r.clone() for g, r in returns.items()}
+            ended = tuple(x.clone() for x in ended)
+        done, length, cut = ended
+        self._ended.append((done, returns, length, cut))
+
+    def _read_episodes(self, progress: Progress) -> None:
+        """Read the kept steps' episodes back to the host at once, into ``progress``."""
+        if not self._ended:
+            return
+        import torch
+
+        steps, self._ended = self._ended, []
+        flat = SimpleNamespace(
+            done=to_numpy(torch.cat([done for done, _, _, _ in steps])),
+            episode_return={
+                g: to_numpy(torch.cat([r[g] for _, r, _, _ in steps])) for g in self.venv.groups
+            },
+            episode_length=to_numpy(torch.cat([length for _, _, length, _ in steps])),
+            episode_cut=to_numpy(torch.cat([cut for _, _, _, cut in steps])),
+        )
+        self._add_episodes(progress, flat)
+
+    def _add_episodes(self, progress: Progress, batch: Any) -> None:
+        """Add the whole episodes that ended at ``batch`` to ``progress``; those that a fault
+        cut are left out.
 
         ``batch`` needs only NumPy ``done`` ``[S]``, ``episode_cut``, ``episode_return`` and
         ``episode_length``, so several steps' batches flattened to ``S = steps * E`` rows
         record their episodes in step order."""
-        batch = self.batch if batch is None else batch
         finished = np.flatnonzero(whole_ended(batch))
         if len(finished) == 0:
             return
@@ -222,28 +336,11 @@ class Collector:
         progress.episode_lengths.extend(batch.episode_length[finished].tolist())
 
 
-def _check_learns_from_transitions(algo: Any) -> None:
-    """Raise ``TypeError`` if ``algo`` does not implement learning from transitions."""
-    kind = type(algo)
-    missing = [
-        name
-        for name in ("observe", "ready", "update")
-        if getattr(kind, name, None) is getattr(Algorithm, name)
-    ]
-    if missing:
-        raise TypeError(
-            f"{kind.__name__} learns from rollouts (learns_from={algo.learns_from!r}), not "
-            f"from transitions (it has no {', '.join(missing)} of its own), so the transition "
-            "Collector cannot train it: use corral.training.rollout_collector.RolloutCollector "
-            "(the Collector only plays it, with run(learn=False))"
-        )
-
-
 def evaluate(
     venv: Any,
-    algo: Algorithm,
+    algo: Algorithm | Mapping[str, Algorithm],
     episodes: int,
-    fixed: Mapping[str, FixedPolicy] | None = None,
+    fixed: Mapping[str, FixedPlayer | FixedPolicy] | None = None,
     seed: int | None = None,
 ) -> Progress:
     """Play ``episodes`` whole episodes greedily (no exploration, no learning).
@@ -326,3 +423,11 @@ def _check_cover(
     if missing:
         raise ValueError(f"the agents {missing} have neither a learner nor a fixed policy")
     return overridden
+
+
+def _named(pid: str, metrics: dict[str, float]) -> dict[str, float]:
+    """A learner's metrics as the run logs them: those of the policy :data:`MAIN` as they
+    are, others' prefixed ``pid/`` (unless their names already start so)."""
+    if pid == MAIN:
+        return metrics
+    return {k if k.startswith(f"{pid}/") else f"{pid}/{k}": v for k, v in metrics.items()}

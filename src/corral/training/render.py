@@ -65,8 +65,7 @@ def episode_frames(
         collector = Collector(venv, algo, fixed_players(config, venv), seed=seed)
         frames = [_frame(venv, env)]
         for _ in range(max_steps - 1):
-            actions, _ = collector.actions(collector.batch, explore=False)
-            collector.batch = venv.step(actions)
+            collector.run(1, learn=False)  # one greedy step of the one env
             if collector.batch.done[0]:
                 break
             frames.append(_frame(venv, env))

@@ -77,7 +77,6 @@ from corral.training.policy_map import (
     policy_map,
 )
 from corral.training.progress import progress as make_progress
-from corral.training.rollout_collector import RolloutCollector
 from corral.training.scoring import (
     RETURN,
     ConstantWatch,
@@ -201,13 +200,11 @@ class Runner:
             self.elapsed = float(saved.get("elapsed", 0.0))
             self.best_eval: float | None = None
             self.best_steps: int | None = None
-            if saved.get("select_by", self.selection.metric) == self.selection.metric:
+            if saved.get("select_by") == self.selection.metric:  # a fresh run has none
                 self.best_eval, self.best_steps = saved.get("best_eval"), saved.get("best_steps")
             # A resumed run's envs start new episodes, from seeds that follow the step.
             seed = run.seed + self.env_steps
-            rollouts = all(a.learns_from == "rollouts" for a in self.learners.values())
-            collect = RolloutCollector if rollouts else Collector
-            self.collector = collect(self.venv, self.learners, self.fixed, seed=seed)
+            self.collector = Collector(self.venv, self.learners, self.fixed, seed=seed)
             if restore is not None:
                 with _fitting(self.run_dir / LATEST, restore, config):
                     load_learners(self.learners, restore)
@@ -279,7 +276,7 @@ class Runner:
 
     # -- the training loop -------------------------------------------------------------
 
-    def benchmark(self) -> Results:
+    def train(self) -> Results:
         """Train to ``total_steps``, evaluating every ``eval_every`` steps and at the end.
 
         Writes a metrics row every ``log_every`` steps, ``checkpoint.pt`` at
@@ -577,7 +574,7 @@ def train(
         config = load_config(algo, env, overrides)
         runner = Runner(config, progress=progress, allow_imports=allowed)
     with runner:
-        return runner.benchmark()
+        return runner.train()
 
 
 # -- building blocks, shared with `corral eval` ---------------------------------------------------
@@ -683,12 +680,6 @@ def build_algorithm(
     run = config.run
     if run.self_play and not getattr(config.algo_config, "self_play", False):
         raise ConfigError(f"algorithm {config.algo!r} does not support self_play")
-    if training_array(run) == "torch" and getattr(algo_cls, "learns_from", None) != "rollouts":
-        raise ConfigError(
-            f"array='torch' needs an algorithm that learns from rollouts (mappo, ippo, dqn, "
-            f"maddpg); "
-            f"{name!r} plays numpy batches: leave array at 'numpy'"
-        )
     if groups is None:
         groups = list(run.learn_groups) or list(venv.groups)
         unknown = sorted(set(groups) - set(venv.groups))
@@ -1078,7 +1069,12 @@ def _fitting(path: Path, saved: Mapping[str, Any], config: TrainConfig) -> Itera
             f"{path} is not a checkpoint of {run}: it was written by a run of "
             f"{saved.get('algo')!r}; it is another run's checkpoint"
         )
-    if saved.get("env", config.run.env) != config.run.env:  # older checkpoints name none
+    if "env" not in saved:
+        raise CheckpointError(
+            f"{path} is not a checkpoint of {run}: it lacks the entry 'env' (the env it was "
+            "trained on), which every checkpoint of this corral holds"
+        )
+    if saved["env"] != config.run.env:
         raise CheckpointError(
             f"{path} is not a checkpoint of {run}: it was written by a run on "
             f"{saved['env']!r}; it is another run's checkpoint"
@@ -1119,11 +1115,16 @@ def check_run_files(run_dir: Path) -> None:
 def restored(saved: Mapping[str, Any], path: Path) -> dict[str, Any]:
     """The checkpoint ``saved`` read from ``path``, its counters and metrics rows checked: a
     crafted file passes its seal (anyone can compute a sha256), so each value is refused with
-    a :class:`CheckpointError` unless it is of the kind the run writes."""
+    a :class:`CheckpointError` unless it is of the kind the run writes; a checkpoint that
+    lacks one (or its ``metrics``) is refused naming the entry."""
     for key, (fits, kind) in RESTORED.items():
-        if key in saved and not fits(saved[key]):
+        if key not in saved:
+            raise CheckpointError(f"{path}: it lacks the entry {key!r}, which every run writes")
+        if not fits(saved[key]):
             raise CheckpointError(f"{path}: its {key} is {repr(saved[key])[:60]}, not {kind}")
-    return {**saved, "metrics": checked_rows(saved.get("metrics", []), str(path))}
+    if "metrics" not in saved:
+        raise CheckpointError(f"{path}: it lacks the entry 'metrics', which every run writes")
+    return {**saved, "metrics": checked_rows(saved["metrics"], str(path))}
 
 
 def _count(value: Any) -> bool:

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from corral.training.collector import Collector
 from corral.training.whole_episodes import CutEpisodes, whole_ended
 
 
@@ -20,6 +21,27 @@ class Player(Protocol):
     """Anything that acts for some groups of a batch, as an algorithm does."""
 
     def act(self, batch: Any, *, explore: bool = True) -> tuple[dict[str, np.ndarray], Any]: ...
+
+
+class _Seated:
+    """Every agent of ``venv``: ``learner``'s action for agent ``j`` of group ``g``,
+    ``opponent``'s (greedy) for its groups, uniformly random legal actions elsewhere."""
+
+    def __init__(
+        self, venv: Any, learner: Player, g: str, j: int, opponent: Player | None, seed: int
+    ) -> None:
+        self.venv, self.learner, self.g, self.j, self.opponent = venv, learner, g, j, opponent
+        self.groups = dict(venv.groups)
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, batch: Any, *, explore: bool = True) -> tuple[dict[str, np.ndarray], dict]:
+        actions = self.venv.sample_actions(batch, self.rng)
+        if self.opponent is not None:
+            theirs, _ = self.opponent.act(batch, explore=False)
+            actions.update({group: np.array(a) for group, a in theirs.items()})
+        mine, _ = self.learner.act(batch, explore=False)
+        actions[self.g][:, self.j] = mine[self.g][:, self.j]
+        return actions, {}
 
 
 def play_against(
@@ -50,19 +72,13 @@ def play_against(
     g, j = where[0]
     num_envs = venv.num_envs
     quota = games // num_envs + (np.arange(num_envs) < games % num_envs)
-    rng = np.random.default_rng(seed)
     returns: list[float] = []
     played = np.zeros(num_envs, dtype=np.int64)
     cut = CutEpisodes(games) if cut is None else cut
-    batch = venv.reset(seed=seed)
+    collector = Collector(venv, _Seated(venv, learner, g, j, opponent, seed), seed=seed)
     while (played < quota).any():
-        actions = venv.sample_actions(batch, rng)
-        if opponent is not None:
-            theirs, _ = opponent.act(batch, explore=False)
-            actions.update({group: np.array(a) for group, a in theirs.items()})
-        mine, _ = learner.act(batch, explore=False)
-        actions[g][:, j] = mine[g][:, j]
-        batch = venv.step(actions)
+        collector.run(num_envs, learn=False)  # one vector step
+        batch = collector.batch
         cut.see(batch, played < quota, played=len(returns))
         counted = whole_ended(batch) & (played < quota)
         returns.extend(batch.episode_return[g][counted, j].tolist())

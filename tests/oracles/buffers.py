@@ -1,4 +1,5 @@
-"""Rollout storage of per-agent transitions, and GAE over each agent's own decisions.
+"""Rollout storage of per-agent transitions, and GAE over each agent's own decisions, row by
+row: the oracle of :func:`corral.data.rollouts.masked_gae`.
 
 A buffer stores whatever fields the transitions carry (``obs``, ``action``,
 ``reward``, ``state``, ``action_mask``, a policy's ``log_prob``...). The
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from corral.data.transitions import Transitions
+from oracles.transitions import Transitions
 
 
 class RolloutBuffer:

@@ -1,4 +1,5 @@
-"""Per-agent transitions assembled from vector batches.
+"""Per-agent transitions assembled from vector batches, row by row: the oracle of
+:mod:`corral.data.rollouts` (which makes the same decisions as arrays).
 
 An agent's transition runs from a step at which it acted to the next step at
 which it must act again, or at which its episode ends. Its reward is the sum
