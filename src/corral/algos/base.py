@@ -6,10 +6,10 @@ algorithm split into a :class:`~corral.algos.policy.Policy` and a
 :class:`~corral.algos.policy.Learner` (MAPPO, IPPO, DQN, MADDPG) is a facade
 over the two (:attr:`Algorithm.policy`, :attr:`Algorithm.learner`); an
 algorithm that is not split (a test's tabular learner) implements the methods
-itself. Groups it does not
-learn (a fixed opponent) are played by :data:`FixedPolicy` callables that the
-collector merges in. The algorithm never steps an env itself, so one
-collector and one runner serve MAPPO, IPPO, MADDPG and DQN alike.
+itself. Groups it does not learn (a fixed opponent) are played by
+:data:`FixedPolicy` callables that the collector merges in. The algorithm
+never steps an env itself, so one collector and one runner serve MAPPO, IPPO,
+MADDPG and DQN alike.
 """
 
 from __future__ import annotations
