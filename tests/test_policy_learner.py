@@ -50,7 +50,7 @@ def test_acting_changes_no_counter_and_no_learning_state():
     venv, algo, collector = trained()
     policy, learner = algo.policy, algo.learner
     batch = collector.batch
-    decisions = collector.decisions.index(batch)
+    decisions = batch.decision
     kept = copy.deepcopy(decisions)
     counters = {name: getattr(learner, name) for name in ("env_steps", "decisions", "updates")}
     weights = policy.weights()
@@ -116,7 +116,7 @@ def test_weights_pickle_and_make_a_fresh_policy_act_the_same():
 
     fresh = MAPPO(venv, algo.config.replace(seed=123))
     batch = collector.batch
-    decisions = collector.decisions.index(batch)
+    decisions = batch.decision
     untrained = fresh.policy.bootstrap_values(batch, decisions)["player"]
     fresh.policy.load_weights(weights)
     assert fresh.policy.version == 2
