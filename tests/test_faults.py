@@ -25,6 +25,7 @@ import cloudpickle
 import numpy as np
 import pytest
 from gymnasium import spaces
+from oracles.decisions import DecisionCounter
 
 import corral
 from corral.batched_env import BatchedStep, CopyGenerators, copy_seeds, selected
@@ -381,6 +382,24 @@ def check_episodes(batches: list, e: int) -> tuple[int, int]:
     return cut, complete
 
 
+def check_decisions(batches: list) -> None:
+    """Every batch's decision indices are the collector's count of the batches before it
+    (a restart starts it again), and where ``done`` ``episode_decisions`` that count of the
+    episode that ended, less the decisions of a step that a fault stopped (which its
+    ``episode_length`` leaves out too)."""
+    oracle = DecisionCounter()
+    for t, batch in enumerate(batches):
+        if t:
+            stepped = batch.reward["a"].astype(bool).any(1)  # see check_episodes
+            lost = np.where(stepped[:, None], 0, batches[t - 1].acting["a"])
+            made, done = oracle.made["a"] - lost, batch.done
+            np.testing.assert_array_equal(
+                batch.episode_decisions["a"][done], made[done], f"step {t}: episode_decisions"
+            )
+        want = oracle.step(batch)["a"]
+        np.testing.assert_array_equal(batch.decision["a"], want, f"step {t}: decision")
+
+
 # -- the suite ------------------------------------------------------------------------------------
 
 # backend, source, envs per worker, kinds of the faults of env 1 and of env 4
@@ -435,6 +454,7 @@ def test_healthy_envs_match_an_undisturbed_run(
         for e in healthy:
             assert_rows_equal(g, w, e, f"env {e}, step {t}")
     episodes = [check_episodes(got, e) for e in range(NUM_ENVS)]
+    check_decisions(got)
     assert episodes[1][0] >= 2 and episodes[4][0] >= 2, episodes  # cut episodes of each
     assert all(episodes[e][0] == 0 and episodes[e][1] >= 2 for e in healthy), episodes
     for e, kinds in faults.items():
@@ -867,10 +887,13 @@ def test_episode_cut_marks_the_episodes_a_fault_cut_and_no_other(
     ) as venv:
         actions = {"agent": venv.layout.place.asarray(ones) if array == "torch" else ones}
         cuts, dones = [], []
+        oracle = DecisionCounter()  # a cut episode's restart counts decisions from 0 again
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", WorkerRestartWarning)
-            venv.reset()
-            for _ in range(6):
+            batch = venv.reset()
+            for t in range(6):
+                want = oracle.step(batch)["agent"].tolist()
+                assert batch.decision["agent"].tolist() == want, t
                 batch = venv.step(actions)
                 cuts.append(np.asarray(batch.episode_cut.tolist()).tolist())
                 dones.append(np.asarray(batch.done.tolist()).tolist())

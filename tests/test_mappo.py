@@ -11,12 +11,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from oracles.decisions import DecisionCounter  # noqa: E402
+
 import corral  # noqa: E402
 from corral.algos import algorithm_class  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO, Config, policy_head  # noqa: E402
 from corral.data.rollouts import decision_rows, masked_gae  # noqa: E402
 from corral.errors import UnsupportedEnvError  # noqa: E402
-from corral.training.collector import Collector, DecisionCounter, evaluate  # noqa: E402
+from corral.training.collector import Collector, evaluate  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -266,7 +268,7 @@ def test_values_count_nothing_after_a_truncated_episode_unless_told_to_bootstrap
     final = [batches[k] for k in t]
     obs = np.stack([b.final_obs["predator"][j, n] for b, j, n in zip(final, e, i, strict=True)])
     state = np.stack([b.final_state[j] for b, j in zip(final, e, strict=True)])
-    x = algo.policy.critic_input("predator", obs, state, r.extras["decision"][trunc] + 1, i)
+    x = algo.policy.critic_input("predator", obs, state, r.decision[trunc] + 1, i)
     with torch.no_grad():
         bootstrap = config.gamma * algo.nets["predator"].value(x).numpy()
     np.testing.assert_allclose(returns[trunc], r.reward[trunc] + bootstrap, atol=1e-5)

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import copy
 import pickle
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from oracles.decisions import DecisionCounter  # noqa: E402
+
 import corral  # noqa: E402
 from corral.algos.mappo import MAPPO, MAPPOLearner, MAPPOPolicy  # noqa: E402
-from corral.training.collector import Collector, DecisionCounter  # noqa: E402
+from corral.training.collector import Collector  # noqa: E402
 
 TICTACTOE = "pettingzoo/classic/tictactoe_v3"
 
@@ -47,7 +50,7 @@ def test_acting_changes_no_counter_and_no_learning_state():
     venv, algo, collector = trained()
     policy, learner = algo.policy, algo.learner
     batch = collector.batch
-    decisions = collector.decisions.index(batch)
+    decisions = batch.decision
     kept = copy.deepcopy(decisions)
     counters = {name: getattr(learner, name) for name in ("env_steps", "decisions", "updates")}
     weights = policy.weights()
@@ -67,10 +70,37 @@ def test_acting_changes_no_counter_and_no_learning_state():
     venv.close()
 
 
-def test_exploring_without_decision_indices_is_refused_with_what_to_pass():
+def test_the_policy_reads_each_agents_decision_index_from_the_batch():
+    """Acting, bootstrap values and final values read ``Batch.decision`` (and, in the envs
+    that ended, ``episode_decisions``): the same numbers as given the collector's count of
+    the batches (the oracle), on an env whose agents act and die at their own pace."""
+    venv = corral.make_vec("corral/tag", 4, seed=0)
+    config = MAPPO.Config(seed=0, bootstrap_truncated=True, time_scale=0.25)
+    policy = MAPPO(venv, config).policy
+    oracle, rng = DecisionCounter(), np.random.default_rng(0)
+    batch, ended, later = venv.reset(seed=0), 0, 0
+    for _ in range(40):
+        index = oracle.step(batch)
+        start = policy.generator.get_state()
+        read = policy.act(batch, explore=True)
+        policy.generator.set_state(start)
+        given = policy.act(batch, explore=True, decisions=index)
+        given[1].pop("decision")  # the extra of indices given, as before
+        assert same(read[0], given[0]) and same(read[1], given[1])
+        assert same(policy.bootstrap_values(batch), policy.bootstrap_values(batch, index))
+        batch = venv.step(venv.sample_actions(batch, rng))
+        assert same(policy.final_values(batch), policy.final_values(batch, oracle.made))
+        ended += int(batch.done.sum())
+        later += int((batch.done[:, None] & (batch.episode_decisions["prey"] > 0)).sum())
+    assert ended and later  # episodes ended after decisions: episode_decisions was read
+    venv.close()
+
+
+def test_exploring_on_a_batch_without_decision_indices_is_refused_with_what_to_pass():
     venv, algo, _ = trained(updates=0)
-    batch = venv.reset(seed=1)
-    with pytest.raises(ValueError, match=r"decisions=.*DecisionCounter"):
+    batch = vars(venv.reset(seed=1)) | {"decision": None}
+    batch = SimpleNamespace(**batch)  # not a VectorEnv's batch
+    with pytest.raises(ValueError, match=r"no Batch.decision.*pass decisions="):
         algo.policy.act(batch, explore=True)
     algo.policy.act(batch, explore=False)  # greedy acting needs no value
     venv.close()
@@ -86,7 +116,7 @@ def test_weights_pickle_and_make_a_fresh_policy_act_the_same():
 
     fresh = MAPPO(venv, algo.config.replace(seed=123))
     batch = collector.batch
-    decisions = collector.decisions.index(batch)
+    decisions = batch.decision
     untrained = fresh.policy.bootstrap_values(batch, decisions)["player"]
     fresh.policy.load_weights(weights)
     assert fresh.policy.version == 2
@@ -167,16 +197,18 @@ def test_a_state_dict_from_before_the_split_is_refused():
     venv.close()
 
 
-def test_the_decision_counter_counts_each_agents_decisions_in_its_episode():
+def test_the_batch_and_the_oracle_count_each_agents_decisions_in_its_episode():
     venv = corral.make_vec("corral/rps", 2, seed=0, env_kwargs={"num_rounds": 2})
     counter = DecisionCounter()
     batch = venv.reset(seed=0)
-    seen, rng = [], np.random.default_rng(0)
+    seen, counted, rng = [], [], np.random.default_rng(0)
     for _ in range(10):
-        seen.append(counter.step(batch)["player"].copy())
+        seen.append(batch.decision["player"].copy())
+        counted.append(counter.step(batch)["player"].copy())
         batch = venv.step(venv.sample_actions(batch, rng))
     # two players moving in turn for 2 rounds: episodes of 4 steps
     expected = [[0, 0], [1, 0], [1, 1], [2, 1], [0, 0], [1, 0], [1, 1], [2, 1], [0, 0], [1, 0]]
     for env in range(2):
         assert [s[env].tolist() for s in seen] == expected
+        assert [s[env].tolist() for s in counted] == expected
     venv.close()

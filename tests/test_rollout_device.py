@@ -24,13 +24,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import host_reads  # noqa: E402
+from oracles.decisions import DecisionCounter  # noqa: E402
 
 import corral  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
 from corral.arrays import Place  # noqa: E402
 from corral.envs.tag_batched import BatchedTag  # noqa: E402
 from corral.errors import InvalidActionError  # noqa: E402
-from corral.training.collector import Collector, DecisionCounter  # noqa: E402
+from corral.training.collector import Collector  # noqa: E402
 
 DEVICES = [
     "cpu",

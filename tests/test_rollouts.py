@@ -254,3 +254,33 @@ def test_a_torch_native_env_rolls_out_in_torch() -> None:
             np.testing.assert_allclose(a.numpy(), b, rtol=0, atol=1e-12)
     assert want["prey"].terminated.any()  # prey were caught: dying agents
     assert want["predator"].truncated.any()  # episodes ended at max_cycles
+
+
+@pytest.mark.parametrize("array", ["numpy", "torch"])
+def test_each_decision_keeps_its_index_from_the_batch_it_was_made_at(array: str) -> None:
+    """``Rollout.decision`` holds ``Batch.decision`` where the agent acted, and a decision
+    carried into the next rollout keeps the index it was made at."""
+    venv = make_vec("corral/rps", 2, seed=0, array=array, env_kwargs={"num_rounds": 3})
+    builder, rng = RolloutBuilder(venv, 3), np.random.default_rng(0)
+    made_at = np.zeros((2, 2), np.int64)  # the index of each agent's last decision
+    batch, checked, carried = venv.reset(seed=0), 0, 0
+    for _ in range(5):
+        indices = []
+        for _ in range(3):
+            actions = venv.sample_actions(batch, rng)
+            builder.act(batch, actions)
+            indices.append(np.asarray(batch.decision["player"]).copy())
+            batch = venv.step(actions)
+            builder.observe(batch)
+        rollout = builder.finish()["player"]
+        decision, acting = np.asarray(rollout.decision), np.asarray(rollout.acting)
+        was_carried = np.asarray(rollout.carried)
+        np.testing.assert_array_equal(decision[0][was_carried], made_at[was_carried])
+        carried += int(was_carried.sum())
+        for t, index in enumerate(indices):
+            made = acting[t] & ~(was_carried if t == 0 else False)
+            np.testing.assert_array_equal(decision[t][made], index[made], f"step {t}")
+            checked += int(made.sum())
+            made_at = np.where(made, index, made_at)
+    assert carried and checked and made_at.max() >= 1
+    venv.close()

@@ -67,7 +67,8 @@ class TransitionAssembler:
         """Record the actions taken by the agents acting in ``batch``.
 
         ``extras`` are per-group arrays ``[E, n, ...]`` stored with each
-        action (a policy's log-probability or value estimate, say).
+        action (a policy's log-probability or value estimate, say); the batch's
+        ``decision`` index is stored as ``decision``.
         """
         for g in self.groups:
             acting = batch.acting[g]
@@ -80,6 +81,9 @@ class TransitionAssembler:
                 )
             if g in batch.action_mask:
                 fields["action_mask"] = batch.action_mask[g]
+            decision = getattr(batch, "decision", None)  # the vector layer's (tests' may lack it)
+            if decision is not None:
+                fields["decision"] = np.asarray(decision[g])
             for name, per_group in extras.items():
                 if g in per_group:  # groups played by fixed policies carry no extras
                     fields[name] = np.asarray(per_group[g])

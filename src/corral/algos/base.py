@@ -92,9 +92,6 @@ class Algorithm:
     Config: ClassVar[type[AlgoConfig]] = AlgoConfig
     uses_state: ClassVar[bool] = False
     """Whether it reads ``batch.state``: its vector envs are then built with ``state=True``."""
-    uses_decisions: ClassVar[bool] = False
-    """Whether :meth:`act` reads ``decisions`` (see :attr:`Policy.uses_decisions
-    <corral.algos.policy.Policy.uses_decisions>`); the collector passes them only then."""
     needs_lockstep: ClassVar[bool] = False
     """Whether every learned agent must act at every step until the episode ends (simultaneous
     moves, no agent leaving early); see :func:`check_env_support`."""
@@ -128,8 +125,8 @@ class Algorithm:
     ) -> tuple[Actions, Extras]:
         """Actions ``[E, n, ...]`` for its groups, and extras to keep with them.
 
-        ``decisions`` (passed with :attr:`uses_decisions` only): per group
-        ``[E, n]``, each agent's decisions so far in its episode.
+        ``decisions``: per group ``[E, n]``, each agent's decision index in its episode,
+        where it should not come from ``batch.decision``.
         """
         if self.policy is None:
             raise NotImplementedError
@@ -140,13 +137,17 @@ class Algorithm:
         """Vector steps per rollout learned from (``config.rollout_steps``)."""
         return int(self.config.rollout_steps)
 
-    def bootstrap_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any] | None:
+    def bootstrap_values(
+        self, batch: Any, decisions: Mapping[str, Any] | None = None
+    ) -> dict[str, Any] | None:
         """A learner with a critic: the value ``[E, n]`` of every agent's observation in ``batch``;
         ``decisions``: each agent's decision index there (as :meth:`act` is given).
         ``None``: its rollouts carry no values (a replay learner's)."""
         return None
 
-    def final_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any] | None:
+    def final_values(
+        self, batch: Any, decisions: Mapping[str, Any] | None = None
+    ) -> dict[str, Any] | None:
         """A learner with a critic: the value ``[E, n]`` of every agent's next observation after a
         step, which truncated decisions bootstrap from; ``None``: they bootstrap nothing.
         ``decisions``: each agent's decisions in the episode the step continued or ended."""

@@ -309,8 +309,6 @@ class MAPPOPolicy(Policy):
     Acting changes nothing but the draws of :attr:`generator`.
     """
 
-    uses_decisions: ClassVar[bool] = True
-
     def __init__(
         self,
         groups: Mapping[str, Sequence[str]],
@@ -402,10 +400,11 @@ class MAPPOPolicy(Policy):
         """Actions of every agent of its groups, sampled (``explore``) or greedy.
 
         Extras: the raw ``sample`` and its ``log_prob``; when exploring also the
-        critic's ``value`` and the agent's ``decision`` index in its episode
-        (``decisions``, which exploring needs with ``time_scale``). Greedy
-        acting uses observations only, so it needs no ``Batch.state``.
-        Arrays of the batch's place (NumPy, or tensors on its device).
+        critic's ``value``, which with ``time_scale`` reads each agent's decision
+        index in its episode: ``Batch.decision``, or ``decisions`` where given
+        (then returned as the extra ``decision``). Greedy acting uses
+        observations only, so it needs no ``Batch.state``. Arrays of the
+        batch's place (NumPy, or tensors on its device).
         """
         name = type(self).__name__
         if explore and self.use_state and batch.state is None:
@@ -413,12 +412,9 @@ class MAPPOPolicy(Policy):
                 f"{name}'s critic needs Batch.state, but the batch has none: "
                 "build the vector env with state=True"
             )
-        if explore and decisions is None and self.config.time_scale is not None:
-            raise ValueError(
-                f"{name}'s critic reads each agent's decision index in its episode "
-                "(time_scale): pass decisions={group: [E, n] counts}, as the collector does "
-                "with a DecisionCounter (all 0 at a batch where every episode starts)"
-            )
+        given = decisions is not None
+        if explore and self.config.time_scale is not None:
+            decisions = self._decisions(batch, decisions)
         out = _placer(batch.done)
         actions: Actions = {}
         extras: Extras = {"sample": {}, "log_prob": {}}
@@ -434,9 +430,22 @@ class MAPPOPolicy(Policy):
                 decision = None if decisions is None else decisions[g]
                 value = nets.value(self.critic_input(g, obs, batch.state, decision, None))
                 extras.setdefault("value", {})[g] = out(value)
-                if decision is not None:
+                if given:
                     extras.setdefault("decision", {})[g] = decision
         return actions, extras
+
+    def _decisions(self, batch: Any, decisions: Mapping[str, Any] | None) -> Mapping[str, Any]:
+        """``decisions`` where given, else the batch's decision indices (``Batch.decision``);
+        a ``ValueError`` saying what to pass for a batch without them."""
+        if decisions is None:
+            decisions = getattr(batch, "decision", None)
+        if decisions is None:
+            raise ValueError(
+                f"{type(self).__name__}'s critic reads each agent's decision index in its "
+                "episode (time_scale), but the batch has no Batch.decision (a VectorEnv's "
+                "batches have it): pass decisions={group: [E, n] indices}"
+            )
+        return decisions
 
     def sample_with(self, actors: Mapping[str, nn.Module], g: str, obs: Any, mask: Any) -> Any:
         """NumPy actions ``[len(obs), n, ...]`` sampled by ``actors[g]`` (a frozen copy of
@@ -446,32 +455,49 @@ class MAPPOPolicy(Policy):
         return actor.to_env(actor.sample(dist, self.generator).cpu().numpy())
 
     @torch.no_grad()
-    def bootstrap_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any]:
+    def bootstrap_values(
+        self, batch: Any, decisions: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The value ``[E, n]`` of every agent's observation in ``batch`` at its decision
-        index ``decisions[g]``; arrays of the batch's place."""
+        index (``Batch.decision``, or ``decisions[g]`` where given); arrays of the batch's
+        place."""
         out = _placer(batch.done)
+        if self.config.time_scale is not None:
+            decisions = self._decisions(batch, decisions)
+        else:
+            decisions = dict.fromkeys(self.nets)
         return {
             g: out(nets.value(self.critic_input(g, batch.obs[g], batch.state, decisions[g], None)))
             for g, nets in self.nets.items()
         }
 
     @torch.no_grad()
-    def final_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any] | None:
+    def final_values(
+        self, batch: Any, decisions: Mapping[str, Any] | None = None
+    ) -> dict[str, Any] | None:
         """With ``bootstrap_truncated``, the value ``[E, n]`` of every agent's next observation
-        after the step that returned ``batch`` (``final_obs`` in the envs that ended), at the
-        index ``decisions[g]``, which truncated decisions bootstrap from; ``None`` (bootstrap
-        nothing) without it."""
+        after the step that returned ``batch`` (``final_obs`` in the envs that ended), which
+        truncated decisions bootstrap from, at the index a decision there would have: the
+        decisions made in the episode the step continued or ended (``Batch.decision``, or
+        ``Batch.episode_decisions`` in the envs that ended; ``decisions[g]`` where given).
+        ``None`` (bootstrap nothing) without ``bootstrap_truncated``."""
         if not self.config.bootstrap_truncated:
             return None
         done = batch.done
         out = _placer(done)
+        if decisions is None and self.config.time_scale is not None:
+            indices = self._decisions(batch, None)
+            decisions = {
+                g: _where_done(done, batch.episode_decisions[g], indices[g]) for g in self.nets
+            }
         values = {}
         for g, nets in self.nets.items():
             obs = _where_done(done, batch.final_obs[g], batch.obs[g])
             state = None
             if batch.state is not None:
                 state = _where_done(done, batch.final_state, batch.state)
-            values[g] = out(nets.value(self.critic_input(g, obs, state, decisions[g], None)))
+            decision = None if decisions is None else decisions[g]
+            values[g] = out(nets.value(self.critic_input(g, obs, state, decision, None)))
         return values
 
     # -- weights -------------------------------------------------------------------
@@ -535,7 +561,8 @@ class MAPPOLearner(Learner):
                 state = _where_done(carried, rollout.carried_state[env, agent], state)
         obs = rollout.obs[at]
         mask = None if rollout.action_mask is None else rollout.action_mask[at]
-        decision = extras["decision"][at] if "decision" in extras else None
+        decision = rollout.decision if rollout.decision is not None else extras.get("decision")
+        decision = None if decision is None else decision[at]
         return {
             "actor_in": policy.actor_input(g, obs, agent),
             "critic_in": policy.critic_input(g, obs, state, decision, agent),
@@ -645,7 +672,6 @@ class MAPPO(Algorithm):
     centralised: ClassVar[bool] = True
     """Whether the critic sees the global state (when the env has one)."""
     uses_state: ClassVar[bool] = True
-    uses_decisions: ClassVar[bool] = True
     policy: MAPPOPolicy
     learner: MAPPOLearner
 
@@ -722,11 +748,15 @@ class MAPPO(Algorithm):
         with torch.no_grad():
             return self.policy.sample_with(snapshot, g, batch.obs[g][envs], mask)
 
-    def bootstrap_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any]:
+    def bootstrap_values(
+        self, batch: Any, decisions: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """See :meth:`MAPPOPolicy.bootstrap_values`."""
         return self.policy.bootstrap_values(batch, decisions)
 
-    def final_values(self, batch: Any, decisions: Mapping[str, Any]) -> dict[str, Any] | None:
+    def final_values(
+        self, batch: Any, decisions: Mapping[str, Any] | None = None
+    ) -> dict[str, Any] | None:
         """See :meth:`MAPPOPolicy.final_values`."""
         return self.policy.final_values(batch, decisions)
 

@@ -23,7 +23,7 @@ The runner drives an :class:`~corral.algos.base.Algorithm`; a split algorithm
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from corral.arrays import is_tensor
 from corral.data.rollouts import Rollout
@@ -44,11 +44,6 @@ class Policy:
         groups: the groups it acts for (group -> its agents).
     """
 
-    uses_decisions: ClassVar[bool] = False
-    """Whether :meth:`act` reads each agent's decision index in its episode (``decisions``);
-    the collector keeps them from the batches it acts on (see
-    :class:`~corral.training.collector.DecisionCounter`)."""
-
     def __init__(self, groups: Mapping[str, Sequence[str]]) -> None:
         self.groups = {g: tuple(agents) for g, agents in groups.items()}
         self.version = 0
@@ -64,9 +59,9 @@ class Policy:
         """Actions ``[E, n, ...]`` of every agent of its groups in ``batch``, and extras.
 
         ``explore``: sample (``True``) or act greedily. ``decisions``: per group
-        ``[E, n]``, each agent's decisions so far in its episode (read by a
-        policy with :attr:`uses_decisions`). Changes no state but the draws of
-        the policy's own generator.
+        ``[E, n]``, each agent's decision index in its episode, in place of
+        ``batch.decision`` (which a policy that reads it takes by default).
+        Changes no state but the draws of the policy's own generator.
         """
         raise NotImplementedError
 

@@ -92,7 +92,9 @@ class Rollout:
     to :meth:`RolloutBuilder.act` (a policy's ``log_prob``, say). ``state`` is
     per env, so a carried decision's state is ``carried_state`` ``[E, n, ...]``
     (``None`` without states), not ``state[0]``. ``value``, ``final_value`` and
-    ``next_value`` are ``None`` where the learner passed no values.
+    ``next_value`` are ``None`` where the learner passed no values. ``decision``
+    (int64): each agent's decision index in its episode (``Batch.decision``;
+    ``None`` where the batches had none).
 
     ``next`` (filled only by a builder with ``record_next=True``): per step,
     what the batch the step returned holds for the next decision, as the
@@ -119,6 +121,7 @@ class Rollout:
     extras: dict[str, Any] = field(default_factory=dict)
     carried_state: Any = None
     next: dict[str, Any] = field(default_factory=dict)
+    decision: Any = None
 
     @property
     def steps(self) -> int:
@@ -257,6 +260,7 @@ class RolloutBuilder:
             if self._state is None:
                 self._state = _zeros(batch.state, (self.steps, *batch.state.shape))
             self._state[self._t] = batch.state
+        decision = getattr(batch, "decision", None)  # the vector layer's (a test's may lack it)
         for g in self.groups:
             self._data.setdefault(g, {})
             self._extras.setdefault(g, {})
@@ -270,6 +274,8 @@ class RolloutBuilder:
                 fields["value"] = value[g]
             if g in batch.action_mask:
                 fields["action_mask"] = batch.action_mask[g]
+            if decision is not None:
+                fields["decision"] = decision[g]
             for name, x in fields.items():
                 self._store(g, name, x)
             for name, per_group in extras.items():
@@ -293,11 +299,12 @@ class RolloutBuilder:
         """Write the decisions carried from the last rollout into row 0."""
         xp, where = _xp(carry["mask"]), carry["mask"]
         self._carried_state[g] = carry["state"]
-        data = self._data[g] | self._extras[g]
-        for name, saved in carry["fields"].items():
-            row = data[name][0]
-            mask = where.reshape(*where.shape, *([1] * (row.ndim - where.ndim)))
-            data[name][0] = xp.where(mask, saved, row)
+        # the fields and the extras apart: an extra may share a field's name ("decision")
+        for arrays, kept in ((self._data[g], carry["fields"]), (self._extras[g], carry["extras"])):
+            for name, saved in kept.items():
+                row = arrays[name][0]
+                mask = where.reshape(*where.shape, *([1] * (row.ndim - where.ndim)))
+                arrays[name][0] = xp.where(mask, saved, row)
         self._data[g]["acting"][0] = self._data[g]["acting"][0] | where
         self._carried[g] = where
         self._row[g] = xp.where(where, 0, self._row[g])
@@ -385,11 +392,12 @@ class RolloutBuilder:
                 carried=self._carried.get(g, _zeros(acting, tuple(acting.shape[1:]))),
                 state=None if self._state is None else self._state[:t],
                 action_mask=cut.get("action_mask"),
+                decision=cut.get("decision"),
                 extras={name: x[:t] for name, x in extras.items()},
                 carried_state=self._carried_state.get(g),
                 next=self._finished_next(g, t),
             )
-            self._save_open(g, data | extras)
+            self._save_open(g, data, extras)
         self._data, self._extras, self._state = {}, {}, None
         self._next, self._next_state = {}, None
         self._carried, self._carried_state = {}, {}
@@ -404,18 +412,22 @@ class RolloutBuilder:
             out["state"] = self._next_state[:t]
         return out
 
-    def _save_open(self, g: str, arrays: Mapping[str, Any]) -> None:
-        """Keep the fields of ``g``'s open decisions for the next rollout's row 0."""
+    def _save_open(self, g: str, data: Mapping[str, Any], extras: Mapping[str, Any]) -> None:
+        """Keep the fields and extras of ``g``'s open decisions for the next rollout's row 0."""
         mask = self._open[g]  # not tested for any(): that would read a device back
         xp = _xp(mask)
         n_env, n = mask.shape
         on = {} if xp is np else {"device": mask.device}  # made there: no copy from the host
         env = xp.arange(n_env, **on).reshape(-1, 1)
         agent = xp.arange(n, **on).reshape(1, -1)
-        keep = [name for name in arrays if name not in _STEP_OUTPUTS and name != "acting"]
-        fields = {name: arrays[name][self._row[g], env, agent] for name in keep}
+
+        def kept(arrays: Mapping[str, Any]) -> dict[str, Any]:
+            names = [name for name in arrays if name not in _STEP_OUTPUTS and name != "acting"]
+            return {name: arrays[name][self._row[g], env, agent] for name in names}
+
         state = None if self._state is None else self._state[self._row[g], env]
-        self._carry[g] = {"mask": mask, "fields": fields, "state": state}
+        fields, extra = kept(data), kept(extras)
+        self._carry[g] = {"mask": mask, "fields": fields, "extras": extra, "state": state}
 
 
 _STEP_OUTPUTS = ("reward", "terminated", "truncated", "final_value")
@@ -435,7 +447,8 @@ def decisions(
     ``reward`` (summed over the decision, in the assembler's order),
     ``next_obs``, ``terminated``, ``truncated``, ``next_acting``, with masks
     ``action_mask`` and ``next_action_mask``, with states ``state`` and
-    ``next_state`` (per agent), and every extra; ``fields`` picks some of them
+    ``next_state`` (per agent), ``decision`` (the decision's index in its agent's
+    episode, where recorded), and every extra; ``fields`` picks some of them
     (default: all). Needs a rollout recorded with ``record_next=True``. No
     loop over envs or agents and no read of the device: the rows are gathered
     at each decision's last step.
@@ -469,6 +482,8 @@ def decisions(
         "truncated": lambda: rollout.truncated[last, env, agent],
         "next_acting": lambda: nxt["acting"][last, env, agent],
     }
+    if rollout.decision is not None:
+        available["decision"] = lambda: rollout.decision
     if rollout.action_mask is not None:
         available["action_mask"] = lambda: rollout.action_mask
         available["next_action_mask"] = lambda: nxt["action_mask"][last, env, agent]

@@ -6,11 +6,11 @@ and self-play evaluation all play through it. While it learns it records every
 vector step into a :class:`~corral.data.rollouts.RolloutBuilder` and hands the
 learner one :class:`~corral.data.rollouts.Rollout` per group every
 ``rollout_steps`` vector steps, with no per-agent rows assembled in Python;
-``run(..., learn=False)`` plays without recording or learning.
-
-The collector also keeps what acting needs to know about the episodes and the
-algorithm must not count itself (its ``act`` has no side effects): each
-agent's decisions so far in its episode (:class:`DecisionCounter`).
+``run(..., learn=False)`` plays without recording or learning. With
+several learners (a policy map, see :mod:`corral.training.policy_map`) each
+records its own rollouts and learns at their end; fixed policies play the
+agents no learner plays. What acting needs to know about the episodes (each
+agent's decision index) the batches carry (``Batch.decision``).
 
 On a vector env of torch tensors (``make_vec(..., array="torch")``) the
 collector reads nothing back to the host per step (fixed policies of groups
@@ -37,45 +37,6 @@ from corral.arrays import Place, is_tensor, place_of, to_numpy
 from corral.data.rollouts import RolloutBuilder
 from corral.training.policy_map import MAIN, FixedPlayer
 from corral.training.whole_episodes import CutEpisodes, whole_ended
-
-
-class DecisionCounter:
-    """Each agent's decisions in its running episode, counted from the batches acted on.
-
-    Call :meth:`step` once per batch acted on, in order; an env whose batch
-    says ``done`` starts counting again. Arrays live where the batches' do
-    (NumPy, or tensors on their device), one ``[E, n]`` int64 array per group;
-    every array returned is new, never changed afterwards.
-    """
-
-    def __init__(self) -> None:
-        self.made: dict[str, Any] = {}
-        """Per group ``[E, n]``: the decisions made so far in the episode that ran in the
-        last step counted (the index a decision after that step would have in that
-        episode); empty before the first :meth:`step`."""
-
-    def index(self, batch: Any) -> dict[str, Any]:
-        """Each agent's decision index at ``batch`` (0 where an episode starts there)."""
-        done = batch.done[:, None]
-        index = {}
-        for g, acting in batch.acting.items():
-            made = self.made.get(g)
-            if is_tensor(acting):
-                import torch
-
-                if made is None:
-                    made = torch.zeros(acting.shape, dtype=torch.int64, device=acting.device)
-                index[g] = torch.where(done, 0, made)
-            else:
-                made = np.zeros(acting.shape, dtype=np.int64) if made is None else made
-                index[g] = np.where(done, 0, made)
-        return index
-
-    def step(self, batch: Any) -> dict[str, Any]:
-        """:meth:`index` at ``batch``, then count the decisions of its acting agents."""
-        index = self.index(batch)
-        self.made = {g: index[g] + batch.acting[g] for g in index}
-        return index
 
 
 @dataclass
@@ -108,8 +69,7 @@ class Collector:
     ``fixed`` maps the ids of policies that are not learned to a
     :class:`~corral.training.policy_map.FixedPlayer` (a :data:`FixedPolicy`
     keyed by its group plays that whole group). Episode returns count only the
-    learned groups. It counts each agent's decisions in its episode
-    (:attr:`decisions`) and passes them to the learners with ``uses_decisions``.
+    learned groups.
 
     Playing needs of a learner only ``groups`` and ``act``. Learning needs the
     learner's side of :class:`~corral.algos.base.Algorithm`: :meth:`act` gives,
@@ -146,7 +106,6 @@ class Collector:
         policies instead."""
         self.rng = np.random.default_rng(seed)
         self.batch = venv.reset(seed=seed)
-        self.decisions = DecisionCounter()
         self.builders: dict[str, RolloutBuilder] = {}
         """Each learner's rollout being recorded; made by the first :meth:`run` that learns."""
         self._ended: list[tuple[Any, dict[str, Any], Any, Any]] = []
@@ -184,16 +143,10 @@ class Collector:
     def actions(self, batch: Any, explore: bool) -> tuple[dict[str, Any], dict[str, dict]]:
         """Actions of every group at ``batch`` (the next batch acted on), and each learner's
         extras by policy id."""
-        decisions = None
-        if any(getattr(a, "uses_decisions", False) for a in self.learners.values()):
-            decisions = self.decisions.step(batch)
         actions: dict[str, Any] = {}
         extras: dict[str, dict] = {}
         for pid, learner in self.learners.items():
-            if getattr(learner, "uses_decisions", False):
-                own, extras[pid] = learner.act(batch, explore=explore, decisions=decisions)
-            else:
-                own, extras[pid] = learner.act(batch, explore=explore)
+            own, extras[pid] = learner.act(batch, explore=explore)
             actions.update(own)
         if not self.fixed:
             return actions, extras
@@ -265,10 +218,10 @@ class Collector:
         """After a step that learning recorded: close it in ``pid``'s rollout, and learn at
         that rollout's end."""
         learner = self.learners[pid]
-        builder.observe(self.batch, learner.final_values(self.batch, self.decisions.made))
+        builder.observe(self.batch, learner.final_values(self.batch))
         if not builder.full:
             return
-        next_value = learner.bootstrap_values(self.batch, self.decisions.index(self.batch))
+        next_value = learner.bootstrap_values(self.batch)
         rollouts = builder.finish(next_value)
         self._read_episodes(progress)
         self._raise_deferred()  # not learning from a bad action's stand-in

@@ -4,15 +4,16 @@ An :class:`Episodes` runs a :class:`~corral.BatchedEnv` (packed dict envs or a
 native one) into the arrays of a :class:`~corral.vector.layout.Layout`. It is
 the only place that decides an episode ended (after a step, none of the copy's
 agents is alive), records it (``done``, ``final_obs``, ``final_state``,
-``episode_return``, ``episode_length``, and ``episode_cut`` where a fault cut it),
-restarts the copy with
-``reset(where=done)`` in the same step, and keeps masks of agents that are not
-acting all legal. It works in the arrays' own namespace: on the host (numpy,
-or torch on the CPU through numpy views) a step reads only whether any copy
-ended; on a device (see :attr:`corral.Place.computes_on_host`) it reads nothing
-back: it calls ``reset(where=done)`` in every step (a copy not selected goes
-on unchanged) and writes what ended and what restarted with masked blends
-(``check_finite``, a debugging aid, still reads each step's values).
+``episode_return``, ``episode_length``, ``episode_decisions``, and ``episode_cut``
+where a fault cut it), restarts the copy with ``reset(where=done)`` in the same
+step, counts each agent's decisions in its running episode (``decision``), and
+keeps masks of agents that are not acting all legal. It works in the arrays' own
+namespace: on the host (numpy, or torch on the CPU through numpy views) a step
+reads only whether any copy ended; on a device (see
+:attr:`corral.Place.computes_on_host`) it reads nothing back: it calls
+``reset(where=done)`` in every step (a copy not selected goes on unchanged) and
+writes what ended and what restarted with masked blends (``check_finite``, a
+debugging aid, still reads each step's values).
 """
 
 from __future__ import annotations
@@ -101,6 +102,13 @@ class Episodes:
         self._cut = arrays["episode_cut"]
         self._cut_marked = False  # some copy's episode_cut is set: cleared at the next step
         self._running_length = arrays["running_length"]
+        # Per group: its decision indices, its acting flags, and where a step keeps the flags
+        # it was taken from (the env overwrites them) to count those decisions once it
+        # happened, as the running length counts the step.
+        self._decisions = [
+            (arrays[f"decision/{g}"], arrays[f"acting/{g}"], _copy(arrays[f"acting/{g}"]))
+            for g in self.groups
+        ]
         self._live = self._any_alive()
         self._actions = {
             g: assemble(group.action_tree, f"action/{g}", self._given)
@@ -112,6 +120,9 @@ class Episodes:
         ]
         self._finals += [
             (arrays[f"episode_return/{g}"], arrays[f"running_return/{g}"]) for g in self.groups
+        ]
+        self._finals += [
+            (arrays[f"episode_decisions/{g}"], arrays[f"decision/{g}"]) for g in self.groups
         ]
         self._finals += [(arrays["final_" + path], arrays[path]) for path in self._state]
         self._finals.append((arrays["episode_length"], arrays["running_length"]))
@@ -190,6 +201,8 @@ class Episodes:
             self._restart_broken()
             return
         before = self._live  # the copies with an episode running
+        for _, acting, acted in self._decisions:  # kept: the step overwrites them
+            acted[...] = acting
         bad = faults = None
         promises = self._promises
         try:
@@ -209,6 +222,8 @@ class Episodes:
             failed = bad if failed is None else failed | bad
             self.arrays["worker_restarts"] += bad
         self._running_length += before if failed is None else before & ~failed
+        for decision, _, acted in self._decisions:
+            decision += acted if failed is None else acted & ~failed[:, None]
         done = self._done_array
         if out.same_alive and bad is None:  # no episode ended (the source says so)
             live = before
@@ -436,6 +451,7 @@ class Episodes:
     def _zero_running(self, rows: Any) -> None:
         for g in self.groups:
             _fill(self.arrays[f"running_return/{g}"], 0, rows)
+            _fill(self.arrays[f"decision/{g}"], 0, rows)
         _fill(self.arrays["running_length"], 0, rows)
 
     def _count_restarts(self, out: BatchedStep) -> None:
@@ -503,6 +519,11 @@ def clear_step_fields(arrays: Arrays, groups: Iterable[str]) -> None:
         arrays[f"truncated/{g}"][...] = False
     arrays["done"][...] = False
     arrays["episode_cut"][...] = False
+
+
+def _copy(array: Any) -> Any:
+    """A new array equal to ``array``, of its kind and place."""
+    return array.copy() if isinstance(array, np.ndarray) else array.clone()
 
 
 def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:

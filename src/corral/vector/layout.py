@@ -397,6 +397,10 @@ _AGENT_FIELDS = {
     "alive": (Role.STEP, bool),
     "acting": (Role.STEP, bool),
     "episode_return": (Role.EPISODE, np.float64),
+    # The index in its episode of the decision an agent acting at this batch makes (the
+    # decisions it made so far there), and the decisions it made in the episode that ended.
+    "decision": (Role.EPISODE, np.int64),
+    "episode_decisions": (Role.EPISODE, np.int64),
     # The return so far of each running episode: kept with the batch (not in a worker) so
     # that a worker's replacement can report the episode its death cut short.
     "running_return": (Role.BOOKKEEPING, np.float64),

@@ -64,7 +64,7 @@ from corral.vector.sources import Source
 
 # The fields a replacement actor takes over from the parent, besides the bookkeeping: what
 # Episodes.restart_all reads to end the episodes its dead predecessor was running.
-_TAKEN_OVER = frozenset({"obs", "state", "alive", "worker_restarts"})
+_TAKEN_OVER = frozenset({"obs", "state", "alive", "decision", "worker_restarts"})
 
 Refs = list[Any]  # the ObjectRefs of one actor's calls, in submission order
 Reply = tuple[Arrays, EnvError | None]  # an actor's rows of the batch, and its envs' fault

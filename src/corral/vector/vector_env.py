@@ -49,6 +49,12 @@ class Batch:
     this step that lay outside its ``Box`` and were clipped into it (with
     ``clip_actions=True``; always 0 otherwise).
 
+    ``decision[g][e, j]`` (``[E, n]`` int64) is the index, in its episode, of the
+    decision agent ``j`` makes if it acts at this batch: the decisions it made so far
+    there (0 at an episode's start, including where ``done``; one more after each step
+    in which it acted). ``episode_decisions[g]`` (where ``done``): the decisions each
+    agent made in the episode that ended.
+
     ``worker_restarts[e]`` counts the restarts of env ``e`` after any fault: its
     worker died or missed the timeout, or the env itself raised.
 
@@ -74,6 +80,8 @@ class Batch:
     worker_restarts: np.ndarray
     clipped_actions: dict[str, np.ndarray]
     episode_cut: np.ndarray
+    decision: dict[str, np.ndarray]
+    episode_decisions: dict[str, np.ndarray]
 
 
 class _Pending(enum.Enum):
@@ -640,6 +648,8 @@ class VectorEnv:
             worker_restarts=arrays["worker_restarts"],
             clipped_actions=per_group("clipped_actions"),
             episode_cut=arrays["episode_cut"],
+            decision=per_group("decision"),
+            episode_decisions=per_group("episode_decisions"),
         )
 
 
