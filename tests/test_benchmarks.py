@@ -153,3 +153,32 @@ def test_the_wall_clock_benchmark_times_each_evaluation_from_process_start(
 
     exact = [r["eval_return"] for r in read_metrics(tmp_path / "s0") if "eval_return" in r]
     assert [value for _, _, value in evaluations] == exact
+
+
+def test_the_learner_benchmark_times_the_runner_and_splits_a_rollout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("mpe2")
+    pytest.importorskip("torch")
+    learner_throughput = script("learner_throughput", monkeypatch)
+    import corral.algos.mappo as mappo
+
+    act = mappo.MAPPOPolicy.act
+    rollout = learner_throughput.ROLLOUT
+    result = learner_throughput.corral_round(3 * rollout, profile=True)
+    assert result["rate"] > 0
+    assert result["rollouts"] == 3
+    ms = learner_throughput.breakdown(result)
+    parts = [name for name in ms if name != "total"]
+    assert parts == [*learner_throughput.SECTIONS, "Python between"]
+    assert all(ms[name] > 0 for name in parts)
+    assert sum(ms[name] for name in parts) == pytest.approx(ms["total"])
+    assert mappo.MAPPOPolicy.act is act  # the wrapped functions are the tree's own again
+
+
+def test_the_learner_benchmark_refuses_a_jaxmarl_path_without_the_baseline(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    learner_throughput = script("learner_throughput", monkeypatch)
+    with pytest.raises(SystemExit, match=r"no baselines/IPPO/ippo_ff_mpe\.py"):
+        learner_throughput.jaxmarl_round(str(tmp_path), sys.executable, 3 * 2048)

@@ -551,6 +551,29 @@ def test_the_update_gives_the_numbers_of_the_textbook_minibatch_loop(
     assert torch.equal(mine["generator"], theirs["generator"])
 
 
+def test_an_mlp_computes_what_its_modules_compute_bit_for_bit() -> None:
+    """The MLP's forward calls the layers' functions directly: the outputs and gradients of
+    nn.Sequential's module calls over the same layers, for every activation."""
+    from corral.algos.networks import ACTIVATIONS, MLP, mlp
+
+    gen = torch.Generator().manual_seed(0)
+    for activation in ACTIVATIONS:
+        net = mlp(7, 3, [16, 16], activation=activation)
+        assert isinstance(net, MLP)
+        reference = torch.nn.Sequential(*copy.deepcopy(list(net)))  # the modules' own calls
+        x = torch.randn(32, 7, generator=gen)
+        out, expected = net(x), reference(x)
+        assert torch.equal(out, expected)
+        out.pow(2).sum().backward()
+        expected.pow(2).sum().backward()
+        for p, q in zip(net.parameters(), reference.parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad)
+    # a layer the forward does not know is called as a module
+    net = MLP(torch.nn.Linear(4, 4), torch.nn.Sigmoid(), torch.nn.Linear(4, 1))
+    x = torch.randn(5, 4, generator=gen)
+    assert torch.equal(net(x), torch.nn.Sequential(*list(net))(x))
+
+
 def test_clip_grad_norm_scales_as_torch_s_clip_grad_norm() -> None:
     from corral.algos.networks import clip_grad_norm, mlp
 

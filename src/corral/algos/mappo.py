@@ -361,20 +361,38 @@ class MAPPOPolicy(Policy):
             parts = [*parts, ids]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
-    def actor_input(self, g: str, obs: Any, agent: Any) -> torch.Tensor:
-        """Actor inputs of rows (``agent`` given) or of a batch's ``[E, n]`` agents (``None``)."""
-        return self._with_id(g, [as_input(obs, self.observation_space[g], self.device)], agent)
+    def actor_input(
+        self, g: str, obs: Any, agent: Any, *, obs_input: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Actor inputs of rows (``agent`` given) or of a batch's ``[E, n]`` agents (``None``).
 
-    def critic_input(self, g: str, obs: Any, state: Any, decision: Any, agent: Any) -> torch.Tensor:
+        ``obs_input``: ``as_input`` of ``obs``, where the caller has it.
+        """
+        if obs_input is None:
+            obs_input = as_input(obs, self.observation_space[g], self.device)
+        return self._with_id(g, [obs_input], agent)
+
+    def critic_input(
+        self,
+        g: str,
+        obs: Any,
+        state: Any,
+        decision: Any,
+        agent: Any,
+        *,
+        obs_input: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Critic inputs of rows (``agent`` given) or of a batch's ``[E, n]`` agents (``None``).
 
         ``decision`` is each agent's decision index in its episode (ignored without
-        ``time_scale``).
+        ``time_scale``). ``obs_input``: ``as_input`` of ``obs``, where the caller has it.
         """
         if self.use_state:
             x = as_input(state, self.state_space, self.device)
             if agent is None:
                 x = x.unsqueeze(1).expand(-1, len(self.groups[g]), -1)
+        elif obs_input is not None:
+            x = obs_input
         else:
             x = as_input(obs, self.observation_space[g], self.device)
         parts = [x]
@@ -421,15 +439,16 @@ class MAPPOPolicy(Policy):
         for g, nets in self.nets.items():
             obs = batch.obs[g]
             mask = self.mask(batch.action_mask.get(g))
-            dist = nets.actor(self.actor_input(g, obs, None), mask)
+            x = as_input(obs, self.observation_space[g], self.device)
+            dist = nets.actor(self.actor_input(g, obs, None, obs_input=x), mask)
             sample = nets.actor.sample(dist, self.generator) if explore else nets.actor.greedy(dist)
             extras["sample"][g] = out(sample)
             extras["log_prob"][g] = out(dist.log_prob(sample))
             actions[g] = nets.actor.to_env(extras["sample"][g])
             if explore:
                 decision = None if decisions is None else decisions[g]
-                value = nets.value(self.critic_input(g, obs, batch.state, decision, None))
-                extras.setdefault("value", {})[g] = out(value)
+                critic_in = self.critic_input(g, obs, batch.state, decision, None, obs_input=x)
+                extras.setdefault("value", {})[g] = out(nets.value(critic_in))
                 if given:
                     extras.setdefault("decision", {})[g] = decision
         return actions, extras
@@ -560,12 +579,13 @@ class MAPPOLearner(Learner):
                 carried = (step == 0) & rollout.carried[env, agent]
                 state = _where_done(carried, rollout.carried_state[env, agent], state)
         obs = rollout.obs[at]
+        x = as_input(obs, policy.observation_space[g], policy.device)
         mask = None if rollout.action_mask is None else rollout.action_mask[at]
         decision = rollout.decision if rollout.decision is not None else extras.get("decision")
         decision = None if decision is None else decision[at]
         return {
-            "actor_in": policy.actor_input(g, obs, agent),
-            "critic_in": policy.critic_input(g, obs, state, decision, agent),
+            "actor_in": policy.actor_input(g, obs, agent, obs_input=x),
+            "critic_in": policy.critic_input(g, obs, state, decision, agent, obs_input=x),
             "mask": mask,
             "sample": extras["sample"][at],
             "old_log_prob": extras["log_prob"][at],

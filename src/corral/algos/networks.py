@@ -47,6 +47,24 @@ def to_device(x: torch.Tensor, device: str | torch.device) -> torch.Tensor:
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 """Hidden-layer activations by the name a config gives."""
 
+_FUNCTIONS: dict[type[nn.Module], Any] = {nn.Tanh: torch.tanh, nn.ReLU: torch.relu}
+"""What each activation module's ``forward`` computes, as the function it calls."""
+
+
+class MLP(nn.Sequential):
+    """An :class:`nn.Sequential` of linear layers and activations whose forward calls
+    ``F.linear`` and the activations' functions directly: the same numbers as the modules'
+    calls, without their per-call overhead (an MLP runs at every step and minibatch)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self._modules.values():
+            if type(layer) is nn.Linear:
+                x = nn.functional.linear(x, layer.weight, layer.bias)
+            else:
+                function = _FUNCTIONS.get(type(layer))
+                x = layer(x) if function is None else function(x)
+        return x
+
 
 def mlp(
     in_dim: int,
@@ -54,7 +72,7 @@ def mlp(
     hidden: Sequence[int],
     out_gain: float = 1.0,
     activation: str = "tanh",
-) -> nn.Sequential:
+) -> MLP:
     """MLP with orthogonal initialisation; the last layer scaled by ``out_gain``."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
@@ -63,7 +81,7 @@ def mlp(
     for a, b in itertools.pairwise(dims):
         layers += [_init(nn.Linear(a, b), np.sqrt(2)), ACTIVATIONS[activation]()]
     layers.append(_init(nn.Linear(dims[-1], out_dim), out_gain))
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:
