@@ -171,7 +171,10 @@ def test_the_learner_benchmark_times_the_runner_and_splits_a_rollout(
     ms = learner_throughput.breakdown(result)
     parts = [name for name in ms if name != "total"]
     assert parts == [*learner_throughput.SECTIONS, "Python between"]
-    assert all(ms[name] > 0 for name in parts)
+    assert all(ms[name] > 0 for name in parts if name != "Python between"), str(ms)
+    # the rest of the loop: small, and within the wrappers' own timing noise of positive
+    # (a part counted twice would take more than that)
+    assert ms["Python between"] > -0.02 * ms["total"], str(ms)
     assert sum(ms[name] for name in parts) == pytest.approx(ms["total"])
     assert mappo.MAPPOPolicy.act is act  # the wrapped functions are the tree's own again
 

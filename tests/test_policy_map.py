@@ -16,6 +16,7 @@ import yaml
 
 import corral
 from corral import cli
+from corral.algos.dqn import DQN
 from corral.algos.mappo import IPPO, MAPPO
 from corral.algos.policy import Policy
 from corral.errors import ConfigError
@@ -23,7 +24,13 @@ from corral.training import checkpoint as ckpt
 from corral.training import load_config, load_run
 from corral.training.collector import Collector
 from corral.training.metrics import read_metrics
-from corral.training.policy_map import MAIN, FixedPlayer, parse_policies, policy_map
+from corral.training.policy_map import (
+    MAIN,
+    FixedPlayer,
+    Seating,
+    parse_policies,
+    policy_map,
+)
 from corral.training.runner import LATEST, build_players, evaluate_policy
 
 TAG = "mpe2/simple_tag_v3"
@@ -52,6 +59,11 @@ class Still(Policy):
     def act(self, batch: Any, *, explore: bool = True, decisions: Any = None) -> Any:
         self.calls += 1
         return {g: np.full(batch.acting[g].shape, self.action) for g in self.groups}, {}
+
+
+def first_legal(obs: np.ndarray, mask: Any, rng: np.random.Generator) -> np.ndarray:
+    """A :data:`FixedPolicy`: each agent's first legal action."""
+    return np.asarray(mask).argmax(-1)
 
 
 def still(obs: np.ndarray, mask: Any, rng: np.random.Generator) -> np.ndarray:
@@ -311,6 +323,88 @@ def test_eval_plays_a_group_by_another_run_s_policy(
     code = cli.main(["eval", str(one), "--policies", f"agent={two}:main"])
     err = capsys.readouterr().err
     assert code == 2 and "that policy plays {'adversary': " in err, err
+
+
+TICTACTOE = "pettingzoo/classic/tictactoe_v3"
+
+
+def seats(agent: str, episode: int) -> str:
+    """Tic-tac-toe's learner moves first in even episodes, second in odd ones."""
+    return "learner" if agent == f"player_{episode % 2 + 1}" else "opponent"
+
+
+def test_a_policy_map_function_swaps_the_learner_s_seat_every_episode() -> None:
+    venv = corral.make_vec(TICTACTOE, 4, seed=0)
+    try:
+        config = load_config("dqn", TICTACTOE, {"train_freq": 32, "learning_starts": 10_000})
+        learner = DQN(venv, config.algo_config)
+        seating = Seating(venv.groups, seats, ["learner", "opponent"], venv.num_envs)
+        opponent = FixedPlayer(first_legal, {"player": np.ones(2, dtype=bool)})
+        collector = Collector(venv, {"learner": learner}, {"opponent": opponent}, seating=seating)
+        seen: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        act = learner.act
+
+        def watched(batch: Any, **kwargs: Any) -> Any:
+            mask = batch.action_mask["player"].copy()
+            seen.append((seating.episode.copy(), batch.acting["player"].copy(), mask))
+            return act(batch, **kwargs)
+
+        learner.act = watched  # type: ignore[method-assign]
+        rollouts = []
+        learn = learner.learn
+        learner.learn = lambda r: rollouts.append(r) or learn(r)  # type: ignore[method-assign]
+        recorded = _recording(venv)
+        collector.run(40 * venv.num_envs)
+    finally:
+        venv.close()
+    episodes = np.stack([episode for episode, _, _ in seen])
+    assert (episodes[0] == np.arange(4)).all() and episodes.max() >= 12  # numbered as begun
+    # per step the opponent (its first legal action) plays the seat the learner does not,
+    # `1 - episode % 2`: checked on what the envs received
+    for (episode, acting, mask), actions in zip(seen, recorded, strict=True):
+        envs, seat = np.arange(4), 1 - episode % 2
+        moved = acting[envs, seat]
+        expected = mask[envs, seat].argmax(-1)
+        np.testing.assert_array_equal(actions["player"][envs, seat][moved], expected[moved])
+    # the learner learns from its own seat's decisions only
+    mine = np.concatenate([r["player"].extras["learner"] for r in rollouts])
+    seat = np.concatenate([episodes[i : i + 8] for i in range(0, 8 * len(rollouts), 8)]) % 2
+    assert (mine == (seat[..., None] == np.arange(2))).all()
+
+
+def test_corral_train_with_a_policy_map_function(tmp_path: Path) -> None:
+    """``policy_map`` as ``module:attr`` from the command line, or a function in Python."""
+    common = {
+        "total_steps": 256,
+        "num_envs": 4,
+        "train_freq": 32,
+        "learning_starts": 64,
+        "eval_every": 128,
+        "eval_episodes": 2,
+        "device": "cpu",
+        "tensorboard": False,
+        "progress": False,
+    }
+    policies = {"learner": "dqn", "opponent": "fixed:random"}
+    run = corral.train(
+        "dqn", env=TICTACTOE, policies=policies, policy_map=seats, run_dir=str(tmp_path / "fn"),
+        **common,
+    )  # fmt: skip
+    assert run.env_steps == 256 and "learner/loss/player" in run.metrics[-1]
+    written = yaml.safe_load((run.run_dir / "config.yaml").read_text())
+    assert written["run"]["policy_map"] == "object:seats"
+    named = corral.train(
+        "dqn", env=TICTACTOE, policies=policies, policy_map=f"{__name__}:seats",
+        run_dir=str(tmp_path / "named"), **common,
+    )  # fmt: skip
+    assert [r["eval_return"] for r in named.metrics if "eval_return" in r] == [
+        r["eval_return"] for r in run.metrics if "eval_return" in r
+    ]
+    with pytest.raises(ConfigError, match="learns whole groups at every step"):
+        corral.train(
+            "dqn", env=TICTACTOE, policy_map=seats, run_dir=str(tmp_path / "bad"),
+            policies={"learner": "maddpg", "opponent": "fixed:random"}, **common,
+        )  # fmt: skip
 
 
 @pytest.mark.slow

@@ -35,7 +35,7 @@ import numpy as np
 from corral.algos.base import Algorithm, FixedPolicy
 from corral.arrays import Place, is_tensor, place_of, to_numpy
 from corral.data.rollouts import RolloutBuilder
-from corral.training.policy_map import MAIN, FixedPlayer
+from corral.training.policy_map import MAIN, FixedPlayer, Seating
 from corral.training.whole_episodes import CutEpisodes, whole_ended
 
 
@@ -87,17 +87,22 @@ class Collector:
         algo: Algorithm | Mapping[str, Algorithm],
         fixed: Mapping[str, FixedPlayer | FixedPolicy] | None = None,
         seed: int | None = None,
+        *,
+        seating: Seating | None = None,
     ) -> None:
         self.venv = venv
         self.learners: dict[str, Algorithm] = (
             dict(algo) if isinstance(algo, Mapping) else {MAIN: algo}
         )
         self.fixed = {pid: _player(venv, pid, p) for pid, p in (fixed or {}).items()}
-        self.overridden = _check_cover(venv, self.learners, self.fixed)
+        self.seating = seating
+        """A policy map by a function of agent and episode: which agents each policy plays
+        changes with the episodes (``None``: the learners' and fixed players' own)."""
+        self.overridden = [] if seating else _check_cover(venv, self.learners, self.fixed)
         """Agents of learners that fixed policies play instead (to evaluate a learner against
         another run's policy); a collector with any cannot learn."""
         taken = {g: np.zeros(len(venv.groups[g]), dtype=bool) for g in venv.groups}
-        for player in self.fixed.values():
+        for player in [] if seating else self.fixed.values():
             for g, mask in player.slots.items():
                 taken[g] |= mask
         learned = [g for learner in self.learners.values() for g in learner.groups]
@@ -143,22 +148,33 @@ class Collector:
     def actions(self, batch: Any, explore: bool) -> tuple[dict[str, Any], dict[str, dict]]:
         """Actions of every group at ``batch`` (the next batch acted on), and each learner's
         extras by policy id."""
+        if self.seating is not None:
+            self.seating.begin(to_numpy(batch.done))
+        place = place_of(batch.done)
         actions: dict[str, Any] = {}
         extras: dict[str, dict] = {}
         for pid, learner in self.learners.items():
             own, extras[pid] = learner.act(batch, explore=explore)
-            actions.update(own)
-        if not self.fixed:
-            return actions, extras
-        place = place_of(batch.done)
-        for player in self.fixed.values():
+            if self.seating is not None:
+                extras[pid]["learner"] = {g: m.copy() for g, m in self.seating.owned[pid].items()}
+            for g, theirs in own.items():
+                actions[g] = self._merge(place, pid, g, theirs, actions.get(g))
+        for pid, player in self.fixed.items():
             for g, theirs in player.actions(batch, place, explore, self.rng).items():
-                mine = player.slots[g]
-                if mine.all() or g not in actions:
-                    actions[g] = theirs
-                else:
-                    actions[g] = _merged(place, mine, theirs, actions[g])
+                actions[g] = self._merge(place, pid, g, theirs, actions.get(g))
         return actions, extras
+
+    def _merge(self, place: Place, pid: str, g: str, theirs: Any, others: Any) -> Any:
+        """Group ``g``'s actions with ``pid``'s (``theirs``) in the agents it plays."""
+        if self.seating is not None:
+            mine = self.seating.owned[pid][g]
+        elif pid in self.fixed:
+            mine = self.fixed[pid].slots[g]
+        else:
+            return theirs  # a learner of whole groups, before any fixed player
+        if others is None or mine.all():
+            return theirs
+        return _merged(place, mine, theirs, others)
 
     def run(
         self,
@@ -278,10 +294,17 @@ class Collector:
         finished = np.flatnonzero(whole_ended(batch))
         if len(finished) == 0:
             return
-        returns = np.concatenate(
-            [batch.episode_return[g][finished] for g in self.learned_groups], axis=1
-        )
-        progress.episode_returns.extend(returns.mean(axis=1).tolist())
+        if self.seating is not None:  # the learners' agents of each ended episode
+            owned = self.seating.owned
+            mine = {g: sum(owned[pid][g] for pid in self.learners) > 0 for g in self.venv.groups}
+            total = sum((batch.episode_return[g] * mine[g]).sum(axis=1) for g in mine)
+            count = sum(mine[g].sum(axis=1) for g in mine)
+            progress.episode_returns.extend((total / count)[finished].tolist())
+        else:
+            returns = np.concatenate(
+                [batch.episode_return[g][finished] for g in self.learned_groups], axis=1
+            )
+            progress.episode_returns.extend(returns.mean(axis=1).tolist())
         for g, agents in self.venv.groups.items():
             group_returns = batch.episode_return[g][finished]
             for j, agent in enumerate(agents):
@@ -295,14 +318,17 @@ def evaluate(
     episodes: int,
     fixed: Mapping[str, FixedPlayer | FixedPolicy] | None = None,
     seed: int | None = None,
+    *,
+    seating: Seating | None = None,
 ) -> Progress:
-    """Play ``episodes`` whole episodes greedily (no exploration, no learning).
+    """Play ``episodes`` whole episodes greedily (no exploration, no learning); ``seating``:
+    as the :class:`Collector`'s.
 
     Episodes that a fault cut are left out and replaced, and counted in
     ``episodes_cut``; past ``episodes`` of them it raises
     :class:`~corral.errors.EvaluationError` (see :mod:`corral.training.whole_episodes`).
     """
-    collector = Collector(venv, algo, fixed, seed)
+    collector = Collector(venv, algo, fixed, seed, seating=seating)
     progress = Progress()
     cut = CutEpisodes(episodes)
     while len(progress.episode_returns) < episodes:
@@ -321,14 +347,16 @@ def evaluate(
 
 
 def _merged(place: Place, mine: np.ndarray, theirs: Any, others: Any) -> Any:
-    """``theirs`` in the agents ``mine`` ``[n]`` marks, ``others`` elsewhere (``[E, n, ...]``
-    arrays or tensors)."""
+    """``theirs`` in the agents ``mine`` (``[n]``, or ``[E, n]`` per env) marks, ``others``
+    elsewhere (``[E, n, ...]`` arrays or tensors)."""
+    if mine.ndim == 1:
+        mine = mine[None]
     if place.is_torch:
         import torch
 
         where = torch.as_tensor(mine, device=others.device)
-        return torch.where(where.reshape(1, -1, *[1] * (others.ndim - 2)), theirs, others)
-    return np.where(mine.reshape(1, -1, *[1] * (np.ndim(others) - 2)), theirs, others)
+        return torch.where(where.reshape(*where.shape, *[1] * (others.ndim - 2)), theirs, others)
+    return np.where(mine.reshape(*mine.shape, *[1] * (np.ndim(others) - 2)), theirs, others)
 
 
 def _player(venv: Any, pid: str, player: FixedPlayer | FixedPolicy) -> FixedPlayer:

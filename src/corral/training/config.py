@@ -81,6 +81,7 @@ IMPORTING = {
     "algo": "a registered algorithm (" + ", ".join(sorted(ALGORITHMS)) + ")",
     "env": "a registered env id",
     "opponent": "'random'",
+    "policy_map": "nothing",
 }
 """Settings whose value may name code to import (``module:attr``; Gymnasium imports the
 module of ``gym/module:Env-v0``), and what they may name when read from a file."""
@@ -157,6 +158,11 @@ class RunConfig:
     ``fixed:MODULE:ATTR`` (in Python, also a ``Policy`` object); agents named nowhere are
     learned by the run's algorithm. On the command line ``--policies
     "adversary=mappo,agent=fixed:random"``."""
+    policy_map: Any = None
+    """A map of agents to ``policies`` by a function ``(agent, episode) -> policy id``
+    (``module:attr``; in Python, the function): the keys of ``policies`` are then policy
+    ids, and which agents each plays changes with the episodes (seat swapping); ``None``:
+    the keys of ``policies`` are groups and agents."""
     self_play: bool = False
     """Learn a zero-sum game against snapshots of itself (its env declares metadata zero_sum=True;
     for algorithms that support it)."""
@@ -283,8 +289,12 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (lists for tuples) as written to a run's ``config.yaml``."""
-        run = _plain(dataclasses.asdict(dataclasses.replace(self.run, policies={})))
+        run = _plain(
+            dataclasses.asdict(dataclasses.replace(self.run, policies={}, policy_map=None))
+        )
         run["policies"] = {key: written(value) for key, value in self.run.policies.items()}
+        mapping = self.run.policy_map
+        run["policy_map"] = None if mapping is None else written(mapping)
         return {
             "algo": self.algo,
             "run": run,

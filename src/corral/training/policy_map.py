@@ -22,7 +22,7 @@ policy plays whole groups (give an agent a group of its own with
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,11 @@ def parse_policies(text: str) -> dict[str, str]:
     return found
 
 
+AgentMap = Callable[[str, int], str]
+"""``(agent, episode) -> policy id``: a policy map by a function of the agent and the number
+of its episode (see :class:`Seating`), for self-play's seat swapping and leagues."""
+
+
 @dataclass(frozen=True)
 class PolicyMap:
     """Each agent's policy id, and the slots of each policy id.
@@ -71,14 +76,23 @@ class PolicyMap:
 
     groups: Mapping[str, tuple[str, ...]]
     agents: Mapping[str, str]
+    by: AgentMap | None = None
+    """A map by a function of agent and episode (then :attr:`agents` is empty, every
+    policy may play any agent, and :class:`Seating` says which it plays when)."""
+    named: tuple[str, ...] = ()
+    """With :attr:`by`, the policy ids it may return."""
 
     @property
     def ids(self) -> tuple[str, ...]:
         """The policy ids, in the order of the agents they play first."""
+        if self.by is not None:
+            return self.named
         return tuple(dict.fromkeys(self.agents.values()))
 
     def groups_of(self, policy: str) -> dict[str, tuple[str, ...]]:
         """The groups in which ``policy`` plays some agent (group -> all its agents)."""
+        if self.by is not None:
+            return dict(self.groups)
         return {
             g: agents
             for g, agents in self.groups.items()
@@ -87,6 +101,8 @@ class PolicyMap:
 
     def slots(self, policy: str) -> dict[str, np.ndarray]:
         """Per group of :meth:`groups_of`, ``[n_g]`` booleans: the agents ``policy`` plays."""
+        if self.by is not None:
+            return {g: np.ones(len(agents), dtype=bool) for g, agents in self.groups.items()}
         return {
             g: np.array([self.agents[a] == policy for a in agents], dtype=bool)
             for g, agents in self.groups_of(policy).items()
@@ -95,6 +111,57 @@ class PolicyMap:
     def whole_groups(self, policy: str) -> bool:
         """Whether ``policy`` plays every agent of each group it plays in."""
         return all(mask.all() for mask in self.slots(policy).values())
+
+
+class Seating:
+    """Who plays each agent of each env in its running episode, by an :data:`AgentMap`.
+
+    Episodes are numbered in the order they start: at the first batch env ``e``
+    runs episode ``e``; later, each env whose batch says ``done`` starts the
+    next number (in the order of the envs). :attr:`owned` holds, per policy id
+    and group, the ``[E, n]`` agents it plays; :meth:`begin` seats the envs whose
+    episode starts at a batch.
+    """
+
+    def __init__(
+        self, groups: Mapping[str, Sequence[str]], by: AgentMap, ids: Sequence[str], num_envs: int
+    ) -> None:
+        self.groups = {g: tuple(agents) for g, agents in groups.items()}
+        self.by = by
+        self.ids = tuple(ids)
+        self.episode = np.arange(num_envs, dtype=np.int64)
+        """The number of the episode running in each env."""
+        self._next = num_envs
+        self.owned = {
+            pid: {g: np.zeros((num_envs, len(a)), dtype=bool) for g, a in self.groups.items()}
+            for pid in self.ids
+        }
+        self._seat(range(num_envs))
+
+    def begin(self, done: np.ndarray) -> None:
+        """Number and seat the new episodes of the envs that are ``done`` ``[E]``."""
+        envs = np.flatnonzero(done)
+        if len(envs) == 0:
+            return
+        self.episode[envs] = self._next + np.arange(len(envs))
+        self._next += len(envs)
+        self._seat(envs)
+
+    def _seat(self, envs: Any) -> None:
+        for e in envs:
+            for owned in self.owned.values():
+                for mask in owned.values():
+                    mask[e] = False
+            episode = int(self.episode[e])
+            for g, agents in self.groups.items():
+                for j, agent in enumerate(agents):
+                    pid = self.by(agent, episode)
+                    if pid not in self.owned:
+                        raise ValueError(
+                            f"the policy map sent the agent {agent!r} of episode {episode} (env "
+                            f"{e}) to {pid!r}, which is not a policy of the run: {list(self.ids)}"
+                        )
+                    self.owned[pid][g][e, j] = True
 
 
 def policy_map(groups: Mapping[str, Sequence[str]], keys: Sequence[str]) -> PolicyMap:
@@ -132,7 +199,8 @@ OBJECT = "object:"
 def written(value: Any) -> str:
     """A ``policies`` value as ``config.yaml`` records it: a string as it is, an object as
     ``object:ClassName`` (it cannot be saved; :func:`check_value` refuses it when read)."""
-    return value if isinstance(value, str) else f"{OBJECT}{type(value).__qualname__}"
+    name = getattr(value, "__qualname__", None) or type(value).__qualname__
+    return value if isinstance(value, str) else f"{OBJECT}{name}"
 
 
 def check_value(key: str, value: Any) -> None:
@@ -170,9 +238,9 @@ class FixedPlayer:
 
     ``policy`` is a :class:`~corral.algos.policy.Policy` (its ``act(batch, explore=...)``
     gives actions ``[E, n, ...]`` per group) or a :data:`~corral.algos.base.FixedPolicy`
-    callable ``(obs, action_mask, rng) -> actions`` of one group, called per group on the
-    host with the collector's generator. ``slots``: per group, ``[n]`` booleans marking the
-    agents it plays.
+    callable ``(obs, action_mask, rng) -> actions`` of one group (or one per group, by
+    group), called per group on the host with the collector's generator. ``slots``: per
+    group, ``[n]`` booleans marking the agents it plays.
     """
 
     def __init__(self, policy: Any, slots: Mapping[str, np.ndarray]) -> None:
@@ -200,7 +268,8 @@ class FixedPlayer:
             obs, mask = batch.obs[g], batch.action_mask.get(g)
             if place.is_torch:
                 obs, mask = tree_to_numpy(obs), None if mask is None else to_numpy(mask)
-            out[g] = placed(place, self.policy(obs, mask, rng))
+            policy = self.policy[g] if isinstance(self.policy, Mapping) else self.policy
+            out[g] = placed(place, policy(obs, mask, rng))
         return out
 
 

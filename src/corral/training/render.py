@@ -12,7 +12,7 @@ from corral.algos.base import Algorithm
 from corral.errors import CorralError, EnvError, MissingDependencyError
 from corral.training.collector import Collector
 from corral.training.config import TrainConfig
-from corral.training.runner import build_venv, fixed_players, uses_state
+from corral.training.runner import build_venv, fixed_players, seating, uses_state
 
 
 class RenderError(CorralError, RuntimeError):
@@ -62,7 +62,8 @@ def episode_frames(
         modes = venv.metadata.get("render_modes") or []
         if "rgb_array" not in modes:
             raise RenderError(f"{env} cannot render rgb_array frames (its render modes: {modes})")
-        collector = Collector(venv, algo, fixed_players(config, venv), seed=seed)
+        fixed, seats = fixed_players(config, venv), seating(config, venv)
+        collector = Collector(venv, algo, fixed, seed=seed, seating=seats)
         frames = [_frame(venv, env)]
         for _ in range(max_steps - 1):
             collector.run(1, learn=False)  # one greedy step of the one env

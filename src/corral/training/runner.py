@@ -70,6 +70,7 @@ from corral.training.policy_map import (
     MAIN,
     FixedPlayer,
     PolicyMap,
+    Seating,
     check_value,
     fixed_target,
     is_fixed,
@@ -204,7 +205,9 @@ class Runner:
                 self.best_eval, self.best_steps = saved.get("best_eval"), saved.get("best_steps")
             # A resumed run's envs start new episodes, from seeds that follow the step.
             seed = run.seed + self.env_steps
-            self.collector = Collector(self.venv, self.learners, self.fixed, seed=seed)
+            self.collector = Collector(
+                self.venv, self.learners, self.fixed, seed=seed, seating=seating(config, self.venv)
+            )
             if restore is not None:
                 with _fitting(self.run_dir / LATEST, restore, config):
                     load_learners(self.learners, restore)
@@ -746,8 +749,12 @@ def fixed_players(
     for pid in pmap.ids:
         value = config.algo if pid == MAIN else policies[pid]
         if is_fixed(value):
-            (group,) = pmap.groups_of(pid)  # a key names one group or one agent
-            policy = fixed_policy(value, venv, group, pid, config, allow_imports)
+            policy = {
+                g: fixed_policy(value, venv, g, pid, config, allow_imports)
+                for g in pmap.groups_of(pid)  # one group, but by a policy_map function
+            }
+            if len(policy) == 1:
+                (policy,) = policy.values()
             fixed[pid] = FixedPlayer(policy, pmap.slots(pid))
     return fixed
 
@@ -797,7 +804,38 @@ def _plan(config: TrainConfig, venv: VectorEnv) -> tuple[PolicyMap, dict[str, An
             "self_play plays every seat by the learner and its past copies: it takes no "
             f"policies (got {sorted(policies)})"
         )
-    return policy_map(venv.groups, list(policies)), policies
+    by = config.run.policy_map
+    if by is None:
+        return policy_map(venv.groups, list(policies)), policies
+    check_value("policy_map", by)
+    if isinstance(by, str):
+        try:
+            by = resolve(by)
+        except (ImportError, AttributeError, ValueError) as err:
+            raise ConfigError(f"policy_map {by!r} is no function: {err}") from err
+    if not callable(by) or not policies:
+        raise ConfigError(
+            "policy_map is a function (agent, episode) -> policy id, the policy ids being the "
+            f"keys of policies; got policy_map={config.run.policy_map!r}, policies={policies}"
+        )
+    for pid, value in policies.items():
+        if not is_fixed(value) and getattr(_algorithm_class(value), "needs_lockstep", False):
+            raise ConfigError(
+                f"policies: {pid}={value} learns whole groups at every step; a policy_map "
+                "function seats its policies by episode: use mappo, ippo or dqn"
+            )
+    if training_array(config.run) == "torch":
+        raise ConfigError("a policy_map function plays numpy batches only: set array=numpy")
+    groups = {g: tuple(a) for g, a in venv.groups.items()}
+    return PolicyMap(groups, {}, by=by, named=tuple(policies)), policies
+
+
+def seating(config: TrainConfig, venv: VectorEnv) -> Seating | None:
+    """Who plays which agents when, for a run whose ``policy_map`` is a function."""
+    pmap, _ = _plan(config, venv)
+    if pmap.by is None:
+        return None
+    return Seating(venv.groups, pmap.by, pmap.ids, venv.num_envs)
 
 
 def fixed_policy(
@@ -905,7 +943,7 @@ def evaluate_policy(
         learners = as_learners(algo)
         selection = _selection(config, venv, learners, versus=opponent is not None)
         fixed = fixed_players(config, venv, allow_imports)
-        done = evaluate(venv, learners, episodes, fixed, seed=seed)
+        done = evaluate(venv, learners, episodes, fixed, seed=seed, seating=seating(config, venv))
         returns = [float(r) for r in done.episode_returns]
         result = Evaluation({RETURN: returns}, metric=selection.metric, cut=done.episodes_cut)
         result.episodes.update(episode_columns(RETURN, done.agent_returns, venv.groups))
