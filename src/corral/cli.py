@@ -5,11 +5,11 @@
                     [--timeout SECONDS] [--set key=value ...] [--import MODULE ...]
     corral play ID [--episodes N] [--seed S] [--set key=value ...] [--import MODULE ...]
     corral train ALGO --env ID [--num-envs N] [--total-steps N] [--set key=value ...]
-                 [--import MODULE ...]
+                 [--policies KEY=VALUE,...] [--import MODULE ...]
     corral train --resume RUN [--total-steps N] [--import MODULE ...]
                  [--allow-import MODULE:ATTR|MODULE ...]
-    corral eval RUN [--episodes N] [--opponent random|RUN] [--gif out.gif] [--import ...]
-                [--allow-import ...] [--ray-address ADDRESS]
+    corral eval RUN [--episodes N] [--opponent random|RUN] [--policies KEY=VALUE,...]
+                [--gif out.gif] [--import ...] [--allow-import ...] [--ray-address ADDRESS]
     corral plot RUN [RUN ...] [--metric COLUMN] [--reference NAME=VALUE ...] [--baselines]
                 -o curves.png
 
