@@ -107,13 +107,14 @@ class SnapshotPool(Policy):
         """The snapshots, oldest first: :meth:`~corral.algos.base.Algorithm.snapshot`."""
         self.rng = np.random.default_rng(seed)
         self.player = copy.deepcopy(learner.policy)
-        """The policy that acts for each member, with that member's weights loaded."""
+        """A copy of the learner's policy whose generators every member acts with."""
         _seed_generators(self.player, int(self.rng.integers(2**31)))
         self.opponent: list[Weights | None] = []
         """The member playing in each env's episode (``None``: random legal play)."""
         self.clock = learner.snapshot_clock()
         """The learner's clock when :meth:`learned` last looked."""
-        self._loaded: Weights | None = None
+        self._copies: dict[int, tuple[Weights, Policy]] = {}
+        """Per member (by ``id``), a copy of :attr:`player` acting with its weights."""
 
     def add(self, snapshot: Weights) -> None:
         """Add a snapshot, dropping the oldest beyond ``pool_size``."""
@@ -160,10 +161,7 @@ class SnapshotPool(Policy):
                     for g, space in self.action_space.items()
                 }
             else:
-                if self._loaded is not member:
-                    self.player.load_weights(member)
-                    self._loaded = member
-                theirs, _ = self.player.act(batch, explore=explore, decisions=decisions)
+                theirs, _ = self._acting(member).act(batch, explore=explore, decisions=decisions)
             for g, acted in theirs.items():
                 acted = np.asarray(acted)
                 if g not in actions:
@@ -171,6 +169,20 @@ class SnapshotPool(Policy):
                 else:
                     actions[g][envs] = acted[envs]
         return actions, {}
+
+    def _acting(self, member: Weights) -> Policy:
+        """The copy of :attr:`player` acting with ``member``'s weights and the player's
+        generators, made at its first use."""
+        kept = self._copies.get(id(member))
+        if kept is None or kept[0] is not member:  # an id of a member gone may come back
+            policy = copy.deepcopy(self.player)
+            policy.load_weights(member)
+            for name, generator in _generators(self.player).items():
+                setattr(policy, name, generator)  # one stream for all: the player's
+            kept = self._copies[id(member)] = (member, policy)
+            playing = {id(m) for m in [*self.members, *self.opponent] if m is not None}
+            self._copies = {key: c for key, c in self._copies.items() if key in playing}
+        return kept[1]
 
     def _begin(self, done: np.ndarray) -> None:
         """Draw the opponents of the envs whose episode begins: every env at the first
@@ -211,7 +223,7 @@ class SnapshotPool(Policy):
         self.clock = int(state["clock"])
         self.rng.bit_generator.state = state["rng"]
         _set_generator_states(self.player, state["player"])
-        self.opponent, self._loaded = [], None
+        self.opponent, self._copies = [], {}
 
 
 def _generators(policy: Policy) -> dict[str, Any]:
