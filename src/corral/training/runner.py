@@ -468,9 +468,7 @@ class Runner:
             "env": self.config.run.env,
             "learners": {pid: learner.state_dict() for pid, learner in self.learners.items()},
             "players": player_states(self.collector),
-            "seating": None
-            if self.collector.seating is None
-            else self.collector.seating.state_dict(),
+            "seating": seating_state(self.collector),
             "env_steps": self.env_steps,
             "elapsed": self.elapsed,
             "best_eval": self.best_eval,
@@ -924,6 +922,11 @@ def player_states(collector: Collector) -> dict[str, Any]:
     """The state of each fixed player that keeps some (self-play's pool), by policy id."""
     states = {pid: player.state_dict() for pid, player in collector.fixed.items()}
     return {pid: state for pid, state in states.items() if state is not None}
+
+
+def seating_state(collector: Collector) -> dict[str, int] | None:
+    """Where the collector's seating numbers episodes (``None``: it has none)."""
+    return None if collector.seating is None else collector.seating.state_dict()
 
 
 def load_players(collector: Collector, saved: Mapping[str, Any]) -> None:
