@@ -2,7 +2,8 @@
 
 The learner plays both seats in turn (one Q-network for the group ``player``:
 the observation is the board from the mover's side) against a pool of its
-own past snapshots, then plays ``--games`` greedy games moving first and
+own past snapshots (self-play's policy map, as ``corral train dqn --self-play``
+plays), then plays ``--games`` greedy games moving first and
 ``--games`` moving second against a player that picks uniformly among the
 legal moves. A game scores +1 for a win, 0 for a draw and -1 for a loss.
 Targets: at least 0.85 moving first and 0.6 moving second.
@@ -23,6 +24,7 @@ import torch
 import corral
 from corral.algos.dqn import DQN, Config
 from corral.training.collector import Collector
+from corral.training.self_play import OPPONENT, self_play
 from corral.training.selfplay_eval import evaluate_vs_random
 
 ENV_ID = "pettingzoo/classic/tictactoe_v3"
@@ -79,7 +81,8 @@ def main() -> None:
 
     venv = corral.make_vec(ENV_ID, args.num_envs, seed=args.seed)
     algo = DQN(venv, config)
-    collector = Collector(venv, algo, seed=args.seed)
+    collector = Collector(venv, algo, seed=args.seed, **self_play(venv, algo))
+    pool = collector.fixed[OPPONENT].policy
     start = time.perf_counter()
     done = 0
     while done < args.env_steps:
@@ -87,14 +90,14 @@ def main() -> None:
         progress = collector.run(chunk)
         done += progress.env_steps
         losses = [u["loss/player"] for u in progress.updates if "loss/player" in u]
-        returns = [u["selfplay/return"] for u in progress.updates if "selfplay/return" in u]
+        returns = progress.episode_returns  # the learner's, each in its own seat
         first = evaluate_vs_random(algo, ENV_ID, 200, seat=0, seed=1)
         second = evaluate_vs_random(algo, ENV_ID, 200, seat=1, seed=2)
         print(
             f"{done:>8} env steps, {time.perf_counter() - start:6.0f} s: "
             f"epsilon {algo.epsilon():.2f}, loss {_mean(losses):.4f}, "
             f"self-play return {_mean(returns):+.2f}, "
-            f"pool {len(algo.selfplay.pool)}, vs random (200 games) first {first:+.2f} "
+            f"pool {len(pool.members)}, vs random (200 games) first {first:+.2f} "
             f"second {second:+.2f}",
             flush=True,
         )

@@ -39,7 +39,8 @@ from corral.training import ConfigError, Runner, load_config, load_run  # noqa: 
 from corral.training import checkpoint as ckpt  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
 from corral.training.metrics import read_metrics  # noqa: E402
-from corral.training.runner import BEST, LATEST  # noqa: E402
+from corral.training.runner import BEST, LATEST, load_players, player_states  # noqa: E402
+from corral.training.self_play import self_play  # noqa: E402
 
 SEAL = b"corral-sha256:"
 
@@ -111,33 +112,41 @@ def test_global_generators_resume_where_they_were(tmp_path: Path) -> None:
     assert expected[:2] == again[:2] and torch.equal(expected[2], again[2])
 
 
-def _mappo(**config: Any) -> MAPPO:
+def _collector(venv: Any, algo: Any, seed: int) -> Collector:
+    """A collector of ``algo``, in self-play where its config says so."""
+    players = self_play(venv, algo) if getattr(algo.config, "self_play", False) else {}
+    return Collector(venv, algo, seed=seed, **players)
+
+
+def _mappo(**config: Any) -> Collector:
     venv = corral.make_vec("corral/rps", 4, seed=0, state=True)
     algo = MAPPO(venv, MAPPO.Config(rollout_steps=4, epochs=1, minibatches=2, **config))
-    Collector(venv, algo, seed=0).run(4 * 13)  # updates and a partial rollout
-    return algo
+    collector = _collector(venv, algo, seed=0)
+    collector.run(4 * 13)  # updates and a partial rollout
+    return collector
 
 
-def _ippo() -> IPPO:
+def _ippo() -> Collector:
     venv = corral.make_vec("corral/rps", 4, seed=0)
-    algo = IPPO(venv, IPPO.Config(rollout_steps=4, epochs=1))
-    Collector(venv, algo, seed=0).run(4 * 9)
-    return algo
+    collector = _collector(venv, IPPO(venv, IPPO.Config(rollout_steps=4, epochs=1)), seed=0)
+    collector.run(4 * 9)
+    return collector
 
 
-def _maddpg() -> MADDPG:
+def _maddpg() -> Collector:
     venv = corral.make_vec("mdp/two_round_dmdp", 8, seed=1)
     algo = MADDPG(venv, MADDPG.Config(hidden=(16,), batch_size=32, learning_starts=64))
-    Collector(venv, algo, seed=1).run(160)
-    return algo
+    collector = _collector(venv, algo, seed=1)
+    collector.run(160)
+    return collector
 
 
-def _dqn(**config: Any) -> DQN:
+def _dqn(**config: Any) -> Collector:
     venv = corral.make_vec("corral/rps", 4, seed=0)
     settings = {"hidden": (16,), "learning_starts": 40, "train_freq": 4, **config}
-    algo = DQN(venv, DQN.Config(batch_size=16, **settings))
-    Collector(venv, algo, seed=0).run(160)
-    return algo
+    collector = _collector(venv, DQN(venv, DQN.Config(batch_size=16, **settings)), seed=0)
+    collector.run(160)
+    return collector
 
 
 ALGORITHMS: dict[str, Callable[[], Any]] = {
@@ -152,14 +161,31 @@ ALGORITHMS: dict[str, Callable[[], Any]] = {
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_every_algorithm_s_state_round_trips_exactly(tmp_path: Path, name: str) -> None:
-    algo = ALGORITHMS[name]()
-    state = {"algo_state": algo.state_dict(), "replay": algo.replay_state_dict()}
+    collector = ALGORITHMS[name]()
+    algo = collector.algo
+
+    def state_of() -> dict[str, Any]:  # what a checkpoint holds of the learner and its players
+        seating = collector.seating
+        return {
+            "algo_state": algo.state_dict(),
+            "replay": algo.replay_state_dict(),
+            "players": player_states(collector),
+            "seating": None if seating is None else seating.state_dict(),
+        }
+
+    state = state_of()
+    assert bool(state["players"]) == ("self-play" in name)
     loaded = round_trip(tmp_path, state)
     assert_identical(state, loaded)
     algo.load_state_dict(loaded["algo_state"])
     if loaded["replay"] is not None:
         algo.load_replay_state_dict(loaded["replay"])
-    assert_identical(state, {"algo_state": algo.state_dict(), "replay": algo.replay_state_dict()})
+    load_players(collector, loaded)
+    again = state_of()
+    if state["seating"] is not None:  # every env begins an episode, numbered on from there
+        begun = state["seating"]["next"] + collector.venv.num_envs
+        assert again.pop("seating") == {"next": begun} and state.pop("seating")
+    assert_identical(state, again)
 
 
 Point = namedtuple("Point", "x y")
@@ -421,7 +447,7 @@ def offsets_of(path: Path) -> dict[str, int]:
 
 def test_a_checkpoint_with_16_bytes_overwritten_anywhere_is_refused(tmp_path: Path) -> None:
     path = tmp_path / LATEST
-    algo = _dqn()
+    algo = _dqn().algo
     ckpt.save(path, {"algo_state": algo.state_dict(), "replay": algo.replay_state_dict()})
     data = path.read_bytes()
     named = offsets_of(path)

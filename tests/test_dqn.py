@@ -13,10 +13,12 @@ torch = pytest.importorskip("torch")
 import corral  # noqa: E402
 from corral.algos.dqn import DQN, Config, double_q_target  # noqa: E402
 from corral.algos.networks import as_input  # noqa: E402
-from corral.algos.selfplay import SelfPlay  # noqa: E402
+from corral.algos.selfplay import SnapshotPool  # noqa: E402
 from corral.data.rollouts import decision_rows  # noqa: E402
 from corral.errors import UnsupportedEnvError  # noqa: E402
 from corral.training.collector import Collector, evaluate  # noqa: E402
+from corral.training.policy_map import MAIN  # noqa: E402
+from corral.training.self_play import OPPONENT, self_play  # noqa: E402
 from corral.training.selfplay_eval import evaluate_vs_random  # noqa: E402
 
 TICTACTOE = "pettingzoo/classic/tictactoe_v3"
@@ -137,7 +139,7 @@ def test_only_discrete_action_spaces_are_accepted() -> None:
 def test_self_play_needs_two_seats() -> None:
     venv = corral.make_vec("mdp/one_round_dmdp", 1)
     with pytest.raises(ValueError, match="two seats"):
-        DQN(venv, Config(self_play=True))
+        self_play(venv, DQN(venv, Config(self_play=True)))
     venv.close()
 
 
@@ -222,26 +224,34 @@ def test_dqn_learns_paper_against_rock_in_either_seat_of_rps(learner: str) -> No
 # -- self-play ---------------------------------------------------------------------------------
 
 
-def _batch(done: list[bool], returns: list[list[float]]) -> SimpleNamespace:
-    return SimpleNamespace(
-        done=np.array(done), episode_return={"player": np.array(returns, dtype=float)}
+def _self_play(env_id: str, config: Config, env_steps: int) -> tuple:
+    """A DQN trained ``env_steps`` in self-play, its collector and its snapshot pool."""
+    venv = corral.make_vec(env_id, 8, seed=config.seed)
+    algo = DQN(venv, config)
+    collector = Collector(venv, algo, seed=config.seed, **self_play(venv, algo))
+    progress = collector.run(env_steps)
+    return venv, algo, collector, collector.fixed[OPPONENT].policy, progress
+
+
+def test_the_pool_keeps_the_newest_snapshots_and_draws_where_episodes_begin() -> None:
+    venv = corral.make_vec("corral/rps", 2, seed=0)
+    algo = DQN(venv, FAST.replace(self_play=True))
+    pool = SnapshotPool(
+        algo, {"player": venv.action_space("player")}, pool_size=2, snapshot_interval=1, seed=0
     )
-
-
-def test_selfplay_alternates_seats_per_env_and_keeps_the_newest_snapshots() -> None:
-    sp = SelfPlay({"player": ("player_1", "player_2")}, pool_size=2, seed=0)
-    sp.begin_episodes(_batch([False, False], [[0, 0], [0, 0]]))
-    assert sp.seat.tolist() == [0, 1]
-    assert all(o is None for o in sp.opponent)  # empty pool: random legal play
-    for snapshot in "abc":
-        sp.add(snapshot)
-    assert sp.pool == ["b", "c"]
-    sp.begin_episodes(_batch([False, True], [[0, 0], [1, -1]]))
-    assert sp.seat.tolist() == [0, 0]
-    assert sp.learner_slots()["player"].tolist() == [[True, False], [True, False]]
-    assert sp.pop_returns() == [-1.0]  # env 1's learner sat in slot 1
-    assert sp.opponent[0] is None and sp.opponent[1] in ("b", "c")
-    assert sp.pop_returns() == []
+    batch = venv.reset(seed=0)
+    pool.act(batch)
+    assert pool.opponent == [None, None]  # empty pool: random legal play
+    snapshots = [algo.snapshot() for _ in range(3)]
+    for snapshot in snapshots:
+        pool.add(snapshot)
+    assert pool.members == snapshots[1:]
+    pool.act(batch)  # no episode began: the same opponents
+    assert pool.opponent == [None, None]
+    batch.done[:] = [False, True]
+    pool.act(batch)
+    assert pool.opponent[0] is None and any(pool.opponent[1] is s for s in snapshots[1:])
+    venv.close()
 
 
 def test_selfplay_smoke_on_tictactoe_stores_only_learner_transitions_and_uses_the_pool() -> None:
@@ -259,14 +269,20 @@ def test_selfplay_smoke_on_tictactoe_stores_only_learner_transitions_and_uses_th
     observed = []
     learn = algo.learn
     algo.learn = lambda rollouts: (observed.append(rollouts["player"]), learn(rollouts))[1]
-    updates = Collector(venv, algo, seed=0).run(2_000).updates
+    collector = Collector(venv, algo, seed=0, **self_play(venv, algo))
+    seats = []
+    owned = collector.seating.owned
+    updates = collector.run(
+        2_000, on_step=lambda _: seats.append(owned[MAIN]["player"].copy())
+    ).updates
     learner = np.concatenate([decision_rows(r, ["learner"])["learner"] for r in observed])
     assert 0 < learner.sum() < len(learner)  # the opponent's moves were transitions too
     assert len(algo.buffer["player"]) == learner.sum()
-    assert len(algo.selfplay.pool) == 3
-    assert any(o is not None for o in algo.selfplay.opponent)
-    assert (algo.selfplay.seat_counts > 10).all()  # it moved first and second
-    assert any("selfplay/return" in u for u in updates)
+    pool = collector.fixed[OPPONENT].policy
+    assert len(pool.members) == 3
+    assert any(o is not None for o in pool.opponent)
+    assert (np.concatenate(seats).sum(axis=0) > 10).all()  # it moved first and second
+    assert [u["selfplay/pool"] for u in updates][-1] == 3
     venv.close()
 
 
@@ -293,12 +309,13 @@ def test_evaluate_vs_random_scores_the_requested_seat() -> None:
 
 def test_state_dict_round_trip_restores_greedy_actions_counters_and_pool() -> None:
     config = FAST.replace(self_play=True, snapshot_interval=50, gamma=0.9)
-    venv, algo = _train("corral/rps", config, 1_000)
+    venv, algo, _, pool, _ = _self_play("corral/rps", config, 1_000)
     file = io.BytesIO()
-    torch.save(algo.state_dict(), file)
+    torch.save({"algo": algo.state_dict(), "pool": pool.state_dict()}, file)
     file.seek(0)
+    saved = torch.load(file)
     other = DQN(venv, config.replace(seed=1))
-    other.load_state_dict(torch.load(file))
+    other.load_state_dict(saved["algo"])
     obs = np.random.default_rng(0).random((64, 7)).astype(np.float32)
     mask = np.random.default_rng(1).random((64, 3)) < 0.7
     assert (other.greedy("player", obs, mask) == algo.greedy("player", obs, mask)).all()
@@ -307,22 +324,33 @@ def test_state_dict_round_trip_restores_greedy_actions_counters_and_pool() -> No
         algo.gradient_step,
         algo.epsilon(),
     )
-    assert len(other.selfplay.pool) == len(algo.selfplay.pool) > 0
-    snapshot, loaded = algo.selfplay.pool[-1]["player"], other.selfplay.pool[-1]["player"]
-    x = torch.as_tensor(obs)
-    assert torch.equal(snapshot(x), loaded(x))
     assert other.rng.bit_generator.state == algo.rng.bit_generator.state
+    copied = self_play(venv, other)["fixed"][OPPONENT].policy
+    copied.load_state_dict(saved["pool"])
+    assert len(copied.members) == len(pool.members) > 0
+    assert copied.clock == pool.clock == algo.gradient_step
+    pool.load_state_dict(saved["pool"])  # both draw every env's opponent anew
+    batch = venv.reset(seed=4)
+    for _ in range(3):
+        assert np.array_equal(copied.act(batch)[0]["player"], pool.act(batch)[0]["player"])
+    drawn = [[-1 if m is None else p.members.index(m) for m in p.opponent] for p in (copied, pool)]
+    assert drawn[0] == drawn[1] and max(drawn[0]) >= 0
     venv.close()
 
 
 def test_greedy_acting_plays_every_seat_and_leaves_the_self_play_seats_alone() -> None:
-    venv, algo = _train("corral/rps", FAST.replace(self_play=True, snapshot_interval=50), 600)
-    seats, opponents = algo.selfplay.seat.copy(), list(algo.selfplay.opponent)
+    config = FAST.replace(self_play=True, snapshot_interval=50)
+    venv, algo, collector, pool, _ = _self_play("corral/rps", config, 600)
+    seats = {g: m.copy() for g, m in collector.seating.owned[MAIN].items()}
+    opponents = list(pool.opponent)
+    done = evaluate(venv, algo, 8, seed=3)  # as evaluations of a self-play run play
+    assert len(done.episode_returns) == 8
     batch = venv.reset(seed=3)
     actions, extras = algo.act(batch, explore=False)
     assert extras == {}
     np.testing.assert_array_equal(
         actions["player"], algo.greedy("player", batch.obs["player"], batch.action_mask["player"])
     )
-    assert algo.selfplay.seat.tolist() == seats.tolist() and algo.selfplay.opponent == opponents
+    assert all(np.array_equal(collector.seating.owned[MAIN][g], m) for g, m in seats.items())
+    assert pool.opponent == opponents
     venv.close()

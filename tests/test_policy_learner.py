@@ -17,6 +17,8 @@ from oracles.decisions import DecisionCounter  # noqa: E402
 import corral  # noqa: E402
 from corral.algos.mappo import MAPPO, MAPPOLearner, MAPPOPolicy  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
+from corral.training.policy_map import MAIN  # noqa: E402
+from corral.training.self_play import self_play  # noqa: E402
 
 TICTACTOE = "pettingzoo/classic/tictactoe_v3"
 
@@ -150,18 +152,19 @@ def test_the_counters_are_what_the_rollouts_held(env_id, settings):
     venv = corral.make_vec(env_id, 4, seed=0, state=env_id != TICTACTOE)
     algo = MAPPO(venv, MAPPO.Config(rollout_steps=5, epochs=1, seed=0, **settings))
     acted = []
-    act = algo.act
+    players = self_play(venv, algo) if settings.get("self_play") else {}
+    collector = Collector(venv, algo, seed=0, **players)
+    actions_of = collector.actions
 
-    def recording_act(batch, **kwargs):
-        actions, extras = act(batch, **kwargs)
+    def recording(batch, explore):
+        actions, extras = actions_of(batch, explore)
         acting = batch.acting["player"].copy()
-        if "learner" in extras:
-            acting &= extras["learner"]["player"]
+        if "learner" in extras[MAIN]:
+            acting &= extras[MAIN]["learner"]["player"]
         acted.append(acting)
         return actions, extras
 
-    algo.act = recording_act
-    collector = Collector(venv, algo, seed=0)
+    collector.actions = recording
     for updates in (1, 3):
         collector.run((updates - algo.updates) * 5 * venv.num_envs)
         assert algo.updates == updates == algo.learner.updates

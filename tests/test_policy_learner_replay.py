@@ -16,6 +16,8 @@ from corral.algos.dqn import DQN, DQNLearner, DQNPolicy, epsilon_at  # noqa: E40
 from corral.algos.maddpg import MADDPG, MADDPGLearner, MADDPGPolicy, exploration_at  # noqa: E402
 from corral.arrays import to_numpy  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
+from corral.training.policy_map import MAIN  # noqa: E402
+from corral.training.self_play import OPPONENT, self_play  # noqa: E402
 
 TICTACTOE = "pettingzoo/classic/tictactoe_v3"
 SPREAD = "mpe2/simple_spread_v3"
@@ -192,18 +194,19 @@ def test_the_counters_are_what_the_rollouts_held(name, env_id, settings):
     venv = make_venv(env_id)
     algo = make_algo(name, venv, **settings)
     acted = []
-    act = algo.act
+    players = self_play(venv, algo) if settings.get("self_play") else {}
+    collector = Collector(venv, algo, seed=0, **players)
+    actions_of = collector.actions
 
-    def recording_act(batch, **kwargs):
-        actions, extras = act(batch, **kwargs)
+    def recording(batch, explore):
+        actions, extras = actions_of(batch, explore)
         acting = {g: a.copy() for g, a in batch.acting.items()}
-        if "learner" in extras:
-            acting = {g: a & extras["learner"][g] for g, a in acting.items()}
+        if "learner" in extras[MAIN]:
+            acting = {g: a & extras[MAIN]["learner"][g] for g, a in acting.items()}
         acted.append(sum(int(a.sum()) for a in acting.values()))
         return actions, extras
 
-    algo.act = recording_act
-    collector = Collector(venv, algo, seed=0)
+    collector.actions = recording
     steps = algo.rollout_steps
     assert steps == 2
     for rollouts in (1, 5):
@@ -223,7 +226,7 @@ def test_the_counters_are_what_the_rollouts_held(name, env_id, settings):
     else:
         assert algo.learner.decisions < algo.learner.env_steps * agents / 1.5
     if settings.get("self_play"):
-        assert algo.learner.gradient_step > 0 and algo.selfplay.pool
+        assert algo.learner.gradient_step > 0 and collector.fixed[OPPONENT].policy.members
     venv.close()
 
 

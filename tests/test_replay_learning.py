@@ -22,6 +22,7 @@ from corral.algos.dqn import DQN  # noqa: E402
 from corral.algos.maddpg import MADDPG  # noqa: E402
 from corral.arrays import Place, to_numpy  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
+from corral.training.self_play import OPPONENT, self_play  # noqa: E402
 
 SPREAD = "mpe2/simple_spread_v3"
 
@@ -191,8 +192,9 @@ def test_dqn_takes_its_gradient_steps_per_train_freq_env_steps():
 def test_dqn_self_play_refuses_torch_batches():
     venv = corral.make_vec("pettingzoo/classic/tictactoe_v3", 2, array="torch", seed=0)
     algo = DQN(venv, DQN.Config(self_play=True, seed=0))
-    with pytest.raises(ValueError, match="self-play plays NumPy batches"):
-        algo.act(venv.reset(seed=0))
+    pool = self_play(venv, algo)["fixed"][OPPONENT].policy
+    with pytest.raises(ValueError, match="self_play plays numpy batches only"):
+        pool.act(venv.reset(seed=0))
     venv.close()
 
 

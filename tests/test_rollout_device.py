@@ -32,6 +32,7 @@ from corral.arrays import Place  # noqa: E402
 from corral.envs.tag_batched import BatchedTag  # noqa: E402
 from corral.errors import InvalidActionError  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
+from corral.training.self_play import OPPONENT, self_play  # noqa: E402
 
 DEVICES = [
     "cpu",
@@ -289,8 +290,9 @@ def test_torch_batches_get_actions_and_extras_on_their_device(device):
 def test_self_play_refuses_torch_batches():
     venv = corral.make_vec("pettingzoo/classic/tictactoe_v3", 2, array="torch", seed=0)
     algo = MAPPO(venv, MAPPO.Config(self_play=True, seed=0))
+    pool = self_play(venv, algo)["fixed"][OPPONENT].policy
     with pytest.raises(ValueError, match="self_play plays numpy batches only"):
-        algo.act(venv.reset(seed=0))
+        pool.act(venv.reset(seed=0))
     venv.close()
 
 

@@ -18,6 +18,7 @@ import corral  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
 from corral.training import Runner, load_config  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
+from corral.training.self_play import self_play  # noqa: E402
 
 CASES = [
     ("corral/rps", {}),  # turn-based: the first mover's reward
@@ -33,7 +34,8 @@ def trained(collect: type, algo_cls: type, env_id: str, updates: int = 3, **sett
     venv = corral.make_vec(env_id, 4, "sync", seed=0, state=algo_cls.uses_state)
     config = algo_cls.Config(rollout_steps=10, epochs=2, minibatches=1, seed=0, **settings)
     algo = algo_cls(venv, config)
-    collector = collect(venv, algo, seed=0)
+    players = self_play(venv, algo) if config.self_play else {}
+    collector = collect(venv, algo, seed=0, **players)
     while algo.updates < updates:
         collector.run(venv.num_envs)
     venv.close()

@@ -61,7 +61,7 @@ class MAPPORows:
             buffer.clear()
         self.steps_since_update = 0
         self.algo.learner.updated()
-        return self.algo._updated(metrics)  # self-play's snapshots, as after learn()
+        return metrics
 
     def advantages(self, g: str, t: Transitions) -> tuple[np.ndarray, np.ndarray]:
         """GAE advantages and value targets of group ``g``'s rows ``t``."""
@@ -107,8 +107,9 @@ class RowCollector(Collector):
         algo: MAPPO,
         fixed: Mapping[str, Any] | None = None,
         seed: int | None = None,
+        **seating: Any,
     ) -> None:
-        super().__init__(venv, algo, fixed, seed)
+        super().__init__(venv, algo, fixed, seed, **seating)
         self.assembler = TransitionAssembler(venv)
         self.rows = MAPPORows(algo)
 
@@ -134,7 +135,8 @@ class RowCollector(Collector):
             if own:
                 self.rows.observe(own)
             if self.rows.ready():
-                progress.updates.append(self.rows.update())
+                metrics = self.rows.update()
+                progress.updates.append({**metrics, **self.told_learned(self.algo)})
             self._record_episodes(progress)
             if on_step is not None:
                 on_step(self.venv.num_envs)

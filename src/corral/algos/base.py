@@ -20,7 +20,7 @@ from typing import Annotated, Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from corral.algos.policy import Actions, Extras, Learner, Policy
+from corral.algos.policy import Actions, Extras, Learner, Policy, Weights
 from corral.data.rollouts import Rollout
 from corral.errors import UnsupportedEnvError
 from corral.ranges import SEED, Range, check_ranges
@@ -77,8 +77,7 @@ class Algorithm:
 
     A split algorithm sets :attr:`policy` and :attr:`learner` in its
     constructor; :meth:`act`, :meth:`learn`, :meth:`state_dict` and
-    :meth:`load_state_dict` then delegate to them (a subclass adds what acts
-    beside the policy, as self-play's opponents do). An algorithm that is not
+    :meth:`load_state_dict` then delegate to them. An algorithm that is not
     split leaves them ``None`` and implements these methods itself.
 
     Args:
@@ -159,6 +158,19 @@ class Algorithm:
         if self.learner is None:
             raise NotImplementedError(f"{type(self).__name__} does not learn from rollouts")
         return self.learner.learn(rollouts)
+
+    def snapshot(self) -> Weights:
+        """Its policy's weights as a frozen self-play opponent acts with them (see
+        :class:`~corral.algos.selfplay.SnapshotPool`): copies that never change."""
+        if self.policy is None:
+            raise NotImplementedError(f"{type(self).__name__} has no policy to copy")
+        return self.policy.weights()
+
+    def snapshot_clock(self) -> int:
+        """What self-play's ``snapshot_interval`` counts: the learner's updates."""
+        if self.learner is None:
+            raise NotImplementedError(f"{type(self).__name__} has no learner")
+        return self.learner.updates
 
     def first_update(self) -> FirstUpdate | None:
         """A lower bound on the env steps before :meth:`learn` can next update (``None``:

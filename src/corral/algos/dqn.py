@@ -29,27 +29,28 @@ Details:
   from when the replay memories hold ``learning_starts`` transitions, taken
   at the end of each rollout (the env steps not yet paid for carry over).
 * ``self_play``: the learner plays one seat of a turn-based game against
-  frozen snapshots of itself (see :mod:`corral.algos.selfplay`); only its
-  own transitions are stored. Self-play plays NumPy batches only, of envs
-  that declare ``metadata["zero_sum"] = True``.
+  frozen snapshots of itself, a policy map of the run (see
+  :mod:`corral.algos.selfplay`); a snapshot (:meth:`DQN.snapshot`, acting
+  epsilon-greedily with ``opponent_epsilon``) joins the pool every
+  ``snapshot_interval`` gradient steps (:meth:`DQN.snapshot_clock`), and only
+  the learner's transitions (the extra ``learner``) are stored. Self-play plays
+  NumPy batches only, of envs that declare ``metadata["zero_sum"] = True``.
 
 Only ``Discrete`` action spaces are supported. :meth:`DQN.state_dict` holds
-the networks, optimisers, counters (hence the epsilon schedule), random
-generators and the self-play pool; the replay memories are saved apart
+the networks, optimisers, counters (hence the epsilon schedule) and random
+generators; the replay memories are saved apart
 (:meth:`DQN.replay_state_dict`), in the checkpoints a run resumes from.
 
 The algorithm is split (see :mod:`corral.algos.policy`): a :class:`DQNPolicy`
 holds the online networks and acts epsilon-greedily with the ``epsilon`` its
 learner last set, without side effects; a :class:`DQNLearner` holds the target
 networks, optimisers and replay memories and learns from rollouts; :class:`DQN`,
-what the runner drives, is a facade over both that adds self-play's opponents
-and snapshots.
+what the runner drives, holds both.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
@@ -63,12 +64,10 @@ from corral.algos.networks import (
     as_input,
     flat_dim,
     frozen_copy,
-    loaded_copy,
     masked_logits,
     mlp,
 )
 from corral.algos.policy import Learner, Policy, Weights
-from corral.algos.selfplay import SelfPlay, check_game
 from corral.arrays import is_tensor
 from corral.data.replay import Replay, Transitions
 from corral.data.rollouts import Rollout, decisions
@@ -112,7 +111,8 @@ class Config(AlgoConfig):
     max_grad_norm: Annotated[float, Range(gt=0)] = 10.0
     """Gradient norm clipping."""
     self_play: bool = False
-    """Play one seat per env and episode against snapshots of itself (zero-sum games)."""
+    """Play one seat per episode against snapshots of itself (zero-sum games; the runner's
+    policy map, see :mod:`corral.algos.selfplay`)."""
     pool_size: Annotated[int, Range(ge=1)] = 10
     """Self-play: the most snapshots kept in the opponent pool."""
     snapshot_interval: Annotated[int, Range(ge=1)] = 1_000
@@ -154,7 +154,7 @@ class DQNPolicy(Policy):
         self.epsilon = epsilon_at(config, 0)
         """The exploration rate of exploring acts (set by the learner after each learn)."""
         self.rng = np.random.default_rng(config.seed)
-        """Exploration draws on NumPy batches (and self-play's random opponents)."""
+        """Exploration draws on NumPy batches."""
         self.torch_rng = torch.Generator(device).manual_seed(config.seed)
         """Exploration draws on torch batches."""
 
@@ -190,10 +190,6 @@ class DQNPolicy(Policy):
             random = sample_array(self.action_space[group], mask.shape[:-1], self.rng, mask)
             actions = np.where(explore, random, actions)
         return actions
-
-    def random_legal(self, group: str, mask: np.ndarray) -> np.ndarray:
-        """Uniformly random legal actions ``mask.shape[:-1]`` of ``group``, from :attr:`rng`."""
-        return sample_array(self.action_space[group], mask.shape[:-1], self.rng, mask)
 
     def act(
         self,
@@ -234,8 +230,7 @@ class DQNLearner(Learner):
     group), :attr:`gradient_step` and the env steps not yet paid for by gradient
     steps. :attr:`~corral.algos.policy.Learner.updates` counts the rollouts learned
     from (each moves :attr:`DQNPolicy.epsilon`), :attr:`gradient_step` the gradient
-    steps. ``on_gradient_step`` (if set) is called with :attr:`gradient_step` after
-    each one (the facade adds self-play snapshots there).
+    steps.
     """
 
     policy: DQNPolicy
@@ -255,7 +250,6 @@ class DQNLearner(Learner):
         """Gradient steps taken (each of every group whose memory holds rows)."""
         self.pending_steps = 0
         """Env steps learned from and not yet answered by gradient steps."""
-        self.on_gradient_step: Callable[[int], None] | None = None
         self._stored_lower: int | None = None  # transitions stored at least (None: unknown)
         self._filled: set[str] = set()  # the groups whose memories hold rows
 
@@ -315,8 +309,6 @@ class DQNLearner(Learner):
             if self.gradient_step % cfg.target_update_interval == 0:
                 for g, net in self.policy.q.items():
                     _soft_update(self.target[g], net, cfg.tau)
-            if self.on_gradient_step is not None:
-                self.on_gradient_step(self.gradient_step)
         values = torch.stack([v for _, v in metrics]).tolist() if metrics else []  # one read
         grouped: dict[str, list[float]] = {}
         for (key, _), value in zip(metrics, values, strict=True):
@@ -399,11 +391,9 @@ class DQNLearner(Learner):
 
 
 class DQN(Algorithm):
-    """Double DQN with action masks, parameters shared per group, optional self-play.
+    """Double DQN with action masks, parameters shared per group.
 
-    A facade over a :class:`DQNPolicy` (:attr:`policy`) and a :class:`DQNLearner`
-    (:attr:`learner`) that adds self-play: the opponents' actions in exploring
-    acts and the snapshot pool.
+    A :class:`DQNPolicy` (:attr:`policy`) and a :class:`DQNLearner` (:attr:`learner`).
     """
 
     name: ClassVar[str] = "dqn"
@@ -435,14 +425,6 @@ class DQN(Algorithm):
             self.groups, self.observation_space, self.action_space, cfg, device=self.device
         )
         self.learner = DQNLearner(self.policy, cfg)
-        self.selfplay = (
-            SelfPlay(self.groups, cfg.pool_size, cfg.random_opponent_prob, seed=cfg.seed)
-            if cfg.self_play
-            else None
-        )
-        if self.selfplay is not None:
-            check_game(venv)
-            self.learner.on_gradient_step = self._gradient_stepped
 
     # -- what the learner and the policy hold, by their old names ---------------------
 
@@ -493,28 +475,8 @@ class DQN(Algorithm):
     def act(
         self, batch: Any, *, explore: bool = True, decisions: Mapping[str, Any] | None = None
     ) -> tuple[Actions, Extras]:
-        """The policy's actions (see :meth:`DQNPolicy.act`). With self-play, exploring acts
-        give the slots the learner does not play the opponent's actions, and the extra
-        ``learner`` marks the learner's slots; greedy acts play every slot with the online
-        network.
-        """
-        if explore and self.selfplay is not None and is_tensor(batch.done):
-            raise ValueError(
-                "DQN self-play plays NumPy batches: make the vector env with array='numpy'"
-            )
-        actions, extras = self.policy.act(batch, explore=explore)
-        if self.selfplay is None or not explore:
-            return actions, extras
-        learner = self.selfplay.merge(batch, actions, functools.partial(self._opponent, batch))
-        return actions, {"learner": learner}
-
-    def _opponent(self, batch: Any, snapshot: Any, g: str, envs: np.ndarray) -> np.ndarray:
-        """Self-play: the actions of ``snapshot`` (``None``: random legal) for ``g`` in ``envs``."""
-        mask = batch.action_mask[g][envs]
-        if snapshot is None:
-            return self.policy.random_legal(g, mask)
-        eps = self.config.opponent_epsilon
-        return self.policy.epsilon_greedy(snapshot[g], g, batch.obs[g][envs], mask, eps)
+        """The policy's actions (see :meth:`DQNPolicy.act`)."""
+        return self.policy.act(batch, explore=explore)
 
     # -- learning --------------------------------------------------------------------
 
@@ -524,20 +486,19 @@ class DQN(Algorithm):
         return -(-self.config.train_freq // self.num_envs)
 
     def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
-        """The learner's update (see :meth:`DQNLearner.update`); with self-play, metrics
-        after gradient steps add the pool's size and the learner's returns since the last."""
-        metrics = self.learner.learn(rollouts)
-        if metrics and self.selfplay is not None:
-            metrics["selfplay/pool"] = float(len(self.selfplay.pool))
-            returns = self.selfplay.pop_returns()
-            if returns:
-                metrics["selfplay/return"] = float(np.mean(returns))
-        return metrics
+        """The learner's update (see :meth:`DQNLearner.update`)."""
+        return self.learner.learn(rollouts)
 
-    def _gradient_stepped(self, gradient_step: int) -> None:
-        """Self-play: add a snapshot of the online networks every ``snapshot_interval``."""
-        if self.selfplay is not None and gradient_step % self.config.snapshot_interval == 0:
-            self.selfplay.add({g: frozen_copy(net) for g, net in self.policy.q.items()})
+    def snapshot(self) -> Weights:
+        """The policy's weights, acting epsilon-greedily with ``opponent_epsilon`` (a
+        self-play opponent's)."""
+        weights = self.policy.weights()
+        weights["params"]["epsilon"] = self.config.opponent_epsilon
+        return weights
+
+    def snapshot_clock(self) -> int:
+        """Self-play's snapshots count gradient steps."""
+        return self.learner.gradient_step
 
     def first_update(self) -> FirstUpdate:
         """Filling to ``learning_starts`` (each env step completes at most one transition per
@@ -557,24 +518,13 @@ class DQN(Algorithm):
     # -- checkpoints -------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The learner's state (networks, optimisers, counters, generators) and the
-        self-play pool (not the replay memories: see :meth:`replay_state_dict`)."""
-        state = self.learner.state_dict()
-        if self.selfplay is not None:
-            state["selfplay"] = self.selfplay.state_dict()
-            state["pool"] = [
-                {g: net.state_dict() for g, net in s.items()} for s in self.selfplay.pool
-            ]
-        return state
+        """The learner's state (networks, optimisers, counters, generators; not the replay
+        memories: see :meth:`replay_state_dict`)."""
+        return self.learner.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`; the replay memories are left as they are."""
         self.learner.load_state_dict(state)
-        if self.selfplay is not None:
-            self.selfplay.load_state_dict(state["selfplay"])
-            self.selfplay.pool = [
-                {g: loaded_copy(self.q[g], nets[g]) for g in self.q} for nets in state["pool"]
-            ]
 
     def replay_state_dict(self) -> dict[str, Any]:
         """Every group's replay memory."""

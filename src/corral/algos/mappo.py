@@ -34,17 +34,16 @@ way it overrates states that agents reach late in an episode, and the
 policy learns to reach them: on ``mpe2/simple_spread_v3`` the agents drift
 away and the return falls below that of random play.
 
-Self-play (``self_play``, zero-sum games): the learner plays one seat per
-env and episode against a pool of frozen copies of its actors, as DQN does
-(see :mod:`corral.algos.selfplay`); a copy joins the pool every
-``snapshot_interval`` updates, the opponents sample from their policies, and
-only the learner's decisions are learned from.
+Self-play (``self_play``, zero-sum games) is a policy map of the run (see
+:mod:`corral.algos.selfplay`): the learner plays one seat per episode against
+frozen copies of its policy, which sample from their actors; a copy joins the
+pool every ``snapshot_interval`` updates, and only the learner's decisions
+(the extra ``learner``) are learned from.
 
 The algorithm is split (see :mod:`corral.algos.policy`): a
 :class:`MAPPOPolicy` holds the actors and critics and acts without side
 effects, a :class:`MAPPOLearner` holds the optimisers and learns from
-rollouts, and :class:`MAPPO`, what the runner drives, is a facade over both
-that adds self-play's opponents.
+rollouts, and :class:`MAPPO`, what the runner drives, holds both.
 
 Defaults follow the MPE settings of Yu et al. 2022, "The Surprising
 Effectiveness of PPO in Cooperative Multi-Agent Games" (lr 7e-4, 10 epochs,
@@ -71,19 +70,15 @@ from corral.algos.networks import (
     as_input,
     clip_grad_norm,
     flat_dim,
-    frozen_copy,
-    loaded_copy,
     masked_logits,
     mlp,
     to_device,
 )
 from corral.algos.policy import Learner, Policy, Weights
-from corral.algos.selfplay import SelfPlay, check_game
 from corral.arrays import to_numpy
 from corral.data.rollouts import Rollout, masked_gae
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
-from corral.vector.sampling import sample_array
 
 METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
 """What :meth:`MAPPOLearner.update` reports per group (means over its minibatches)."""
@@ -129,7 +124,8 @@ class Config(AlgoConfig):
     bootstrap_truncated: bool = False
     """Bootstrap from the value of a truncated episode's last observation (as for endless tasks)."""
     self_play: bool = False
-    """Play one seat per env and episode against past copies of itself (zero-sum games)."""
+    """Play one seat per episode against past copies of itself (zero-sum games; the runner's
+    policy map, see :mod:`corral.algos.selfplay`)."""
     pool_size: Annotated[int, Range(ge=1)] = 10
     """Self-play: the most past copies kept in the opponent pool."""
     snapshot_interval: Annotated[int, Range(ge=1)] = 5
@@ -466,13 +462,6 @@ class MAPPOPolicy(Policy):
             )
         return decisions
 
-    def sample_with(self, actors: Mapping[str, nn.Module], g: str, obs: Any, mask: Any) -> Any:
-        """NumPy actions ``[len(obs), n, ...]`` sampled by ``actors[g]`` (a frozen copy of
-        this policy's actor, as self-play's pool holds) from the policy's generator."""
-        actor = actors[g]
-        dist = actor(self.actor_input(g, obs, None), self.mask(mask))
-        return actor.to_env(actor.sample(dist, self.generator).cpu().numpy())
-
     @torch.no_grad()
     def bootstrap_values(
         self, batch: Any, decisions: Mapping[str, Any] | None = None
@@ -682,9 +671,8 @@ class MAPPOLearner(Learner):
 class MAPPO(Algorithm):
     """Multi-agent PPO with a centralised critic on ``state``; see the module docstring.
 
-    A facade over a :class:`MAPPOPolicy` (:attr:`policy`) and a
-    :class:`MAPPOLearner` (:attr:`learner`); it adds self-play's opponents to
-    the policy's actions.
+    A :class:`MAPPOPolicy` (:attr:`policy`) and a :class:`MAPPOLearner`
+    (:attr:`learner`).
     """
 
     name: ClassVar[str] = "mappo"
@@ -715,14 +703,6 @@ class MAPPO(Algorithm):
             device=self.device,
         )
         self.learner = MAPPOLearner(self.policy, cfg)
-        self.selfplay = (
-            SelfPlay(self.groups, cfg.pool_size, cfg.random_opponent_prob, seed=cfg.seed)
-            if cfg.self_play
-            else None
-        )
-        if self.selfplay is not None:
-            check_game(venv)
-        self.rng = np.random.default_rng(cfg.seed)  # random legal self-play opponents
 
     @property
     def nets(self) -> dict[str, GroupNets]:
@@ -744,29 +724,8 @@ class MAPPO(Algorithm):
     def act(
         self, batch: Any, *, explore: bool = True, decisions: Mapping[str, Any] | None = None
     ) -> tuple[Actions, Extras]:
-        """The policy's actions and extras (see :meth:`MAPPOPolicy.act`). With self-play,
-        exploring acts give the slots the learner does not play the opponent's actions, and
-        the extra ``learner`` marks the learner's."""
-        if self.selfplay is not None and isinstance(batch.done, torch.Tensor):
-            raise ValueError(
-                f"{type(self).__name__} with self_play plays numpy batches only, got torch "
-                "tensors: build the vector env with array='numpy'"
-            )
-        actions, extras = self.policy.act(batch, explore=explore, decisions=decisions)
-        if explore and self.selfplay is not None:
-            opponent = functools.partial(self._opponent, batch)
-            extras["learner"] = self.selfplay.merge(batch, actions, opponent)
-        return actions, extras
-
-    def _opponent(self, batch: Any, snapshot: Any, g: str, envs: np.ndarray) -> np.ndarray:
-        """Self-play: actions sampled from ``snapshot``'s actor (``None``: random legal)."""
-        mask = batch.action_mask.get(g)
-        mask = None if mask is None else mask[envs]
-        if snapshot is None:
-            lead = (len(envs), len(self.groups[g]))
-            return sample_array(self.action_space[g], lead, self.rng, mask)
-        with torch.no_grad():
-            return self.policy.sample_with(snapshot, g, batch.obs[g][envs], mask)
+        """The policy's actions and extras (see :meth:`MAPPOPolicy.act`)."""
+        return self.policy.act(batch, explore=explore, decisions=decisions)
 
     def bootstrap_values(
         self, batch: Any, decisions: Mapping[str, Any] | None = None
@@ -783,53 +742,26 @@ class MAPPO(Algorithm):
     # -- learning from rollouts ----------------------------------------------------------
 
     def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
-        """The learner's update from ``rollouts``; metrics are named ``group/metric``, with
-        self-play's ``selfplay/...``."""
-        return self._updated(self.learner.learn(rollouts))
+        """The learner's update from ``rollouts``; metrics are named ``group/metric``."""
+        return self.learner.learn(rollouts)
 
     def first_update(self) -> FirstUpdate:
         """A whole rollout: the collectors start one with each run."""
         steps = self.config.rollout_steps
         return FirstUpdate(steps * self.num_envs, f"rollout_steps={steps} of {self.num_envs} envs")
 
-    def _updated(self, metrics: dict[str, float]) -> dict[str, float]:
-        """After an update: add a self-play snapshot when due; returns ``metrics``."""
-        if self.selfplay is not None:
-            if self.updates % self.config.snapshot_interval == 0:
-                self.selfplay.add({g: frozen_copy(nets.actor) for g, nets in self.nets.items()})
-            metrics["selfplay/pool"] = float(len(self.selfplay.pool))
-            returns = self.selfplay.pop_returns()
-            if returns:
-                metrics["selfplay/return"] = float(np.mean(returns))
-        return metrics
-
     # -- checkpoints -------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The learner's state (networks, optimisers, random stream, counters), and with
-        self-play the pool (the actors' weights) and its generators.
+        """The learner's state (networks, optimisers, random stream, counters).
 
         Only tensors and plain Python values: ``torch.load(weights_only=True)`` reads it.
         """
-        state = self.learner.state_dict()
-        if self.selfplay is not None:
-            state["selfplay"] = self.selfplay.state_dict()
-            state["rng"] = self.rng.bit_generator.state
-            state["pool"] = [
-                {g: actor.state_dict() for g, actor in s.items()} for s in self.selfplay.pool
-            ]
-        return state
+        return self.learner.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
         self.learner.load_state_dict(state)
-        if self.selfplay is not None:
-            self.selfplay.load_state_dict(state["selfplay"])
-            self.rng.bit_generator.state = state["rng"]
-            self.selfplay.pool = [
-                {g: loaded_copy(self.nets[g].actor, weights[g]) for g in self.nets}
-                for weights in state["pool"]
-            ]
 
 
 class IPPO(MAPPO):

@@ -1,52 +1,49 @@
 """Self-play for zero-sum games: the learner against frozen copies of itself.
 
-Design. Self-play needs nothing from the collector: the algorithm acts for
-every seat of the game and decides, per env and episode, which seat it
-learns in. (A :data:`~corral.algos.base.FixedPolicy` for the opponent would
-not do: the collector gives a fixed policy a whole group for the whole run,
-while the learner's seat changes per env and episode and may share a group
-with the opponent's.) With the default group map both seats of ``tictactoe_v3`` form one
-group ``player`` (one shared network; the observation is given from the
-mover's side), with ``group_map="agent"`` each seat is a group of its own
-(one network per seat). A seat is a *slot* ``(group, index in the group)``.
+Self-play is one use of the policy map (see :mod:`corral.training.policy_map`
+and :mod:`corral.training.self_play`): a map by a function of agent and
+episode seats the learner (the policy ``main``) in one seat of each episode,
+the next seat for each next episode, and sends every other seat to the
+policy ``opponent``, a :class:`SnapshotPool`. A seat is a *slot*
+``(group, index in the group)`` of the learned groups: with the default group
+map both seats of ``tictactoe_v3`` form one group ``player`` (one shared
+network; the observation is given from the mover's side), with
+``group_map="agent"`` each seat is a group of its own.
 
-The game must be one whose agents play against each other: :func:`check_game`,
-called by the algorithms that offer self-play, refuses an env that does not
-declare ``metadata["zero_sum"] = True``.
+The :class:`SnapshotPool` is a :class:`~corral.algos.policy.Policy`: frozen
+copies of the learner's policy (:meth:`~corral.algos.base.Algorithm.snapshot`,
+its weights as an opponent acts with them; they never change) and, per env, an
+opponent drawn where that env's episode begins (uniformly random legal play
+while the pool is empty or with probability ``random_prob``, else a member).
+The members act as the learner's policy does when exploring (MAPPO's sample
+from their actors, DQN's play epsilon-greedy with ``opponent_epsilon``). After
+each update of the learner the collector calls :meth:`SnapshotPool.learned`,
+which adds a snapshot every ``snapshot_interval`` of the learner's
+:meth:`~corral.algos.base.Algorithm.snapshot_clock` (MAPPO: updates; DQN:
+gradient steps), keeping the newest ``pool_size``. From the learner's side the
+opponent is part of the env: its decision runs from its move to its next move,
+and the reward of the opponent's winning move is credited to the learner's last
+move; it learns only its own decisions (the extra ``learner``). Greedy acting,
+evaluations included, plays every seat with the learner itself.
 
-:class:`SelfPlay` keeps the pool of frozen snapshots and, for each env,
-the learner's slot and the opponent of the current episode. When an episode
-starts the learner moves to the next slot (so every env alternates between
-moving first and second) and an opponent is drawn from the pool (a uniformly
-random legal player while the pool is empty, or with probability
-``random_prob``); every slot but the learner's is played by that opponent.
-The algorithm's exploring ``act`` merges its own and the opponent's actions
-with :meth:`SelfPlay.merge` and passes the :meth:`SelfPlay.learner_slots`
-mask to the transition assembler as the extra ``learner``, so each transition
-records who chose its action and ``observe`` keeps only the learner's. From
-the learner's side the opponent is part of the env: its transition runs from
-its move to its next move, and the reward of the opponent's winning move is
-credited to the learner's last move. The algorithm adds snapshots to the pool
-(DQN: every ``snapshot_interval`` gradient steps; MAPPO: every
-``snapshot_interval`` updates). Greedy acting (``explore=False``) plays every
-seat with the learner's own policy: self-play is for training only.
-
+The game must be one whose agents play against each other: :func:`check_game`
+refuses an env that does not declare ``metadata["zero_sum"] = True``.
 Measuring a learner in one seat against another player is evaluation, in
 :mod:`corral.training.selfplay_eval`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import copy
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from corral.algos.policy import Actions, Extras, Policy, Weights
+from corral.arrays import is_tensor
 from corral.errors import UnsupportedEnvError
-
-OpponentActions = Callable[[Any, str, np.ndarray], np.ndarray]
-"""``(snapshot, group, envs) -> actions [len(envs), n, ...]``: what ``snapshot`` plays for the
-agents of ``group`` in the envs ``envs`` (``snapshot`` ``None``: uniformly random legal play)."""
+from corral.vector.sampling import sample_array
 
 
 def check_game(venv: Any) -> None:
@@ -73,122 +70,189 @@ def check_game(venv: Any) -> None:
     )
 
 
-class SelfPlay:
-    """Seats and opponents of the learner, per env and episode, and the snapshot pool.
+class SnapshotPool(Policy):
+    """Frozen copies of a learner's policy, and the opponent of each env's episode.
 
     Args:
-        groups: the groups the learner acts for (group -> its agents); their
-            slots are the seats of the game.
+        learner: the :class:`~corral.algos.base.Algorithm` it copies (its groups are
+            the pool's).
+        action_space: per group, the action space (for random legal play).
         pool_size: the most snapshots kept; the oldest is dropped first.
+        snapshot_interval: a snapshot joins every so many of the learner's
+            :meth:`~corral.algos.base.Algorithm.snapshot_clock`.
         random_prob: probability that an episode's opponent is the uniformly
             random legal player even when the pool holds snapshots.
-        seed: seed of the opponent draws.
+        seed: seed of the opponent draws, random play and the members' own draws.
     """
 
     def __init__(
         self,
-        groups: Mapping[str, Sequence[str]],
+        learner: Any,
+        action_space: Mapping[str, Any],
+        *,
         pool_size: int,
+        snapshot_interval: int,
         random_prob: float = 0.0,
         seed: int | None = None,
     ) -> None:
-        self.slots = [(g, j) for g, agents in groups.items() for j in range(len(agents))]
-        if len(self.slots) < 2:
-            raise ValueError(
-                f"self-play needs at least two seats among the learned groups, got {self.slots}"
-            )
+        super().__init__(learner.groups)
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, got {pool_size}")
-        self.group_sizes = {g: len(agents) for g, agents in groups.items()}
+        self.learner = learner
+        self.action_space = {g: action_space[g] for g in self.groups}
         self.pool_size = pool_size
+        self.snapshot_interval = snapshot_interval
         self.random_prob = random_prob
-        self.pool: list[Any] = []
+        self.members: list[Weights] = []
+        """The snapshots, oldest first: :meth:`~corral.algos.base.Algorithm.snapshot`."""
         self.rng = np.random.default_rng(seed)
-        self.seat = np.zeros(0, dtype=np.int64)
-        """Index in :attr:`slots` of the learner's seat, per env."""
-        self.opponent: list[Any] = []
-        """The snapshot playing the other seats, per env (``None``: random legal play)."""
-        self.seat_counts = np.zeros(len(self.slots), dtype=np.int64)
-        """Episodes begun with the learner in each slot."""
-        self._returns: list[float] = []
+        self.player = copy.deepcopy(learner.policy)
+        """A copy of the learner's policy whose generators every member acts with."""
+        _seed_generators(self.player, int(self.rng.integers(2**31)))
+        self.opponent: list[Weights | None] = []
+        """The member playing in each env's episode (``None``: random legal play)."""
+        self.clock = learner.snapshot_clock()
+        """The learner's clock when :meth:`learned` last looked."""
+        self._copies: dict[int, tuple[Weights, Policy]] = {}
+        """Per member (by ``id``), a copy of :attr:`player` acting with its weights."""
 
-    def add(self, snapshot: Any) -> None:
-        """Add a frozen copy of the learner, dropping the oldest beyond ``pool_size``."""
-        self.pool.append(snapshot)
-        del self.pool[: -self.pool_size]
+    def add(self, snapshot: Weights) -> None:
+        """Add a snapshot, dropping the oldest beyond ``pool_size``."""
+        self.members.append(snapshot)
+        del self.members[: -self.pool_size]
 
-    def begin_episodes(self, batch: Any) -> None:
-        """Seat the learner and draw opponents in the envs whose episode starts at ``batch``.
+    def learned(self, learner: Any) -> dict[str, float]:
+        """Called after each update of a learner: when it is the one copied, add its
+        snapshot if a multiple of ``snapshot_interval`` of its clock has passed since
+        the last look. Returns the metric ``selfplay/pool`` (the members)."""
+        if learner is not self.learner:
+            return {}
+        clock = learner.snapshot_clock()
+        if clock // self.snapshot_interval > self.clock // self.snapshot_interval:
+            self.add(learner.snapshot())
+        self.clock = clock
+        return {"selfplay/pool": float(len(self.members))}
 
-        Every env starts an episode at the first batch seen (or when the
-        number of envs changes); later, those with ``batch.done``.
-        """
-        num_envs = len(batch.done)
-        if len(self.seat) != num_envs:
-            self.seat = np.arange(num_envs, dtype=np.int64) % len(self.slots) - 1
-            self.opponent = [None] * num_envs
-            new = np.ones(num_envs, dtype=bool)
-        else:
-            new = np.asarray(batch.done, dtype=bool)
-            for e in np.flatnonzero(new):
-                g, j = self.slots[self.seat[e]]
-                self._returns.append(float(batch.episode_return[g][e, j]))
-        for e in np.flatnonzero(new):
-            self.seat[e] = (self.seat[e] + 1) % len(self.slots)
-            self.seat_counts[self.seat[e]] += 1
-            self.opponent[e] = self._draw_opponent()
+    def act(
+        self,
+        batch: Any,
+        *,
+        explore: bool = True,
+        decisions: Mapping[str, Any] | None = None,
+    ) -> tuple[Actions, Extras]:
+        """Each env's opponent's actions for every agent of its groups (drawn anew in the
+        envs whose episode begins at ``batch``); no extras. NumPy batches only."""
+        if is_tensor(batch.done):
+            raise ValueError(
+                "self_play plays numpy batches only, got torch tensors: build the vector env "
+                "with array='numpy'"
+            )
+        self._begin(np.asarray(batch.done, dtype=bool))
+        actions: Actions = {}
+        for member, envs in self._opponents():
+            if member is None:
+                theirs = {
+                    g: sample_array(
+                        space,
+                        (len(batch.done), len(self.groups[g])),
+                        self.rng,
+                        batch.action_mask.get(g),
+                    )
+                    for g, space in self.action_space.items()
+                }
+            else:
+                theirs, _ = self._acting(member).act(batch, explore=explore, decisions=decisions)
+            for g, acted in theirs.items():
+                acted = np.asarray(acted)
+                if g not in actions:
+                    actions[g] = acted.copy()
+                else:
+                    actions[g][envs] = acted[envs]
+        return actions, {}
 
-    def _draw_opponent(self) -> Any:
-        if not self.pool or self.rng.random() < self.random_prob:
+    def _acting(self, member: Weights) -> Policy:
+        """The copy of :attr:`player` acting with ``member``'s weights and the player's
+        generators, made at its first use."""
+        kept = self._copies.get(id(member))
+        if kept is None or kept[0] is not member:  # an id of a member gone may come back
+            policy = copy.deepcopy(self.player)
+            policy.load_weights(member)
+            for name, generator in _generators(self.player).items():
+                setattr(policy, name, generator)  # one stream for all: the player's
+            kept = self._copies[id(member)] = (member, policy)
+            playing = {id(m) for m in [*self.members, *self.opponent] if m is not None}
+            self._copies = {key: c for key, c in self._copies.items() if key in playing}
+        return kept[1]
+
+    def _begin(self, done: np.ndarray) -> None:
+        """Draw the opponents of the envs whose episode begins: every env at the first
+        batch (or after a restore), later those that are ``done``."""
+        if len(self.opponent) != len(done):
+            self.opponent = [None] * len(done)
+            done = np.ones(len(done), dtype=bool)
+        for e in np.flatnonzero(done):
+            self.opponent[e] = self._draw()
+
+    def _draw(self) -> Weights | None:
+        if not self.members or self.rng.random() < self.random_prob:
             return None
-        return self.pool[int(self.rng.integers(len(self.pool)))]
+        return self.members[int(self.rng.integers(len(self.members)))]
 
-    def merge(
-        self, batch: Any, actions: dict[str, np.ndarray], opponent_actions: OpponentActions
-    ) -> dict[str, np.ndarray]:
-        """Seat the learner and draw opponents where episodes start at ``batch`` (see
-        :meth:`begin_episodes`), then replace in ``actions`` the actions of every slot but
-        the learner's by its opponent's. Returns :meth:`learner_slots` (the extra ``learner``).
-        """
-        self.begin_episodes(batch)
-        learner = self.learner_slots()
-        for snapshot, envs in self.opponents():
-            for g in self.group_sizes:
-                theirs = np.asarray(opponent_actions(snapshot, g, envs))
-                mine = learner[g][envs]
-                mine = mine.reshape(mine.shape + (1,) * (theirs.ndim - mine.ndim))
-                actions[g][envs] = np.where(mine, actions[g][envs], theirs)
-        return learner
-
-    def learner_slots(self) -> dict[str, np.ndarray]:
-        """Per group, ``[E, n]`` booleans: the slots the learner plays."""
-        mask = {g: np.zeros((len(self.seat), n), dtype=bool) for g, n in self.group_sizes.items()}
-        for e, seat in enumerate(self.seat):
-            g, j = self.slots[seat]
-            mask[g][e, j] = True
-        return mask
-
-    def opponents(self) -> list[tuple[Any, np.ndarray]]:
+    def _opponents(self) -> list[tuple[Weights | None, np.ndarray]]:
         """Each distinct current opponent (``None``: random legal play) and its envs."""
         envs: dict[int, list[int]] = {}
-        first: dict[int, Any] = {}
-        for e, opponent in enumerate(self.opponent):
-            envs.setdefault(id(opponent), []).append(e)
-            first.setdefault(id(opponent), opponent)
+        first: dict[int, Weights | None] = {}
+        for e, member in enumerate(self.opponent):
+            envs.setdefault(id(member), []).append(e)
+            first.setdefault(id(member), member)
         return [(first[key], np.array(index)) for key, index in envs.items()]
 
-    def pop_returns(self) -> list[float]:
-        """The learner's returns of the episodes ended since the last call."""
-        returns, self._returns = self._returns, []
-        return returns
-
     def state_dict(self) -> dict[str, Any]:
-        """The draw generator and counters; the pool is the algorithm's to save."""
-        return {"rng": self.rng.bit_generator.state, "seat_counts": self.seat_counts.tolist()}
+        """The members, the learner's clock at the last look and every generator (the
+        draws', the members' acting): what a resumed run continues with."""
+        return {
+            "members": list(self.members),
+            "clock": self.clock,
+            "rng": self.rng.bit_generator.state,
+            "player": _generator_states(self.player),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`; seats and opponents are drawn anew at the next batch."""
+        """Restore :meth:`state_dict`; every env draws its opponent anew at the next batch."""
+        self.members = list(state["members"])
+        self.clock = int(state["clock"])
         self.rng.bit_generator.state = state["rng"]
-        self.seat_counts = np.array(state["seat_counts"], dtype=np.int64)
-        self.seat = np.zeros(0, dtype=np.int64)
-        self.opponent = []
+        _set_generator_states(self.player, state["player"])
+        self.opponent, self._copies = [], {}
+
+
+def _generators(policy: Policy) -> dict[str, Any]:
+    """The policy's own random generators (its NumPy and torch generator attributes)."""
+    import torch
+
+    kinds = (np.random.Generator, torch.Generator)
+    return {name: value for name, value in vars(policy).items() if isinstance(value, kinds)}
+
+
+def _seed_generators(policy: Policy, seed: int) -> None:
+    """Give each of the policy's generators its own stream from ``seed``."""
+    for i, (name, gen) in enumerate(sorted(_generators(policy).items())):
+        if isinstance(gen, np.random.Generator):
+            setattr(policy, name, np.random.default_rng([seed, i]))
+        else:
+            gen.manual_seed(seed + i)
+
+
+def _generator_states(policy: Policy) -> dict[str, Any]:
+    return {
+        name: gen.bit_generator.state if isinstance(gen, np.random.Generator) else gen.get_state()
+        for name, gen in _generators(policy).items()
+    }
+
+
+def _set_generator_states(policy: Policy, states: Mapping[str, Any]) -> None:
+    for name, gen in _generators(policy).items():
+        if isinstance(gen, np.random.Generator):
+            gen.bit_generator.state = states[name]
+        else:
+            gen.set_state(states[name])

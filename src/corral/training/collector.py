@@ -242,8 +242,17 @@ class Collector:
         self._read_episodes(progress)
         self._raise_deferred()  # not learning from a bad action's stand-in
         metrics = learner.learn(rollouts)
+        told = self.told_learned(learner)
         if metrics:  # a replay learner's rollout that took no gradient step: none
-            progress.updates.append(_named(pid, metrics))
+            progress.updates.append(_named(pid, {**metrics, **told}))
+
+    def told_learned(self, learner: Algorithm) -> dict[str, float]:
+        """Tell every fixed player that ``learner`` has just learned (self-play's pool then
+        adds a snapshot when due); returns the metrics they report."""
+        told: dict[str, float] = {}
+        for player in self.fixed.values():
+            told.update(player.learned(learner))
+        return told
 
     def _raise_deferred(self) -> None:
         """Raise an invalid action that the vector env checked on its device

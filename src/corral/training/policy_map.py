@@ -147,6 +147,18 @@ class Seating:
         self._next += len(envs)
         self._seat(envs)
 
+    def state_dict(self) -> dict[str, int]:
+        """The number the next episode to begin will take."""
+        return {"next": self._next}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Continue the numbering of :meth:`state_dict`: every env begins an episode now
+        (a resumed run's envs restart theirs), numbered from ``next`` in env order."""
+        start = int(state["next"])
+        self.episode = start + np.arange(len(self.episode), dtype=np.int64)
+        self._next = start + len(self.episode)
+        self._seat(range(len(self.episode)))
+
     def _seat(self, envs: Any) -> None:
         for e in envs:
             for owned in self.owned.values():
@@ -246,6 +258,26 @@ class FixedPlayer:
     def __init__(self, policy: Any, slots: Mapping[str, np.ndarray]) -> None:
         self.policy = policy
         self.slots = {g: np.asarray(mask, dtype=bool) for g, mask in slots.items()}
+
+    def learned(self, learner: Any) -> dict[str, float]:
+        """Tell the policy that ``learner`` has just learned, where it listens (a ``learned``
+        method, as self-play's :class:`~corral.algos.selfplay.SnapshotPool` has); returns
+        the metrics it reports, to log with the learner's."""
+        listens = getattr(self.policy, "learned", None)
+        if not isinstance(self.policy, Policy) or listens is None:
+            return {}
+        return dict(listens(learner))
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The state of a policy that keeps some across a run (a ``state_dict`` method, as
+        self-play's pool has), for checkpoints; ``None`` for one that keeps none."""
+        if not isinstance(self.policy, Policy) or not hasattr(self.policy, "state_dict"):
+            return None
+        return self.policy.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.policy.load_state_dict(state)
 
     def actions(
         self, batch: Any, place: Place, explore: bool, rng: np.random.Generator

@@ -87,6 +87,12 @@ from corral.training.scoring import (
     episode_columns,
     versus_columns,
 )
+from corral.training.self_play import (
+    OPPONENT,
+    SELF_PLAY_RETURN,
+    opponent_player,
+    self_play_map,
+)
 from corral.training.threads import set_torch_threads, torch_threads
 from corral.training.whole_episodes import CutEpisodes
 from corral.vector import VectorEnv, make_vec
@@ -205,12 +211,14 @@ class Runner:
                 self.best_eval, self.best_steps = saved.get("best_eval"), saved.get("best_steps")
             # A resumed run's envs start new episodes, from seeds that follow the step.
             seed = run.seed + self.env_steps
+            seats = seating(config, self.venv, learning=True)
             self.collector = Collector(
-                self.venv, self.learners, self.fixed, seed=seed, seating=seating(config, self.venv)
+                self.venv, self.learners, self.fixed, seed=seed, seating=seats
             )
             if restore is not None:
                 with _fitting(self.run_dir / LATEST, restore, config):
                     load_learners(self.learners, restore)
+                    load_players(self.collector, restore)
                     self.collector.rng.bit_generator.state = restore["collector_rng"]
                     checkpoint.set_rng_state(restore["rng"])
             self.metrics = MetricsLog(
@@ -391,6 +399,8 @@ class Runner:
             train.update(episode_columns("train_return", part.agent_returns, self.venv.groups))
             row.update({name: float(np.mean(values)) for name, values in train.items()})
             row["train_episodes"] = len(part.episode_returns)
+            if self.config.run.self_play:  # the learner's returns, each in its own seat
+                row[SELF_PLAY_RETURN] = row["train_return"]
         result = self.evaluate() if evaluate else None
         if result is not None:
             row.update(result.columns())
@@ -457,6 +467,8 @@ class Runner:
             "algo": self.config.algo,
             "env": self.config.run.env,
             "learners": {pid: learner.state_dict() for pid, learner in self.learners.items()},
+            "players": player_states(self.collector),
+            "seating": seating_state(self.collector),
             "env_steps": self.env_steps,
             "elapsed": self.elapsed,
             "best_eval": self.best_eval,
@@ -720,6 +732,8 @@ def build_players(
     pmap, policies = _plan(config, venv)
     learners: dict[str, Algorithm] = {}
     for pid in pmap.ids:
+        if pid != MAIN and pid not in policies:  # self-play's opponent, made of the learner
+            continue
         value = config.algo if pid == MAIN else policies[pid]
         if is_fixed(value):
             continue
@@ -736,6 +750,8 @@ def build_players(
             if pid == MAIN:
                 raise
             raise ConfigError(f"policies: {pid}={value}: {err}") from err
+    if config.run.self_play:
+        return learners, {OPPONENT: opponent_player(venv, learners[MAIN], pmap)}
     return learners, fixed_players(config, venv, allow_imports)
 
 
@@ -743,7 +759,12 @@ def fixed_players(
     config: TrainConfig, venv: VectorEnv, allow_imports: Collection[str] = ()
 ) -> dict[str, FixedPlayer]:
     """The policies of ``config``'s policy map on ``venv`` that are not learned, by id.
-    ``allow_imports``: what the configs of runs whose policies play here may import."""
+    ``allow_imports``: what the configs of runs whose policies play here may import.
+
+    Self-play's opponent plays only while the learner learns (see :func:`build_players`):
+    evaluations and renders of a self-play run play every seat with the learner itself."""
+    if config.run.self_play:
+        return {}
     pmap, policies = _plan(config, venv)
     fixed = {}
     for pid in pmap.ids:
@@ -799,11 +820,14 @@ def _plan(config: TrainConfig, venv: VectorEnv) -> tuple[PolicyMap, dict[str, An
     policies = run_policies(config, venv)
     for key, value in policies.items():
         check_value(key, value)
-    if policies and config.run.self_play:
-        raise ConfigError(
-            "self_play plays every seat by the learner and its past copies: it takes no "
-            f"policies (got {sorted(policies)})"
-        )
+    if config.run.self_play:
+        if policies or config.run.policy_map is not None:
+            given = sorted(policies) if policies else f"policy_map {config.run.policy_map!r}"
+            raise ConfigError(
+                "self_play plays every seat by the learner and its past copies: it takes no "
+                f"policies (got {given})"
+            )
+        return self_play_map(venv.groups), policies
     by = config.run.policy_map
     if by is None:
         return policy_map(venv.groups, list(policies)), policies
@@ -830,8 +854,11 @@ def _plan(config: TrainConfig, venv: VectorEnv) -> tuple[PolicyMap, dict[str, An
     return PolicyMap(groups, {}, by=by, named=tuple(policies)), policies
 
 
-def seating(config: TrainConfig, venv: VectorEnv) -> Seating | None:
-    """Who plays which agents when, for a run whose ``policy_map`` is a function."""
+def seating(config: TrainConfig, venv: VectorEnv, *, learning: bool = False) -> Seating | None:
+    """Who plays which agents when, for a run whose ``policy_map`` is a function, and for a
+    self-play run while ``learning`` (its evaluations play the learner in every seat)."""
+    if config.run.self_play and not learning:
+        return None
     pmap, _ = _plan(config, venv)
     if pmap.by is None:
         return None
@@ -889,6 +916,33 @@ def load_learners(learners: Mapping[str, Algorithm], saved: Mapping[str, Any]) -
         learner.load_state_dict(states[pid])
         if pid in saved.get("replay", {}):
             learner.load_replay_state_dict(saved["replay"][pid])
+
+
+def player_states(collector: Collector) -> dict[str, Any]:
+    """The state of each fixed player that keeps some (self-play's pool), by policy id."""
+    states = {pid: player.state_dict() for pid, player in collector.fixed.items()}
+    return {pid: state for pid, state in states.items() if state is not None}
+
+
+def seating_state(collector: Collector) -> dict[str, int] | None:
+    """Where the collector's seating numbers episodes (``None``: it has none)."""
+    return None if collector.seating is None else collector.seating.state_dict()
+
+
+def load_players(collector: Collector, saved: Mapping[str, Any]) -> None:
+    """Restore the fixed players' states and the seating (who plays which agents when) of
+    a checkpoint into ``collector``."""
+    states = saved["players"]
+    keeping = sorted(player_states(collector))
+    if sorted(states) != keeping:
+        raise CheckpointError(
+            f"the checkpoint holds the states of the players {sorted(states)}, this run's "
+            f"players keep {keeping}"
+        )
+    for pid, state in states.items():
+        collector.fixed[pid].load_state_dict(state)
+    if collector.seating is not None:
+        collector.seating.load_state_dict(saved["seating"])
 
 
 class RunPolicy(Policy):
