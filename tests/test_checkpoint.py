@@ -183,8 +183,8 @@ def test_every_algorithm_s_state_round_trips_exactly(tmp_path: Path, name: str) 
     load_players(collector, loaded)
     again = state_of()
     if state["seating"] is not None:  # every env begins an episode, numbered on from there
-        begun = state["seating"]["next"] + collector.venv.num_envs
-        assert again.pop("seating") == {"next": begun} and state.pop("seating")
+        begun = [k + 1 for k in state["seating"]["episode"]]
+        assert again.pop("seating") == {"episode": begun} and state.pop("seating")
     assert_identical(state, again)
 
 

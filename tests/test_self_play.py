@@ -125,7 +125,8 @@ def test_a_self_play_run_killed_and_resumed_equals_an_uninterrupted_one(
         ):
             runner.train()
     saved = ckpt.load(tmp_path / "killed" / LATEST)
-    assert saved["env_steps"] == 96 and saved["seating"]["next"] > 4
+    episodes = saved["seating"]["episode"]  # each env's, from its index
+    assert saved["env_steps"] == 96 and all(k > e for e, k in enumerate(episodes))
     state = saved["players"][OPPONENT]
     assert [m["version"] for m in state["members"]] == [2, 4, 6] and state["clock"] == 6
     with Runner.resume(tmp_path / "killed", progress=False) as runner:

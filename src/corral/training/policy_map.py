@@ -116,9 +116,11 @@ class PolicyMap:
 class Seating:
     """Who plays each agent of each env in its running episode, by an :data:`AgentMap`.
 
-    Episodes are numbered in the order they start: at the first batch env ``e``
-    runs episode ``e``; later, each env whose batch says ``done`` starts the
-    next number (in the order of the envs). :attr:`owned` holds, per policy id
+    Episodes are numbered per env, from the env's index: env ``e`` runs
+    episode ``e`` first, then ``e + 1``, ``e + 2``... as its batches say
+    ``done``. So a map by ``episode mod seats`` moves each env's learner to the
+    next seat at every episode, and the envs start in different seats (the
+    numbers are not unique across envs). :attr:`owned` holds, per policy id
     and group, the ``[E, n]`` agents it plays; :meth:`begin` seats the envs whose
     episode starts at a batch.
     """
@@ -131,7 +133,6 @@ class Seating:
         self.ids = tuple(ids)
         self.episode = np.arange(num_envs, dtype=np.int64)
         """The number of the episode running in each env."""
-        self._next = num_envs
         self.owned = {
             pid: {g: np.zeros((num_envs, len(a)), dtype=bool) for g, a in self.groups.items()}
             for pid in self.ids
@@ -143,20 +144,22 @@ class Seating:
         envs = np.flatnonzero(done)
         if len(envs) == 0:
             return
-        self.episode[envs] = self._next + np.arange(len(envs))
-        self._next += len(envs)
+        self.episode[envs] += 1
         self._seat(envs)
 
-    def state_dict(self) -> dict[str, int]:
-        """The number the next episode to begin will take."""
-        return {"next": self._next}
+    def state_dict(self) -> dict[str, list[int]]:
+        """The number of the episode running in each env."""
+        return {"episode": self.episode.tolist()}
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Continue the numbering of :meth:`state_dict`: every env begins an episode now
-        (a resumed run's envs restart theirs), numbered from ``next`` in env order."""
-        start = int(state["next"])
-        self.episode = start + np.arange(len(self.episode), dtype=np.int64)
-        self._next = start + len(self.episode)
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue the numbering of :meth:`state_dict`: every env begins its next episode
+        now (a resumed run's envs restart theirs)."""
+        episode = np.asarray(state["episode"], dtype=np.int64)
+        if episode.shape != self.episode.shape:
+            raise ValueError(
+                f"the seating was saved for {episode.size} envs, this run has {self.episode.size}"
+            )
+        self.episode = episode + 1
         self._seat(range(len(self.episode)))
 
     def _seat(self, envs: Any) -> None:

@@ -2,7 +2,7 @@
 the others (see :mod:`corral.algos.selfplay`).
 
 The map is a function of agent and episode (:class:`SeatSwap`): in episode
-``k`` (episodes numbered in the order they begin, see
+``k`` (each env's episodes numbered from the env's index, see
 :class:`~corral.training.policy_map.Seating`) the learner, the policy
 :data:`~corral.training.policy_map.MAIN`, plays the seat ``k mod seats``, and the
 policy :data:`OPPONENT`, a :class:`~corral.algos.selfplay.SnapshotPool` of the
