@@ -417,17 +417,17 @@ def test_self_play_learns_to_beat_random_play_at_tictactoe() -> None:
     pytest.importorskip("pettingzoo")
     from corral.training.selfplay_eval import evaluate_vs_random
 
-    # seed 1: over seeds 0-2 the score after training is 0.17, 0.47 and 0.50 (before self-play
-    # was a policy map, with other seats and draws: 0.41, 0.21 and 0.46)
-    venv = corral.make_vec(TICTACTOE, 16, seed=1)
-    config = Config(self_play=True, rollout_steps=32, epochs=4, minibatches=2, lr=1e-3, seed=1)
+    # over seeds 0-2 the score after training is 0.52, 0.54 and 0.51 (before self-play was a
+    # policy map, with other seats and draws: 0.41, 0.21 and 0.46)
+    venv = corral.make_vec(TICTACTOE, 16, seed=0)
+    config = Config(self_play=True, rollout_steps=32, epochs=4, minibatches=2, lr=1e-3, seed=0)
     algo = MAPPO(venv, config.replace(snapshot_interval=4, pool_size=5))
 
     def score() -> float:  # mean over moving first and second, 200 games each
         return float(np.mean([evaluate_vs_random(algo, TICTACTOE, 200, s, seed=5) for s in (0, 1)]))
 
     before = score()
-    collector, pool = _self_play(venv, algo, seed=1)
+    collector, pool = _self_play(venv, algo, seed=0)
     collector.run(10_000)
     assert algo.updates == 19 and len(pool.members) == 4  # a copy every 4 updates
     after = score()
