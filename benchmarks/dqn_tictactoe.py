@@ -91,8 +91,8 @@ def main() -> None:
         done += progress.env_steps
         losses = [u["loss/player"] for u in progress.updates if "loss/player" in u]
         returns = progress.episode_returns  # the learner's, each in its own seat
-        first = evaluate_vs_random(algo, ENV_ID, 200, seat=0, seed=1)
-        second = evaluate_vs_random(algo, ENV_ID, 200, seat=1, seed=2)
+        first = evaluate_vs_random(algo.policy, ENV_ID, 200, seat=0, seed=1)
+        second = evaluate_vs_random(algo.policy, ENV_ID, 200, seat=1, seed=2)
         print(
             f"{done:>8} env steps, {time.perf_counter() - start:6.0f} s: "
             f"epsilon {algo.epsilon():.2f}, loss {_mean(losses):.4f}, "
@@ -104,8 +104,8 @@ def main() -> None:
     venv.close()
     train_time = time.perf_counter() - start
 
-    first = evaluate_vs_random(algo, ENV_ID, args.games, seat=0, seed=10_000)
-    second = evaluate_vs_random(algo, ENV_ID, args.games, seat=1, seed=20_000)
+    first = evaluate_vs_random(algo.policy, ENV_ID, args.games, seat=0, seed=10_000)
+    second = evaluate_vs_random(algo.policy, ENV_ID, args.games, seat=1, seed=20_000)
     print(f"trained in {train_time:.0f} s ({algo.gradient_step} gradient steps)")
     print(f"mean reward vs a random legal player over {args.games} games:")
     print(f"  moving first:  {first:+.3f}  (target >= 0.85)")

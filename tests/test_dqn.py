@@ -83,7 +83,7 @@ def test_truncated_transitions_bootstrap_and_terminated_ones_do_not() -> None:
         "next_action_mask": np.array([[1, 1, 1], [0, 1, 1], [1, 0, 0]], dtype=bool),
     }
     with torch.no_grad():
-        online = algo.q["player"](torch.as_tensor(next_obs))
+        online = algo.policy.q["player"](torch.as_tensor(next_obs))
         target = algo.target["player"](torch.as_tensor(next_obs))
     best_legal_of_row_1 = 1 + int(online[1, 1:].argmax())
     expected = [
@@ -106,12 +106,12 @@ def test_no_illegal_action_is_ever_chosen_on_tictactoe(explore: bool) -> None:
     batch = venv.reset(seed=0)
     unmasked_illegal = 0
     for _ in range(150):
-        actions, _ = algo.act(batch, explore=explore)
+        actions, _ = algo.policy.act(batch, explore=explore)
         acting, mask = batch.acting["player"], batch.action_mask["player"]
         chosen = np.take_along_axis(mask, actions["player"][..., None], -1)[..., 0]
         assert chosen[acting].all()
         with torch.no_grad():
-            raw = algo.q["player"](
+            raw = algo.policy.q["player"](
                 as_input(batch.obs["player"], algo.observation_space["player"], "cpu")
             )
         raw_best = raw.argmax(-1).numpy()
@@ -149,7 +149,7 @@ def test_self_play_needs_two_seats() -> None:
 def _greedy_policy_value(env, algo: DQN) -> float:
     """The exact expected return of the greedy policy, by backward induction over the tables."""
     num_states = env.transitions.shape[0]
-    action = algo.greedy("agent", np.eye(num_states, dtype=np.float32), None)
+    action = algo.policy.greedy("agent", np.eye(num_states, dtype=np.float32), None)
     values = np.zeros(num_states)
     for _ in range(num_states):
         q = (env.transitions * (env.rewards + values)).sum(axis=-1)
@@ -192,7 +192,7 @@ def test_dqn_settles_below_the_optimum_of_the_climbing_game() -> None:
     # What is true for independent learners (the env's docstring): relative
     # overgeneralisation leads them to (1, 1) or (2, 2), not to the optimal (0, 0).
     venv, algo = _train("mdp/climbing", FAST, 3_000)
-    joint = tuple(int(a) for a in algo.greedy("player", np.zeros((2, 1), np.float32), None))
+    joint = tuple(int(a) for a in algo.policy.greedy("player", np.zeros((2, 1), np.float32), None))
     assert joint in {(1, 1), (2, 2)}
     result = evaluate(venv, algo, 4, seed=1)
     assert max(result.episode_returns) < corral.make("mdp/climbing").optimal_return["player_0"]
@@ -217,7 +217,7 @@ def test_dqn_learns_paper_against_rock_in_either_seat_of_rps(learner: str) -> No
     assert result.episode_returns == [float(num_rounds)] * 8  # a win every round
     batch = venv.reset(seed=2)
     acting = batch.acting[learner]
-    assert (algo.act(batch, explore=False)[0][learner][acting] == PAPER).all()
+    assert (algo.policy.act(batch, explore=False)[0][learner][acting] == PAPER).all()
     venv.close()
 
 
@@ -318,13 +318,15 @@ def test_state_dict_round_trip_restores_greedy_actions_counters_and_pool() -> No
     other.load_state_dict(saved["algo"])
     obs = np.random.default_rng(0).random((64, 7)).astype(np.float32)
     mask = np.random.default_rng(1).random((64, 3)) < 0.7
-    assert (other.greedy("player", obs, mask) == algo.greedy("player", obs, mask)).all()
+    assert (
+        other.policy.greedy("player", obs, mask) == algo.policy.greedy("player", obs, mask)
+    ).all()
     assert (other.env_steps, other.gradient_step, other.epsilon()) == (
         algo.env_steps,
         algo.gradient_step,
         algo.epsilon(),
     )
-    assert other.rng.bit_generator.state == algo.rng.bit_generator.state
+    assert other.policy.rng.bit_generator.state == algo.policy.rng.bit_generator.state
     copied = self_play(venv, other)["fixed"][OPPONENT].policy
     copied.load_state_dict(saved["pool"])
     assert len(copied.members) == len(pool.members) > 0
@@ -346,10 +348,11 @@ def test_greedy_acting_plays_every_seat_and_leaves_the_self_play_seats_alone() -
     done = evaluate(venv, algo, 8, seed=3)  # as evaluations of a self-play run play
     assert len(done.episode_returns) == 8
     batch = venv.reset(seed=3)
-    actions, extras = algo.act(batch, explore=False)
+    actions, extras = algo.policy.act(batch, explore=False)
     assert extras == {}
     np.testing.assert_array_equal(
-        actions["player"], algo.greedy("player", batch.obs["player"], batch.action_mask["player"])
+        actions["player"],
+        algo.policy.greedy("player", batch.obs["player"], batch.action_mask["player"]),
     )
     assert all(np.array_equal(collector.seating.owned[MAIN][g], m) for g, m in seats.items())
     assert pool.opponent == opponents

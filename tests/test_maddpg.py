@@ -50,7 +50,7 @@ def _greedy_policy_value(algo: MADDPG, env) -> float:
         acting={"agent": np.ones((num_states, 1), dtype=bool)},
         action_mask={"agent": np.ones((num_states, 1, num_actions), dtype=np.int8)},
     )
-    policy = algo.act(every_state, explore=False)[0]["agent"][:, 0]
+    policy = algo.policy.act(every_state, explore=False)[0]["agent"][:, 0]
     values = np.zeros(num_states)
     for _ in range(num_states):
         q = (env.transitions * (env.rewards + values)).sum(axis=-1)
@@ -89,7 +89,7 @@ def test_matrix_games_settle_on_the_best_reply_to_a_random_partner(env_id: str) 
     algo, venv = _train(env_id, 2000, seed=0)
     payoffs = corral.make(env_id).payoffs
     safe = (int(payoffs[0].mean(axis=1).argmax()), int(payoffs[1].mean(axis=0).argmax()))
-    greedy = algo.act(venv.reset(seed=3), explore=False)[0]["player"]
+    greedy = algo.policy.act(venv.reset(seed=3), explore=False)[0]["player"]
     assert (greedy == safe).all()
     returns = evaluate(venv, algo, episodes=8, seed=1).episode_returns
     assert returns == pytest.approx([payoffs[(0, *safe)]] * 8)
@@ -154,7 +154,7 @@ def test_continuous_actions_reach_the_optimum_of_a_coordination_game() -> None:
     )  # fmt: skip
     algo = MADDPG(venv, config)
     Collector(venv, algo, seed=0).run(3000)
-    greedy = algo.act(venv.reset(seed=1), explore=False)[0]["agent"]
+    greedy = algo.policy.act(venv.reset(seed=1), explore=False)[0]["agent"]
     np.testing.assert_allclose(
         greedy[..., 0], np.broadcast_to(TargetGame.TARGETS, (8, 2)), atol=0.1
     )
@@ -185,7 +185,7 @@ def test_simple_spread_smoke_run(continuous: bool) -> None:
     assert progress.episode_returns and np.isfinite(progress.episode_returns).all()
     batch = venv.reset(seed=5)
     for explore in (True, False):
-        actions = algo.act(batch, explore=explore)[0]["agent"]
+        actions = algo.policy.act(batch, explore=explore)[0]["agent"]
         assert actions.shape == (4, 3, *space.shape)
         assert all(space.contains(a) for a in actions.reshape(-1, *space.shape))
     venv.step({"agent": actions})
@@ -204,9 +204,9 @@ def test_discrete_actions_respect_the_action_mask() -> None:
         action_mask={"player": mask},
     )
     for explore in (True, False):
-        actions = algo.act(batch, explore=explore)[0]["player"]
+        actions = algo.policy.act(batch, explore=explore)[0]["player"]
         assert mask[np.arange(50)[:, None], np.arange(2), actions].all()
-    assert set(algo.act(batch, explore=True)[0]["player"][:25].ravel()) == {1, 2}
+    assert set(algo.policy.act(batch, explore=True)[0]["player"][:25].ravel()) == {1, 2}
 
 
 @pytest.mark.parametrize(
@@ -261,7 +261,7 @@ def test_state_dict_round_trip_resumes_learning_exactly(tmp_path: Path) -> None:
         learner_venv = corral.make_vec("mdp/two_round_dmdp", 8, seed=1)
         progress = Collector(learner_venv, learner, seed=9).run(200)
         batch = learner_venv.reset(seed=2)
-        runs.append((progress.updates, learner.act(batch, explore=True)[0]["agent"]))
+        runs.append((progress.updates, learner.policy.act(batch, explore=True)[0]["agent"]))
     (updates, actions), (resumed_updates, resumed_actions) = runs
     assert updates and updates == resumed_updates
     np.testing.assert_array_equal(actions, resumed_actions)
@@ -278,7 +278,7 @@ def test_critics_see_each_agents_own_observation_and_activation_is_chosen() -> N
         critic = algo.critic["agent"]
         widths[own] = critic[0].in_features
         assert any(isinstance(layer, torch.nn.ReLU) for layer in critic)
-        assert not any(isinstance(layer, torch.nn.Tanh) for layer in algo.actor["agent"])
+        assert not any(isinstance(layer, torch.nn.Tanh) for layer in algo.policy.actor["agent"])
         updates = Collector(venv, algo, seed=0).run(algo.config.learning_starts + 64).updates
         assert updates and all(np.isfinite(v) for u in updates for v in u.values())
     # state, the others' actions, the agent's index and own action; plus its observation

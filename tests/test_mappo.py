@@ -76,14 +76,14 @@ def assert_plays_paper(venv, algo: MAPPO, fixed, seat: str, decisions: int) -> N
             assert (probs[..., 1] >= 0.9).all(), (seen, probs[0])
             seen += 1
         others = {g: policy(batch.obs[g], None, None) for g, policy in fixed.items()}
-        batch = venv.step({**algo.act(batch, explore=False)[0], **others})
+        batch = venv.step({**algo.policy.act(batch, explore=False)[0], **others})
     assert seen == decisions
 
 
 def _action_probs(algo: MAPPO, group: str, batch) -> torch.Tensor:
     with torch.no_grad():
         x = algo.policy.actor_input(group, batch.obs[group], None)
-        return algo.nets[group].actor(x, None).probs
+        return algo.policy.nets[group].actor(x, None).probs
 
 
 # -- optimal policies of small MDPs and matrix games -----------------------------------------
@@ -148,14 +148,14 @@ def test_simple_spread_runs_updates_with_finite_losses(cls: type[MAPPO], continu
         assert all(np.isfinite(v) for v in metrics.values()), metrics
 
     batch = venv.reset(seed=1)
-    actions, extras = algo.act(batch, decisions=DecisionCounter().index(batch))
+    actions, extras = algo.policy.act(batch, decisions=DecisionCounter().index(batch))
     space = venv.action_space("agent")
     assert actions["agent"].shape == (4, 3, *space.shape)
     assert all(space.contains(a) for a in actions["agent"].reshape(-1, *space.shape))
     for name in ("log_prob", "value"):
         assert extras[name]["agent"].shape == (4, 3)
         assert np.isfinite(extras[name]["agent"]).all()
-    critic_in = algo.nets["agent"].critic[0].in_features
+    critic_in = algo.policy.nets["agent"].critic[0].in_features
     seen = venv.state_space if cls is MAPPO else venv.observation_space("agent")
     assert critic_in == int(np.prod(seen.shape)) + 1 + 3  # plus the time, the one-hot index
 
@@ -166,7 +166,7 @@ def test_mappo_critic_falls_back_to_observations_without_a_state() -> None:
     assert venv.state_space is None
     algo = MAPPO(venv, Config(rollout_steps=8, epochs=1))
     # the board, the time, the index
-    assert algo.nets["player"].critic[0].in_features == 3 * 3 * 2 + 1 + 2
+    assert algo.policy.nets["player"].critic[0].in_features == 3 * 3 * 2 + 1 + 2
     # The vector env rejects illegal moves, so a run proves the action masks are honoured.
     progress = Collector(venv, algo, seed=0).run(4 * 16)
     assert progress.updates and progress.episode_returns
@@ -174,12 +174,12 @@ def test_mappo_critic_falls_back_to_observations_without_a_state() -> None:
 
 def test_mappo_needs_the_state_to_explore_but_not_to_act_greedily() -> None:
     algo = MAPPO(corral.make_vec("corral/rps", 2, seed=0, state=True))
-    assert algo.use_state
+    assert algo.policy.use_state
     batch = corral.make_vec("corral/rps", 2, seed=0).reset(seed=0)
     assert batch.state is None
     with pytest.raises(ValueError, match="state=True"):
-        algo.act(batch)
-    actions, extras = algo.act(batch, explore=False)
+        algo.policy.act(batch)
+    actions, extras = algo.policy.act(batch, explore=False)
     assert actions["player"].shape == (2, 2) and "value" not in extras
 
 
@@ -247,7 +247,7 @@ def test_the_critic_sees_each_agents_decision_index_in_its_episode(env_id, env_k
     g, t = "predator" if env_id == "corral/tag" else "player", next(iter(decided.values()))
     x = algo.policy.critic_input(g, t["obs"], t["state"], t["decision"], t["agent"])
     later = algo.policy.critic_input(g, t["obs"], t["state"], t["decision"] + 5, t["agent"])
-    assert not torch.equal(algo.nets[g].value(x), algo.nets[g].value(later))
+    assert not torch.equal(algo.policy.nets[g].value(x), algo.policy.nets[g].value(later))
 
 
 def test_values_count_nothing_after_a_truncated_episode_unless_told_to_bootstrap() -> None:
@@ -272,7 +272,7 @@ def test_values_count_nothing_after_a_truncated_episode_unless_told_to_bootstrap
     state = np.stack([b.final_state[j] for b, j in zip(final, e, strict=True)])
     x = algo.policy.critic_input("predator", obs, state, r.decision[trunc] + 1, i)
     with torch.no_grad():
-        bootstrap = config.gamma * algo.nets["predator"].value(x).numpy()
+        bootstrap = config.gamma * algo.policy.nets["predator"].value(x).numpy()
     np.testing.assert_allclose(returns[trunc], r.reward[trunc] + bootstrap, atol=1e-5)
 
 
@@ -326,8 +326,8 @@ def test_state_dict_round_trip_acts_and_continues_identically() -> None:
     batch = venv.reset(seed=5)
     decisions = DecisionCounter().index(batch)
     for explore in (False, True):
-        mine = algo.act(batch, explore=explore, decisions=decisions)
-        theirs = clone.act(batch, explore=explore, decisions=decisions)
+        mine = algo.policy.act(batch, explore=explore, decisions=decisions)
+        theirs = clone.policy.act(batch, explore=explore, decisions=decisions)
         np.testing.assert_array_equal(mine[0]["player"], theirs[0]["player"])
         for name, per_group in mine[1].items():
             np.testing.assert_array_equal(per_group["player"], theirs[1][name]["player"])
@@ -335,7 +335,9 @@ def test_state_dict_round_trip_acts_and_continues_identically() -> None:
     runs = [Collector(venv, a, seed=7).run(4 * 19).updates for a in (algo, clone)]
     assert len(runs[0]) == 2 and runs[0] == runs[1]
     for p, q in zip(
-        algo.nets["player"].parameters(), clone.nets["player"].parameters(), strict=True
+        algo.policy.nets["player"].parameters(),
+        clone.policy.nets["player"].parameters(),
+        strict=True,
     ):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
 
@@ -344,7 +346,7 @@ def test_state_dict_round_trip_acts_and_continues_identically() -> None:
 def test_learns_on_cuda() -> None:
     venv = corral.make_vec("corral/rps", 16, seed=0, group_map="agent", state=True)
     algo = MAPPO(venv, FAST, learn_groups=["player_1"], device="cuda")
-    assert next(algo.nets["player_1"].parameters()).is_cuda
+    assert next(algo.policy.nets["player_1"].parameters()).is_cuda
     fixed = {"player_0": rock}
     Collector(venv, algo, fixed, seed=0).run(2000)
     np.testing.assert_array_equal(greedy_returns(venv, algo, fixed, 16), 3.0)
@@ -367,14 +369,14 @@ def test_self_play_keeps_a_pool_of_past_copies_and_learns_from_its_own_moves_onl
     collector, pool = _self_play(venv, algo)
     pool.pool_size = 3
     learned = []  # each rollout's complete decisions and the rows learned from them
-    rows_of = algo.learner.rollout_rows
+    rows_of = algo.rollout_rows
 
     def rollout_rows(g, rollout):
         rows = rows_of(g, rollout)
         learned.append((masked_gae(rollout, 0.99, 0.95)[2], rollout.extras["learner"], rows))
         return rows
 
-    algo.learner.rollout_rows = rollout_rows
+    algo.rollout_rows = rollout_rows
     seats = []
     owned = collector.seating.owned[MAIN]
     updates = collector.run(8 * 4 * 10, on_step=lambda _: seats.append(owned["player"].copy()))
@@ -387,7 +389,7 @@ def test_self_play_keeps_a_pool_of_past_copies_and_learns_from_its_own_moves_onl
     oldest, newest = pool.members[0]["params"], pool.members[-1]["params"]
     now = algo.policy.weights()["params"]
     assert (pool.members[0]["version"], pool.members[-1]["version"]) == (6, 10)
-    for name, value in algo.nets["player"].state_dict().items():
+    for name, value in algo.policy.nets["player"].state_dict().items():
         assert torch.equal(newest["player"][name], now["player"][name])
         assert newest["player"][name].data_ptr() != value.data_ptr()  # a copy
     assert any(not torch.equal(oldest["player"][k], newest["player"][k]) for k in now["player"])
@@ -424,7 +426,9 @@ def test_self_play_learns_to_beat_random_play_at_tictactoe() -> None:
     algo = MAPPO(venv, config.replace(snapshot_interval=4, pool_size=5))
 
     def score() -> float:  # mean over moving first and second, 200 games each
-        return float(np.mean([evaluate_vs_random(algo, TICTACTOE, 200, s, seed=5) for s in (0, 1)]))
+        return float(
+            np.mean([evaluate_vs_random(algo.policy, TICTACTOE, 200, s, seed=5) for s in (0, 1)])
+        )
 
     before = score()
     collector, pool = _self_play(venv, algo, seed=0)
@@ -549,14 +553,14 @@ def test_the_update_gives_the_numbers_of_the_textbook_minibatch_loop(
     Collector(venv, algo, seed=0).run(8 * 10)
     venv.close()
     (g,) = rollouts
-    rows = algo.learner.rollout_rows(g, rollouts[g])
+    rows = algo.rollout_rows(g, rollouts[g])
     assert rows is not None
     if env_id.startswith("pettingzoo"):
         assert not rows["mask"].all()  # some actions are illegal
     twin = copy.deepcopy(algo)
-    metrics = algo.learner.ppo(g, **rows)
-    assert metrics == textbook_ppo(twin.learner, g, rows)
-    mine, theirs = algo.learner.state_dict(), twin.learner.state_dict()
+    metrics = algo.ppo(g, **rows)
+    assert metrics == textbook_ppo(twin, g, rows)
+    mine, theirs = algo.state_dict(), twin.state_dict()
     for name, value in mine["nets"][g].items():
         assert torch.equal(value, theirs["nets"][g][name]), name
     for state, other in zip(

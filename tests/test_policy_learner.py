@@ -43,24 +43,25 @@ def same(a, b) -> bool:
 
 def test_the_split_parts_of_mappo():
     venv, algo, _ = trained(updates=0)
-    assert isinstance(algo.policy, MAPPOPolicy) and isinstance(algo.learner, MAPPOLearner)
-    assert algo.learner.policy is algo.policy and algo.nets is algo.policy.nets
+    assert isinstance(algo.policy, MAPPOPolicy) and isinstance(algo, MAPPOLearner)
+    # the algorithm is its learner: nothing passes acting through to the policy
+    assert not any(hasattr(algo, name) for name in ("act", "bootstrap_values", "final_values"))
     venv.close()
 
 
 def test_acting_changes_no_counter_and_no_learning_state():
     venv, algo, collector = trained()
-    policy, learner = algo.policy, algo.learner
+    policy, learner = algo.policy, algo
     batch = collector.batch
     decisions = batch.decision
     kept = copy.deepcopy(decisions)
     counters = {name: getattr(learner, name) for name in ("env_steps", "decisions", "updates")}
     weights = policy.weights()
     start = policy.generator.get_state()
-    first = algo.act(batch, explore=True, decisions=decisions)
+    first = algo.policy.act(batch, explore=True, decisions=decisions)
     after_first = policy.generator.get_state()
     policy.generator.set_state(start)
-    second = algo.act(batch, explore=True, decisions=decisions)
+    second = algo.policy.act(batch, explore=True, decisions=decisions)
     # the same generator state gives the same actions and extras, decision indices included
     assert same(first[0], second[0]) and same(first[1], second[1])
     assert torch.equal(policy.generator.get_state(), after_first)
@@ -167,12 +168,12 @@ def test_the_counters_are_what_the_rollouts_held(env_id, settings):
     collector.actions = recording
     for updates in (1, 3):
         collector.run((updates - algo.updates) * 5 * venv.num_envs)
-        assert algo.updates == updates == algo.learner.updates
+        assert algo.updates == updates == algo.updates
         assert len(acted) == 5 * updates
-        assert algo.learner.env_steps == 5 * updates * venv.num_envs
-        assert algo.learner.decisions == int(np.sum(acted))
+        assert algo.env_steps == 5 * updates * venv.num_envs
+        assert algo.decisions == int(np.sum(acted))
     agents = len(venv.groups["player"])
-    assert algo.learner.decisions < algo.learner.env_steps * agents / 1.5
+    assert algo.decisions < algo.env_steps * agents / 1.5
     venv.close()
 
 
@@ -181,7 +182,7 @@ def test_counters_and_version_survive_a_state_dict_round_trip():
     clone = MAPPO(venv, algo.config.replace(seed=5))
     clone.load_state_dict(algo.state_dict())
     for name in ("env_steps", "decisions", "updates"):
-        assert getattr(clone.learner, name) == getattr(algo.learner, name) > 0
+        assert getattr(clone, name) == getattr(algo, name) > 0
     assert clone.policy.version == algo.policy.version == 2
     venv.close()
 

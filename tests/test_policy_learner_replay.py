@@ -59,7 +59,7 @@ def trained(case: str, rollouts: int = ROLLOUTS):
     algo = make_algo(name, venv)
     collector = Collector(venv, algo, seed=0)
     collector.run(rollouts * algo.rollout_steps * venv.num_envs)
-    assert algo.learner.updates == rollouts
+    assert algo.updates == rollouts
     return venv, algo, collector
 
 
@@ -88,12 +88,13 @@ def same(a, b) -> bool:
 def test_the_split_parts_of_dqn_and_maddpg():
     venv = make_venv("corral/rps")
     dqn = make_algo("dqn", venv)
-    assert isinstance(dqn.policy, DQNPolicy) and isinstance(dqn.learner, DQNLearner)
-    assert dqn.learner.policy is dqn.policy and dqn.q is dqn.policy.q
+    assert isinstance(dqn.policy, DQNPolicy) and isinstance(dqn, DQNLearner)
+    # the algorithm is its learner: nothing passes acting through to the policy
+    assert not any(hasattr(dqn, name) for name in ("act", "bootstrap_values", "final_values"))
     spread = make_venv(SPREAD)
     maddpg = make_algo("maddpg", spread)
-    assert isinstance(maddpg.policy, MADDPGPolicy) and isinstance(maddpg.learner, MADDPGLearner)
-    assert maddpg.learner.policy is maddpg.policy and maddpg.actor is maddpg.policy.actor
+    assert isinstance(maddpg.policy, MADDPGPolicy) and isinstance(maddpg, MADDPGLearner)
+    assert not any(hasattr(maddpg, name) for name in ("act", "bootstrap_values", "final_values"))
     venv.close()
     spread.close()
 
@@ -101,15 +102,15 @@ def test_the_split_parts_of_dqn_and_maddpg():
 @pytest.mark.parametrize("case", list(CASES))
 def test_acting_changes_no_counter_and_no_learning_state(case):
     venv, algo, collector = trained(case)
-    policy, learner = algo.policy, algo.learner
+    policy, learner = algo.policy, algo
     batch = collector.batch
     counters = {name: getattr(learner, name) for name in ("env_steps", "decisions", "updates")}
     weights = policy.weights()
     start = generators(policy)
-    first, _ = algo.act(batch, explore=True)
+    first, _ = algo.policy.act(batch, explore=True)
     after_first = generators(policy)
     set_generators(policy, start)
-    second, _ = algo.act(batch, explore=True)
+    second, _ = algo.policy.act(batch, explore=True)
     # the same generator state gives the same actions, and it did draw
     assert same(first, second)
     assert same(generators(policy)[1], after_first[1]) and generators(policy)[0] == after_first[0]
@@ -162,10 +163,10 @@ def test_the_policy_explores_as_much_as_its_learner_set(case):
     greedy, _ = policy.act(batch, explore=False)
     learned = exploration(policy)
     if case.startswith("dqn"):
-        assert learned == (epsilon_at(algo.config, algo.learner.env_steps),)
+        assert learned == (epsilon_at(algo.config, algo.env_steps),)
         policy.epsilon = 0.0
     else:
-        assert learned == exploration_at(algo.config, algo.learner.env_steps)
+        assert learned == exploration_at(algo.config, algo.env_steps)
         policy.noise_std = 0.0
     assert same(policy.act(batch, explore=True)[0], greedy)
     if case.startswith("dqn"):
@@ -210,8 +211,8 @@ def test_the_counters_are_what_the_rollouts_held(name, env_id, settings):
     steps = algo.rollout_steps
     assert steps == 2
     for rollouts in (1, 5):
-        collector.run((rollouts - algo.learner.updates) * steps * venv.num_envs)
-        learner = algo.learner
+        collector.run((rollouts - algo.updates) * steps * venv.num_envs)
+        learner = algo
         assert learner.updates == rollouts == algo.policy.version
         assert len(acted) == steps * rollouts
         assert learner.env_steps == steps * rollouts * venv.num_envs
@@ -222,11 +223,11 @@ def test_the_counters_are_what_the_rollouts_held(name, env_id, settings):
             assert exploration(algo.policy) == exploration_at(algo.config, learner.env_steps)
     agents = sum(len(members) for members in venv.groups.values())
     if env_id == SPREAD:
-        assert algo.learner.decisions == algo.learner.env_steps * agents
+        assert algo.decisions == algo.env_steps * agents
     else:
-        assert algo.learner.decisions < algo.learner.env_steps * agents / 1.5
+        assert algo.decisions < algo.env_steps * agents / 1.5
     if settings.get("self_play"):
-        assert algo.learner.gradient_step > 0 and collector.fixed[OPPONENT].policy.members
+        assert algo.gradient_step > 0 and collector.fixed[OPPONENT].policy.members
     venv.close()
 
 
@@ -236,7 +237,7 @@ def test_counters_exploration_and_version_survive_a_state_dict_round_trip(case):
     clone = make_algo(CASES[case][0], venv, seed=5)
     clone.load_state_dict(algo.state_dict())
     for name in ("env_steps", "decisions", "updates"):
-        assert getattr(clone.learner, name) == getattr(algo.learner, name) > 0
+        assert getattr(clone, name) == getattr(algo, name) > 0
     assert clone.policy.version == algo.policy.version == ROLLOUTS
     assert exploration(clone.policy) == exploration(algo.policy)
     assert same(clone.policy.weights(), algo.policy.weights())

@@ -196,12 +196,12 @@ def test_two_learners_of_two_algorithms_train_checkpoint_resume_and_evaluate(
     assert isinstance(learners, dict) and sorted(learners) == ["adversary", "agent"]
     assert type(learners["adversary"]) is MAPPO and type(learners["agent"]) is IPPO
     assert list(learners["adversary"].groups) == ["adversary"]
-    assert learners["agent"].learner.updates == learners["adversary"].learner.updates == 4
+    assert learners["agent"].updates == learners["adversary"].updates == 4
 
     resumed = corral.train("mappo", resume=results.run_dir, progress=False, total_steps=320)
     assert resumed.env_steps == 320
     config, learners, _ = load_run(results.run_dir, "latest")
-    assert learners["agent"].learner.updates == 5
+    assert learners["agent"].updates == 5
     assert "eval_return/agent" in evaluate_policy(config, learners, 2).columns()
 
 
@@ -342,14 +342,14 @@ def test_a_policy_map_function_swaps_the_learner_s_seat_every_episode() -> None:
         opponent = FixedPlayer(first_legal, {"player": np.ones(2, dtype=bool)})
         collector = Collector(venv, {"learner": learner}, {"opponent": opponent}, seating=seating)
         seen: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        act = learner.act
+        act = learner.policy.act
 
         def watched(batch: Any, **kwargs: Any) -> Any:
             mask = batch.action_mask["player"].copy()
             seen.append((seating.episode.copy(), batch.acting["player"].copy(), mask))
             return act(batch, **kwargs)
 
-        learner.act = watched  # type: ignore[method-assign]
+        learner.policy.act = watched  # type: ignore[method-assign]
         rollouts = []
         learn = learner.learn
         learner.learn = lambda r: rollouts.append(r) or learn(r)  # type: ignore[method-assign]

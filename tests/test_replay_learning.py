@@ -169,7 +169,7 @@ def test_dqn_counts_env_steps_from_the_rollouts_it_learns_not_from_acting():
     algo = dqn(venv, "cpu", train_freq=8, epsilon_decay_steps=100)
     batch = venv.reset(seed=0)
     for _ in range(5):
-        algo.act(batch)
+        algo.policy.act(batch)
     assert algo.env_steps == 0 and algo.epsilon() == 1.0
     Collector(venv, algo, seed=0).run(40)
     venv.close()
@@ -185,7 +185,7 @@ def test_dqn_takes_its_gradient_steps_per_train_freq_env_steps():
     venv.close()
     # 63 env steps pay for 9 rounds of 2 gradient steps; every rollout (9 env steps, more
     # than train_freq) completes at least one round, so each of the 7 reports an update
-    assert algo.gradient_step == 18 and algo.learner.pending_steps == 0
+    assert algo.gradient_step == 18 and algo.pending_steps == 0
     assert len(progress.updates) == 7
 
 
@@ -253,8 +253,8 @@ def test_exploring_actions_on_torch_batches_are_legal_and_stay_tensors(name):
         done=torch.zeros(50, dtype=torch.bool),
     )
     for explore in (True, False):
-        actions = algo.act(batch, explore=explore)[0]["player"]
+        actions = algo.policy.act(batch, explore=explore)[0]["player"]
         assert torch.is_tensor(actions) and actions.shape == (50, 2)
         assert mask.gather(-1, actions[..., None]).all()
-    explored = algo.act(batch, explore=True)[0]["player"]
+    explored = algo.policy.act(batch, explore=True)[0]["player"]
     assert set(explored[:25].flatten().tolist()) == {1, 2}

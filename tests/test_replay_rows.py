@@ -197,7 +197,7 @@ def test_maddpgs_joint_rows_are_the_assemblers_transitions_of_every_agent(array,
             row["agent/next_action_mask"] = t["next_action_mask"]
         expected.append(row)
         if builder.full:
-            rows = algo.learner.joint_rows("agent", builder.finish()["agent"])
+            rows = algo.joint_rows("agent", builder.finish()["agent"])
             ours.append({k: to_numpy(v) for k, v in rows.items()})
     venv.close()
     assert any(

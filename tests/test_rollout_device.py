@@ -139,7 +139,7 @@ def test_as_on_a_gpu_everything_reads_the_host_a_constant_number_of_times_per_ro
 def test_the_rollout_collector_raises_a_bad_action_checked_on_the_device(monkeypatch):
     monkeypatch.setattr(Place, "numpy_on_cpu", False)
     venv, algo, collector = torch_collector(MAPPO, "cpu", deferred=True)
-    act, calls = algo.act, []
+    act, calls = algo.policy.act, []
 
     def act_badly(batch, **kwargs):
         actions, extras = act(batch, **kwargs)
@@ -149,7 +149,7 @@ def test_the_rollout_collector_raises_a_bad_action_checked_on_the_device(monkeyp
             actions["agent"][1, 2] = 7
         return actions, extras
 
-    algo.act = act_badly
+    algo.policy.act = act_badly
     with pytest.raises(InvalidActionError, match=r"env 1, agent 'agent_2'.*in step 4 of the 10"):
         collector.run(40 * venv.num_envs)
     assert algo.updates == 0  # found before learning from the rollout
@@ -181,13 +181,13 @@ def test_on_cuda_a_rollout_and_update_synchronise_a_constant_number_of_times():
 def test_the_counter_sees_reads_made_per_step():
     # the check above would fail on a learner that reads a value back in every step
     venv, algo, collector = torch_collector(MAPPO, "cpu")
-    act = algo.act
+    act = algo.policy.act
 
     def reading_act(batch, **kwargs):
         batch.done.any().item()
         return act(batch, **kwargs)
 
-    algo.act = reading_act
+    algo.policy.act = reading_act
     with counting_reads() as counts:
         collector.run(10 * venv.num_envs)
     venv.close()
@@ -218,7 +218,7 @@ def trained(array, device, algo_cls, updates=3, env_kwargs=None, **settings):
     venv.close()
     nets = {
         f"{g}/{name}": value.detach().cpu().double().clone()
-        for g, nets in algo.nets.items()
+        for g, nets in algo.policy.nets.items()
         for name, value in nets.state_dict().items()
     }
     return nets, reported
@@ -281,7 +281,7 @@ def test_torch_batches_train_the_networks_numpy_batches_train(
 def test_torch_batches_get_actions_and_extras_on_their_device(device):
     venv, algo, _ = torch_collector(MAPPO, device)
     batch = venv.reset(seed=0)
-    actions, extras = algo.act(batch, decisions=DecisionCounter().index(batch))
+    actions, extras = algo.policy.act(batch, decisions=DecisionCounter().index(batch))
     for value in [*actions.values(), *(v for per in extras.values() for v in per.values())]:
         assert isinstance(value, torch.Tensor) and value.device.type == device
     venv.close()

@@ -41,7 +41,7 @@ def trained(collect: type, algo_cls: type, env_id: str, updates: int = 3, **sett
     venv.close()
     return {
         f"{g}/{name}": value.detach().double().clone()
-        for g, nets in algo.nets.items()
+        for g, nets in algo.policy.nets.items()
         for name, value in nets.state_dict().items()
     }
 

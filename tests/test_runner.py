@@ -18,6 +18,7 @@ pytest.importorskip("yaml")
 
 import corral
 from corral.algos.base import AlgoConfig, Algorithm
+from corral.algos.policy import Learner, Policy
 from corral.data.rollouts import Rollout, decision_rows
 from corral.training import ConfigError, Runner, load_config, load_run
 from corral.training import checkpoint as ckpt
@@ -47,6 +48,36 @@ class TabularConfig(AlgoConfig):
     """The action an untrained table plays greedily."""
 
 
+class TabularPolicy(Policy):
+    """:class:`TabularQ`'s tables, acting epsilon-greedily (or greedily)."""
+
+    def __init__(self, groups: Mapping[str, Any], action_space: Mapping[str, Any], config: Any):
+        super().__init__(groups)
+        self.config = config
+        self.action_space = dict(action_space)
+        self.q = {}
+        for g in self.groups:
+            self.q[g] = np.zeros((config.states, int(self.action_space[g].n)))
+            self.q[g][:, config.prefer] = 1e-3
+        self.rng = np.random.default_rng(config.seed)
+
+    def state(self, obs: np.ndarray) -> np.ndarray:
+        flat = np.asarray(obs).reshape(*np.shape(obs)[:-1], -1)
+        return np.argmax(flat, axis=-1) % self.config.states
+
+    def act(self, batch: Any, *, explore: bool = True, decisions: Any = None) -> tuple[dict, dict]:
+        actions = {}
+        for g in self.groups:
+            q = self.q[g][self.state(batch.obs[g])]
+            mask = batch.action_mask.get(g)
+            best = np.argmax(np.where(mask, q, -np.inf) if mask is not None else q, axis=-1)
+            if explore:
+                random = sample_array(self.action_space[g], best.shape, self.rng, mask)
+                best = np.where(self.rng.random(best.shape) < self.config.epsilon, random, best)
+            actions[g] = best
+        return actions, {}
+
+
 class TabularQ(Algorithm):
     """Q-learning on a table per group, from each rollout's decisions; the state of an
     observation is its argmax."""
@@ -55,32 +86,23 @@ class TabularQ(Algorithm):
     Config: ClassVar[type[AlgoConfig]] = TabularConfig
     records_next: ClassVar[bool] = True
     config: TabularConfig
+    policy: TabularPolicy
 
-    def __init__(self, venv: Any, config: AlgoConfig | None = None, **kwargs: Any) -> None:
-        super().__init__(venv, config, **kwargs)
-        self.q = {}
-        for g in self.groups:
-            self.q[g] = np.zeros((self.config.states, int(self.action_space[g].n)))
-            self.q[g][:, self.config.prefer] = 1e-3
-        self.rng = np.random.default_rng(self.config.seed)
+    def __init__(
+        self,
+        venv: Any,
+        config: AlgoConfig | None = None,
+        *,
+        learn_groups: Any = None,
+        device: str = "cpu",
+    ) -> None:
+        groups = self.describe(venv, config, learn_groups, device)
+        Learner.__init__(self, TabularPolicy(groups, self.action_space, self.config))
         self.pending: list[Mapping[str, Any]] = []
-        self.updates = 0
 
-    def _state(self, obs: np.ndarray) -> np.ndarray:
-        flat = np.asarray(obs).reshape(*np.shape(obs)[:-1], -1)
-        return np.argmax(flat, axis=-1) % self.config.states
-
-    def act(self, batch: Any, *, explore: bool = True) -> tuple[dict, dict]:
-        actions = {}
-        for g in self.groups:
-            q = self.q[g][self._state(batch.obs[g])]
-            mask = batch.action_mask.get(g)
-            best = np.argmax(np.where(mask, q, -np.inf) if mask is not None else q, axis=-1)
-            if explore:
-                random = sample_array(self.action_space[g], best.shape, self.rng, mask)
-                best = np.where(self.rng.random(best.shape) < self.config.epsilon, random, best)
-            actions[g] = best
-        return actions, {}
+    @property
+    def q(self) -> dict[str, np.ndarray]:
+        return self.policy.q
 
     def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
         fields = ("obs", "action", "reward", "next_obs", "terminated")
@@ -93,11 +115,11 @@ class TabularQ(Algorithm):
         errors = []
         for transitions in self.pending:
             for g, t in transitions.items():
-                s, s2 = self._state(t["obs"]), self._state(t["next_obs"])
-                bootstrap = np.where(t["terminated"], 0.0, self.q[g][s2].max(axis=-1))
+                s, s2 = self.policy.state(t["obs"]), self.policy.state(t["next_obs"])
+                bootstrap = np.where(t["terminated"], 0.0, self.policy.q[g][s2].max(axis=-1))
                 target = t["reward"] + self.config.gamma * bootstrap
-                error = target - self.q[g][s, t["action"]]
-                np.add.at(self.q[g], (s, t["action"]), self.config.lr * error)
+                error = target - self.policy.q[g][s, t["action"]]
+                np.add.at(self.policy.q[g], (s, t["action"]), self.config.lr * error)
                 errors.extend(error.tolist())
         self.pending.clear()
         self.updates += 1
@@ -105,15 +127,15 @@ class TabularQ(Algorithm):
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "q": {g: q.copy() for g, q in self.q.items()},
-            "rng": self.rng.bit_generator.state,
+            "q": {g: q.copy() for g, q in self.policy.q.items()},
+            "rng": self.policy.rng.bit_generator.state,
             "pending": list(self.pending),
             "updates": self.updates,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.q = {g: np.array(q) for g, q in state["q"].items()}
-        self.rng.bit_generator.state = state["rng"]
+        self.policy.q = {g: np.array(q) for g, q in state["q"].items()}
+        self.policy.rng.bit_generator.state = state["rng"]
         self.pending = list(state["pending"])
         self.updates = int(state["updates"])
 
@@ -508,12 +530,12 @@ def test_resume_of_a_killed_run_equals_an_uninterrupted_one(
         assert runner.env_steps == 160
         resumed = runner.train()
         assert "resumed at 160 env steps" in (tmp_path / "killed" / "train.log").read_text()
-        q = runner.algo.q
+        q = runner.algo.policy.q
     assert resumed.env_steps == 400
     assert without_time(resumed.metrics) == without_time(whole.metrics)
     assert without_time(read_metrics(tmp_path / "killed")) == without_time(whole.metrics)
     _, algo, _ = load_run(tmp_path / "whole", "latest", allow_imports=[TINY])
-    assert all(np.array_equal(q[g], algo.q[g]) for g in q)
+    assert all(np.array_equal(q[g], algo.policy.q[g]) for g in q)
     assert resumed.best_eval == whole.best_eval and resumed.best_steps == whole.best_steps
 
 
@@ -539,15 +561,15 @@ def test_dqn_resumes_with_its_replay_buffers_as_if_never_killed(
     assert len(replay["data"]["reward"]) == 320  # 160 one-step games of two players
     with Runner.resume(tmp_path / "killed", progress=False) as runner:
         resumed = runner.train()
-        weights = runner.algo.q["player"].state_dict()
+        weights = runner.algo.policy.q["player"].state_dict()
     assert without_time(resumed.metrics) == without_time(whole.metrics)
     _, algo, _ = load_run(tmp_path / "whole", "latest")
-    for key, value in algo.q["player"].state_dict().items():
+    for key, value in algo.policy.q["player"].state_dict().items():
         assert value.equal(weights[key]), key
     # Without the buffers the resumed run learns from fewer, other transitions.
     with Runner.resume(tmp_path / "forgetful", progress=False) as runner:
         runner.train()
-        forgetful = runner.algo.q["player"].state_dict()
+        forgetful = runner.algo.policy.q["player"].state_dict()
     assert not all(value.equal(forgetful[key]) for key, value in weights.items())
 
 
@@ -707,7 +729,7 @@ def test_algorithms_that_read_the_state_get_vector_envs_with_state(tmp_path: Pat
         cfg = load_config(algo, "corral/rps", {"run_dir": str(tmp_path / algo), "num_envs": 2})
         with Runner(cfg, progress=False) as runner:
             assert (runner.venv.state_space is not None) is centralised
-            assert runner.algo.use_state is centralised
+            assert runner.algo.policy.use_state is centralised
 
 
 def same_state(a: Any, b: Any) -> bool:

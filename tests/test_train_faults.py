@@ -357,7 +357,7 @@ def test_games_against_an_opponent_count_only_whole_games(chain_run: Any) -> Non
     cut = CutEpisodes(4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        returns = play_against(algo, venv, 4, "agent_0", seed=5, cut=cut)
+        returns = play_against(algo.policy, venv, 4, "agent_0", seed=5, cut=cut)
     assert returns == [float(CHAIN_LENGTH)] * 4 and cut.count == 2
 
 

@@ -60,7 +60,7 @@ class MAPPORows:
                     metrics[f"{g}/{name}"] = value
             buffer.clear()
         self.steps_since_update = 0
-        self.algo.learner.updated()
+        self.algo.updated()
         return metrics
 
     def advantages(self, g: str, t: Transitions) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +84,7 @@ class MAPPORows:
         agent, policy = t["agent"], self.algo.policy
         critic_in = policy.critic_input(g, t["obs"], t.get("state"), t.get("decision"), agent)
         advantage, returns = self.advantages(g, t)
-        return self.algo.learner.ppo(
+        return self.algo.ppo(
             g,
             actor_in=policy.actor_input(g, t["obs"], agent),
             critic_in=critic_in,

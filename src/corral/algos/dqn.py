@@ -44,8 +44,8 @@ generators; the replay memories are saved apart
 The algorithm is split (see :mod:`corral.algos.policy`): a :class:`DQNPolicy`
 holds the online networks and acts epsilon-greedily with the ``epsilon`` its
 learner last set, without side effects; a :class:`DQNLearner` holds the target
-networks, optimisers and replay memories and learns from rollouts; :class:`DQN`,
-what the runner drives, holds both.
+networks, optimisers and replay memories and learns from rollouts; :class:`DQN`
+is that learner built for a vector env together with its policy.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
+from corral.algos.base import AlgoConfig, Algorithm, resolve_device
 from corral.algos.networks import (
     as_input,
     flat_dim,
@@ -67,7 +67,7 @@ from corral.algos.networks import (
     masked_logits,
     mlp,
 )
-from corral.algos.policy import Learner, Policy, Weights
+from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
 from corral.arrays import is_tensor
 from corral.data.replay import Replay, Transitions
 from corral.data.rollouts import Rollout, decisions
@@ -390,10 +390,11 @@ class DQNLearner(Learner):
         self._stored_lower, self._filled = None, set()
 
 
-class DQN(Algorithm):
+class DQN(DQNLearner, Algorithm):
     """Double DQN with action masks, parameters shared per group.
 
-    A :class:`DQNPolicy` (:attr:`policy`) and a :class:`DQNLearner` (:attr:`learner`).
+    The learner of a :class:`DQNPolicy` (:attr:`policy`) that it builds for ``venv``'s
+    groups ``learn_groups`` (default all).
     """
 
     name: ClassVar[str] = "dqn"
@@ -401,8 +402,6 @@ class DQN(Algorithm):
     config: Config
     records_next: ClassVar[bool] = True
     """Its rollouts record what replay rows need (``RolloutBuilder(record_next=True)``)."""
-    policy: DQNPolicy
-    learner: DQNLearner
 
     def __init__(
         self,
@@ -412,82 +411,22 @@ class DQN(Algorithm):
         learn_groups: Collection[str] | None = None,
         device: str = "cpu",
     ) -> None:
-        super().__init__(venv, config, learn_groups=learn_groups, device=device)
+        groups = self.describe(venv, config, learn_groups, resolve_device(device))
         for g, space in self.action_space.items():
             if not isinstance(space, spaces.Discrete):
                 raise UnsupportedEnvError(
                     f"DQN needs Discrete action spaces, but group {g!r} has {space}; "
                     "use MAPPO/IPPO or MADDPG for other action spaces"
                 )
-        cfg = self.config
-        self.device = resolve_device(device)
-        self.policy = DQNPolicy(
-            self.groups, self.observation_space, self.action_space, cfg, device=self.device
+        policy = DQNPolicy(
+            groups, self.observation_space, self.action_space, self.config, device=self.device
         )
-        self.learner = DQNLearner(self.policy, cfg)
-
-    # -- what the learner and the policy hold, by their old names ---------------------
-
-    @property
-    def q(self) -> dict[str, nn.Module]:
-        """The policy's online networks, per group."""
-        return self.policy.q
-
-    @property
-    def target(self) -> dict[str, nn.Module]:
-        """The learner's target networks, per group."""
-        return self.learner.target
-
-    @property
-    def buffer(self) -> dict[str, Replay]:
-        """The learner's replay memories, per group."""
-        return self.learner.buffer
-
-    @property
-    def rng(self) -> np.random.Generator:
-        """The policy's NumPy generator."""
-        return self.policy.rng
-
-    @property
-    def env_steps(self) -> int:
-        """Env steps learned from (the learner's count)."""
-        return self.learner.env_steps
-
-    @property
-    def gradient_step(self) -> int:
-        """The learner's gradient steps."""
-        return self.learner.gradient_step
-
-    def epsilon(self) -> float:
-        """The exploration rate of exploring acts (the policy's)."""
-        return self.policy.epsilon
-
-    def greedy(self, group: str, obs: Any, mask: Any) -> Any:
-        """See :meth:`DQNPolicy.greedy`."""
-        return self.policy.greedy(group, obs, mask)
-
-    def targets(self, group: str, t: Mapping[str, Any]) -> torch.Tensor:
-        """See :meth:`DQNLearner.targets`."""
-        return self.learner.targets(group, t)
-
-    # -- acting ----------------------------------------------------------------------
-
-    def act(
-        self, batch: Any, *, explore: bool = True, decisions: Mapping[str, Any] | None = None
-    ) -> tuple[Actions, Extras]:
-        """The policy's actions (see :meth:`DQNPolicy.act`)."""
-        return self.policy.act(batch, explore=explore)
-
-    # -- learning --------------------------------------------------------------------
+        DQNLearner.__init__(self, policy, self.config)
 
     @property
     def rollout_steps(self) -> int:
         """Vector steps per rollout: ``train_freq`` env steps, rounded up to whole vector steps."""
         return -(-self.config.train_freq // self.num_envs)
-
-    def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
-        """The learner's update (see :meth:`DQNLearner.update`)."""
-        return self.learner.learn(rollouts)
 
     def snapshot(self) -> Weights:
         """The policy's weights, acting epsilon-greedily with ``opponent_epsilon`` (a
@@ -498,15 +437,15 @@ class DQN(Algorithm):
 
     def snapshot_clock(self) -> int:
         """Self-play's snapshots count gradient steps."""
-        return self.learner.gradient_step
+        return self.gradient_step
 
     def first_update(self) -> FirstUpdate:
         """Filling to ``learning_starts`` (each env step completes at most one transition per
         agent), then ``train_freq`` env steps, to the end of a rollout."""
         cfg, env_count = self.config, self.num_envs
         agents = sum(len(members) for members in self.groups.values())
-        fill = max(0, max(1, cfg.learning_starts) - self.learner.stored())
-        pending = max(0, cfg.train_freq - self.learner.pending_steps)
+        fill = max(0, max(1, cfg.learning_starts) - self.stored())
+        pending = max(0, cfg.train_freq - self.pending_steps)
         vector_steps = -(-fill // (env_count * agents)) + max(1, -(-pending // env_count))
         vector_steps = -(-vector_steps // self.rollout_steps) * self.rollout_steps
         because = (
@@ -514,24 +453,6 @@ class DQN(Algorithm):
             f"learning at the end of rollouts of {self.rollout_steps} vector steps"
         )
         return FirstUpdate(vector_steps * env_count, because)
-
-    # -- checkpoints -------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """The learner's state (networks, optimisers, counters, generators; not the replay
-        memories: see :meth:`replay_state_dict`)."""
-        return self.learner.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`; the replay memories are left as they are."""
-        self.learner.load_state_dict(state)
-
-    def replay_state_dict(self) -> dict[str, Any]:
-        """Every group's replay memory."""
-        return self.learner.replay_state_dict()
-
-    def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.learner.load_replay_state_dict(state)
 
 
 def epsilon_at(config: Config, env_steps: int) -> float:

@@ -49,8 +49,8 @@ The algorithm is split (see :mod:`corral.algos.policy`): a :class:`MADDPGPolicy`
 holds the actors and acts with the exploration (``noise_std``, ``epsilon``)
 its learner last set, without side effects; a :class:`MADDPGLearner` holds the
 critics, target networks, optimisers, replay memory and learning-rate schedule
-and learns from rollouts; :class:`MADDPG`, what the runner drives, is a facade
-over both.
+and learns from rollouts; :class:`MADDPG` is that learner built for a vector
+env together with its policy.
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
+from corral.algos.base import AlgoConfig, Algorithm, resolve_device
 from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
-from corral.algos.policy import Learner, Policy, Weights
+from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
 from corral.arrays import is_tensor
 from corral.data.replay import Replay, Transitions
 from corral.data.rollouts import Rollout
@@ -556,12 +556,12 @@ class MADDPGLearner(Learner):
         self.stored = len(self.buffer)
 
 
-class MADDPG(Algorithm):
+class MADDPG(MADDPGLearner, Algorithm):
     """Multi-agent DDPG with parameters shared within each group.
 
-    A facade over a :class:`MADDPGPolicy` (:attr:`policy`, the actors) and a
-    :class:`MADDPGLearner` (:attr:`learner`, the critics, targets, optimisers and
-    replay memory), built from one seed.
+    The learner (critics, targets, optimisers, replay memory) of a
+    :class:`MADDPGPolicy` (:attr:`policy`, the actors) that it builds for ``venv``'s
+    groups ``learn_groups`` (default all), both from one seed.
     """
 
     name = "maddpg"
@@ -570,8 +570,6 @@ class MADDPG(Algorithm):
     needs_lockstep = True
     records_next = True
     """Its rollouts record what replay rows need (``RolloutBuilder(record_next=True)``)."""
-    policy: MADDPGPolicy
-    learner: MADDPGLearner
 
     def __init__(
         self,
@@ -581,61 +579,14 @@ class MADDPG(Algorithm):
         learn_groups: Collection[str] | None = None,
         device: str = "cpu",
     ) -> None:
-        super().__init__(venv, config, learn_groups=learn_groups, device=resolve_device(device))
+        groups = self.describe(venv, config, learn_groups, resolve_device(device))
         cfg = self.config
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)  # the actors' and the critics' initial parameters
-            self.policy = MADDPGPolicy(
-                self.groups, self.observation_space, self.action_space, cfg, device=self.device
+            policy = MADDPGPolicy(
+                groups, self.observation_space, self.action_space, cfg, device=self.device
             )
-            self.learner = MADDPGLearner(self.policy, cfg, self.state_space)
-
-    # -- what the learner and the policy hold, by their old names ---------------------------
-
-    @property
-    def actor(self) -> dict[str, nn.Module]:
-        """The policy's actors, per group."""
-        return self.policy.actor
-
-    @property
-    def critic(self) -> dict[str, nn.Module]:
-        """The learner's critics, per group."""
-        return self.learner.critic
-
-    @property
-    def actor_opt(self) -> dict[str, torch.optim.Optimizer]:
-        """The learner's optimisers of the actors, per group."""
-        return self.learner.actor_opt
-
-    @property
-    def critic_opt(self) -> dict[str, torch.optim.Optimizer]:
-        """The learner's optimisers of the critics, per group."""
-        return self.learner.critic_opt
-
-    @property
-    def buffer(self) -> Replay:
-        """The learner's joint replay memory."""
-        return self.learner.buffer
-
-    @property
-    def critic_sees_state(self) -> bool:
-        """Whether the critics see the env's ``state`` (else every learned observation)."""
-        return self.learner.critic_sees_state
-
-    @property
-    def env_steps(self) -> int:
-        """Env steps learned from (the learner's count)."""
-        return self.learner.env_steps
-
-    def exploration(self) -> tuple[float, float]:
-        """The policy's ``Box`` noise std and ``Discrete`` random-action probability."""
-        return self.policy.noise_std, self.policy.epsilon
-
-    def lr_scale(self) -> float:
-        """See :meth:`MADDPGLearner.lr_scale`."""
-        return self.learner.lr_scale()
-
-    # -- learning ---------------------------------------------------------------------------
+            MADDPGLearner.__init__(self, policy, cfg, self.state_space)
 
     @property
     def rollout_steps(self) -> int:
@@ -644,7 +595,7 @@ class MADDPG(Algorithm):
 
     def first_update(self) -> FirstUpdate:
         """Until ``learning_starts``, ``batch_size`` and ``train_freq`` env steps are stored."""
-        cfg, learner = self.config, self.learner
+        cfg, learner = self.config, self
         rows = max(
             1,
             cfg.learning_starts - learner.env_steps,
@@ -656,13 +607,6 @@ class MADDPG(Algorithm):
             f"learning at the end of rollouts of {self.rollout_steps} vector steps"
         )
         return FirstUpdate(_whole_rollouts(rows, self.num_envs, self.rollout_steps), because)
-
-    def replay_state_dict(self) -> dict[str, Any]:
-        """The joint replay memory."""
-        return self.learner.replay_state_dict()
-
-    def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.learner.load_replay_state_dict(state)
 
 
 def exploration_at(config: Config, env_steps: int) -> tuple[float, float]:

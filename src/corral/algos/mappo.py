@@ -43,7 +43,8 @@ pool every ``snapshot_interval`` updates, and only the learner's decisions
 The algorithm is split (see :mod:`corral.algos.policy`): a
 :class:`MAPPOPolicy` holds the actors and critics and acts without side
 effects, a :class:`MAPPOLearner` holds the optimisers and learns from
-rollouts, and :class:`MAPPO`, what the runner drives, holds both.
+rollouts, and :class:`MAPPO` is that learner built for a vector env together
+with its policy (the collector acts with ``MAPPO(...).policy``).
 
 Defaults follow the MPE settings of Yu et al. 2022, "The Surprising
 Effectiveness of PPO in Cooperative Multi-Agent Games" (lr 7e-4, 10 epochs,
@@ -65,7 +66,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Distribution, Independent, Normal
 
-from corral.algos.base import Actions, AlgoConfig, Algorithm, Extras, FirstUpdate, resolve_device
+from corral.algos.base import AlgoConfig, Algorithm, resolve_device
 from corral.algos.networks import (
     as_input,
     clip_grad_norm,
@@ -74,7 +75,7 @@ from corral.algos.networks import (
     mlp,
     to_device,
 )
-from corral.algos.policy import Learner, Policy, Weights
+from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
 from corral.arrays import to_numpy
 from corral.data.rollouts import Rollout, masked_gae
 from corral.errors import UnsupportedEnvError
@@ -668,11 +669,11 @@ class MAPPOLearner(Learner):
         super().load_state_dict(state)
 
 
-class MAPPO(Algorithm):
+class MAPPO(MAPPOLearner, Algorithm):
     """Multi-agent PPO with a centralised critic on ``state``; see the module docstring.
 
-    A :class:`MAPPOPolicy` (:attr:`policy`) and a :class:`MAPPOLearner`
-    (:attr:`learner`).
+    The learner of a :class:`MAPPOPolicy` (:attr:`policy`) that it builds for ``venv``'s
+    groups ``learn_groups`` (default all).
     """
 
     name: ClassVar[str] = "mappo"
@@ -680,8 +681,6 @@ class MAPPO(Algorithm):
     centralised: ClassVar[bool] = True
     """Whether the critic sees the global state (when the env has one)."""
     uses_state: ClassVar[bool] = True
-    policy: MAPPOPolicy
-    learner: MAPPOLearner
 
     def __init__(
         self,
@@ -691,77 +690,22 @@ class MAPPO(Algorithm):
         learn_groups: Collection[str] | None = None,
         device: str = "cpu",
     ) -> None:
-        super().__init__(venv, config, learn_groups=learn_groups, device=resolve_device(device))
-        cfg = self.config
-        self.policy = MAPPOPolicy(
-            self.groups,
+        groups = self.describe(venv, config, learn_groups, resolve_device(device))
+        policy = MAPPOPolicy(
+            groups,
             self.observation_space,
             self.action_space,
             self.state_space,
-            cfg,
+            self.config,
             centralised=self.centralised,
             device=self.device,
         )
-        self.learner = MAPPOLearner(self.policy, cfg)
-
-    @property
-    def nets(self) -> dict[str, GroupNets]:
-        """The policy's networks, per group."""
-        return self.policy.nets
-
-    @property
-    def use_state(self) -> bool:
-        """Whether the critics see the global state."""
-        return self.policy.use_state
-
-    @property
-    def updates(self) -> int:
-        """The learner's updates so far."""
-        return self.learner.updates
-
-    # -- acting --------------------------------------------------------------------
-
-    def act(
-        self, batch: Any, *, explore: bool = True, decisions: Mapping[str, Any] | None = None
-    ) -> tuple[Actions, Extras]:
-        """The policy's actions and extras (see :meth:`MAPPOPolicy.act`)."""
-        return self.policy.act(batch, explore=explore, decisions=decisions)
-
-    def bootstrap_values(
-        self, batch: Any, decisions: Mapping[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """See :meth:`MAPPOPolicy.bootstrap_values`."""
-        return self.policy.bootstrap_values(batch, decisions)
-
-    def final_values(
-        self, batch: Any, decisions: Mapping[str, Any] | None = None
-    ) -> dict[str, Any] | None:
-        """See :meth:`MAPPOPolicy.final_values`."""
-        return self.policy.final_values(batch, decisions)
-
-    # -- learning from rollouts ----------------------------------------------------------
-
-    def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
-        """The learner's update from ``rollouts``; metrics are named ``group/metric``."""
-        return self.learner.learn(rollouts)
+        MAPPOLearner.__init__(self, policy, self.config)
 
     def first_update(self) -> FirstUpdate:
-        """A whole rollout: the collectors start one with each run."""
+        """A whole rollout: the collector starts one with each run."""
         steps = self.config.rollout_steps
         return FirstUpdate(steps * self.num_envs, f"rollout_steps={steps} of {self.num_envs} envs")
-
-    # -- checkpoints -------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """The learner's state (networks, optimisers, random stream, counters).
-
-        Only tensors and plain Python values: ``torch.load(weights_only=True)`` reads it.
-        """
-        return self.learner.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
-        self.learner.load_state_dict(state)
 
 
 class IPPO(MAPPO):

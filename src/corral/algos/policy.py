@@ -16,17 +16,29 @@ arrays it receives. Its counters come from those arrays, not from acting:
 the agents' decisions the rollouts record, :attr:`~Learner.updates` one per
 :meth:`~Learner.learn`, which also bumps the policy's version.
 
-The runner drives an :class:`~corral.algos.base.Algorithm`; a split algorithm
-(MAPPO, IPPO, DQN, MADDPG) is a facade over its policy and learner.
+The collector and the runner drive learners: an algorithm (MAPPO, IPPO, DQN,
+MADDPG; :class:`~corral.algos.base.Algorithm`) is its learner, built for a
+vector env together with its policy; the collector acts with the learner's
+policy and feeds the learner its rollouts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 from corral.arrays import is_tensor
 from corral.data.rollouts import Rollout
+
+
+class FirstUpdate(NamedTuple):
+    """When a learner can next update: the fewest env steps from now, and what sets them."""
+
+    env_steps: int
+    """Env steps (one per env per vector step) to collect before the next update."""
+    because: str
+    """The settings behind that number, e.g. ``rollout_steps=64 vector steps of 16 envs``."""
+
 
 Actions = dict[str, Any]
 """Per group, the actions ``[E, n, ...]`` of every agent."""
@@ -65,6 +77,21 @@ class Policy:
         """
         raise NotImplementedError
 
+    def bootstrap_values(
+        self, batch: Any, decisions: Mapping[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """A policy with a critic: the value ``[E, n]`` of every agent's observation in
+        ``batch`` (what a rollout ending there bootstraps from); ``None``: it has no values."""
+        return None
+
+    def final_values(
+        self, batch: Any, decisions: Mapping[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """A policy with a critic: the value ``[E, n]`` of every agent's next observation after
+        the step that returned ``batch``, which truncated decisions bootstrap from; ``None``:
+        they bootstrap nothing."""
+        return None
+
     def weights(self) -> Weights:
         """The parameters and :attr:`version`, as a picklable mapping of CPU tensors."""
         raise NotImplementedError
@@ -75,7 +102,18 @@ class Policy:
 
 
 class Learner:
-    """Improves :attr:`policy` from rollouts; see the module docstring."""
+    """Improves :attr:`policy` from rollouts; see the module docstring.
+
+    What the collector reads of a learner: :attr:`groups` (its policy's),
+    :attr:`rollout_steps` and :attr:`records_next` (how its rollouts are
+    recorded), and :meth:`learn`; the runner also :meth:`first_update`, the
+    state and replay memory for checkpoints, and self-play's pool
+    :meth:`snapshot` and :meth:`snapshot_clock`.
+    """
+
+    records_next: ClassVar[bool] = False
+    """Whether its rollouts record each step's next observations (``RolloutBuilder``'s
+    ``record_next``), from which a replay learner makes its rows."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -84,6 +122,39 @@ class Learner:
         self._decisions: Any = 0  # a tensor on the rollouts' device, read back when asked
         self.updates = 0
         """Updates made (one per :meth:`learn`)."""
+
+    @property
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        """The groups its policy acts for and it learns (group -> its agents)."""
+        return self.policy.groups
+
+    @property
+    def rollout_steps(self) -> int:
+        """Vector steps per rollout learned from (``config.rollout_steps``)."""
+        return int(self.config.rollout_steps)  # type: ignore[attr-defined]
+
+    def first_update(self) -> FirstUpdate | None:
+        """A lower bound on the env steps before :meth:`learn` can next update (``None``:
+        unknown); the runner warns when a run is too short for any update."""
+        return None
+
+    def snapshot(self) -> Weights:
+        """Its policy's weights as a frozen self-play opponent acts with them (see
+        :class:`~corral.algos.selfplay.SnapshotPool`): copies that never change."""
+        return self.policy.weights()
+
+    def snapshot_clock(self) -> int:
+        """What self-play's ``snapshot_interval`` counts: :attr:`updates`."""
+        return self.updates
+
+    def replay_state_dict(self) -> dict[str, Any] | None:
+        """An off-policy learner's replay memory, kept apart from :meth:`state_dict` so that
+        only resumable checkpoints carry it; ``None`` for a learner that keeps none."""
+        return None
+
+    def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`replay_state_dict`."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no replay memory to restore")
 
     @property
     def decisions(self) -> int:

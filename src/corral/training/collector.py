@@ -154,7 +154,7 @@ class Collector:
         actions: dict[str, Any] = {}
         extras: dict[str, dict] = {}
         for pid, learner in self.learners.items():
-            own, extras[pid] = learner.act(batch, explore=explore)
+            own, extras[pid] = learner.policy.act(batch, explore=explore)
             if self.seating is not None:
                 extras[pid]["learner"] = {g: m.copy() for g, m in self.seating.owned[pid].items()}
             for g, theirs in own.items():
@@ -234,10 +234,10 @@ class Collector:
         """After a step that learning recorded: close it in ``pid``'s rollout, and learn at
         that rollout's end."""
         learner = self.learners[pid]
-        builder.observe(self.batch, learner.final_values(self.batch))
+        builder.observe(self.batch, learner.policy.final_values(self.batch))
         if not builder.full:
             return
-        next_value = learner.bootstrap_values(self.batch)
+        next_value = learner.policy.bootstrap_values(self.batch)
         rollouts = builder.finish(next_value)
         self._read_episodes(progress)
         self._raise_deferred()  # not learning from a bad action's stand-in
@@ -309,10 +309,9 @@ class Collector:
             total = sum((batch.episode_return[g] * mine[g]).sum(axis=1) for g in mine)
             count = sum(mine[g].sum(axis=1) for g in mine)
             progress.episode_returns.extend((total / count)[finished].tolist())
-        else:
-            returns = np.concatenate(
-                [batch.episode_return[g][finished] for g in self.learned_groups], axis=1
-            )
+        else:  # the learned groups' agents (every agent's where nothing learns)
+            groups = self.learned_groups or tuple(self.venv.groups)
+            returns = np.concatenate([batch.episode_return[g][finished] for g in groups], axis=1)
             progress.episode_returns.extend(returns.mean(axis=1).tolist())
         for g, agents in self.venv.groups.items():
             group_returns = batch.episode_return[g][finished]

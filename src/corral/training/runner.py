@@ -953,7 +953,7 @@ class RunPolicy(Policy):
         self.learner = learner
 
     def act(self, batch: Any, *, explore: bool = True, decisions: Any = None) -> Any:
-        return self.learner.act(batch, explore=False)
+        return self.learner.policy.act(batch, explore=False)
 
 
 class RandomPolicy:
@@ -1006,7 +1006,10 @@ def evaluate_policy(
             reference = reference_opponent(spec, config, venv, allow_imports=allow_imports)
             cut = CutEpisodes(episodes)
             player = _only(learners, "playing against eval_opponent (select_by eval_vs_opponent)")
-            found = versus_columns(player, venv, selection.seats, episodes, reference, seed, cut)
+            opponent_policy = None if reference is None else reference.policy
+            found = versus_columns(
+                player.policy, venv, selection.seats, episodes, opponent_policy, seed, cut
+            )
             result.episodes.update(found)
             result.cut += cut.count
     finally:

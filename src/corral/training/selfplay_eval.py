@@ -13,25 +13,28 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from corral.algos.policy import Policy
 from corral.training.collector import Collector
+from corral.training.policy_map import FixedPlayer
 from corral.training.whole_episodes import CutEpisodes, whole_ended
 
 
 class Player(Protocol):
-    """Anything that acts for some groups of a batch, as an algorithm does."""
+    """Anything that acts for some groups of a batch, as a policy does (a learner's
+    ``policy``)."""
 
     def act(self, batch: Any, *, explore: bool = True) -> tuple[dict[str, np.ndarray], Any]: ...
 
 
-class _Seated:
+class _Seated(Policy):
     """Every agent of ``venv``: ``learner``'s action for agent ``j`` of group ``g``,
     ``opponent``'s (greedy) for its groups, uniformly random legal actions elsewhere."""
 
     def __init__(
         self, venv: Any, learner: Player, g: str, j: int, opponent: Player | None, seed: int
     ) -> None:
+        super().__init__(venv.groups)
         self.venv, self.learner, self.g, self.j, self.opponent = venv, learner, g, j, opponent
-        self.groups = dict(venv.groups)
         self.rng = np.random.default_rng(seed)
 
     def act(self, batch: Any, *, explore: bool = True) -> tuple[dict[str, np.ndarray], dict]:
@@ -75,7 +78,9 @@ def play_against(
     returns: list[float] = []
     played = np.zeros(num_envs, dtype=np.int64)
     cut = CutEpisodes(games) if cut is None else cut
-    collector = Collector(venv, _Seated(venv, learner, g, j, opponent, seed), seed=seed)
+    seated = _Seated(venv, learner, g, j, opponent, seed)
+    every = {group: np.ones(len(agents), dtype=bool) for group, agents in venv.groups.items()}
+    collector = Collector(venv, {}, {"seated": FixedPlayer(seated, every)}, seed=seed)
     while (played < quota).any():
         collector.run(num_envs, learn=False)  # one vector step
         batch = collector.batch
@@ -96,7 +101,8 @@ def evaluate_vs_random(
     seed: int = 0,
     env_kwargs: Mapping[str, Any] | None = None,
 ) -> float:
-    """Mean episode return of ``algo`` playing greedily against a uniformly random legal player.
+    """Mean episode return of ``algo`` (a :class:`Player`: a learner's ``policy``) playing
+    greedily against a uniformly random legal player.
 
     ``algo`` plays the agent ``possible_agents[seat]`` (in ``tictactoe_v3`` and
     ``corral/rps`` seat 0 moves first), on a vector env of ``env_id`` whose
