@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -110,14 +110,8 @@ def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> None:
 
 
 def frozen_copy(net: nn.Module) -> nn.Module:
-    """A copy of ``net`` that takes no gradients (a target network, a self-play snapshot)."""
+    """A copy of ``net`` that takes no gradients (a target network)."""
     clone = copy.deepcopy(net)
     clone.requires_grad_(False)
     return clone
 
-
-def loaded_copy(like: nn.Module, weights: Mapping[str, Any]) -> nn.Module:
-    """A :func:`frozen_copy` of ``like`` holding ``weights``."""
-    clone = frozen_copy(like)
-    clone.load_state_dict(weights)
-    return clone
