@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("mpe2")
 
 import corral
+from corral.algos.policy import Policy
 from corral.training.baselines import (
     SPREAD,
     Score,
@@ -26,6 +27,7 @@ from corral.training.baselines import (
     spread_heuristic,
 )
 from corral.training.collector import evaluate
+from corral.training.policy_map import FixedPlayer
 
 TARGET_ENV = {"N": 3, "max_cycles": 25, "local_ratio": 0.5}  # issue 13's learning targets
 
@@ -112,21 +114,23 @@ def test_the_heuristic_clearly_beats_random_on_the_learning_targets_env(continuo
     assert heuristic.mean > -12, scores  # a regression check (about -9 discrete, -7 continuous)
 
 
-class _Scripted:
-    """A controller in the shape the runner's evaluation plays (``groups``, ``act``)."""
+class _Scripted(Policy):
+    """A controller as a policy, which the runner's evaluation plays as a fixed player."""
 
     def __init__(self, venv: Any) -> None:
-        self.groups = {g: list(agents) for g, agents in venv.groups.items()}
+        super().__init__(venv.groups)
         self.controller = spread_controller(venv, {})
 
-    def act(self, batch: Any, explore: bool) -> tuple[dict, dict]:
+    def act(self, batch: Any, *, explore: bool = True, decisions: Any = None) -> tuple[dict, dict]:
         return self.controller(batch, np.random.default_rng()), {}
 
 
 def test_a_score_measures_what_a_runs_evaluation_does() -> None:
     env_kwargs = {"N": 2, "max_cycles": 7}
     venv = corral.make_vec(SPREAD, 3, env_kwargs=env_kwargs)
-    runner = evaluate(venv, _Scripted(venv), 10, seed=5).episode_returns
+    every = {g: np.ones(len(agents), dtype=bool) for g, agents in venv.groups.items()}
+    scripted = {"scripted": FixedPlayer(_Scripted(venv), every)}
+    runner = evaluate(venv, {}, 10, scripted, seed=5).episode_returns
     ours = episode_returns(venv, spread_controller(venv, env_kwargs), 10, seed=5)
     venv.close()
     np.testing.assert_array_equal(ours, runner)
