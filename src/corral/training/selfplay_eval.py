@@ -8,7 +8,7 @@ Training against past copies of the learner is :mod:`corral.algos.selfplay`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,6 +22,9 @@ from corral.training.whole_episodes import CutEpisodes, whole_ended
 class Player(Protocol):
     """Anything that acts for some groups of a batch, as a policy does (a learner's
     ``policy``)."""
+
+    groups: Mapping[str, Sequence[str]]
+    """The groups it acts for (group -> its agents)."""
 
     def act(self, batch: Any, *, explore: bool = True) -> tuple[dict[str, np.ndarray], Any]: ...
 
