@@ -262,6 +262,7 @@ def _cli(capsys: pytest.CaptureFixture[str], tmp_path: Path, policies: str, *ext
         ("agent=fixed:randm", "policies: agent=fixed:randm: a fixed policy is fixed:random"),
         ("adversary_0=ippo", "policies: 'adversary_0' would learn part of the group 'adversary'"),
         ("agent", "policies: 'agent' is not KEY=VALUE"),
+        ("adversary=fixed:random,agent=fixed:random", "policies: no policy learns"),
     ],
 )
 def test_a_bad_policies_string_is_one_line_naming_it(

@@ -114,4 +114,3 @@ def frozen_copy(net: nn.Module) -> nn.Module:
     clone = copy.deepcopy(net)
     clone.requires_grad_(False)
     return clone
-

@@ -71,12 +71,12 @@ class Collector:
     keyed by its group plays that whole group). Episode returns count only the
     learned groups.
 
-    Playing needs of a learner only ``groups`` and ``act``. Learning needs the
-    learner's side of :class:`~corral.algos.base.Algorithm`: :meth:`act` gives,
-    with its actions, any per-decision arrays it learns from and, for a learner
-    with a critic, the extra ``value`` (of every agent's observation);
-    ``bootstrap_values`` the values of the batch after a rollout's last step
-    (``None``: no values); ``learn`` learns from the rollouts. A decision still
+    A learner (:class:`~corral.algos.policy.Learner`) is played by its ``policy``:
+    ``act`` gives, with its actions, any per-decision arrays it learns from and,
+    for a policy with a critic, the extra ``value`` (of every agent's
+    observation); ``bootstrap_values`` the values of the batch after a rollout's
+    last step (``None``: no values). The learner's ``learn`` learns from the
+    rollouts. A decision still
     open when a rollout ends (a turn-based agent waiting for its turn) is
     learned from in the next one.
     """

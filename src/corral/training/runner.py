@@ -752,6 +752,11 @@ def build_players(
             raise ConfigError(f"policies: {pid}={value}: {err}") from err
     if config.run.self_play:
         return learners, {OPPONENT: opponent_player(venv, learners[MAIN], pmap)}
+    if not learners:
+        raise ConfigError(
+            f"policies: no policy learns (every agent is played by {sorted(policies)}); "
+            "leave a group to the run's algorithm or name an algorithm for one"
+        )
     return learners, fixed_players(config, venv, allow_imports)
 
 
