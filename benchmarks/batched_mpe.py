@@ -40,7 +40,8 @@ before it, less the action pool, over E (JAX keeps one peak per process, so a Ja
 shows the higher of its own and the other JaxMARL cell's at the same E).
 
 The peers are not the same envs as mpe2's; the ``obs/env`` column (observation floats per
-env step, all agents) shows one difference, see benchmarks/README.md for the others.
+env step, all agents) shows one difference, see benchmarks/JOURNAL.md ("Batched MPE") for
+the others.
 
 Given ``--before-src PATH`` (another checkout's ``src``), the script measures two trees: it
 runs itself (the same cells) in a subprocess with ``PYTHONPATH`` set to each tree,
