@@ -196,8 +196,10 @@ LOCAL_PATH = re.compile(r"(?<![\w.$}/-])/(?:work|home|tmp)/")
 
 
 def pages_and_scripts() -> list[Path]:
-    """The benchmark scripts and every doc and source file that could name a path."""
+    """The benchmark scripts and their recorded logs, and every doc and source file that
+    could name a path."""
     found = [*BENCHMARKS.glob("*.py"), *BENCHMARKS.glob("*.sh"), *BENCHMARKS.glob("*.md")]
+    found += [*(BENCHMARKS / "results").rglob("*.log")]
     found += [*(ROOT / "docs").glob("*.md"), ROOT / "README.md", ROOT / "Makefile"]
     found += [*(ROOT / "src").rglob("*.py"), *(ROOT / "src").rglob("*.yaml")]
     return found
