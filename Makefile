@@ -25,9 +25,9 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
-# The main job: train MAPPO on MPE simple_spread (natively batched, 64 envs) for about a
-# minute on 2 cores, then draw its learning curve with the random and scripted baselines,
-# score it next to them and record a GIF of the trained agents.
+# The main job: train MAPPO on MPE simple_spread (natively batched, 64 envs; its time on
+# 2 cores: benchmarks/README.md), then draw its learning curve with the random and scripted
+# baselines, score it next to them and record a GIF of the trained agents.
 RUN_DIR ?= runs/make-run-mappo-simple_spread
 RUN_STEPS ?= 800000
 run: install

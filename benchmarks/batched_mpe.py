@@ -40,7 +40,17 @@ before it, less the action pool, over E (JAX keeps one peak per process, so a Ja
 shows the higher of its own and the other JaxMARL cell's at the same E).
 
 The peers are not the same envs as mpe2's; the ``obs/env`` column (observation floats per
-env step, all agents) shows one difference, see benchmarks/README.md for the others.
+env step, all agents) shows one difference, see benchmarks/JOURNAL.md ("Batched MPE") for
+the others.
+
+Given ``--before-src PATH`` (another checkout's ``src``), the script measures two trees: it
+runs itself (the same cells) in a subprocess with ``PYTHONPATH`` set to each tree,
+alternating (before, after, before, after, ...) for ``--rounds`` rounds, and prints each
+cell's median in both and ``after / before`` (mpe2's loop and the peers, the same code in
+both, show the noise):
+
+    python benchmarks/batched_mpe.py --before-src PATH [--after-src PATH] [--rounds 3]
+        [--envs 1 64 1024] [--peers] [--no-compile]
 """
 
 from __future__ import annotations
@@ -54,9 +64,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from source_trees import add_tree_options, chosen_trees, describe_tree, print_result, run_child
+
+HERE = Path(__file__).resolve()
 
 CHUNK = 25  # steps per timed call: one mpe2 episode (max_cycles)
 CPU_ENVS = [1, 64, 1024, 8192, 65536]
@@ -467,6 +481,9 @@ def main(argv: list[str] | None = None) -> None:
         default=list(PEERS),
         help="the peers to run where installed (none: --peers alone)",
     )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --before-src")
+    add_tree_options(parser)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.envs is None:
         if args.scenario != "simple_spread":
@@ -474,22 +491,37 @@ def main(argv: list[str] | None = None) -> None:
         else:
             args.envs = CUDA_ENVS if args.device.startswith("cuda") else CPU_ENVS
     scenario = SCENARIOS[args.scenario]
-    threads = set_threads(args.threads, args.device)
+    trees = chosen_trees(parser, args)
+    if args.child:
+        set_threads(args.threads, args.device)
+        print_result({"rates": measure_cells(args, scenario, implementations(args, scenario))})
+        return
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, load average "
         + " ".join(f"{x:.2f}" for x in os.getloadavg())
         + f", python {platform.python_version()}"
     )
-    print(f"versions: {versions()}")
-    print(f"threads: {threads}; device {args.device}; {args.seconds:g} s per cell")
-    print(f"scenario: {scenario.corral_id} {scenario.kwargs}, max_cycles {CHUNK}, discrete")
-    impls = implementations(args, scenario)
+    if "before" in trees:
+        compare_trees(args, trees)
+    else:
+        threads = set_threads(args.threads, args.device)
+        print(f"versions: {versions()}")
+        print(f"threads: {threads}; device {args.device}; {args.seconds:g} s per cell")
+        print(f"scenario: {scenario.corral_id} {scenario.kwargs}, max_cycles {CHUNK}, discrete")
+        measure_cells(args, scenario, implementations(args, scenario))
+    print("load average at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
+
+def measure_cells(
+    args: argparse.Namespace, scenario: Scenario, impls: list[Impl]
+) -> dict[str, float]:
+    """Time and print every cell (implementation at E); ``"E name"`` -> env-steps/s."""
     gpu = args.device.startswith("cuda")
     print(
         f"\n{'E':>9}  {'implementation':<28}{'env-steps/s':>14}{'x mpe2':>10}{'obs/env':>9}"
         + (f"{'bytes/env':>11}" if gpu else "")
     )
+    rates = {}
     reference = None
     for num_envs in sorted({1, *args.envs}):
         rows = []
@@ -502,6 +534,7 @@ def main(argv: list[str] | None = None) -> None:
             if impl.role == "reference":
                 reference = rate
             rows.append((impl, rate))
+            rates[f"{num_envs} {impl.name}"] = rate
             ratio = f"{rate / reference:>9,.1f}x" if reference else f"{'-':>10}"
             line = f"{num_envs:>9}  {impl.name:<28}{rate:>14,.0f}{ratio}{cell.obs_per_env:>9}"
             if gpu:
@@ -516,7 +549,38 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"{'':>11}corral best / best peer: {best / peer:.2f}x ({best_name} / {peer_name})"
             )
-    print("load average at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    return rates
+
+
+def compare_trees(args: argparse.Namespace, trees: dict[str, str]) -> None:
+    """Time every cell of each tree in its own interpreter, the trees alternating, and
+    print each cell's medians and ``after / before`` with each round's ratio."""
+    for name, src in trees.items():
+        print(f"{name}: {describe_tree(src)}")
+    print(
+        f"scenario {args.scenario}, device {args.device}, {args.threads} threads, "
+        f"{args.seconds:g} s per cell; median of {args.rounds} alternating rounds"
+    )
+    command = ["--child", "--scenario", args.scenario, "--envs", *map(str, args.envs)]
+    command += ["--device", args.device, "--seconds", str(args.seconds)]
+    command += ["--threads", str(args.threads), "--dict-max", str(args.dict_max)]
+    command += [*([] if args.compile else ["--no-compile"]), "--peers", *args.peers]
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    for _ in range(args.rounds):
+        for name, src in trees.items():
+            runs[name].append(run_child(src, HERE, command)["rates"])
+    print(f"\n{'E and implementation':<44}{'before':>14}{'after':>14}{'after/before':>14}")
+    for cell in runs["after"][0]:
+        if cell not in runs["before"][0]:
+            print(f"{cell:<44}  (not in the before-tree)")
+            continue
+        before, after = ([r[cell] for r in runs[t]] for t in ("before", "after"))
+        ratio = statistics.median(after) / statistics.median(before)
+        per_round = " ".join(f"{a / b:.2f}" for b, a in zip(before, after, strict=True))
+        print(
+            f"{cell:<44}{statistics.median(before):>14,.0f}{statistics.median(after):>14,.0f}"
+            f"{ratio:>14.3f}  (rounds: {per_round})"
+        )
 
 
 if __name__ == "__main__":

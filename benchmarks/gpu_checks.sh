@@ -20,8 +20,8 @@ wheels() {
 
 install() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl
-    export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1
+        --target "$SCRATCH/site" .whl/*.whl
+    export PYTHONPATH="$PWD/src:$SCRATCH/site" PYTHONUNBUFFERED=1
     python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; \
 print(torch.__version__, torch.cuda.get_device_name(0))"
 }
@@ -35,7 +35,7 @@ CUDA_TESTS=(
 )
 
 step() {
-    local out="${OUT:-/tmp}/$1.log"
+    local out="${OUT:-$SCRATCH}/$1.log"
     case "$1" in
         tests) python3 -m pytest -q -rs -p no:cacheprovider -k cuda "${CUDA_TESTS[@]}" \
             tests/test_mpe_*.py ;;
@@ -43,15 +43,15 @@ step() {
         train) python3 benchmarks/train_throughput.py --device cuda --algos mappo \
             --num-envs 4096 --steps 2000000 ;;
         mappo) python3 benchmarks/learn_wallclock.py --seeds 0 1 2 --seconds 60 \
-            --target -11.5 --out /tmp/wallclock --set device=cuda num_envs=4096 ;;
+            --target -11.5 --out "$SCRATCH/wallclock" --set device=cuda num_envs=4096 ;;
         maddpg) python3 benchmarks/learn_spread.py maddpg --seeds 0 --jobs 1 \
-            --out /tmp/maddpg --set device=cuda num_envs=1024 ;;
+            --out "$SCRATCH/maddpg" --set device=cuda num_envs=1024 ;;
         *) echo "unknown step $1"; return 2 ;;
     esac 2>&1 | tee "$out"
 }
 
 case "${1:-}" in
     fetch) wheels ;;
-    run) shift; install; for s in "$@"; do step "$s"; done ;;
-    *) sed -n '2,11p' "$0"; exit 2 ;;
+    run) shift; SCRATCH="$(mktemp -d)"; install; for s in "$@"; do step "$s"; done ;;
+    *) sed -n '2,10p' "$0"; exit 2 ;;
 esac

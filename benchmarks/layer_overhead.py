@@ -9,13 +9,12 @@ steps ``--num-envs`` envs of each id with random legal actions (drawn from
 keys generated beforehand and the batch's action masks), with ``copy=False``
 and with the default ``copy=True``.
 
-Two source trees are compared: "before" (``--before-src``, by default the
-untouched worktree of commit 026751b) and "after" (``--after-src``, by
-default the ``src`` of the tree this script lives in). The script runs
-itself in a subprocess with ``PYTHONPATH`` set to each tree, alternating
-(before, after, before, after, ...) for ``--rounds`` rounds, and prints
-the medians and ``layer after / layer before`` (target <= 0.33). Where the
-after-tree's ``make_vec`` takes ``native=``, it also times
+The tree measured is ``--after-src`` (by default the ``src`` of the tree this
+script lives in); given ``--before-src PATH`` (another checkout's ``src``), the
+two are compared. The script runs itself in a subprocess with ``PYTHONPATH``
+set to each tree, alternating (before, after, before, after, ...) for
+``--rounds`` rounds, and prints the medians and ``layer after / layer
+before``. Where the after-tree's ``make_vec`` takes ``native=``, it also times
 ``make_vec(id, num_envs, native=True)`` (its whole step: a native env has no
 per-env calls to subtract).
 
@@ -37,13 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from source_trees import describe_tree, print_result, run_child
+from source_trees import add_tree_options, chosen_trees, describe_tree, print_result, run_child
 
 HERE = Path(__file__).resolve()
-DEFAULT_BEFORE = "/work/wt/baseline/src"
-DEFAULT_AFTER = str(HERE.parents[1] / "src")
 DEFAULT_IDS = ["mdp/climbing", "corral/rps"]
-TARGET = 0.33
 
 
 class Clock:
@@ -231,34 +227,35 @@ def run_tree(src: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> None:
-    """Print the medians over rounds, the ratio of layer times and the native rows."""
-    trees = ("before", "after")
+    """Print the medians over rounds of each tree, the ratio of layer times where there
+    are two trees, and the native rows."""
+    trees = tuple(runs)
+    compare = trees == ("before", "after")
     print(f"\n{'':<21}" + "".join(f"{f'---- {t} (us) ----':>27}" for t in trees))
-    print(f"{'id':<15}{'copy':>6}" + f"{'step':>9}{'env':>9}{'layer':>9}" * 2 + "  after/before")
-    ratios, proxy = [], {t: [] for t in trees}
+    print(
+        f"{'id':<15}{'copy':>6}"
+        + f"{'step':>9}{'env':>9}{'layer':>9}" * len(trees)
+        + ("  after/before" if compare else "")
+    )
+    proxy: dict[str, list[float]] = {t: [] for t in trees}
     for id in args.ids:
         for copy in ("False", "True"):
             cells = {t: [r["layer"][id][copy] for r in runs[t]] for t in trees}
             row = {t: {k: med([c[k] for c in cells[t]]) for k in cells[t][0]} for t in trees}
             for t in trees:
                 proxy[t] += [c["timed_total"] - c["total"] for c in cells[t]]
-            ratio = row["after"]["layer"] / row["before"]["layer"]
-            ratios.append(ratio)
-            per_round = " ".join(
-                f"{a['layer'] / b['layer']:.2f}" for b, a in zip(*cells.values(), strict=True)
+            line = f"{id:<15}{copy:>6}" + "".join(
+                f"{row[t][k]:>9,.0f}" for t in trees for k in ("total", "env", "layer")
             )
-            print(
-                f"{id:<15}{copy:>6}"
-                + "".join(f"{row[t][k]:>9,.0f}" for t in trees for k in ("total", "env", "layer"))
-                + f"{ratio:>9.3f}  (rounds: {per_round})"
-            )
-    worst = max(ratios)
+            if compare:
+                ratio = row["after"]["layer"] / row["before"]["layer"]
+                per_round = " ".join(
+                    f"{a['layer'] / b['layer']:.2f}" for b, a in zip(*cells.values(), strict=True)
+                )
+                line += f"{ratio:>9.3f}  (rounds: {per_round})"
+            print(line)
     print(
-        f"\ntarget: layer after / layer before <= {TARGET}: worst {worst:.3f} "
-        f"-> {'met' if worst <= TARGET else 'NOT met'}"
-    )
-    print(
-        "the timing proxy's own cost per step, not counted above (median): "
+        "\nthe timing proxy's own cost per step, not counted above (median): "
         + ", ".join(f"{t} {med(proxy[t]):,.0f} us" for t in trees)
     )
     native = [r["native"] for r in runs["after"] if "native" in r]
@@ -290,17 +287,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--num-envs", type=int, default=256)
     parser.add_argument("--ids", nargs="+", default=DEFAULT_IDS)
-    parser.add_argument("--before-src", default=DEFAULT_BEFORE)
-    parser.add_argument("--after-src", default=DEFAULT_AFTER)
+    add_tree_options(parser)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
         return
-    trees = {"before": args.before_src, "after": args.after_src}
-    for name, src in trees.items():
-        if not (Path(src) / "corral" / "__init__.py").is_file():
-            parser.error(f"--{name}-src {src} holds no corral package")
+    trees = chosen_trees(parser, args)
     print(
         f"machine: {platform.machine()}, python {platform.python_version()}, "
         f"{len(os.sched_getaffinity(0))} cores, load average "
@@ -312,7 +305,7 @@ def main() -> None:
         f"{args.num_envs} envs, sync backend, random legal actions; median of {args.rounds} "
         f"alternating rounds of {args.seconds:g} s per measurement; times per step"
     )
-    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     for _ in range(args.rounds):
         for name, src in trees.items():
             runs[name].append(run_tree(src, args))

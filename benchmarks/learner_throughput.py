@@ -51,7 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from source_trees import describe_tree, print_result, run_child
+from source_trees import add_tree_options, chosen_trees, describe_tree, print_result, run_child
 
 ENV = "mpe2/simple_spread_v3"
 NUM_ENVS, ROLLOUT_STEPS = 16, 128
@@ -78,7 +78,6 @@ IPPO_SETTINGS: dict[str, Any] = {
 """JaxMARL's ``ippo_ff_mpe.yaml`` as corral's IPPO settings (see the module docstring)."""
 TARGET = 1.0
 HERE = Path(__file__).resolve()
-DEFAULT_AFTER = str(HERE.parents[1] / "src")
 COLLECTORS = (
     ("corral.training.rollout_collector", "RolloutCollector"),
     ("corral.training.collector", "Collector"),
@@ -286,8 +285,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jaxmarl", help="a JaxMARL checkout (its baselines/ are run)")
     parser.add_argument("--jaxmarl-python", default=sys.executable)
-    parser.add_argument("--before-src", help="also measure this source tree (after / before)")
-    parser.add_argument("--after-src", default=DEFAULT_AFTER)
+    add_tree_options(parser)
     parser.add_argument("--profile", action="store_true", help="print each part's ms per rollout")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -296,8 +294,7 @@ def main() -> None:
         return
 
     print(machine())
-    trees = {"after": args.after_src} if args.before_src is None else {
-        "before": args.before_src, "after": args.after_src}  # fmt: skip
+    trees = chosen_trees(parser, args)
     for name, src in trees.items():
         print(f"corral {name}: {describe_tree(src)}")
     if args.jaxmarl:

@@ -18,6 +18,13 @@ own bookkeeping; the difference to ``make_vec`` is the vector layer's time.
 Every path is built first, then timed in ``--rounds`` rounds that take the paths in turn
 (``--seconds`` per path in all): each rate is the median of its rounds, so that a burst of
 other work on the machine slows one round of every path rather than one path.
+
+Given ``--before-src PATH`` (another checkout's ``src``), the script instead measures two
+trees: it runs itself in a subprocess with ``PYTHONPATH`` set to each tree, alternating
+(before, after, before, after, ...) for ``--rounds`` rounds (each subprocess times every
+path once), and prints each path's median in both and ``after / before``:
+
+    python benchmarks/native_throughput.py --before-src PATH [--after-src PATH] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -27,9 +34,13 @@ import importlib.util
 import platform
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from source_trees import add_tree_options, chosen_trees, describe_tree, print_result, run_child
+
+HERE = Path(__file__).resolve()
 
 ID = "corral/tag"
 PRIORITIES = 16  # steps of random priorities drawn beforehand, reused in turn
@@ -125,21 +136,13 @@ def sync(options: dict[str, Any]) -> None:
         torch.cuda.synchronize()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=2.0, help="per path, in all rounds")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--num-envs", type=int, default=4096, help="native copies")
-    parser.add_argument("--dict-envs", type=int, default=256, help="dict envs (native=False)")
-    parser.add_argument(
-        "--torch-threads",
-        type=int,
-        default=1,
-        help="torch's CPU threads (default 1: on cores shared with other work, torch's "
-        "OpenMP threads wait on each other and measure the contention, not the env)",
-    )
-    args = parser.parse_args()
+Paths = dict[str, tuple[int, list[float]]]
+"""Path name -> (its envs, its rates over the rounds), the dict path first."""
 
+
+def measure(args: argparse.Namespace) -> Paths:
+    """Build every path of the corral imported here, then time them in turn for
+    ``args.rounds`` rounds."""
     places = [("numpy", "cpu")]
     if importlib.util.find_spec("torch") is not None:
         import torch
@@ -148,10 +151,6 @@ def main() -> None:
         places.append(("torch", "cpu"))
         if torch.cuda.is_available():
             places.append(("torch", "cuda"))
-    print(
-        f"machine: {platform.machine()}, python {platform.python_version()}, numpy "
-        f"{np.__version__}, torch threads {args.torch_threads}"
-    )
     paths: list[tuple[str, int, Callable[[], float]]] = []
     closing = []
     step, venv = vector_stepper(args.dict_envs, native=False)
@@ -166,24 +165,86 @@ def main() -> None:
     for _, _, step in paths:  # warm up
         for _ in range(3):
             step()
-    rates: dict[str, list[float]] = {name: [] for name, _, _ in paths}
+    rates: Paths = {name: (num_envs, []) for name, num_envs, _ in paths}
     for _ in range(args.rounds):
         for name, num_envs, step in paths:
-            rates[name].append(timed(step, num_envs, args.seconds / args.rounds))
+            rates[name][1].append(timed(step, num_envs, args.seconds / args.rounds))
     for venv in closing:
         venv.close()
+    return rates
 
+
+def report(rates: Paths) -> None:
+    """Print each path's median rate, its ratio to the dict path and its rounds' spread."""
     print(f"\n{'path':<48}{'num_envs':>9}{'env-steps/s':>14}{'ratio':>9}{'rounds (min-max)':>24}")
-    base = float(np.median(rates[paths[0][0]]))
-    for name, num_envs, _ in paths:
-        rate = float(np.median(rates[name]))
-        ratio = "" if name == paths[0][0] else f"{rate / base:>8.0f}x"
-        spread = f"{min(rates[name]):,.0f}-{max(rates[name]):,.0f}"
+    base_name = next(iter(rates))
+    base = float(np.median(rates[base_name][1]))
+    for name, (num_envs, runs) in rates.items():
+        rate = float(np.median(runs))
+        ratio = "" if name == base_name else f"{rate / base:>8.0f}x"
+        spread = f"{min(runs):,.0f}-{max(runs):,.0f}"
         print(f"{name:<48}{num_envs:>9}{rate:>14,.0f}{ratio:>9}{spread:>24}")
     print(
         "\nBatchedTag alone: step, then reset(where=done), without the vector layer's "
         "bookkeeping; its gap to make_vec is the layer's time"
     )
+
+
+def compare_trees(args: argparse.Namespace, trees: dict[str, str]) -> None:
+    """Time every path of each tree in its own interpreter, the trees alternating, and
+    print each path's medians and ``after / before`` with each round's ratio."""
+    command = ["--child", "--rounds", "1", "--seconds", str(args.seconds / args.rounds)]
+    command += ["--num-envs", str(args.num_envs), "--dict-envs", str(args.dict_envs)]
+    command += ["--torch-threads", str(args.torch_threads)]
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    for _ in range(args.rounds):
+        for name, src in trees.items():
+            runs[name].append(run_child(src, HERE, command)["rates"])
+    print(f"\n{'path':<48}{'before':>14}{'after':>14}{'after/before':>14}")
+    for name in runs["after"][0]:
+        if name not in runs["before"][0]:
+            print(f"{name:<48}  (not in the before-tree)")
+            continue
+        before, after = ([r[name] for r in runs[t]] for t in ("before", "after"))
+        ratio = float(np.median(after)) / float(np.median(before))
+        per_round = " ".join(f"{a / b:.2f}" for b, a in zip(before, after, strict=True))
+        print(
+            f"{name:<48}{np.median(before):>14,.0f}{np.median(after):>14,.0f}"
+            f"{ratio:>14.3f}  (rounds: {per_round})"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=2.0, help="per path, in all rounds")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--num-envs", type=int, default=4096, help="native copies")
+    parser.add_argument("--dict-envs", type=int, default=256, help="dict envs (native=False)")
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch's CPU threads (default 1: on cores shared with other work, torch's "
+        "OpenMP threads wait on each other and measure the contention, not the env)",
+    )
+    add_tree_options(parser)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        rates = measure(args)
+        print_result({"rates": {name: runs[0] for name, (_, runs) in rates.items()}})
+        return
+    print(
+        f"machine: {platform.machine()}, python {platform.python_version()}, numpy "
+        f"{np.__version__}, torch threads {args.torch_threads}"
+    )
+    trees = chosen_trees(parser, args)
+    if "before" in trees:
+        for name, src in trees.items():
+            print(f"{name}: {describe_tree(src)}")
+        compare_trees(args, trees)
+    else:
+        report(measure(args))
 
 
 if __name__ == "__main__":

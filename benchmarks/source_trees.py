@@ -1,5 +1,10 @@
 """Running one benchmark script against two source trees, each in its own interpreter.
 
+Every script that compares trees takes the same options (:func:`add_tree_options`):
+``--after-src PATH`` (by default the ``src`` of this checkout) and ``--before-src PATH``
+(none by default: then only the after-tree is measured). A before-tree is any
+checkout's ``src``, e.g. of ``git worktree add ../before REV`` (benchmarks/README.md).
+
 A script measures a tree by running itself in a child process with
 ``PYTHONPATH`` set to the tree's ``src``; the child prints one line
 ``RESULT <json>`` (:func:`print_result`) whose ``"corral"`` entry says which
@@ -9,6 +14,7 @@ checking that it was the tree's.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -17,6 +23,34 @@ from pathlib import Path
 from typing import Any
 
 RESULT_PREFIX = "RESULT "
+THIS_SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def add_tree_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--before-src`` and ``--after-src`` to a script's parser."""
+    parser.add_argument(
+        "--before-src",
+        metavar="PATH",
+        help="also measure the corral of this src, alternating with --after-src, and print "
+        "after / before (a checkout of the older commit: see benchmarks/README.md)",
+    )
+    parser.add_argument(
+        "--after-src",
+        metavar="PATH",
+        default=THIS_SRC,
+        help="the src measured (default: this checkout's)",
+    )
+
+
+def chosen_trees(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """The trees to measure in the order of a round: "before" where ``--before-src`` was
+    given, then "after"; a path without a corral package is a usage error."""
+    trees = {"before": args.before_src, "after": args.after_src}
+    trees = {name: src for name, src in trees.items() if src is not None}
+    for name, src in trees.items():
+        if not (Path(src) / "corral" / "__init__.py").is_file():
+            parser.error(f"--{name}-src {src} holds no corral package (give a checkout's src)")
+    return trees
 
 
 def print_result(result: dict[str, Any]) -> None:

@@ -23,16 +23,16 @@ alternating rounds (the median of each and their ratio are printed):
 
     python benchmarks/vector_throughput.py --ceiling [--rounds 3] [--num-envs 16 64]
 
-``--compare`` measures two source trees in one run: "before" (``--before-src``, by
-default the untouched worktree of commit 026751b) and "after" (``--after-src``, by
-default the ``src`` of the tree this script lives in). The script runs itself in a
+``--before-src PATH`` (another checkout's ``src``; ``--compare`` says the same and
+needs it) measures two source trees in one run: "before" and "after" (``--after-src``,
+by default the ``src`` of the tree this script lives in). The script runs itself in a
 subprocess with ``PYTHONPATH`` set to each tree, alternating (before, after, before,
 after, ...) for ``--rounds`` rounds, each subprocess timing every backend and
 num_envs and the raw loop (the same code in both trees: its ratio shows the noise),
 and prints each tree's median env-steps/s and ``after / before`` with each round's:
 
-    python benchmarks/vector_throughput.py --compare [--rounds 3] [--backends sync]
-        [--num-envs 1 2 4] [--before-src PATH] [--after-src PATH]
+    python benchmarks/vector_throughput.py --before-src PATH [--rounds 3] [--backends sync]
+        [--num-envs 1 2 4] [--after-src PATH]
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from source_trees import describe_tree, print_result, run_child
+from source_trees import add_tree_options, chosen_trees, describe_tree, print_result, run_child
 
 ENV_KWARGS = {"N": 3, "max_cycles": 25, "continuous_actions": False}
 NUM_ACTIONS = 5
@@ -63,8 +63,6 @@ CEILING_TARGET = 0.85
 # How long the parent waits for the ceiling's processes to build their envs.
 CEILING_START_TIMEOUT = 120.0
 HERE = Path(__file__).resolve()
-DEFAULT_BEFORE = "/work/wt/baseline/src"
-DEFAULT_AFTER = str(HERE.parents[1] / "src")
 
 
 def raw_env():
@@ -365,10 +363,11 @@ def main() -> None:
         "--ceiling", action="store_true", help="compare subproc to the 2-core ceiling"
     )
     parser.add_argument(
-        "--compare", action="store_true", help="compare two source trees, alternating"
+        "--compare",
+        action="store_true",
+        help="compare two source trees, alternating (what --before-src asks for)",
     )
-    parser.add_argument("--before-src", default=DEFAULT_BEFORE, help="--compare's before")
-    parser.add_argument("--after-src", default=DEFAULT_AFTER, help="--compare's after")
+    add_tree_options(parser)
     parser.add_argument("--compare-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--rounds",
@@ -376,8 +375,11 @@ def main() -> None:
         help="rounds of --check-finite (default 5), --ceiling (3) or --compare (3)",
     )
     args = parser.parse_args()
+    if args.compare and args.before_src is None:
+        parser.error("--compare needs --before-src PATH: the src of the tree to compare with")
+    args.compare = args.before_src is not None
     if args.check_finite + args.ceiling + args.compare > 1:
-        parser.error("--check-finite, --ceiling and --compare are separate runs")
+        parser.error("--check-finite, --ceiling and --before-src (--compare) are separate runs")
     if args.num_envs is None:
         args.num_envs = [16, 64] if args.ceiling else [1, 2, 4, 8, 16, 32, 64]
     if args.ceiling and min(args.num_envs) < 2:
@@ -386,10 +388,7 @@ def main() -> None:
         compare_child(args.backends, args.num_envs, args.seconds)
         return
     if args.compare:
-        trees = {"before": args.before_src, "after": args.after_src}
-        for name, src in trees.items():
-            if not (Path(src) / "corral" / "__init__.py").is_file():
-                parser.error(f"--{name}-src {src} holds no corral package")
+        trees = chosen_trees(parser, args)
     if args.check_finite or args.ceiling or args.compare:
         print(
             f"machine: {platform.machine()}, {platform.processor() or '?'}, "

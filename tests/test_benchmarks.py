@@ -1,7 +1,9 @@
-"""The benchmark scripts' measuring functions still run on this tree, for a tiny budget.
+"""The benchmark scripts' measuring functions still run on this tree, for a tiny budget,
+and the dashboard (benchmarks/README.md) has a row for each of them.
 
-Nothing here judges a time: the numbers are printed by the scripts and kept in
-benchmarks/README.md. These tests only catch a script that no longer runs.
+Nothing here judges a time: the numbers are printed by the scripts and kept on the
+dashboard. These tests catch a script that no longer runs, a benchmark without a row,
+and a local absolute path in a script or doc.
 """
 
 from __future__ import annotations
@@ -185,3 +187,81 @@ def test_the_learner_benchmark_refuses_a_jaxmarl_path_without_the_baseline(
     learner_throughput = script("learner_throughput", monkeypatch)
     with pytest.raises(SystemExit, match=r"no baselines/IPPO/ippo_ff_mpe\.py"):
         learner_throughput.jaxmarl_round(str(tmp_path), sys.executable, 3 * 2048)
+
+
+ROOT = BENCHMARKS.parent
+HELPERS = {"source_trees.py"}
+"""Scripts of benchmarks/ that are shared code, not benchmarks (no dashboard row)."""
+LOCAL_PATH = re.compile(r"(?<![\w.$}/-])/(?:work|home|tmp)/")
+
+
+def pages_and_scripts() -> list[Path]:
+    """The benchmark scripts and their recorded logs, and every doc and source file that
+    could name a path."""
+    found = [*BENCHMARKS.glob("*.py"), *BENCHMARKS.glob("*.sh"), *BENCHMARKS.glob("*.md")]
+    found += [*(BENCHMARKS / "results").rglob("*.log")]
+    found += [*(ROOT / "docs").glob("*.md"), ROOT / "README.md", ROOT / "Makefile"]
+    found += [*(ROOT / "src").rglob("*.py"), *(ROOT / "src").rglob("*.yaml")]
+    return found
+
+
+def test_no_script_or_doc_holds_a_local_absolute_path() -> None:
+    files = pages_and_scripts()
+    assert BENCHMARKS / "layer_overhead.py" in files and ROOT / "docs/training.md" in files
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in files
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if LOCAL_PATH.search(line)
+    ]
+    assert found == []
+
+
+def test_the_local_path_pattern_finds_absolute_paths_only() -> None:
+    assert LOCAL_PATH.search('DEFAULT_BEFORE = "/work/wt/baseline/src"')
+    assert LOCAL_PATH.search("PYTHONPATH=/home/me/corral/src python x.py")
+    assert LOCAL_PATH.search("--out /tmp/wallclock")
+    assert not LOCAL_PATH.search("--out runs/tmp/x, $TMPDIR/work/, ../before/src")
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    return {github_anchor(h) for h in re.findall(r"^#+ (.*)$", page.read_text(), re.MULTILINE)}
+
+
+def test_the_dashboard_is_one_page_with_a_row_per_benchmark() -> None:
+    readme = BENCHMARKS / "README.md"
+    page = readme.read_text()
+    assert len(page.splitlines()) < 300
+    scripts = {p.name for p in BENCHMARKS.glob("*.py")}
+    assert scripts >= HELPERS
+    rows = set(re.findall(r"^\| \[`(\w+\.(?:py|sh))\b", page, re.MULTILINE))
+    assert scripts - HELPERS <= rows, f"no dashboard row: {sorted(scripts - HELPERS - rows)}"
+    # every link into the dashboard or the journal lands on a heading
+    targets = {"": anchors(readme), "JOURNAL.md": anchors(BENCHMARKS / "JOURNAL.md")}
+    links = re.findall(r"\]\((JOURNAL\.md|)#([\w-]+)\)", page)
+    assert len(links) >= 10
+    for page_name, anchor in links:
+        assert anchor in targets[page_name], f"{page_name}#{anchor}"
+
+
+def test_a_script_without_a_before_tree_measures_the_current_tree_alone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source_trees = script("source_trees", monkeypatch)
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    source_trees.add_tree_options(parser)
+    src = str(ROOT / "src")
+    assert source_trees.chosen_trees(parser, parser.parse_args([])) == {"after": src}
+    both = parser.parse_args(["--before-src", src])
+    assert list(source_trees.chosen_trees(parser, both)) == ["before", "after"]
+    with pytest.raises(SystemExit):
+        source_trees.chosen_trees(parser, parser.parse_args(["--before-src", str(BENCHMARKS)]))
+    assert "--before-src" in capsys.readouterr().err

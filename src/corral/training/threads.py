@@ -3,7 +3,7 @@
 torch uses one thread per core by default. corral's networks are small, so
 extra threads gain little, and every op stalls while another process (an
 env worker, another run) holds one of those cores: training then runs several
-times slower than with one thread (benchmarks/README.md, "Torch threads").
+times slower than with one thread (benchmarks/JOURNAL.md, "Torch threads").
 Inter-op threads are left as they are: the algorithms run no inter-op
 parallel work.
 """

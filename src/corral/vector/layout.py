@@ -381,7 +381,7 @@ class Layout:
         if self.place.is_torch and self.place.device == "cpu":
             # Tensors over numpy's memory: the numpy views that the bookkeeping (and a
             # native env computing in numpy) work through run faster there than on torch's
-            # own allocations (measured: benchmarks/README.md, native corral/tag).
+            # own allocations (measured: benchmarks/JOURNAL.md, "Native `corral/tag`").
             shapes = {path: ((rows, *f.shape[1:]), f.dtype) for path, f in self.fields.items()}
             return on_host(self.place, {p: np.zeros(*shape) for p, shape in shapes.items()})
         return {
