@@ -4,7 +4,7 @@ A :class:`~corral.BatchedStep` is read into a :class:`Frame` (its arrays on the 
 what the rules need: the copies it is about, where each copy stood before a step); the
 rules judge it copy by copy and agent by agent, and name the call, the copy and the agent,
 e.g. ``"step 4, copy 1: agent 'prey_0' (group 'prey') was revived after its episode ended
-at step 2"``. :mod:`corral.batched_checker` plays an env and applies them.
+at step 2"``. :mod:`corral.checks.batched_checker` plays an env and applies them.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from gymnasium import spaces
 
 from corral.arrays import Place, import_torch, place_of, to_numpy, torch_dtype
 from corral.batched_env import BatchedStep
-from corral.checker import _in_space, _is_step_count, _spaces_of, _unfinite_parts
+from corral.checks.env_checker import _in_space, _is_step_count, _spaces_of, _unfinite_parts
+from corral.checks.values import describe
 from corral.errors import GroupError
-from corral.values import describe
 from corral.vector.layout import ArraySpec, Tree, array_tree
 
 # --------------------------------------------------------------------------- layout

@@ -10,8 +10,8 @@ change nothing.
 Each rule is a small function that yields one message per violation; a message
 names the step and the agent, e.g. ``"step 4: agent 'prey_0' was revived after
 its episode ended at step 2"``. A batched env (:class:`corral.BatchedEnv`) is
-checked by :mod:`corral.batched_checker`, against the rules of
-:mod:`corral.batched_rules`.
+checked by :mod:`corral.checks.batched_checker`, against the rules of
+:mod:`corral.checks.batched_rules`.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from corral.checks.values import describe, finite_problem
 from corral.env import spaces_by_agent_hint
 from corral.errors import CheckIncompleteWarning, EnvContractError
-from corral.values import describe, finite_problem
 
 MAX_REPEATS = 3
 """Messages kept per rule; further violations of the same rule are only counted."""
@@ -109,7 +109,7 @@ def check_env(
     """Check ``env`` (an env, or an id for :func:`corral.make`) against the env contract.
 
     A :class:`corral.BatchedEnv`, or an id registered only natively batched, is checked by
-    :func:`corral.batched_checker.check_batched_env` (with ``dict_env``, the dict env it
+    :func:`corral.checks.batched_checker.check_batched_env` (with ``dict_env``, the dict env it
     implements, if given).
 
     Plays up to ``episodes`` episodes and ``max_steps`` steps in all, starting
@@ -124,8 +124,8 @@ def check_env(
     are any and ``raise_on_error`` is true.
     """
     from corral.adapters import adapt
-    from corral.batched_checker import check_batched_env
     from corral.batched_env import BatchedEnv
+    from corral.checks.batched_checker import check_batched_env
     from corral.registry import make, spec
 
     if isinstance(env, BatchedEnv) or (isinstance(env, str) and spec(env).entry_point is None):
@@ -325,7 +325,7 @@ def _obs_in_observation_spaces(env: Any, frame: _Frame) -> Iterator[str]:
 @singledispatch
 def _unfinite_parts(space: spaces.Space, value: Any, path: str) -> Iterator[tuple[str, str]]:
     """``(path, problem)`` of each Box part of ``value`` holding NaN, inf, or a number that
-    overflows the Box's dtype (:func:`corral.values.finite_problem`)."""
+    overflows the Box's dtype (:func:`corral.checks.values.finite_problem`)."""
     return iter(())
 
 

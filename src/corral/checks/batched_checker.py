@@ -12,9 +12,9 @@ copies' episodes must go on untouched), once more with other values in the actio
 agents that are not acting (the env must ignore them) and, given the dict env it implements,
 each copy ``i`` is replayed on that env seeded ``seed + i`` (it must give the same arrays).
 
-Messages read like :mod:`corral.checker`'s and name the call, the copy and the agent, e.g.
-``"step 4, copy 1: agent 'prey_0' (group 'prey') was revived after its episode ended at
-step 2"``.
+Messages read like :mod:`corral.checks.env_checker`'s and name the call, the copy and the
+agent, e.g. ``"step 4, copy 1: agent 'prey_0' (group 'prey') was revived after its episode
+ended at step 2"``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import Place
-from corral.batched_rules import (
+from corral.checks.batched_rules import (
     ENV_RULES,
     FRAME_RULES,
     PLACE_RULES,
@@ -42,7 +42,7 @@ from corral.batched_rules import (
     read_frame,
     row,
 )
-from corral.checker import (
+from corral.checks.env_checker import (
     STEP_CAP,
     CheckReport,
     _attempt,
@@ -57,7 +57,7 @@ from corral.checker import (
     _spaces_of,
     _step,
 )
-from corral.values import describe
+from corral.checks.values import describe
 from corral.vector.layout import ArraySpec, Tree, array_tree
 
 NUM_ENVS = 4

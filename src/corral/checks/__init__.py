@@ -1,0 +1,31 @@
+"""The conformance checkers: play an env and list every way it breaks the env contract.
+
+:func:`check_env` checks a dict env (:class:`corral.MultiAgentEnv`, or anything
+:func:`corral.adapt` takes) and hands a batched env (:class:`corral.BatchedEnv`) to
+:func:`check_batched_env`, which applies the rules of the batched protocol
+(:mod:`corral.checks.batched_rules`). :mod:`corral.checks.values` describes and judges the
+values an env returns (the vector layer judges them the same way), and
+:mod:`corral.checks.watched` runs a check in a child process under a time limit.
+"""
+
+from corral.checks.batched_checker import NUM_ENVS, BatchedCheckReport, check_batched_env
+from corral.checks.env_checker import (
+    MAX_REPEATS,
+    STEP_CAP,
+    CheckReport,
+    RandomPolicy,
+    check_env,
+    reporting_calls,
+)
+
+__all__ = [
+    "MAX_REPEATS",
+    "NUM_ENVS",
+    "STEP_CAP",
+    "BatchedCheckReport",
+    "CheckReport",
+    "RandomPolicy",
+    "check_batched_env",
+    "check_env",
+    "reporting_calls",
+]
