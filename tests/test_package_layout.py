@@ -147,6 +147,20 @@ def test_no_module_name_is_used_twice() -> None:
     assert not twice, f"module names used more than once under src/corral: {twice}"
 
 
+def test_no_module_imports_a_private_name_of_another() -> None:
+    """What modules share has a public name (and a docstring); ``_name`` stays in its module."""
+    files = {module_name(p, SRC): p for p in sorted((SRC / PACKAGE).rglob("*.py"))}
+    found = []
+    for name, path in files.items():
+        for node in imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            private = [a.name for a in node.names if a.name[:1] == "_" and a.name[:2] != "__"]
+            if private and (node.level or (node.module or "").split(".")[0] == PACKAGE):
+                found.append(f"{name} imports {private} from {'.' * node.level}{node.module}")
+    assert found == [], "private names imported from another module"
+
+
 def test_the_graph_finds_a_circle(tmp_path: Path) -> None:
     """The reader follows relative imports, ``from package import module`` and
     function-level imports, and leaves out ``TYPE_CHECKING`` imports and :data:`LAZY` edges."""
