@@ -1,14 +1,15 @@
-"""The package's layout: no import circle among corral's modules, no module name used twice.
+"""The package's layout: no import circle among corral's modules, no module name used twice,
+no private name imported from another module.
 
 The imports are read from the source with :mod:`ast`, not run. Every import of a corral
 module counts, at module level or inside a function (not those under ``if
 TYPE_CHECKING:``, which never run): a function-level import still makes one module
-depend on another, and it is how today's circles were closed (``checker`` imported
-``batched_checker`` inside ``check_env``). The one kind of function-level import that may
-close a circle is a lazy import of an optional extra (``corral.train`` takes the training
-stack, and torch with it, only when called); each such edge is listed in :data:`LAZY`
-with its reason. An edge goes to the module named, or, for ``from package import name``
-where ``name`` is no module, to the package itself.
+depend on another, and it is how the circles this test was written against were closed
+(``corral.checker`` imported ``corral.batched_checker`` inside ``check_env``). The one
+kind of function-level import that may close a circle is a lazy import of an optional
+extra (``corral.train`` takes the training stack, and torch with it, only when called);
+each such edge is listed in :data:`LAZY` with its reason. An edge goes to the module
+named, or, for ``from package import name`` where ``name`` is no module, to the package.
 """
 
 from __future__ import annotations
