@@ -19,8 +19,8 @@ import numpy as np
 from gymnasium import spaces
 
 import corral
-from corral.batched_checker import check_batched_env
 from corral.batched_env import CopyGenerators, copy_seeds, selected
+from corral.checks import check_batched_env
 from examples.custom_env import Nim
 
 

@@ -21,9 +21,8 @@ from gymnasium import spaces
 
 import corral
 from corral import cli
-from corral.batched_checker import BatchedCheckReport, check_batched_env
 from corral.batched_env import BatchedEnv, BatchedStep, CopyGenerators, copy_seeds, selected
-from corral.checker import MAX_REPEATS, check_env
+from corral.checks import MAX_REPEATS, BatchedCheckReport, check_batched_env, check_env
 from corral.env import MultiAgentEnv, validate_actions
 from corral.errors import CheckIncompleteWarning, EnvContractError
 
@@ -639,7 +638,7 @@ def test_an_id_with_both_is_compared_with_its_dict_env(isolated_registry: None) 
     )
     report = check_batched_env("test/squad", num_envs=3)
     assert report.ok and report.compared and report.num_envs == 3
-    assert isinstance(check_env("test/squad"), corral.checker.CheckReport)  # the dict env
+    assert isinstance(check_env("test/squad"), corral.checks.CheckReport)  # the dict env
 
 
 def load_example() -> Any:

@@ -21,7 +21,7 @@ import pytest
 from gymnasium import spaces
 
 import corral
-from corral.checker import MAX_REPEATS, CheckReport, RandomPolicy, check_env
+from corral.checks import MAX_REPEATS, CheckReport, RandomPolicy, check_env
 from corral.env import MultiAgentEnv, validate_actions
 from corral.errors import CheckIncompleteWarning, EnvContractError
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import corral
-from corral.checker import check_env
+from corral.checks import check_env
 from corral.errors import MissingDependencyError
 from corral.registry import namespaces
 
@@ -68,7 +68,7 @@ def test_tables_name_registered_ids() -> None:
 def test_natively_batched_ids_pass_the_batched_checker_and_equal_their_dict_envs(
     env_id: str,
 ) -> None:
-    from corral.batched_checker import check_batched_env
+    from corral.checks import check_batched_env
 
     report = check_batched_env(env_id, seed=3, episodes=3)  # compared with its dict env
     assert report.complete, env_id

@@ -23,8 +23,8 @@ import pytest
 from gymnasium import spaces
 
 import corral
+from corral.checks.values import debug_mode, finite_problem, store_exactly
 from corral.errors import EnvError, InvalidActionError
-from corral.values import debug_mode, finite_problem, store_exactly
 from corral.vector import VectorEnv
 from corral.vector.sources import NativeSource
 
@@ -951,7 +951,7 @@ def test_debug_mode_reads_corral_debug(monkeypatch, value, on) -> None:
 
 
 def test_python_dev_mode_is_debug_mode() -> None:
-    code = "from corral.values import debug_mode; print(debug_mode())"
+    code = "from corral.checks.values import debug_mode; print(debug_mode())"
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_DEBUG"}
     out = subprocess.run(
         [sys.executable, "-X", "dev", "-c", code], capture_output=True, text=True, env=env

@@ -5,7 +5,7 @@ from typing import Any
 from corral.adapters import adapt
 from corral.arrays import Place
 from corral.batched_env import BatchedEnv, BatchedStep
-from corral.checker import check_env
+from corral.checks import check_env
 from corral.env import MultiAgentEnv, validate_actions
 from corral.errors import (
     CheckpointError,

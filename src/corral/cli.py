@@ -51,8 +51,15 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-from corral.batched_checker import NUM_ENVS
-from corral.checker import STEP_CAP, CheckReport, RandomPolicy, check_env, reporting_calls
+from corral.checks import (
+    NUM_ENVS,
+    STEP_CAP,
+    CheckReport,
+    RandomPolicy,
+    check_env,
+    reporting_calls,
+)
+from corral.checks.watched import WorkExited, WorkHung, run_watched
 from corral.errors import (
     CheckIncompleteWarning,
     CheckpointError,
@@ -77,7 +84,6 @@ from corral.registry import (
     spec,
 )
 from corral.settings import parse_settings
-from corral.watched import WorkExited, WorkHung, run_watched
 
 BROKEN_PIPE = 141
 """Exit code when stdout's reader closes it early: a shell's code for a process ended by SIGPIPE."""

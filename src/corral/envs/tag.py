@@ -111,8 +111,8 @@ class Tag(MultiAgentEnv):
         n = num_predators + num_prey
         if len(self._free_cells) < n:
             raise ValueError(f"{len(self._free_cells)} free cells cannot hold {n} agents")
-        predator_masks = _mask_table(self._free, PREDATOR_MOVES)
-        prey_masks = _mask_table(self._free, PREY_MOVES)
+        predator_masks = mask_table(self._free, PREDATOR_MOVES)
+        prey_masks = mask_table(self._free, PREY_MOVES)
 
         self._obs_spaces: dict[AgentID, spaces.Box] = {}
         self._action_spaces: dict[AgentID, spaces.Discrete] = {}
@@ -285,7 +285,7 @@ def _default_walls(size: int) -> list[Cell]:
     return [(2, 2), (2, far), (far, 2), (far, far)]
 
 
-def _mask_table(free: np.ndarray, moves: tuple[Cell, ...]) -> list[list[np.ndarray]]:
+def mask_table(free: np.ndarray, moves: tuple[Cell, ...]) -> list[list[np.ndarray]]:
     """``table[row][col]``: a read-only ``int8`` mask, 1 where the move from the cell is legal."""
     size = free.shape[0]
     padded = np.zeros((size + 2, size + 2), dtype=bool)

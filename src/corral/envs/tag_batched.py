@@ -18,7 +18,7 @@ from gymnasium import spaces
 from corral.arrays import Place, import_torch, place_of, to_numpy, torch_dtype
 from corral.batched_env import Array, BatchedEnv, BatchedStep, CopyGenerators, Seed, copy_seeds
 from corral.batched_env import selected as selected_copies
-from corral.envs.tag import CATCH_REWARD, PREDATOR_MOVES, PREY_MOVES, Tag, _mask_table
+from corral.envs.tag import CATCH_REWARD, PREDATOR_MOVES, PREY_MOVES, Tag, mask_table
 from corral.groups import group_agents
 from corral.streams import CopyStreams
 
@@ -168,7 +168,7 @@ class BatchedTag(BatchedEnv):
         for k, (name, agents, kind) in enumerate(
             (("predator", slice(0, p), PREDATOR_MOVES), ("prey", slice(p, n), PREY_MOVES))
         ):
-            legal = np.array(_mask_table(tag._free, kind), bool).reshape(len(cells), -1)
+            legal = np.array(mask_table(tag._free, kind), bool).reshape(len(cells), -1)
             target = cells[:, None] + np.array([dr * size + dc for dr, dc in kind])
             moves[k, :, : len(kind)] = np.where(legal, target, cells[:, None])
             gather = np.stack(tag._gather[agents])

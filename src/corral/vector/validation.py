@@ -23,8 +23,8 @@ from gymnasium import spaces
 
 from corral.arrays import Place, import_torch, is_tensor, to_numpy, torch_dtype, tree_to_numpy
 from corral.batched_env import BatchedStep
+from corral.checks.values import describe, finite_problem
 from corral.errors import EnvError
-from corral.values import describe, finite_problem
 from corral.vector.layout import ArraySpec, Layout, Tree, array_tree
 
 Problem = tuple[int, int, str] | None

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import numpy as np
 
 from corral.arrays import Place, to_numpy, tree_to_numpy
+from corral.checks.values import debug_mode, describe
 from corral.errors import (
     EnvError,
     EnvRestartWarning,
@@ -19,7 +20,6 @@ from corral.errors import (
     WorkerTimeoutError,
 )
 from corral.groups import GroupMap
-from corral.values import debug_mode, describe
 from corral.vector.backend import EnvFn, backend_class, check_options, check_timeout
 from corral.vector.deferred import DeferredChecks
 from corral.vector.layout import ArraySpec, Layout, Role, array_tree, assemble, store
@@ -124,7 +124,7 @@ class VectorEnv:
             and field) for NaN or inf in an observation, ``final_obs``, reward or
             state. (A value that its array's dtype cannot hold, ``1e300`` as
             ``float32``, always raises.) ``None`` (the default): on in debug mode
-            (:func:`corral.values.debug_mode`: ``CORRAL_DEBUG=1`` or
+            (:func:`corral.checks.values.debug_mode`: ``CORRAL_DEBUG=1`` or
             ``python -X dev``), off otherwise, as it costs time in every step.
         array: ``"numpy"`` or ``"torch"``: what the batch's fields are.
         device: where torch fields live (``"cpu"``, ``"cuda"``); not ``"cpu"`` only

@@ -1,7 +1,7 @@
 """How corral describes and judges the values an env returns, and whether it runs in debug mode.
 
 The vector env (:mod:`corral.vector`) and the conformance checker
-(:mod:`corral.checker`) both name a bad value in their messages and judge
+(:mod:`corral.checks.env_checker`) both name a bad value in their messages and judge
 numbers the same way: NaN and inf are not finite, and a finite value that
 its dtype cannot hold (``1e300`` as ``float32``, ``300`` as ``uint8``) overflows;
 :func:`store_exactly` stores an array only where no number overflows.

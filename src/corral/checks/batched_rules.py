@@ -4,7 +4,7 @@ A :class:`~corral.BatchedStep` is read into a :class:`Frame` (its arrays on the 
 what the rules need: the copies it is about, where each copy stood before a step); the
 rules judge it copy by copy and agent by agent, and name the call, the copy and the agent,
 e.g. ``"step 4, copy 1: agent 'prey_0' (group 'prey') was revived after its episode ended
-at step 2"``. :mod:`corral.batched_checker` plays an env and applies them.
+at step 2"``. :mod:`corral.checks.batched_checker` plays an env and applies them.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from gymnasium import spaces
 
 from corral.arrays import Place, import_torch, place_of, to_numpy, torch_dtype
 from corral.batched_env import BatchedStep
-from corral.checker import _in_space, _is_step_count, _spaces_of, _unfinite_parts
+from corral.checks.engine import in_space, is_step_count, spaces_of, unfinite_parts
+from corral.checks.values import describe
 from corral.errors import GroupError
-from corral.values import describe
 from corral.vector.layout import ArraySpec, Tree, array_tree
 
 # --------------------------------------------------------------------------- layout
@@ -50,7 +50,7 @@ class Layout:
             {g: env.observation_space(agents[0]) for g, agents in groups.items()},
             {g: env.action_space(agents[0]) for g, agents in groups.items()},
             env.state_space,
-            limit if _is_step_count(limit) else None,
+            limit if is_step_count(limit) else None,
         )
 
     @property
@@ -357,7 +357,7 @@ def _observed(layout: Layout, frame: Frame) -> Iterator[tuple[int, str, str, str
 def _obs_in_observation_spaces(layout: Layout, frame: Frame) -> Iterator[str]:
     for i, g, agent, what, value in _observed(layout, frame):
         space = layout.obs[g]
-        if not _in_space(space, value):
+        if not in_space(space, value):
             yield (
                 f"{frame.at(i)}: {what} of {_who(agent, g)} is not in its observation space "
                 f"{space}: got {describe(value)}"
@@ -366,7 +366,7 @@ def _obs_in_observation_spaces(layout: Layout, frame: Frame) -> Iterator[str]:
 
 def _observations_are_finite(layout: Layout, frame: Frame) -> Iterator[str]:
     for i, g, agent, what, value in _observed(layout, frame):
-        for path, problem in _unfinite_parts(layout.obs[g], value, ""):
+        for path, problem in unfinite_parts(layout.obs[g], value, ""):
             yield f"{frame.at(i)}: {what}{path} of {_who(agent, g)}: expected {problem}"
 
 
@@ -402,7 +402,7 @@ def _state_parts(layout: Layout, frame: Frame) -> Iterator[tuple[int, Any]]:
 
 def _state_in_state_space(layout: Layout, frame: Frame) -> Iterator[str]:
     for i, state in _state_parts(layout, frame):
-        if not _in_space(layout.state, state):
+        if not in_space(layout.state, state):
             yield (
                 f"{frame.at(i)}: state is not in env.state_space {layout.state}: "
                 f"got {describe(state)}"
@@ -411,7 +411,7 @@ def _state_in_state_space(layout: Layout, frame: Frame) -> Iterator[str]:
 
 def _state_is_finite(layout: Layout, frame: Frame) -> Iterator[str]:
     for i, state in _state_parts(layout, frame):
-        for path, problem in _unfinite_parts(layout.state, state, ""):
+        for path, problem in unfinite_parts(layout.state, state, ""):
             yield f"{frame.at(i)}: state{path}: expected {problem}"
 
 
@@ -621,7 +621,7 @@ PLACE_RULES: tuple[CallRule, ...] = (_arrays_have_their_dtypes_and_place,)
 
 
 def _num_envs_is_a_copy_count(env: Any) -> Iterator[str]:
-    if not _is_step_count(getattr(env, "num_envs", None)):
+    if not is_step_count(getattr(env, "num_envs", None)):
         yield (
             "env.num_envs must be a positive int (the number of copies), got "
             f"{describe(getattr(env, 'num_envs', None))}"
@@ -674,7 +674,7 @@ def _group_shares_its_spaces(env: Any, g: str, agents: list) -> Iterator[str]:
 
 
 def _spaces_have_an_array_layout(env: Any) -> Iterator[str]:
-    found = {f"{kind}({agent!r})": space for (kind, agent), space in _spaces_of(env).items()}
+    found = {f"{kind}({agent!r})": space for (kind, agent), space in spaces_of(env).items()}
     state = getattr(env, "state_space", None)
     if state is not None and not isinstance(state, spaces.Space):
         yield f"env.state_space must be a gymnasium space or None, got {describe(state)}"

@@ -12,9 +12,9 @@ copies' episodes must go on untouched), once more with other values in the actio
 agents that are not acting (the env must ignore them) and, given the dict env it implements,
 each copy ``i`` is replayed on that env seeded ``seed + i`` (it must give the same arrays).
 
-Messages read like :mod:`corral.checker`'s and name the call, the copy and the agent, e.g.
-``"step 4, copy 1: agent 'prey_0' (group 'prey') was revived after its episode ended at
-step 2"``.
+Messages read like :mod:`corral.checks.env_checker`'s and name the call, the copy and the
+agent, e.g. ``"step 4, copy 1: agent 'prey_0' (group 'prey') was revived after its episode
+ended at step 2"``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import Place
-from corral.batched_rules import (
+from corral.checks.batched_rules import (
     ENV_RULES,
     FRAME_RULES,
     PLACE_RULES,
@@ -42,22 +42,24 @@ from corral.batched_rules import (
     read_frame,
     row,
 )
-from corral.checker import (
+from corral.checks.engine import (
     STEP_CAP,
     CheckReport,
-    _attempt,
-    _concluded,
-    _EnvFailed,
-    _Findings,
-    _mask_of,
-    _max_episode_steps_is_a_step_count,
-    _possible_agents_are_unique_ids,
-    _reset,
-    _spaces_are_fixed_gymnasium_spaces,
-    _spaces_of,
-    _step,
+    EnvFailed,
+    Findings,
+    attempt,
+    concluded,
+    mask_of,
+    reset_env,
+    spaces_of,
+    step_env,
 )
-from corral.values import describe
+from corral.checks.env_rules import (
+    max_episode_steps_is_a_step_count,
+    possible_agents_are_unique_ids,
+    spaces_are_fixed_gymnasium_spaces,
+)
+from corral.checks.values import describe
 from corral.vector.layout import ArraySpec, Tree, array_tree
 
 NUM_ENVS = 4
@@ -144,7 +146,7 @@ def check_batched_env(
     finally:
         if built:
             env.close()
-    return _concluded(report, name, raise_on_error)
+    return concluded(report, name, raise_on_error)
 
 
 # --------------------------------------------------------------------------- actions
@@ -388,7 +390,7 @@ class _Stop(Exception):
     """The run cannot go on; what stopped it is in its records."""
 
 
-class _BatchedChecker(_Findings):
+class _BatchedChecker(Findings):
     def __init__(self, env: Any, seed: int) -> None:
         super().__init__()
         self.env = env
@@ -416,7 +418,7 @@ class _BatchedChecker(_Findings):
         main = self._play(check=True)
         try:
             self.check_spaces_unchanged(self.env, self.spaces)
-        except _EnvFailed as err:
+        except EnvFailed as err:
             self.add("env_does_not_raise", str(err))
         self._compare_runs(main)
         if dict_env is not None:
@@ -428,20 +430,20 @@ class _BatchedChecker(_Findings):
 
     def _playable(self) -> bool:
         """Check the env-wide rules; whether the env can be played."""
-        self.apply((_possible_agents_are_unique_ids,), self.env)
+        self.apply((possible_agents_are_unique_ids,), self.env)
         if self._messages:
             return False
         try:
-            self.spaces = _attempt("before reset", "getting the spaces", _spaces_of, self.env)
-            self.apply((_spaces_are_fixed_gymnasium_spaces,), self.env)
+            self.spaces = attempt("before reset", "getting the spaces", spaces_of, self.env)
+            self.apply((spaces_are_fixed_gymnasium_spaces,), self.env)
             if self._messages:
                 return False
             self.apply(ENV_RULES, self.env)
-            self.apply((_max_episode_steps_is_a_step_count,), self.env)
+            self.apply((max_episode_steps_is_a_step_count,), self.env)
             if self._messages:
                 return False
-            self.layout = _attempt("before reset", "reading env.groups", Layout.of, self.env)
-        except _EnvFailed as err:
+            self.layout = attempt("before reset", "reading env.groups", Layout.of, self.env)
+        except EnvFailed as err:
             self.add("env_does_not_raise", str(err))
             return False
         return True
@@ -543,8 +545,8 @@ class _BatchedChecker(_Findings):
         self, run: _Run, key: Key, where: str, what: str, fn: Callable[[], Any], check: bool
     ) -> Any:
         try:
-            return _attempt(where, f"{what}", fn)
-        except _EnvFailed as err:
+            return attempt(where, f"{what}", fn)
+        except EnvFailed as err:
             run.records[key] = _Record(where, error=err.message)
             if check:
                 self.add("env_does_not_raise", str(err))
@@ -624,8 +626,8 @@ class _BatchedChecker(_Findings):
         from corral.adapters import adapt
 
         try:
-            env = _attempt("before reset", "building the dict env", lambda: adapt(make()))
-        except _EnvFailed as err:
+            env = attempt("before reset", "building the dict env", lambda: adapt(make()))
+        except EnvFailed as err:
             self.add("copies_equal_the_dict_env", str(err))
             return
         try:
@@ -658,7 +660,7 @@ class _BatchedChecker(_Findings):
                     theirs = twin.reset(seed, record.where)
                 else:
                     theirs = twin.step(main.actions[key[0]], i, record.where)
-            except _EnvFailed as err:
+            except EnvFailed as err:
                 self.add(
                     "copies_equal_the_dict_env",
                     f"{err.where}, copy {i}: the dict env: {err.message}",
@@ -696,7 +698,7 @@ class _DictTwin:
         self.index = {a: (g, k) for g, k, a in layout.agents()}
 
     def reset(self, seed: int | None, where: str) -> dict[str, np.ndarray]:
-        obs, infos = _reset(self.env, seed, where)
+        obs, infos = reset_env(self.env, seed, where)
         self.last = {}
         return self._labels(obs, infos, None, where)
 
@@ -707,7 +709,7 @@ class _DictTwin:
         for agent in self.acting:
             g, k = self.index[agent]
             mine[agent] = _dict_action(self.layout.actions[g], row(actions[g], copy, k))
-        obs, rewards, terms, truncs, infos = _step(self.env, mine, where)
+        obs, rewards, terms, truncs, infos = step_env(self.env, mine, where)
         return self._labels(obs, infos, (rewards, terms, truncs), where)
 
     def _labels(
@@ -735,12 +737,12 @@ class _DictTwin:
             labels.per_agent("truncated", lambda g, k, a: bool(step[2].get(a, False)))
         labels.per_agent("action_mask", lambda g, k, a: self._mask(g, a, obs, infos))
         if self.layout.state is not None and alive:
-            labels.state(_attempt(where, "env.state()", self.env.state))
+            labels.state(attempt(where, "env.state()", self.env.state))
         return labels.out
 
     def _mask(self, g: str, agent: str, obs: dict, infos: dict) -> np.ndarray | None:
         n = self.layout.discrete.get(g)
         if n is None:
             return None
-        mask = _mask_of(infos, agent) if agent in obs else None
+        mask = mask_of(infos, agent) if agent in obs else None
         return np.ones(n, bool) if mask is None else np.asarray(mask).astype(bool)
