@@ -8,6 +8,8 @@ so ``except ValueError`` keeps working in code that does not know corral.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CorralError(Exception):
     """Base class of every error raised by corral."""
@@ -173,7 +175,7 @@ class WorkerDiedError(CorralError, RuntimeError):
         self.env_indices = list(env_indices or [])
         self.faults: list[CorralError] = [self]
 
-    def __reduce__(self) -> tuple[type, tuple[str, list[int]], dict]:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.args[0], self.env_indices), {"faults": self.faults})
 
 

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import numpy as np
 import torch
@@ -74,6 +74,9 @@ from corral.data.rollouts import Rollout, decisions
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
 from corral.vector.sampling import sample_array
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import Batch, VecEnv
 
 STORED = ("obs", "action", "reward", "next_obs", "terminated", "next_action_mask")
 """The transition fields the replay memories keep."""
@@ -193,7 +196,7 @@ class DQNPolicy(Policy):
 
     def act(
         self,
-        batch: Any,
+        batch: Batch,
         *,
         explore: bool = True,
         decisions: Mapping[str, Any] | None = None,
@@ -405,7 +408,7 @@ class DQN(DQNLearner, Algorithm):
 
     def __init__(
         self,
-        venv: Any,
+        venv: VecEnv,
         config: Config | None = None,
         *,
         learn_groups: Collection[str] | None = None,

@@ -58,7 +58,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import torch
@@ -73,6 +73,9 @@ from corral.data.replay import Replay, Transitions
 from corral.data.rollouts import Rollout
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import Batch, VecEnv
 
 
 @dataclass
@@ -172,7 +175,7 @@ class MADDPGPolicy(Policy):
 
     def act(
         self,
-        batch: Any,
+        batch: Batch,
         *,
         explore: bool = True,
         decisions: Mapping[str, Any] | None = None,
@@ -207,7 +210,7 @@ class MADDPGPolicy(Policy):
                 actions[g] = np.clip(scaled, space.low, space.high).astype(space.dtype)
         return actions, {}
 
-    def _act_on_device(self, batch: Any, explore: bool) -> Actions:
+    def _act_on_device(self, batch: Batch, explore: bool) -> Actions:
         """:meth:`act` on torch batches: drawn with :attr:`torch_rng`, nothing read back."""
         actions: Actions = {}
         noise_std, epsilon = self.noise_std, self.epsilon
@@ -573,7 +576,7 @@ class MADDPG(MADDPGLearner, Algorithm):
 
     def __init__(
         self,
-        venv: Any,
+        venv: VecEnv,
         config: Config | None = None,
         *,
         learn_groups: Collection[str] | None = None,

@@ -58,7 +58,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import numpy as np
 import torch
@@ -80,6 +80,9 @@ from corral.arrays import to_numpy
 from corral.data.rollouts import Rollout, masked_gae
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import Batch, VecEnv
 
 METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
 """What :meth:`MAPPOLearner.update` reports per group (means over its minibatches)."""
@@ -407,7 +410,7 @@ class MAPPOPolicy(Policy):
     @torch.no_grad()
     def act(
         self,
-        batch: Any,
+        batch: Batch,
         *,
         explore: bool = True,
         decisions: Mapping[str, Any] | None = None,
@@ -450,7 +453,7 @@ class MAPPOPolicy(Policy):
                     extras.setdefault("decision", {})[g] = decision
         return actions, extras
 
-    def _decisions(self, batch: Any, decisions: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    def _decisions(self, batch: Batch, decisions: Mapping[str, Any] | None) -> Mapping[str, Any]:
         """``decisions`` where given, else the batch's decision indices (``Batch.decision``);
         a ``ValueError`` saying what to pass for a batch without them."""
         if decisions is None:
@@ -465,7 +468,7 @@ class MAPPOPolicy(Policy):
 
     @torch.no_grad()
     def bootstrap_values(
-        self, batch: Any, decisions: Mapping[str, Any] | None = None
+        self, batch: Batch, decisions: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
         """The value ``[E, n]`` of every agent's observation in ``batch`` at its decision
         index (``Batch.decision``, or ``decisions[g]`` where given); arrays of the batch's
@@ -482,7 +485,7 @@ class MAPPOPolicy(Policy):
 
     @torch.no_grad()
     def final_values(
-        self, batch: Any, decisions: Mapping[str, Any] | None = None
+        self, batch: Batch, decisions: Mapping[str, Any] | None = None
     ) -> dict[str, Any] | None:
         """With ``bootstrap_truncated``, the value ``[E, n]`` of every agent's next observation
         after the step that returned ``batch`` (``final_obs`` in the envs that ended), which
@@ -684,7 +687,7 @@ class MAPPO(MAPPOLearner, Algorithm):
 
     def __init__(
         self,
-        venv: Any,
+        venv: VecEnv,
         config: AlgoConfig | None = None,
         *,
         learn_groups: Collection[str] | None = None,
