@@ -138,7 +138,7 @@ class DQNPolicy(Policy):
         self,
         groups: Mapping[str, Sequence[str]],
         observation_space: Mapping[str, spaces.Space],
-        action_space: Mapping[str, spaces.Space],
+        action_space: Mapping[str, spaces.Discrete],
         config: Config,
         *,
         device: str,
@@ -393,6 +393,9 @@ class DQNLearner(Learner):
         self._stored_lower, self._filled = None, set()
 
 
+_Config = Config  # the settings class as a type: in the class body below, Config is its attribute
+
+
 class DQN(DQNLearner, Algorithm):
     """Double DQN with action masks, parameters shared per group.
 
@@ -402,27 +405,29 @@ class DQN(DQNLearner, Algorithm):
 
     name: ClassVar[str] = "dqn"
     Config: ClassVar[type[AlgoConfig]] = Config
-    config: Config
+    config: _Config
     records_next: ClassVar[bool] = True
     """Its rollouts record what replay rows need (``RolloutBuilder(record_next=True)``)."""
 
     def __init__(
         self,
         venv: VecEnv,
-        config: Config | None = None,
+        config: _Config | None = None,
         *,
         learn_groups: Collection[str] | None = None,
         device: str = "cpu",
     ) -> None:
         groups = self.describe(venv, config, learn_groups, resolve_device(device))
+        discrete = {}
         for g, space in self.action_space.items():
             if not isinstance(space, spaces.Discrete):
                 raise UnsupportedEnvError(
                     f"DQN needs Discrete action spaces, but group {g!r} has {space}; "
                     "use MAPPO/IPPO or MADDPG for other action spaces"
                 )
+            discrete[g] = space
         policy = DQNPolicy(
-            groups, self.observation_space, self.action_space, self.config, device=self.device
+            groups, self.observation_space, discrete, self.config, device=self.device
         )
         DQNLearner.__init__(self, policy, self.config)
 
