@@ -477,14 +477,17 @@ class VectorEnv:
         with the batch attached, or with ``on_env_error="restart"`` warned and returned."""
         batch = self._batch()
         err.batch = batch
-        unrecovered = [f for f in err.faults if not getattr(f, "restarted", False)]
+        restarted = [
+            f for f in err.faults if isinstance(f, (EnvError, WorkerTimeoutError)) and f.restarted
+        ]
+        unrecovered = [f for f in err.faults if f not in restarted]
         if unrecovered:  # an env that cannot be restarted: raised whatever on_env_error says
             first = unrecovered[0]
             first.batch, first.faults = batch, err.faults
             raise first
         if self.on_env_error == "raise":
             raise err
-        for fault in err.faults:
+        for fault in restarted:
             if isinstance(fault, EnvError) and fault.copies is not None and len(fault.copies) > 1:
                 what = (
                     f"{envs_text(fault.copies)} (one natively batched env) failed and were "
