@@ -574,11 +574,13 @@ def train(
     run directories may import (see :func:`read_run_config`).
 
     Examples:
-        >>> import corral
-        >>> results = corral.train(  # doctest: +SKIP
-        ...     "mappo", env="mpe2/simple_spread_v3", total_steps=200_000, lr=1e-3
+        >>> import corral, tempfile
+        >>> results = corral.train(
+        ...     "mappo", env="corral/rps", total_steps=2_000, num_envs=8, eval_every=1_000,
+        ...     eval_episodes=4, run_dir=tempfile.mkdtemp(), progress=False, lr=1e-3
         ... )
-        >>> results.best_eval, results.run_dir  # doctest: +SKIP
+        >>> results.env_steps, results.best_eval is not None
+        (2000, True)
     """
     allowed = list(allow_imports)
     if resume is not None:
