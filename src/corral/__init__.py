@@ -1,6 +1,6 @@
 """corral: one contract, fast vectorised sampling and correct learning for MARL envs."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.adapters import adapt
 from corral.arrays import Place
@@ -25,8 +25,12 @@ from corral.interop import to_gymnasium, to_pettingzoo
 from corral.registry import batched_ids, make, register, register_namespace, registered_ids, spec
 from corral.vector import Batch, VectorEnv, make_vec
 
+if TYPE_CHECKING:
+    from corral.algos.base import Algorithm
+    from corral.training import Results
 
-def train(algo: str | type, env: str | None = None, **settings: Any) -> Any:
+
+def train(algo: "str | type[Algorithm]", env: str | None = None, **settings: Any) -> "Results":
     """Train ``algo`` (``"mappo"``, ``"ippo"``, ``"maddpg"``, ``"dqn"``) on the env ``env``.
 
     ``settings`` are run settings (``total_steps``, ``num_envs``, ``seed``...,

@@ -258,8 +258,8 @@ def _list(args: argparse.Namespace) -> int:
     if not ids and not prefixes:
         sources = sorted({i.split("/")[0] for i in registered_ids()} | set(namespaces()))
         raise UsageError(f"no env of source {args.source!r}; sources: {', '.join(sources)}")
-    for source, members in groupby(ids, key=lambda i: i.split("/")[0]):
-        members = list(members)
+    for source, group in groupby(ids, key=lambda i: i.split("/")[0]):
+        members = list(group)
         print(f"{source} ({len(members)})")
         for id in members:
             native = "  (natively batched)" if spec(id).batched is not None else ""
@@ -621,12 +621,12 @@ _SETTING_FLAGS = ("num_envs", "backend", "total_steps", "seed", "device", "run_d
 
 
 def _train(args: argparse.Namespace) -> int:
-    from corral.training import Runner, load_config
+    from corral.training import Runner, TrainConfig, load_config
     from corral.training.policy_map import parse_policies
     from corral.training.runner import AlreadyTrainedError
 
     overrides: dict[str, Any] = {}
-    config = None
+    config: TrainConfig | None = None
     try:
         with _training_errors():
             overrides.update(parse_settings(args.settings))
@@ -671,7 +671,7 @@ def _train(args: argparse.Namespace) -> int:
     except UnsupportedEnvError as err:  # found while training, on an env that did not declare it
         raise UsageError(str(err)) from err
     except (EnvError, WorkerTimeoutError) as err:  # an env's fault, with on_env_error=raise
-        run_dir = args.resume or (config and config.run.run_dir)
+        run_dir = args.resume or (config.run.run_dir if config is not None else None)
         print(f"corral: error: training stopped: {err}", file=sys.stderr)
         print(
             f"{_resume_advice(run_dir)}; `--set on_env_error=restart` restarts a faulty env "
@@ -680,13 +680,14 @@ def _train(args: argparse.Namespace) -> int:
         )
         return 1
     except EvaluationError as err:  # on_env_error=restart, and faults cut too many episodes
-        run_dir = args.resume or (config and config.run.run_dir)
+        run_dir = args.resume or (config.run.run_dir if config is not None else None)
         print(f"corral: error: training stopped: {err}", file=sys.stderr)
         print(_resume_advice(run_dir), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         # a new run's directory is named in its config once the runner has made it
-        print(_interrupted(args.resume or (config and config.run.run_dir)), file=sys.stderr)
+        run_dir = args.resume or (config.run.run_dir if config is not None else None)
+        print(_interrupted(run_dir), file=sys.stderr)
         return 130
     best = "-" if results.best_eval is None else f"{results.best_eval:.4g}"
     print(f"run {results.run_dir}: {results.env_steps} env steps, best {results.select_by} {best}")

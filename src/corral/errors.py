@@ -8,6 +8,11 @@ so ``except ValueError`` keeps working in code that does not know corral.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from corral.vector.vector_env import Batch
+
 
 class CorralError(Exception):
     """Base class of every error raised by corral."""
@@ -112,8 +117,8 @@ class EnvError(CorralError, RuntimeError):
         self.remote_traceback = remote_traceback
         self.restarted = restarted
         self.copies = copies
-        self.faults: list[CorralError] = [self]
-        self.batch = None
+        self.faults: list[Fault] = [self]
+        self.batch: Batch | None = None
         text = f"env {env_index}: {message}"
         if remote_traceback:
             text += f"\n\nTraceback in the env's process:\n{remote_traceback}"
@@ -148,8 +153,8 @@ class WorkerTimeoutError(CorralError, TimeoutError):
         super().__init__(message)
         self.env_indices = list(env_indices or [])
         self.restarted = restarted
-        self.faults: list[CorralError] = [self]
-        self.batch = None
+        self.faults: list[Fault] = [self]
+        self.batch: Batch | None = None
 
     def __reduce__(self) -> tuple[type, tuple[str, list[int], bool], dict]:
         args = (self.args[0], self.env_indices, self.restarted)
@@ -168,12 +173,15 @@ class WorkerDiedError(CorralError, RuntimeError):
     ``env_indices`` are the envs of the dead workers; ``faults`` as for :class:`EnvError`.
     """
 
+    batch: Batch | None
+    """Where a vector step or reset raises it: that step's batch (set by the vector env)."""
+
     def __init__(self, message: str, env_indices: list[int] | None = None) -> None:
         super().__init__(message)
         self.env_indices = list(env_indices or [])
-        self.faults: list[CorralError] = [self]
+        self.faults: list[Fault] = [self]
 
-    def __reduce__(self) -> tuple[type, tuple[str, list[int]], dict]:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.args[0], self.env_indices), {"faults": self.faults})
 
 
@@ -199,6 +207,10 @@ class WorkerStartError(WorkerDiedError):
 
     def __reduce__(self) -> tuple[type, tuple[str, dict[int, int | None], list[int]]]:
         return (type(self), (self.args[0], self.exit_codes, self.env_indices))
+
+
+Fault = EnvError | WorkerTimeoutError | WorkerDiedError
+"""A fault that a vector call collects in ``faults``."""
 
 
 class WorkerRestartWarning(UserWarning):

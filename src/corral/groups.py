@@ -55,8 +55,9 @@ def _group_of(agent: str, group_map: GroupMap) -> str:
         return agent
     if isinstance(group_map, str):
         raise GroupError(f"group_map {group_map!r} is not 'prefix', 'agent' or a mapping")
-    if agent in group_map and isinstance(group_map[agent], str):
-        return group_map[agent]
+    own = group_map.get(agent)
+    if isinstance(own, str):
+        return own
     for group, members in group_map.items():
         if not isinstance(members, str) and agent in members:
             return group

@@ -7,8 +7,12 @@ imported only when the algorithm is used.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from corral.errors import MissingDependencyError
+
+if TYPE_CHECKING:
+    from corral.algos.base import Algorithm
 
 ALGORITHMS = {
     "mappo": "corral.algos.mappo:MAPPO",
@@ -18,7 +22,7 @@ ALGORITHMS = {
 }
 
 
-def algorithm_class(name: str) -> type:
+def algorithm_class(name: str) -> type[Algorithm]:
     """The algorithm class registered as ``name`` (``"mappo"``, ``"dqn"``...)."""
     if name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(ALGORITHMS)}")

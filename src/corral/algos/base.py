@@ -15,13 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, fields
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import numpy as np
 
 from corral.algos.policy import Learner
 from corral.errors import UnsupportedEnvError
 from corral.ranges import SEED, Range, check_ranges
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import VecEnv
 
 FixedPolicy = Callable[[np.ndarray, "np.ndarray | None", np.random.Generator], np.ndarray]
 """A fixed policy for one group: ``(obs [E, n, ...], action_mask or None, rng) -> actions``,
@@ -80,9 +83,20 @@ class Algorithm(Learner):
     """Whether every learned agent must act at every step until the episode ends (simultaneous
     moves, no agent leaving early); see :func:`check_env_support`."""
 
+    if TYPE_CHECKING:
+        # The constructor of every subclass, declared for the checker: this class has none.
+        def __init__(
+            self,
+            venv: VecEnv,
+            config: AlgoConfig | None = None,
+            *,
+            learn_groups: Collection[str] | None = None,
+            device: str = "cpu",
+        ) -> None: ...
+
     def describe(
         self,
-        venv: Any,
+        venv: VecEnv,
         config: AlgoConfig | None,
         learn_groups: Collection[str] | None,
         device: str,
@@ -101,7 +115,7 @@ class Algorithm(Learner):
         return groups
 
 
-def check_env_support(algo: type[Algorithm], venv: Any) -> None:
+def check_env_support(algo: type[Algorithm], venv: VecEnv) -> None:
     """Raise :class:`~corral.errors.UnsupportedEnvError` if ``algo`` cannot learn ``venv``'s env.
 
     The env says how its agents act in ``metadata["lockstep"]`` (see the env

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import numpy as np
 import torch
@@ -74,6 +74,9 @@ from corral.data.rollouts import Rollout, decisions
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
 from corral.vector.sampling import sample_array
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import Batch, VecEnv
 
 STORED = ("obs", "action", "reward", "next_obs", "terminated", "next_action_mask")
 """The transition fields the replay memories keep."""
@@ -135,7 +138,7 @@ class DQNPolicy(Policy):
         self,
         groups: Mapping[str, Sequence[str]],
         observation_space: Mapping[str, spaces.Space],
-        action_space: Mapping[str, spaces.Space],
+        action_space: Mapping[str, spaces.Discrete],
         config: Config,
         *,
         device: str,
@@ -193,7 +196,7 @@ class DQNPolicy(Policy):
 
     def act(
         self,
-        batch: Any,
+        batch: Batch,
         *,
         explore: bool = True,
         decisions: Mapping[str, Any] | None = None,
@@ -390,6 +393,9 @@ class DQNLearner(Learner):
         self._stored_lower, self._filled = None, set()
 
 
+_Config = Config  # the settings class as a type: in the class body below, Config is its attribute
+
+
 class DQN(DQNLearner, Algorithm):
     """Double DQN with action masks, parameters shared per group.
 
@@ -399,27 +405,29 @@ class DQN(DQNLearner, Algorithm):
 
     name: ClassVar[str] = "dqn"
     Config: ClassVar[type[AlgoConfig]] = Config
-    config: Config
+    config: _Config
     records_next: ClassVar[bool] = True
     """Its rollouts record what replay rows need (``RolloutBuilder(record_next=True)``)."""
 
     def __init__(
         self,
-        venv: Any,
-        config: Config | None = None,
+        venv: VecEnv,
+        config: _Config | None = None,
         *,
         learn_groups: Collection[str] | None = None,
         device: str = "cpu",
     ) -> None:
         groups = self.describe(venv, config, learn_groups, resolve_device(device))
+        discrete = {}
         for g, space in self.action_space.items():
             if not isinstance(space, spaces.Discrete):
                 raise UnsupportedEnvError(
                     f"DQN needs Discrete action spaces, but group {g!r} has {space}; "
                     "use MAPPO/IPPO or MADDPG for other action spaces"
                 )
+            discrete[g] = space
         policy = DQNPolicy(
-            groups, self.observation_space, self.action_space, self.config, device=self.device
+            groups, self.observation_space, discrete, self.config, device=self.device
         )
         DQNLearner.__init__(self, policy, self.config)
 

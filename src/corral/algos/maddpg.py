@@ -58,7 +58,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import torch
@@ -73,6 +73,9 @@ from corral.data.replay import Replay, Transitions
 from corral.data.rollouts import Rollout
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import Batch, VecEnv
 
 
 @dataclass
@@ -148,9 +151,9 @@ class MADDPGPolicy(Policy):
         self.config = config
         self.device = device
         self.observation_space = dict(observation_space)
-        self.action_space = dict(action_space)
+        self.action_space = {g: _supported(g, space) for g, space in action_space.items()}
         self.sizes = {g: len(agents) for g, agents in self.groups.items()}
-        self.act_dims = {g: _action_dim(g, self.action_space[g]) for g in self.groups}
+        self.act_dims = {g: _action_dim(self.action_space[g]) for g in self.groups}
         self.discrete = {g: isinstance(self.action_space[g], spaces.Discrete) for g in self.groups}
         self.actor = {
             g: mlp(
@@ -172,7 +175,7 @@ class MADDPGPolicy(Policy):
 
     def act(
         self,
-        batch: Any,
+        batch: Batch,
         *,
         explore: bool = True,
         decisions: Mapping[str, Any] | None = None,
@@ -190,7 +193,7 @@ class MADDPGPolicy(Policy):
             with torch.no_grad():
                 out = self.actor[g](as_input(batch.obs[g], self.observation_space[g], self.device))
             out = out.cpu().numpy()
-            if self.discrete[g]:
+            if isinstance(space, spaces.Discrete):
                 legal = batch.action_mask[g].astype(bool)
                 if explore:  # Gumbel-max: a sample of softmax(out), or of uniform logits
                     uniform = self.rng.random(out.shape[:-1]) < epsilon
@@ -207,7 +210,7 @@ class MADDPGPolicy(Policy):
                 actions[g] = np.clip(scaled, space.low, space.high).astype(space.dtype)
         return actions, {}
 
-    def _act_on_device(self, batch: Any, explore: bool) -> Actions:
+    def _act_on_device(self, batch: Batch, explore: bool) -> Actions:
         """:meth:`act` on torch batches: drawn with :attr:`torch_rng`, nothing read back."""
         actions: Actions = {}
         noise_std, epsilon = self.noise_std, self.epsilon
@@ -215,7 +218,7 @@ class MADDPGPolicy(Policy):
             space = self.action_space[g]
             with torch.no_grad():
                 out = self.actor[g](as_input(batch.obs[g], self.observation_space[g], self.device))
-                if self.discrete[g]:
+                if isinstance(space, spaces.Discrete):
                     legal = batch.action_mask[g].to(self.device).bool()
                     if explore:  # Gumbel-max: a sample of softmax(out), or of uniform logits
                         lead = tuple(out.shape[:-1])
@@ -289,10 +292,14 @@ class MADDPGLearner(Learner):
             self._others[g][:, offset : offset + own.shape[1]] -= own.to(device)
             offset += own.shape[1]
         self.state_space = state_space
-        self.critic_sees_state = config.use_state and isinstance(state_space, spaces.Box)
+        self.critic_state = (
+            state_space if config.use_state and isinstance(state_space, spaces.Box) else None
+        )
+        """The state space the critics see; ``None``: they see every agent's observation."""
+        self.critic_sees_state = self.critic_state is not None
         global_dim = (
-            flat_dim(state_space)
-            if self.critic_sees_state
+            flat_dim(self.critic_state)
+            if self.critic_state is not None
             else sum(sizes[g] * flat_dim(policy.observation_space[g]) for g in policy.groups)
         )
         self.critic: dict[str, nn.Module] = {}
@@ -496,8 +503,8 @@ class MADDPGLearner(Learner):
         return hard - soft.detach() + soft
 
     def _global(self, data: Transitions, obs: Mapping[str, torch.Tensor], key: str) -> torch.Tensor:
-        if self.critic_sees_state:
-            return as_input(data[key], self.state_space, self.policy.device)
+        if self.critic_state is not None:
+            return as_input(data[key], self.critic_state, self.policy.device)
         return torch.cat([o.flatten(1) for o in obs.values()], dim=1)
 
     def _obs(self, array: np.ndarray, g: str) -> torch.Tensor:
@@ -556,6 +563,9 @@ class MADDPGLearner(Learner):
         self.stored = len(self.buffer)
 
 
+_Config = Config  # the settings class as a type: in the class body below, Config is its attribute
+
+
 class MADDPG(MADDPGLearner, Algorithm):
     """Multi-agent DDPG with parameters shared within each group.
 
@@ -566,6 +576,7 @@ class MADDPG(MADDPGLearner, Algorithm):
 
     name = "maddpg"
     Config = Config
+    config: _Config
     uses_state = True
     needs_lockstep = True
     records_next = True
@@ -573,8 +584,8 @@ class MADDPG(MADDPGLearner, Algorithm):
 
     def __init__(
         self,
-        venv: Any,
-        config: Config | None = None,
+        venv: VecEnv,
+        config: _Config | None = None,
         *,
         learn_groups: Collection[str] | None = None,
         device: str = "cpu",
@@ -619,15 +630,26 @@ def exploration_at(config: Config, env_steps: int) -> tuple[float, float]:
     )
 
 
-def _action_dim(group: str, space: spaces.Space) -> int:
+ActionSpace = spaces.Discrete | spaces.Box
+"""The action spaces MADDPG learns (a ``Box`` with finite bounds)."""
+
+
+def _action_dim(space: ActionSpace) -> int:
     if isinstance(space, spaces.Discrete):
         return int(space.n)
+    return int(np.prod(space.shape))
+
+
+def _supported(group: str, space: spaces.Space) -> ActionSpace:
+    """``space``, if MADDPG learns it; else raises :class:`UnsupportedEnvError`."""
+    if isinstance(space, spaces.Discrete):
+        return space
     if (
         isinstance(space, spaces.Box)
         and np.isfinite(space.low).all()
         and np.isfinite(space.high).all()
     ):
-        return int(np.prod(space.shape))
+        return space
     raise UnsupportedEnvError(
         f"MADDPG supports Discrete and bounded Box actions (its actors' tanh output is "
         f"scaled to the Box's bounds); group {group!r} has {space}; MAPPO and IPPO learn "
@@ -635,7 +657,7 @@ def _action_dim(group: str, space: spaces.Space) -> int:
     )
 
 
-def _critic_action(space: spaces.Space, action: Any) -> Any:
+def _critic_action(space: ActionSpace, action: Any) -> Any:
     """Env actions as the critic sees them, float32: one-hot (``Discrete``) or in ``[-1, 1]``
     (``Box``); NumPy or torch as ``action``."""
     if is_tensor(action):

@@ -58,7 +58,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -80,6 +80,9 @@ from corral.arrays import to_numpy
 from corral.data.rollouts import Rollout, masked_gae
 from corral.errors import UnsupportedEnvError
 from corral.ranges import Range
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import Batch, VecEnv
 
 METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
 """What :meth:`MAPPOLearner.update` reports per group (means over its minibatches)."""
@@ -154,7 +157,22 @@ class _Categorical:
         return -(self.logits.exp() * self.logits).sum(-1)
 
 
-class _CategoricalHead(nn.Module):
+class PolicyHead(nn.Module):
+    """A policy over one action space: ``head(x, mask)`` is the distribution of actor
+    features ``x``; :meth:`sample` and :meth:`greedy` draw from it (in the head's form, which
+    rollouts keep and ``log_prob`` reads), :meth:`to_env` turns those into env actions."""
+
+    def sample(self, dist: Any, generator: torch.Generator) -> torch.Tensor:
+        raise NotImplementedError
+
+    def greedy(self, dist: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    def to_env(self, sample: Any) -> Any:
+        raise NotImplementedError
+
+
+class _CategoricalHead(PolicyHead):
     """A categorical policy over a ``Discrete`` space, restricted to legal actions."""
 
     def __init__(self, space: spaces.Discrete, in_dim: int, config: Config) -> None:
@@ -177,8 +195,13 @@ class _CategoricalHead(nn.Module):
         return sample + self.start
 
 
-class _GaussianHead(nn.Module):
+class _GaussianHead(PolicyHead):
     """A diagonal Gaussian over a ``Box`` rescaled to ``[-1, 1]`` (unbounded axes unscaled)."""
+
+    centre_t: torch.Tensor
+    scale_t: torch.Tensor
+    low_t: torch.Tensor
+    high_t: torch.Tensor
 
     def __init__(self, space: spaces.Box, in_dim: int, config: Config) -> None:
         super().__init__()
@@ -229,18 +252,18 @@ class _GaussianHead(nn.Module):
 
 
 @functools.singledispatch
-def policy_head(space: spaces.Space, in_dim: int, config: Config) -> nn.Module:
+def policy_head(space: spaces.Space, in_dim: int, config: Config) -> PolicyHead:
     """The policy head for actions in ``space``."""
     raise UnsupportedEnvError(f"MAPPO supports Discrete and Box action spaces, not {space}")
 
 
 @policy_head.register
-def _(space: spaces.Discrete, in_dim: int, config: Config) -> nn.Module:
+def _(space: spaces.Discrete, in_dim: int, config: Config) -> PolicyHead:
     return _CategoricalHead(space, in_dim, config)
 
 
 @policy_head.register
-def _(space: spaces.Box, in_dim: int, config: Config) -> nn.Module:
+def _(space: spaces.Box, in_dim: int, config: Config) -> PolicyHead:
     return _GaussianHead(space, in_dim, config)
 
 
@@ -249,6 +272,10 @@ class ValueNorm(nn.Module):
 
     When off it is the identity. The statistics cover every return seen.
     """
+
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
 
     def __init__(self, enabled: bool) -> None:
         super().__init__()
@@ -331,7 +358,9 @@ class MAPPOPolicy(Policy):
             for g, agents in self.groups.items():
                 ids = len(agents) if config.agent_id and len(agents) > 1 else 0
                 actor_in = flat_dim(self.observation_space[g]) + ids
-                seen = state_space if self.use_state else self.observation_space[g]
+                seen = self.observation_space[g]
+                if self.use_state and state_space is not None:
+                    seen = state_space
                 critic_in = flat_dim(seen) + (config.time_scale is not None) + ids
                 nets = GroupNets(actor_in, critic_in, self.action_space[g], config)
                 self.nets[g] = nets.to(device)
@@ -384,7 +413,7 @@ class MAPPOPolicy(Policy):
         ``decision`` is each agent's decision index in its episode (ignored without
         ``time_scale``). ``obs_input``: ``as_input`` of ``obs``, where the caller has it.
         """
-        if self.use_state:
+        if self.use_state and self.state_space is not None:
             x = as_input(state, self.state_space, self.device)
             if agent is None:
                 x = x.unsqueeze(1).expand(-1, len(self.groups[g]), -1)
@@ -407,7 +436,7 @@ class MAPPOPolicy(Policy):
     @torch.no_grad()
     def act(
         self,
-        batch: Any,
+        batch: Batch,
         *,
         explore: bool = True,
         decisions: Mapping[str, Any] | None = None,
@@ -450,7 +479,7 @@ class MAPPOPolicy(Policy):
                     extras.setdefault("decision", {})[g] = decision
         return actions, extras
 
-    def _decisions(self, batch: Any, decisions: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    def _decisions(self, batch: Batch, decisions: Mapping[str, Any] | None) -> Mapping[str, Any]:
         """``decisions`` where given, else the batch's decision indices (``Batch.decision``);
         a ``ValueError`` saying what to pass for a batch without them."""
         if decisions is None:
@@ -465,7 +494,7 @@ class MAPPOPolicy(Policy):
 
     @torch.no_grad()
     def bootstrap_values(
-        self, batch: Any, decisions: Mapping[str, Any] | None = None
+        self, batch: Batch, decisions: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
         """The value ``[E, n]`` of every agent's observation in ``batch`` at its decision
         index (``Batch.decision``, or ``decisions[g]`` where given); arrays of the batch's
@@ -482,7 +511,7 @@ class MAPPOPolicy(Policy):
 
     @torch.no_grad()
     def final_values(
-        self, batch: Any, decisions: Mapping[str, Any] | None = None
+        self, batch: Batch, decisions: Mapping[str, Any] | None = None
     ) -> dict[str, Any] | None:
         """With ``bootstrap_truncated``, the value ``[E, n]`` of every agent's next observation
         after the step that returned ``batch`` (``final_obs`` in the envs that ended), which
@@ -601,7 +630,7 @@ class MAPPOLearner(Learner):
         cfg, nets, device = self.config, self.policy.nets[g], self.policy.device
         tensor = functools.partial(torch.as_tensor, device=device, dtype=torch.float32)
         advantage, returns, old_value = tensor(advantage), tensor(returns), tensor(old_value)
-        nets.value_norm.update(returns, nets.critic[-1])
+        nets.value_norm.update(returns, cast(nn.Linear, nets.critic[-1]))
         target, old_value = nets.value_norm.normalize(returns), nets.value_norm.normalize(old_value)
         if cfg.normalize_advantages and len(advantage) > 1:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
@@ -669,6 +698,9 @@ class MAPPOLearner(Learner):
         super().load_state_dict(state)
 
 
+_Config = Config  # the settings class as a type: in the class body below, Config is its attribute
+
+
 class MAPPO(MAPPOLearner, Algorithm):
     """Multi-agent PPO with a centralised critic on ``state``; see the module docstring.
 
@@ -678,13 +710,14 @@ class MAPPO(MAPPOLearner, Algorithm):
 
     name: ClassVar[str] = "mappo"
     Config: ClassVar[type[AlgoConfig]] = Config
+    config: _Config
     centralised: ClassVar[bool] = True
     """Whether the critic sees the global state (when the env has one)."""
     uses_state: ClassVar[bool] = True
 
     def __init__(
         self,
-        venv: Any,
+        venv: VecEnv,
         config: AlgoConfig | None = None,
         *,
         learn_groups: Collection[str] | None = None,

@@ -25,12 +25,12 @@ def as_input(obs: Any, space: spaces.Space, device: str | torch.device) -> torch
         if isinstance(space, spaces.Discrete):
             index = (obs.to(device) - space.start).long()
             return nn.functional.one_hot(index, int(space.n)).float()
-        lead = obs.shape[: obs.ndim - len(space.shape)]
+        lead = obs.shape[: obs.ndim - len(space.shape or ())]
         return obs.to(device=device, dtype=torch.float32).reshape(*lead, -1)
     if isinstance(space, spaces.Discrete):
         index = torch.as_tensor(np.asarray(obs) - space.start, device=device, dtype=torch.long)
         return nn.functional.one_hot(index, int(space.n)).float()
-    lead = np.shape(obs)[: np.ndim(obs) - len(space.shape)]
+    lead = np.shape(obs)[: np.ndim(obs) - len(space.shape or ())]
     array = np.asarray(obs, dtype=np.float32).reshape(*lead, -1)
     return torch.as_tensor(array, device=device)
 

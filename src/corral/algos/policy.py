@@ -25,10 +25,13 @@ policy and feeds the learner its rollouts.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from corral.arrays import is_tensor
 from corral.data.rollouts import Rollout
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import Batch
 
 
 class FirstUpdate(NamedTuple):
@@ -63,7 +66,7 @@ class Policy:
 
     def act(
         self,
-        batch: Any,
+        batch: Batch,
         *,
         explore: bool = True,
         decisions: Mapping[str, Any] | None = None,
@@ -78,14 +81,14 @@ class Policy:
         raise NotImplementedError
 
     def bootstrap_values(
-        self, batch: Any, decisions: Mapping[str, Any] | None = None
+        self, batch: Batch, decisions: Mapping[str, Any] | None = None
     ) -> dict[str, Any] | None:
         """A policy with a critic: the value ``[E, n]`` of every agent's observation in
         ``batch`` (what a rollout ending there bootstraps from); ``None``: it has no values."""
         return None
 
     def final_values(
-        self, batch: Any, decisions: Mapping[str, Any] | None = None
+        self, batch: Batch, decisions: Mapping[str, Any] | None = None
     ) -> dict[str, Any] | None:
         """A policy with a critic: the value ``[E, n]`` of every agent's next observation after
         the step that returned ``batch``, which truncated decisions bootstrap from; ``None``:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,8 +45,11 @@ from corral.arrays import is_tensor
 from corral.errors import UnsupportedEnvError
 from corral.vector.sampling import sample_array
 
+if TYPE_CHECKING:
+    from corral.vector.protocols import Batch, VecEnv
 
-def check_game(venv: Any) -> None:
+
+def check_game(venv: VecEnv) -> None:
     """Raise :class:`~corral.errors.UnsupportedEnvError` unless ``venv``'s env is a game whose
     agents play against each other, which an env says by declaring ``metadata["zero_sum"] =
     True`` (see the env contract). Elsewhere the frozen copies would not be the learner's
@@ -135,7 +138,7 @@ class SnapshotPool(Policy):
 
     def act(
         self,
-        batch: Any,
+        batch: Batch,
         *,
         explore: bool = True,
         decisions: Mapping[str, Any] | None = None,

@@ -205,6 +205,7 @@ class Replay:
                 raise ValueError(
                     f"replay field {name!r} holds {len(array)} rows, but the state says {size}"
                 )
+            stored: Any
             if is_tensor(array):
                 import torch
 

@@ -44,11 +44,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from corral.arrays import is_tensor
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import Batch, Groups
 
 
 def _xp(x: Any) -> Any:
@@ -180,7 +183,7 @@ class RolloutBuilder:
     and on-policy learners do not).
     """
 
-    def __init__(self, venv: Any, steps: int, *, record_next: bool = False) -> None:
+    def __init__(self, venv: Groups, steps: int, *, record_next: bool = False) -> None:
         if steps < 1:
             raise ValueError(f"a rollout needs at least one step, got steps={steps}")
         self.steps = int(steps)
@@ -241,7 +244,7 @@ class RolloutBuilder:
 
     def act(
         self,
-        batch: Any,
+        batch: Batch,
         actions: Mapping[str, Any],
         value: Mapping[str, Any] | None = None,
         **extras: Mapping[str, Any],
@@ -309,7 +312,7 @@ class RolloutBuilder:
         self._carried[g] = where
         self._row[g] = xp.where(where, 0, self._row[g])
 
-    def observe(self, batch: Any, final_value: Mapping[str, Any] | None = None) -> None:
+    def observe(self, batch: Batch, final_value: Mapping[str, Any] | None = None) -> None:
         """Record what step ``t`` returned; ``final_value`` bootstraps truncated decisions.
 
         ``final_value[g]`` ``[E, n]``: the value of each agent's next observation
@@ -349,7 +352,7 @@ class RolloutBuilder:
         self._t += 1
         self._acted = False
 
-    def _record_next(self, g: str, batch: Any) -> None:
+    def _record_next(self, g: str, batch: Batch) -> None:
         """Step ``t``'s :attr:`Rollout.next` fields of group ``g``, as the assembler's rows."""
         store = self._next.setdefault(g, {})
         xp, done = _xp(batch.done), batch.done[:, None]

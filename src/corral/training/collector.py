@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from corral.arrays import Place, is_tensor, place_of, to_numpy
 from corral.data.rollouts import RolloutBuilder
 from corral.training.policy_map import MAIN, FixedPlayer, Seating
 from corral.training.whole_episodes import CutEpisodes, whole_ended
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import Batch, EndedEpisodes, VecEnv
 
 
 @dataclass
@@ -83,7 +86,7 @@ class Collector:
 
     def __init__(
         self,
-        venv: Any,
+        venv: VecEnv,
         algo: Algorithm | Mapping[str, Algorithm],
         fixed: Mapping[str, FixedPlayer | FixedPolicy] | None = None,
         seed: int | None = None,
@@ -145,7 +148,7 @@ class Collector:
                 return steps * self.venv.num_envs
         raise AssertionError("unreachable: every rollout closes within their lcm")
 
-    def actions(self, batch: Any, explore: bool) -> tuple[dict[str, Any], dict[str, dict]]:
+    def actions(self, batch: Batch, explore: bool) -> tuple[dict[str, Any], dict[str, dict]]:
         """Actions of every group at ``batch`` (the next batch acted on), and each learner's
         extras by policy id."""
         if self.seating is not None:
@@ -293,7 +296,7 @@ class Collector:
         )
         self._add_episodes(progress, flat)
 
-    def _add_episodes(self, progress: Progress, batch: Any) -> None:
+    def _add_episodes(self, progress: Progress, batch: EndedEpisodes) -> None:
         """Add the whole episodes that ended at ``batch`` to ``progress``; those that a fault
         cut are left out.
 
@@ -305,7 +308,10 @@ class Collector:
             return
         if self.seating is not None:  # the learners' agents of each ended episode
             owned = self.seating.owned
-            mine = {g: sum(owned[pid][g] for pid in self.learners) > 0 for g in self.venv.groups}
+            mine = {
+                g: np.asarray(sum(owned[pid][g] for pid in self.learners) > 0)
+                for g in self.venv.groups
+            }
             total = sum((batch.episode_return[g] * mine[g]).sum(axis=1) for g in mine)
             count = sum(mine[g].sum(axis=1) for g in mine)
             progress.episode_returns.extend((total / count)[finished].tolist())
@@ -321,7 +327,7 @@ class Collector:
 
 
 def evaluate(
-    venv: Any,
+    venv: VecEnv,
     algo: Algorithm | Mapping[str, Algorithm],
     episodes: int,
     fixed: Mapping[str, FixedPlayer | FixedPolicy] | None = None,
@@ -367,7 +373,7 @@ def _merged(place: Place, mine: np.ndarray, theirs: Any, others: Any) -> Any:
     return np.where(mine.reshape(*mine.shape, *[1] * (np.ndim(others) - 2)), theirs, others)
 
 
-def _player(venv: Any, pid: str, player: FixedPlayer | FixedPolicy) -> FixedPlayer:
+def _player(venv: VecEnv, pid: str, player: FixedPlayer | FixedPolicy) -> FixedPlayer:
     """A :class:`FixedPlayer`; a bare :data:`FixedPolicy` keyed by a group plays all of it."""
     if isinstance(player, FixedPlayer):
         return player
@@ -380,7 +386,7 @@ def _player(venv: Any, pid: str, player: FixedPlayer | FixedPolicy) -> FixedPlay
 
 
 def _check_cover(
-    venv: Any, learners: Mapping[str, Any], fixed: Mapping[str, FixedPlayer]
+    venv: VecEnv, learners: Mapping[str, Any], fixed: Mapping[str, FixedPlayer]
 ) -> list[str]:
     """Every agent is played by a learner or a fixed policy, by one learner at most and by
     one fixed policy at most; returns the agents of learners that fixed policies play."""
@@ -397,7 +403,7 @@ def _check_cover(
     overridden = []
     for pid, player in fixed.items():
         for g, mask in player.slots.items():
-            for j in np.flatnonzero(mask):
+            for j in np.flatnonzero(mask).tolist():
                 if (g, int(j)) in owner and owner[g, int(j)] not in learners:
                     raise ValueError(
                         f"the agent {venv.groups[g][j]!r} is played by both "

@@ -396,7 +396,7 @@ def _section(data: Mapping[str, Any], key: str, source: str) -> dict[str, Any]:
     return dict(section)
 
 
-def algorithm_spec(algo: str | type) -> tuple[str, type]:
+def algorithm_spec(algo: str | type[Algorithm]) -> tuple[str, type[Algorithm]]:
     """The name to record and the class of an algorithm given by name, ``module:attr`` or class."""
     if isinstance(algo, type):
         return f"{algo.__module__}:{algo.__qualname__}", algo
@@ -412,7 +412,7 @@ def algorithm_spec(algo: str | type) -> tuple[str, type]:
 
 
 def load_config(
-    algo: str | type,
+    algo: str | type[Algorithm],
     env: str | None = None,
     overrides: Mapping[str, Any] | Sequence[str] = (),
     *,
@@ -452,7 +452,7 @@ def load_config(
     return TrainConfig(algo, run, _build(algo_cls.Config, algo_values), configs)
 
 
-def _policy_algorithms(policies: Mapping[str, Any], algo: str) -> dict[str, type]:
+def _policy_algorithms(policies: Mapping[str, Any], algo: str) -> dict[str, type[Algorithm]]:
     """The class of each learned policy of ``policies`` whose algorithm is not ``algo``."""
     found = {}
     for pid, value in policies.items():
@@ -465,7 +465,9 @@ def _policy_algorithms(policies: Mapping[str, Any], algo: str) -> dict[str, type
     return found
 
 
-def _policy_config(algo_cls: type, name: str, env: str, user: Mapping[str, Any]) -> AlgoConfig:
+def _policy_config(
+    algo_cls: type[Algorithm], name: str, env: str, user: Mapping[str, Any]
+) -> AlgoConfig:
     """The config of a policy learned by ``algo_cls`` (registered as ``name``): its packaged
     defaults for ``env``, then those of the ``user``'s settings it has."""
     file = packaged_defaults(name if name in ALGORITHMS else getattr(algo_cls, "name", ""))

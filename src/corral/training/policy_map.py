@@ -25,13 +25,16 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from corral.algos.policy import Policy
 from corral.arrays import Place, to_numpy, tree_to_numpy
 from corral.errors import ConfigError
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import Batch
 
 MAIN = "main"
 """The policy id of the agents that no key of the map names: the run's own algorithm."""
@@ -186,25 +189,25 @@ def policy_map(groups: Mapping[str, Sequence[str]], keys: Sequence[str]) -> Poli
     Raises :class:`~corral.errors.ConfigError` for a key that is neither a group nor an
     agent of ``groups`` (naming both), or for the key ``main``.
     """
-    groups = {g: tuple(agents) for g, agents in groups.items()}
-    agent_ids = [a for agents in groups.values() for a in agents]
+    tuples = {g: tuple(agents) for g, agents in groups.items()}
+    agent_ids = [a for agents in tuples.values() for a in agents]
     for key in keys:
         if key == MAIN:
             raise ConfigError(
                 f"policies: {MAIN!r} is the policy id of the agents no key names (the run's "
                 "algorithm); name a group or an agent instead"
             )
-        if key not in groups and key not in agent_ids:
+        if key not in tuples and key not in agent_ids:
             raise ConfigError(
                 f"policies: {key!r} is neither a group nor an agent of this env; its groups: "
-                f"{sorted(groups)}, its agents: {agent_ids}"
+                f"{sorted(tuples)}, its agents: {agent_ids}"
             )
     chosen = set(keys)
     agents = {}
-    for g, members in groups.items():
+    for g, members in tuples.items():
         for a in members:
             agents[a] = a if a in chosen else g if g in chosen else MAIN
-    return PolicyMap(groups, agents)
+    return PolicyMap(tuples, agents)
 
 
 OBJECT = "object:"
@@ -283,7 +286,7 @@ class FixedPlayer:
         self.policy.load_state_dict(state)
 
     def actions(
-        self, batch: Any, place: Place, explore: bool, rng: np.random.Generator
+        self, batch: Batch, place: Place, explore: bool, rng: np.random.Generator
     ) -> dict[str, Any]:
         """Its actions ``[E, n, ...]`` in each group of :attr:`slots`, placed where the batch
         lives (its other agents' entries are ignored)."""

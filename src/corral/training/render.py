@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,6 +14,9 @@ from corral.training.collector import Collector
 from corral.training.config import TrainConfig
 from corral.training.runner import build_venv, fixed_players, seating, uses_state
 
+if TYPE_CHECKING:
+    from corral.vector.protocols import VecEnv
+
 
 class RenderError(CorralError, RuntimeError):
     """An env that cannot render ``rgb_array`` frames."""
@@ -21,7 +24,7 @@ class RenderError(CorralError, RuntimeError):
 
 def record_episode(
     config: TrainConfig,
-    algo: Algorithm,
+    algo: Algorithm | Mapping[str, Algorithm],
     path: str | Path,
     *,
     seed: int = 0,
@@ -39,7 +42,11 @@ def record_episode(
 
 
 def episode_frames(
-    config: TrainConfig, algo: Algorithm, *, seed: int = 0, max_steps: int = 500
+    config: TrainConfig,
+    algo: Algorithm | Mapping[str, Algorithm],
+    *,
+    seed: int = 0,
+    max_steps: int = 500,
 ) -> list[np.ndarray]:
     """The ``rgb_array`` frames of one greedy episode (the reset frame, then one per step).
 
@@ -81,8 +88,8 @@ def write_gif(path: str | Path, frames: Sequence[np.ndarray], fps: float = 10.0)
     try:
         import imageio.v3 as iio
     except ModuleNotFoundError:
-        iio = None
-    if iio is not None:
+        pass
+    else:
         iio.imwrite(path, np.stack(frames), extension=".gif", duration=duration, loop=0)
         return
     try:
@@ -95,7 +102,7 @@ def write_gif(path: str | Path, frames: Sequence[np.ndarray], fps: float = 10.0)
     first.save(path, save_all=True, append_images=rest, duration=duration, loop=0)
 
 
-def _frame(venv: Any, env: str) -> np.ndarray:
+def _frame(venv: VecEnv, env: str) -> np.ndarray:
     frame = venv.render()[0]
     array = np.asarray(frame) if frame is not None else None
     if array is None or array.ndim != 3 or array.shape[-1] not in (3, 4):

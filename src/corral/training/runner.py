@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -97,6 +97,9 @@ from corral.training.threads import set_torch_threads, torch_threads
 from corral.training.whole_episodes import CutEpisodes
 from corral.vector import VectorEnv, make_vec
 from corral.vector.sampling import sample_array
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import Batch
 
 log = logging.getLogger("corral.training")
 
@@ -508,8 +511,9 @@ class Runner:
         finally:
             if getattr(self, "metrics", None) is not None:
                 self.metrics.close()
-            if getattr(self, "_threads_before", None) is not None:
-                set_torch_threads(self._threads_before)
+            threads = getattr(self, "_threads_before", None)
+            if threads is not None:
+                set_torch_threads(threads)
                 self._threads_before = None
 
     def __enter__(self) -> Runner:
@@ -553,7 +557,7 @@ class Runner:
 
 
 def train(
-    algo: str | type,
+    algo: str | type[Algorithm],
     env: str | None = None,
     *,
     progress: bool = True,
@@ -570,11 +574,13 @@ def train(
     run directories may import (see :func:`read_run_config`).
 
     Examples:
-        >>> import corral
-        >>> results = corral.train(  # doctest: +SKIP
-        ...     "mappo", env="mpe2/simple_spread_v3", total_steps=200_000, lr=1e-3
+        >>> import corral, tempfile
+        >>> results = corral.train(
+        ...     "mappo", env="corral/rps", total_steps=2_000, num_envs=8, eval_every=1_000,
+        ...     eval_episodes=4, run_dir=tempfile.mkdtemp(), progress=False, lr=1e-3
         ... )
-        >>> results.best_eval, results.run_dir  # doctest: +SKIP
+        >>> results.env_steps, results.best_eval is not None
+        (2000, True)
     """
     allowed = list(allow_imports)
     if resume is not None:
@@ -929,7 +935,7 @@ def player_states(collector: Collector) -> dict[str, Any]:
     return {pid: state for pid, state in states.items() if state is not None}
 
 
-def seating_state(collector: Collector) -> dict[str, int] | None:
+def seating_state(collector: Collector) -> dict[str, list[int]] | None:
     """Where the collector's seating numbers episodes (``None``: it has none)."""
     return None if collector.seating is None else collector.seating.state_dict()
 
@@ -957,7 +963,7 @@ class RunPolicy(Policy):
         super().__init__(learner.groups)
         self.learner = learner
 
-    def act(self, batch: Any, *, explore: bool = True, decisions: Any = None) -> Any:
+    def act(self, batch: Batch, *, explore: bool = True, decisions: Any = None) -> Any:
         return self.learner.policy.act(batch, explore=False)
 
 

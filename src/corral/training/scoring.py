@@ -33,12 +33,15 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from corral.training.selfplay_eval import Player, play_against
 from corral.training.whole_episodes import CutEpisodes
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import VecEnv
 
 RETURN = "eval_return"
 """The learned agents' mean return: the column a run has always written."""
@@ -146,7 +149,7 @@ def episode_columns(
     return out
 
 
-def two_player_zero_sum(venv: Any) -> bool:
+def two_player_zero_sum(venv: VecEnv) -> bool:
     """Whether ``venv``'s env has two agents and declares ``metadata["zero_sum"]``."""
     metadata = getattr(venv, "metadata", None) or {}
     return len(venv.possible_agents) == 2 and metadata.get("zero_sum") is True
@@ -154,7 +157,7 @@ def two_player_zero_sum(venv: Any) -> bool:
 
 def versus_columns(
     algo: Player,
-    venv: Any,
+    venv: VecEnv,
     seats: Sequence[str],
     episodes: int,
     opponent: Player | None,
@@ -201,7 +204,7 @@ class Selection:
 
 def choose_selection(
     select_by: str,
-    venv: Any,
+    venv: VecEnv,
     learned: Mapping[str, Sequence[str]],
     *,
     self_play: bool = False,
@@ -264,7 +267,7 @@ def selected_column(select_by: str, columns: Collection[str]) -> str:
     return VERSUS if VERSUS in columns else RETURN
 
 
-def _zero_sum_whole(venv: Any, agents: Iterable[str]) -> bool:
+def _zero_sum_whole(venv: VecEnv, agents: Iterable[str]) -> bool:
     metadata = getattr(venv, "metadata", None) or {}
     return metadata.get("zero_sum") is True and set(agents) >= set(venv.possible_agents)
 

@@ -14,9 +14,12 @@ the runner.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.training.policy_map import MAIN, FixedPlayer, PolicyMap, Seating
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import VecEnv
 
 OPPONENT = "opponent"
 """The policy id of the learner's past copies in a self-play run."""
@@ -50,11 +53,11 @@ class SeatSwap:
 
 def self_play_map(groups: Mapping[str, Sequence[str]]) -> PolicyMap:
     """The policy map of a self-play run on an env of ``groups`` (all learned)."""
-    groups = {g: tuple(agents) for g, agents in groups.items()}
-    return PolicyMap(groups, {}, by=SeatSwap(seats(groups)), named=(MAIN, OPPONENT))
+    tuples = {g: tuple(agents) for g, agents in groups.items()}
+    return PolicyMap(tuples, {}, by=SeatSwap(seats(tuples)), named=(MAIN, OPPONENT))
 
 
-def opponent_pool(venv: Any, learner: Any) -> Any:
+def opponent_pool(venv: VecEnv, learner: Any) -> Any:
     """The :class:`~corral.algos.selfplay.SnapshotPool` of ``learner`` on ``venv``, from the
     learner's config (``pool_size``, ``snapshot_interval``, ``random_opponent_prob``,
     ``seed``); raises :class:`~corral.errors.UnsupportedEnvError` for a game whose agents do
@@ -73,15 +76,16 @@ def opponent_pool(venv: Any, learner: Any) -> Any:
     )
 
 
-def opponent_player(venv: Any, learner: Any, pmap: PolicyMap) -> FixedPlayer:
+def opponent_player(venv: VecEnv, learner: Any, pmap: PolicyMap) -> FixedPlayer:
     """The fixed player of :data:`OPPONENT` in ``pmap``: the learner's snapshot pool."""
     return FixedPlayer(opponent_pool(venv, learner), pmap.slots(OPPONENT))
 
 
-def self_play(venv: Any, learner: Any) -> dict[str, Any]:
+def self_play(venv: VecEnv, learner: Any) -> dict[str, Any]:
     """A collector's ``fixed`` and ``seating`` for ``learner`` (the policy :data:`MAIN`,
     learning every group of ``venv``) in self-play: ``Collector(venv, learner, **found)``."""
     pmap = self_play_map({g: venv.groups[g] for g in learner.groups})
+    assert pmap.by is not None  # a self-play map seats its agents by episode
     return {
         "fixed": {OPPONENT: opponent_player(venv, learner, pmap)},
         "seating": Seating(venv.groups, pmap.by, pmap.ids, venv.num_envs),

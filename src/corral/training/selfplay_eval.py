@@ -9,7 +9,7 @@ Training against past copies of the learner is :mod:`corral.algos.selfplay`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -18,15 +18,20 @@ from corral.training.collector import Collector
 from corral.training.policy_map import FixedPlayer
 from corral.training.whole_episodes import CutEpisodes, whole_ended
 
+if TYPE_CHECKING:
+    from corral.vector.protocols import Batch, VecEnv
+
 
 class Player(Protocol):
     """Anything that acts for some groups of a batch, as a policy does (a learner's
     ``policy``)."""
 
-    groups: Mapping[str, Sequence[str]]
-    """The groups it acts for (group -> its agents)."""
+    @property
+    def groups(self) -> Mapping[str, Sequence[str]]:
+        """The groups it acts for (group -> its agents)."""
+        ...
 
-    def act(self, batch: Any, *, explore: bool = True) -> tuple[dict[str, np.ndarray], Any]: ...
+    def act(self, batch: Batch, *, explore: bool = True) -> tuple[Mapping[str, Any], Any]: ...
 
 
 class _Seated(Policy):
@@ -34,13 +39,19 @@ class _Seated(Policy):
     ``opponent``'s (greedy) for its groups, uniformly random legal actions elsewhere."""
 
     def __init__(
-        self, venv: Any, learner: Player, g: str, j: int, opponent: Player | None, seed: int
+        self, venv: VecEnv, learner: Player, g: str, j: int, opponent: Player | None, seed: int
     ) -> None:
         super().__init__(venv.groups)
         self.venv, self.learner, self.g, self.j, self.opponent = venv, learner, g, j, opponent
         self.rng = np.random.default_rng(seed)
 
-    def act(self, batch: Any, *, explore: bool = True) -> tuple[dict[str, np.ndarray], dict]:
+    def act(
+        self,
+        batch: Batch,
+        *,
+        explore: bool = True,
+        decisions: Mapping[str, Any] | None = None,
+    ) -> tuple[dict[str, np.ndarray], dict]:
         actions = self.venv.sample_actions(batch, self.rng)
         if self.opponent is not None:
             theirs, _ = self.opponent.act(batch, explore=False)
@@ -52,7 +63,7 @@ class _Seated(Policy):
 
 def play_against(
     learner: Player,
-    venv: Any,
+    venv: VecEnv,
     games: int,
     seat: str,
     opponent: Player | None = None,

@@ -12,14 +12,17 @@ evaluation averages, it gives up with an :class:`~corral.errors.EvaluationError`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from corral.errors import EvaluationError
 
+if TYPE_CHECKING:
+    from corral.vector.protocols import EndedEpisodes
 
-def whole_ended(batch: Any) -> np.ndarray:
+
+def whole_ended(batch: EndedEpisodes) -> np.ndarray:
     """The envs whose episode ended at ``batch`` as the env ended it (``done``, not cut):
     a NumPy bool array ``[E]``."""
     return np.asarray(batch.done) & ~np.asarray(batch.episode_cut)
@@ -36,7 +39,7 @@ class CutEpisodes:
         self.envs: set[int] = set()
         """The envs whose episodes were cut."""
 
-    def see(self, batch: Any, among: Any = None, *, played: int = 0) -> None:
+    def see(self, batch: EndedEpisodes, among: Any = None, *, played: int = 0) -> None:
         """Count the episodes cut at ``batch`` (of the envs ``among``, a bool mask; all for
         ``None``); ``played``: the whole episodes played so far, for the error.
 

@@ -45,6 +45,7 @@ def start(
 
 def hold(reaper: subprocess.Popen, pid: int) -> None:
     """Have ``reaper`` kill process ``pid`` too, if this process dies before it ends."""
+    assert reaper.stdin is not None  # started with stdin=PIPE
     with contextlib.suppress(BrokenPipeError):  # a reaper killed by someone reaps nothing
         reaper.stdin.write(b"%d\n" % pid)
         reaper.stdin.flush()
@@ -54,6 +55,7 @@ def dismiss(reaper: subprocess.Popen) -> None:
     """End ``reaper`` (its processes were ended) without it killing anything."""
     reaper.kill()  # at once: it may still be starting up; it ignores the other signals
     reaper.wait()
+    assert reaper.stdin is not None  # started with stdin=PIPE
     reaper.stdin.close()
 
 

@@ -28,6 +28,9 @@ from corral.vector.shards import envs_text
 from corral.vector.sources import NativeSource, Source, as_source
 from corral.vector.validation import clip_to_space, few_discrete_check, group_problem
 
+Array = Any
+"""A NumPy array or a torch tensor (``VectorEnv(array="torch")``), on the batch's device."""
+
 
 @dataclass
 class Batch:
@@ -65,23 +68,23 @@ class Batch:
     """
 
     obs: dict[str, Any]
-    reward: dict[str, np.ndarray]
-    terminated: dict[str, np.ndarray]
-    truncated: dict[str, np.ndarray]
-    alive: dict[str, np.ndarray]
-    acting: dict[str, np.ndarray]
-    action_mask: dict[str, np.ndarray]
+    reward: dict[str, Array]
+    terminated: dict[str, Array]
+    truncated: dict[str, Array]
+    alive: dict[str, Array]
+    acting: dict[str, Array]
+    action_mask: dict[str, Array]
     state: Any
-    done: np.ndarray
+    done: Array
     final_obs: dict[str, Any]
     final_state: Any
-    episode_return: dict[str, np.ndarray]
-    episode_length: np.ndarray
-    worker_restarts: np.ndarray
-    clipped_actions: dict[str, np.ndarray]
-    episode_cut: np.ndarray
-    decision: dict[str, np.ndarray]
-    episode_decisions: dict[str, np.ndarray]
+    episode_return: dict[str, Array]
+    episode_length: Array
+    worker_restarts: Array
+    clipped_actions: dict[str, Array]
+    episode_cut: Array
+    decision: dict[str, Array]
+    episode_decisions: dict[str, Array]
 
 
 class _Pending(enum.Enum):
@@ -474,14 +477,17 @@ class VectorEnv:
         with the batch attached, or with ``on_env_error="restart"`` warned and returned."""
         batch = self._batch()
         err.batch = batch
-        unrecovered = [f for f in err.faults if not getattr(f, "restarted", False)]
+        restarted = [
+            f for f in err.faults if isinstance(f, (EnvError, WorkerTimeoutError)) and f.restarted
+        ]
+        unrecovered = [f for f in err.faults if f not in restarted]
         if unrecovered:  # an env that cannot be restarted: raised whatever on_env_error says
             first = unrecovered[0]
             first.batch, first.faults = batch, err.faults
             raise first
         if self.on_env_error == "raise":
             raise err
-        for fault in err.faults:
+        for fault in restarted:
             if isinstance(fault, EnvError) and fault.copies is not None and len(fault.copies) > 1:
                 what = (
                     f"{envs_text(fault.copies)} (one natively batched env) failed and were "
