@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from test_registry import installed_package, plugin_module
 
-from corral import cli, settings
+from corral import cli
 from corral.env import MultiAgentEnv
 from corral.registry import namespaces, register, registered_ids
+from corral.settings import grammar as settings
 from corral.settings import parse_value
 
 pytestmark = pytest.mark.usefixtures("isolated_registry")

@@ -66,7 +66,6 @@ from corral.errors import (
     WorkerStartError,
     WorkerTimeoutError,
 )
-from corral.ranges import SEED, Range
 from corral.registry import (
     batched_ids,
     import_modules,
@@ -76,7 +75,7 @@ from corral.registry import (
     registered_ids,
     spec,
 )
-from corral.settings import parse_settings
+from corral.settings import SEED, Range, parse_settings
 from corral.watched import WorkExited, WorkHung, run_watched
 
 BROKEN_PIPE = 141
@@ -181,7 +180,8 @@ def _add_env_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
-    """The env's keyword arguments given as ``--set key=value`` (see :mod:`corral.settings`)."""
+    """The env's keyword arguments given as ``--set key=value``
+    (see :mod:`corral.settings.grammar`)."""
     try:
         return parse_settings(items)
     except ConfigError as err:
