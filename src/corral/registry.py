@@ -39,7 +39,7 @@ _BUILTIN_MODULES = (
     "corral.envs.rps",
     "corral.envs.rps4",
     "corral.envs.tag",
-    "corral.envs.mdp",
+    "corral.envs.mdp_ids",
 )
 # The module that lists the other libraries' ids (IDS, NAMESPACES), registered after them.
 _CATALOG = "corral.adapters.catalog"
