@@ -48,6 +48,7 @@ from corral.training.policy_map import (
     parse_policies,
     written,
 )
+from corral.vector.backend import BACKENDS, backend_options
 
 DEVICES = ("cpu", "cuda", "auto")
 BACKEND_OPTIONS = {
@@ -223,8 +224,6 @@ class RunConfig:
         self._check_backend_options()
 
     def _check_backend_options(self) -> None:
-        from corral.vector.backend import BACKENDS, backend_options
-
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
         taken = backend_options(self.backend)
