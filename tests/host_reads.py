@@ -63,7 +63,7 @@ READS = (
 SIZED_BY_VALUES = ("nonzero", "argwhere", "masked_select", "unique")
 """Tensor methods and ``torch`` functions whose result's shape depends on the values."""
 
-HELPERS = ("corral.arrays",)
+HELPERS = ("corral.arrays.place",)
 """Modules whose reads are their caller's (``to_numpy`` reads for whoever calls it)."""
 
 

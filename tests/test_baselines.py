@@ -3,7 +3,6 @@ lines of ``corral plot``."""
 
 from __future__ import annotations
 
-import doctest
 import importlib
 from pathlib import Path
 from typing import Any
@@ -157,13 +156,6 @@ def test_unknown_envs_and_baselines_are_named() -> None:
         evaluate_baseline("expert")
     with pytest.raises(ValueError, match="at least 2 episodes"):
         evaluate_baseline("random", episodes=1)
-
-
-def test_doctests_pass() -> None:
-    from corral.training import baselines
-
-    result = doctest.testmod(baselines)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_the_benchmark_script_prints_both_baselines(monkeypatch: pytest.MonkeyPatch) -> None:

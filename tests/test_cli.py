@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import importlib.util
 import os
 import re
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 from test_registry import installed_package, plugin_module
 
-from corral import cli, settings
+from corral import cli
 from corral.env import MultiAgentEnv
 from corral.registry import namespaces, register, registered_ids
 from corral.settings import parse_value
@@ -556,8 +555,3 @@ def test_output_cut_short_by_its_reader_ends_quietly() -> None:
         os.close(write)
     assert done.stderr == ""
     assert done.returncode == cli.BROKEN_PIPE
-
-
-def test_the_settings_examples_run() -> None:
-    result = doctest.testmod(settings)
-    assert result.attempted > 0 and result.failed == 0

@@ -24,10 +24,10 @@ torch = pytest.importorskip("torch")
 from host_reads import counting_reads, counting_transfers  # noqa: E402
 
 import corral  # noqa: E402
+from corral.adapters.catalog import _MPE2_BATCHED  # noqa: E402
 from corral.arrays import Place, to_numpy  # noqa: E402
 from corral.envs.tag_batched import BatchedTag  # noqa: E402
 from corral.errors import InvalidActionError  # noqa: E402
-from corral.sources import _MPE2_BATCHED  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
 CUDA = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")

@@ -12,7 +12,7 @@ from gymnasium.utils.env_checker import check_env, data_equivalence
 
 import corral
 from corral.errors import EpisodeOverError, ExportError
-from corral.interop.gymnasium import GymnasiumEnvExport
+from corral.export.to_gymnasium import GymnasiumEnvExport
 
 # The export is built by corral, not gymnasium.make, so it has no EnvSpec to rebuild
 # itself in other render modes with; that is the one warning the raw env does not give.

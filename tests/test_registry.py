@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import doctest
 import re
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 import corral
-from corral import groups, registry
+from corral import registry
 from corral.env import MultiAgentEnv
 from corral.envs.rps import RockPaperScissors
 from corral.errors import MissingDependencyError, RegistrationError, UnknownEnvError
@@ -352,13 +351,6 @@ def test_top_level_api_is_the_registry() -> None:
     assert corral.make is make
     assert corral.register is register
     assert corral.registered_ids is registered_ids
-
-
-@pytest.mark.parametrize("module", [registry, groups], ids=lambda m: m.__name__)
-def test_doctests_pass(module: Any) -> None:
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0
-    assert result.failed == 0
 
 
 @pytest.mark.parametrize(

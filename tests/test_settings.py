@@ -18,7 +18,7 @@ from test_runner import TINY
 
 from corral import cli
 from corral.algos import ALGORITHMS, algorithm_class
-from corral.ranges import Range, check_ranges, declared_ranges
+from corral.settings import Range, check_ranges, declared_ranges
 from corral.training import ConfigError, RunConfig, load_config
 from corral.training.config import coerce
 from corral.training.runner import build_venv, read_run_config

@@ -14,9 +14,8 @@ import importlib.util
 import numpy as np
 import pytest
 
-from corral import streams as streams_module
-from corral.arrays import Place, to_numpy
-from corral.streams import CopyStreams
+from corral.arrays import CopyStreams, Place, to_numpy
+from corral.arrays import streams as streams_module
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")

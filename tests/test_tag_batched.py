@@ -447,7 +447,7 @@ def test_stream_choices_draw_what_generator_choice_draws(m: int, n: int, on_a_de
     through Lemire's rejections: words read ahead until enough on the host, as many as
     make too few unlikely on a device (where nothing is read)."""
     torch = pytest.importorskip("torch")
-    from corral.streams import CopyStreams
+    from corral.arrays import CopyStreams
 
     streams = CopyStreams(5, Place("torch", "cpu"))
     streams.seed(list(range(5)))

@@ -20,8 +20,8 @@ from corral.errors import (
     UnknownEnvError,
     UnsupportedEnvError,
 )
+from corral.export import to_gymnasium, to_pettingzoo
 from corral.groups import group_agents
-from corral.interop import to_gymnasium, to_pettingzoo
 from corral.registry import batched_ids, make, register, register_namespace, registered_ids, spec
 from corral.vector import Batch, VectorEnv, make_vec
 

@@ -73,7 +73,6 @@ from corral.errors import (
     WorkerStartError,
     WorkerTimeoutError,
 )
-from corral.ranges import SEED, Range
 from corral.registry import (
     batched_ids,
     import_modules,
@@ -83,7 +82,7 @@ from corral.registry import (
     registered_ids,
     spec,
 )
-from corral.settings import parse_settings
+from corral.settings import SEED, Range, parse_settings
 
 BROKEN_PIPE = 141
 """Exit code when stdout's reader closes it early: a shell's code for a process ended by SIGPIPE."""
@@ -187,7 +186,8 @@ def _add_env_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
-    """The env's keyword arguments given as ``--set key=value`` (see :mod:`corral.settings`)."""
+    """The env's keyword arguments given as ``--set key=value``
+    (see :mod:`corral.settings.grammar`)."""
     try:
         return parse_settings(items)
     except ConfigError as err:

@@ -1,8 +1,10 @@
 """The env registry: ids grouped by source, ``register`` and ``make``.
 
-Each module that provides envs registers its own ids when imported; the
-registry imports those modules the first time it is asked for an id, so
-``import corral`` stays cheap and never imports an optional dependency.
+Each module of corral's envs registers its own ids when imported, and
+:mod:`corral.adapters.catalog` lists the other libraries' ids; the registry
+imports those modules (and registers the catalog's ids) the first time it is
+asked for an id, so ``import corral`` stays cheap and never imports an optional
+dependency.
 
 Ids read ``source/name`` (``mpe2/simple_spread_v3``, ``openspiel/kuhn_poker``).
 A *namespace* registers a whole source at once: ``gym/<any Gymnasium id>``.
@@ -37,9 +39,10 @@ _BUILTIN_MODULES = (
     "corral.envs.rps",
     "corral.envs.rps4",
     "corral.envs.tag",
-    "corral.envs.mdp",
-    "corral.sources",
+    "corral.envs.mdp_ids",
 )
+# The module that lists the other libraries' ids (IDS, NAMESPACES), registered after them.
+_CATALOG = "corral.adapters.catalog"
 ENTRY_POINT_GROUP = "corral.envs"
 """The entry-point group through which installed packages register their ids."""
 
@@ -181,6 +184,11 @@ def _load_builtins() -> None:
         _builtins_loaded = True
         for module in _BUILTIN_MODULES:
             importlib.import_module(module)
+        catalog = importlib.import_module(_CATALOG)
+        for env_id, entry_point, options in catalog.IDS:
+            register(env_id, entry_point, **options)
+        for prefix, factory, options in catalog.NAMESPACES:
+            register_namespace(prefix, factory, **options)
 
 
 def _load_plugins() -> None:

@@ -3,7 +3,9 @@
 Each adapter module registers a detector with :func:`register_adapter`;
 :func:`adapt` asks them in turn, so ``corral.make`` and the vector layer
 accept a PettingZoo, Gymnasium or OpenSpiel env as readily as a corral one.
-Adapters know nothing of env ids: the registry builds an env, then adapts it.
+Adapters know nothing of the registry: the registry builds an env, then adapts it.
+:mod:`corral.adapters.catalog` lists the other libraries' ids, as data the registry
+reads.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ the adapter is given a rule.
 ``corral.adapt(gymnasium.make("Foraging-8x8-2p-3f-v3"))`` picks this adapter;
 a Gymnasium env that declares several agents without following the convention
 is refused with an :class:`~corral.errors.UnsupportedEnvError` saying what is
-missing. The ``lbf/...`` and ``rware/...`` ids are in :mod:`corral.sources`.
+missing. The ``lbf/...`` and ``rware/...`` ids are in :mod:`corral.adapters.catalog`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""PettingZoo ``AECEnv`` as a turn-based corral env (the ids: :mod:`corral.sources`).
+"""PettingZoo ``AECEnv`` as a turn-based corral env (the ids: :mod:`corral.adapters.catalog`).
 
 ``obs`` holds only the agent whose turn it is. The adapter performs
 PettingZoo's dead steps (``step(None)`` for a terminated or truncated

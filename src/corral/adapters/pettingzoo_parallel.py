@@ -1,4 +1,4 @@
-"""PettingZoo ``ParallelEnv`` under the corral contract (the ids: :mod:`corral.sources`).
+"""PettingZoo ``ParallelEnv`` under the corral contract (the ids: :mod:`corral.adapters.catalog`).
 
 A parallel env already has the contract's shape; the adapter adds what
 PettingZoo leaves to each env: action checks with clear errors, the final

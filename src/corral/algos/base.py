@@ -21,7 +21,7 @@ import numpy as np
 
 from corral.algos.policy import Learner
 from corral.errors import UnsupportedEnvError
-from corral.ranges import SEED, Range, check_ranges
+from corral.settings import SEED, Range, check_ranges
 
 if TYPE_CHECKING:
     from corral.vector.protocols import VecEnv
@@ -37,7 +37,7 @@ class AlgoConfig:
     """Settings shared by every algorithm.
 
     A subclass declares the range of a numeric setting in its annotation
-    (``Annotated[float, Range(gt=0)]``, see :mod:`corral.ranges`); building a
+    (``Annotated[float, Range(gt=0)]``, see :mod:`corral.settings.ranges`); building a
     config with a value outside raises :class:`~corral.errors.ConfigError`.
     """
 

@@ -72,7 +72,7 @@ from corral.arrays import is_tensor
 from corral.data.replay import Replay, Transitions
 from corral.data.rollouts import Rollout, decisions
 from corral.errors import UnsupportedEnvError
-from corral.ranges import Range
+from corral.settings import Range
 from corral.vector.sampling import sample_array
 
 if TYPE_CHECKING:

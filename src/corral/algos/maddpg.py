@@ -72,7 +72,7 @@ from corral.arrays import is_tensor
 from corral.data.replay import Replay, Transitions
 from corral.data.rollouts import Rollout
 from corral.errors import UnsupportedEnvError
-from corral.ranges import Range
+from corral.settings import Range
 
 if TYPE_CHECKING:
     from corral.vector.protocols import Batch, VecEnv

@@ -79,7 +79,7 @@ from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, W
 from corral.arrays import to_numpy
 from corral.data.rollouts import Rollout, masked_gae
 from corral.errors import UnsupportedEnvError
-from corral.ranges import Range
+from corral.settings import Range
 
 if TYPE_CHECKING:
     from corral.vector.protocols import Batch, VecEnv

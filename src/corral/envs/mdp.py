@@ -12,21 +12,20 @@ tables, and each registered id is one function that fills them in:
 * :class:`MatrixGame`: players act once, simultaneously, and are paid from a
   payoff table (``mdp/climbing``, ``mdp/penalty``, ``mdp/matching_pennies``).
 
-Every id is also natively batched (:mod:`corral.envs.mdp_batched`, built from
-the same tables): ``corral.spec(id).make_batched(num_envs)``.
+Every id (registered by :mod:`corral.envs.mdp_ids`) is also natively batched
+(:mod:`corral.envs.mdp_batched`, built from the same tables):
+``corral.spec(id).make_batched(num_envs)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
 from corral.env import AgentID, InfoDict, MultiAgentEnv, ObsDict, StepResult, validate_actions
-from corral.registry import register
 
 Outcome = tuple[float, int, float]
 """One possible result of an action: (probability, next state, reward)."""
@@ -448,32 +447,3 @@ def _matrix_optimum(
     if (payoffs == payoffs[0]).all():
         return dict.fromkeys(agents, float(payoffs[0].max()))
     return None
-
-
-@dataclass(frozen=True)
-class _Batched:
-    """An id's natively batched entry point: ``num_envs`` copies of what ``factory`` builds."""
-
-    factory: Callable[..., TabularMDP | MatrixGame]
-
-    def __call__(
-        self, num_envs: int, array: str = "numpy", device: str = "cpu", **kwargs: Any
-    ) -> Any:
-        from corral.envs.mdp_batched import batch  # imports torch only for array="torch"
-
-        return batch(self.factory(**kwargs), num_envs, array, device)
-
-
-_REGISTRY = (
-    ("mdp/one_round_dmdp", one_round_dmdp, {}),
-    ("mdp/two_round_dmdp", two_round_dmdp, {}),
-    ("mdp/one_round_nmdp", one_round_nmdp, {}),
-    ("mdp/two_round_nmdp", two_round_nmdp, {}),
-    ("mdp/multi_round_nmdp", multi_round_nmdp, {}),
-    ("mdp/climbing", climbing_game, {}),
-    ("mdp/penalty", penalty_game, {"k": -100.0}),
-    ("mdp/matching_pennies", matching_pennies, {}),
-)
-
-for _id, _factory, _kwargs in _REGISTRY:
-    register(_id, _factory, batched=_Batched(_factory), **_kwargs)

@@ -18,7 +18,7 @@ episode's (or that reseeds a copy) looks at the rows, and tops up each row
 that is half used (or that starts with too few) from its copy's generator, in
 the generator's order. On a device (where the place does not compute on the
 host, see :attr:`corral.Place.computes_on_host`) the copies draw instead from
-:class:`~corral.streams.CopyStreams` there (numpy's generators as arrays): no
+:class:`~corral.arrays.CopyStreams` there (numpy's generators as arrays): no
 step or unseeded reset reads the host or copies from it. Envs without chance
 events have no generators.
 
@@ -33,10 +33,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import Place, import_torch, to_numpy
+from corral.arrays import CopyStreams, Place, import_torch, to_numpy
 from corral.batched_env import BatchedEnv, BatchedStep, CopyGenerators, Seed, copy_seeds
 from corral.envs.mdp import MatrixGame, TabularMDP
-from corral.streams import CopyStreams
 
 Array = Any  # a numpy array or a torch tensor
 

@@ -15,12 +15,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import Place, import_torch, place_of, to_numpy, torch_dtype
+from corral.arrays import CopyStreams, Place, import_torch, place_of, to_numpy, torch_dtype
 from corral.batched_env import Array, BatchedEnv, BatchedStep, CopyGenerators, Seed, copy_seeds
 from corral.batched_env import selected as selected_copies
 from corral.envs.tag import CATCH_REWARD, PREDATOR_MOVES, PREY_MOVES, Tag, mask_table
 from corral.groups import group_agents
-from corral.streams import CopyStreams
 
 
 class BatchedTag(BatchedEnv):
@@ -38,7 +37,7 @@ class BatchedTag(BatchedEnv):
     ``reset(where=...)`` fills only the rows of the selected copies (the
     others are not to be read). Where the env computes in torch (on a GPU, or
     on the CPU with ``numpy_on_cpu`` off), the copies draw from
-    :class:`~corral.streams.CopyStreams` on the device and a reset blends its
+    :class:`~corral.arrays.CopyStreams` on the device and a reset blends its
     rows in by ``where``: neither a step nor an unseeded reset reads the host
     or copies from it. Every array returned is fresh: the caller may
     keep or change it; or, after :meth:`write_into`, the vector layer's own.

@@ -4,7 +4,7 @@ Settings come, later winning, from: the config dataclasses' defaults; the
 algorithm's YAML file (``corral/training/configs/<algo>.yaml``); its
 ``envs:`` sections whose key (an env id or a glob such as ``mpe2/*``)
 matches the env, globs in file order, then the exact id; and overrides
-(``--set key=value`` on the command line, read as :mod:`corral.settings` says,
+(``--set key=value`` on the command line, read as :mod:`corral.settings.grammar` says,
 keyword arguments in Python).
 
 Names are flat: a name is a field of :class:`RunConfig`, of the algorithm's
@@ -12,7 +12,7 @@ Names are flat: a name is a field of :class:`RunConfig`, of the algorithm's
 field. ``env_kwargs.N=3`` sets one key of a dict setting. Values are typed
 by the field's annotation, so ``total_steps=2e6`` is the int 2000000 and
 ``hidden=128,128`` the tuple ``(128, 128)``; a numeric setting's range is declared
-next to its field (:mod:`corral.ranges`) and checked when a config is built.
+next to its field (:mod:`corral.settings.ranges`) and checked when a config is built.
 
 A run's ``config.yaml`` is read back by ``--resume``, ``corral eval`` and
 ``eval_opponent``: settings read from such a file may not import code
@@ -38,9 +38,8 @@ from typing import Annotated, Any, Literal
 from corral.algos import ALGORITHMS, algorithm_class
 from corral.algos.base import AlgoConfig, Algorithm
 from corral.errors import ConfigError, MissingDependencyError
-from corral.ranges import SEED, Range, check_ranges
 from corral.registry import resolve
-from corral.settings import parse_settings, parse_value
+from corral.settings import SEED, Range, check_ranges, parse_settings, parse_value
 from corral.training.policy_map import (
     FIXED,
     OBJECT,
@@ -49,6 +48,7 @@ from corral.training.policy_map import (
     parse_policies,
     written,
 )
+from corral.vector.backend import BACKENDS, backend_options
 
 DEVICES = ("cpu", "cuda", "auto")
 BACKEND_OPTIONS = {
@@ -224,8 +224,6 @@ class RunConfig:
         self._check_backend_options()
 
     def _check_backend_options(self) -> None:
-        from corral.vector.backend import BACKENDS, backend_options
-
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
         taken = backend_options(self.backend)

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from corral.algos.policy import Policy
+from corral.registry import make
 from corral.training.collector import Collector
 from corral.training.policy_map import FixedPlayer
 from corral.training.whole_episodes import CutEpisodes, whole_ended
+from corral.vector import make_vec
 
 if TYPE_CHECKING:
     from corral.vector.protocols import Batch, VecEnv
@@ -124,16 +126,14 @@ def evaluate_vs_random(
     own); see :func:`play_against`. In a win/draw/loss game the result is the
     mean of +1, 0 and -1 over ``games`` games.
     """
-    import corral
-
     env_kwargs = dict(env_kwargs or {})
-    probe = corral.make(env_id, **env_kwargs)
+    probe = make(env_id, **env_kwargs)
     agents = list(probe.possible_agents)
     probe.close()
     group_of = {a: g for g, members in algo.groups.items() for a in members}
     group_map = {a: group_of.get(a, a) for a in agents}
     num_envs = max(1, min(num_envs, games))
-    venv = corral.make_vec(env_id, num_envs, seed=seed, group_map=group_map, env_kwargs=env_kwargs)
+    venv = make_vec(env_id, num_envs, seed=seed, group_map=group_map, env_kwargs=env_kwargs)
     try:
         return float(np.mean(play_against(algo, venv, games, agents[seat], seed=seed)))
     finally:

@@ -31,7 +31,7 @@ from corral.checks.values import describe, exactly_as
 from corral.env import MultiAgentEnv
 from corral.errors import EnvError
 from corral.groups import GroupMap
-from corral.vector.backend import Written, env_error, guarded, remember, set_env_attrs
+from corral.vector.env_calls import Written, env_error, guarded, remember, set_env_attrs
 from corral.vector.layout import (
     ArraySpec,
     Layout,
@@ -260,7 +260,7 @@ class DictEnvs(BatchedEnv):
 
     def set_attr(self, name: str, values: Sequence[Any]) -> None:
         """Set attribute ``name`` of env ``i`` to ``values[i]`` where reading it finds it
-        (:func:`~corral.vector.backend.set_env_attrs`), and again on each env rebuilt
+        (:func:`~corral.vector.env_calls.set_env_attrs`), and again on each env rebuilt
         later."""
         set_env_attrs(self.envs, self.offset, name, values)
         remember(self.written, name, values)

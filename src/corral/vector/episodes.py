@@ -28,7 +28,7 @@ import numpy as np
 from corral.arrays import to_numpy, tree_to_numpy
 from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
-from corral.vector.backend import env_error, first_fault
+from corral.vector.env_calls import env_error, first_fault
 from corral.vector.layout import Layout, array_tree, assemble, leaves
 from corral.vector.promises import Promises
 from corral.vector.shards import envs_text

@@ -39,13 +39,12 @@ from corral.vector.backend import (
     Backend,
     EnvInfo,
     ResetWatch,
-    Written,
     build_shard,
     call_shard,
-    guarded,
     set_shard_attrs,
 )
 from corral.vector.dict_envs import DictEnvs, call_inside
+from corral.vector.env_calls import Written, guarded
 from corral.vector.episodes import Episodes
 from corral.vector.layout import Layout, Role
 from corral.vector.shards import (

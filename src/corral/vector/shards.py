@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from corral.errors import WorkerDiedError, WorkerRestartWarning, WorkerTimeoutError
-from corral.vector.backend import Written, first_fault, remember
+from corral.vector.env_calls import Written, first_fault, remember
 
 S = TypeVar("S", bound="Shard")
 Answer = tuple[Literal["ok", "error", "dead"], Any]

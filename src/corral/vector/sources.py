@@ -13,14 +13,14 @@ from typing import Any
 
 from corral.batched_env import BatchedEnv
 from corral.groups import GroupMap
+from corral.vector.dict_envs import DictEnvs
 
 EnvFn = Callable[[], Any]
 
 
 @dataclass(frozen=True)
 class DictSource:
-    """One dict env per copy, built by ``env_fns[i]`` and packed by
-    :class:`~corral.vector.dict_envs.DictEnvs`."""
+    """One dict env per copy, built by ``env_fns[i]`` and packed by :class:`DictEnvs`."""
 
     env_fns: tuple[EnvFn, ...]
     group_map: GroupMap = None
@@ -39,8 +39,6 @@ class DictSource:
 
     def build(self, offset: int = 0) -> BatchedEnv:
         """The batched env of every copy of this source (global indices from ``offset``)."""
-        from corral.vector.dict_envs import DictEnvs
-
         return DictEnvs(
             self.env_fns,
             offset=offset,

@@ -58,13 +58,12 @@ from corral.vector.backend import (
     Backend,
     EnvInfo,
     ResetWatch,
-    Written,
     build_shard,
     call_shard,
-    env_error,
     set_shard_attrs,
 )
 from corral.vector.dict_envs import DictEnvs, call_inside
+from corral.vector.env_calls import Written, env_error
 from corral.vector.episodes import Episodes, clear_step_fields
 from corral.vector.layout import Layout
 from corral.vector.shards import (

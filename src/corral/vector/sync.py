@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from corral.vector.backend import Arrays, Backend, EnvInfo, call_shard, guarded, set_shard_attrs
+from corral.vector.backend import Arrays, Backend, EnvInfo, call_shard, set_shard_attrs
+from corral.vector.env_calls import guarded
 from corral.vector.episodes import Episodes
 from corral.vector.layout import Layout
 from corral.vector.sources import Source

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from corral.adapters import adapt
 from corral.arrays import Place, to_numpy, tree_to_numpy
 from corral.checks.values import debug_mode, describe
 from corral.errors import (
@@ -20,6 +21,7 @@ from corral.errors import (
     WorkerTimeoutError,
 )
 from corral.groups import GroupMap
+from corral.registry import batched_ids, spec
 from corral.vector.backend import EnvFn, backend_class, check_options, check_timeout
 from corral.vector.deferred import DeferredChecks
 from corral.vector.layout import ArraySpec, Layout, Role, array_tree, assemble, store
@@ -691,8 +693,6 @@ def make_vec(
     ``env_kwargs``, backend options in ``**options``; the other arguments are
     :class:`VectorEnv`'s.
     """
-    from corral.registry import batched_ids, spec
-
     env_spec = spec(id)
     kwargs = dict(env_kwargs or {})
     if native is None:
@@ -783,6 +783,4 @@ class _EnvFactory:
     kwargs: dict[str, Any]
 
     def __call__(self) -> Any:
-        from corral.adapters import adapt
-
         return adapt(self.spec.make(**self.kwargs))

@@ -18,7 +18,7 @@ import numpy as np
 
 from corral.arrays import Place
 from corral.batched_env import Array
-from corral.envs.mpe.env import BatchedMPE
+from corral.envs.mpe.batched_mpe import BatchedMPE
 from corral.envs.mpe.numerics import mean, norm
 from corral.envs.mpe.world import Ops
 

@@ -6,11 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from corral.arrays import to_numpy
+from corral.arrays import CopyStreams, to_numpy
 from corral.batched_env import Array
-from corral.envs.mpe.env import BatchedMPE, Draws
+from corral.envs.mpe.batched_mpe import BatchedMPE, Draws
 from corral.envs.mpe.numerics import norm
-from corral.streams import CopyStreams
 
 _GREY = np.array([0.85, 0.85, 0.85])  # an empty-handed collector's colour
 

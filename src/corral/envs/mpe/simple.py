@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from corral.batched_env import Array
-from corral.envs.mpe.env import BatchedMPE, Draws
+from corral.envs.mpe.batched_mpe import BatchedMPE, Draws
 
 
 class BatchedSimple(BatchedMPE):

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from corral.batched_env import Array
-from corral.envs.mpe.env import BatchedMPE, Draws
+from corral.envs.mpe.batched_mpe import BatchedMPE, Draws
 
 
 class BatchedSimpleCrypto(BatchedMPE):

@@ -8,7 +8,7 @@ import numpy as np
 
 from corral.batched_env import Array
 from corral.envs.mpe.assignment import BatchedTargetMatching
-from corral.envs.mpe.env import Draws
+from corral.envs.mpe.batched_mpe import Draws
 
 
 class BatchedSimpleFormation(BatchedTargetMatching):

@@ -9,7 +9,7 @@ import numpy as np
 
 from corral.arrays import to_numpy
 from corral.batched_env import Array
-from corral.envs.mpe.env import BatchedMPE, Draws
+from corral.envs.mpe.batched_mpe import BatchedMPE, Draws
 
 ADVERSARY, AGENT, FIRST_LANDMARK = 0, 1, 2
 ADVERSARY_COLOUR = np.array([0.75, 0.25, 0.25])

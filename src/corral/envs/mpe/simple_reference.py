@@ -9,7 +9,7 @@ import numpy as np
 
 from corral.arrays import to_numpy
 from corral.batched_env import Array
-from corral.envs.mpe.env import BatchedMPE, Draws
+from corral.envs.mpe.batched_mpe import BatchedMPE, Draws
 
 # mpe2's landmark colours (fixed); an agent takes the colour of the landmark the other
 # agent must send it to.

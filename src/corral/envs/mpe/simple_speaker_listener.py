@@ -9,7 +9,7 @@ import numpy as np
 
 from corral.arrays import to_numpy
 from corral.batched_env import Array
-from corral.envs.mpe.env import BatchedMPE, Draws
+from corral.envs.mpe.batched_mpe import BatchedMPE, Draws
 
 AGENT_COLOUR = np.array([0.25, 0.25, 0.25])
 LANDMARK_COLOURS = np.array([[0.65, 0.15, 0.15], [0.15, 0.65, 0.15], [0.15, 0.15, 0.65]])

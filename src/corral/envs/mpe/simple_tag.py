@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from corral.batched_env import Array
-from corral.envs.mpe.env import BatchedMPE, Draws
+from corral.envs.mpe.batched_mpe import BatchedMPE, Draws
 from corral.envs.mpe.neighbors import flat, nearest, pick
 
 _CATCH_REWARD = 10.0

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from corral.batched_env import Array
-from corral.envs.mpe.env import BatchedMPE, Draws
+from corral.envs.mpe.batched_mpe import BatchedMPE, Draws
 
 # The good agents' boundary penalty: bound(x) = 0 below 0.9, (x - 0.9) * 10 below 1, else
 # min(exp(2x - 2), 10); the exponent is capped where exp(cap) > 10 already, to never overflow.

@@ -1,9 +1,10 @@
 """The ids of the other libraries' envs: mpe2, PettingZoo, Gymnasium, LBF, RWARE and OpenSpiel.
 
 Each id names where its env lives and the ``pip install corral[extra]`` that provides
-it; the env is built (its library imported) only by ``corral.make``. The registry
-imports this module the first time it is asked for an id. How each library's env is
-built and wrapped is its adapter's business (:mod:`corral.adapters`).
+it; the env is built (its library imported) only by ``corral.make``. This module is a
+list the registry reads (:data:`IDS`, :data:`NAMESPACES`) the first time it is asked for
+an id; it knows no registry. How each library's env is built and wrapped is its
+adapter's business (:mod:`corral.adapters`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,25 @@ from corral.adapters.openspiel import OpenSpielEnv
 from corral.adapters.pettingzoo_aec import build_classic
 from corral.adapters.pettingzoo_parallel import build, build_unchecked
 from corral.envs.mpe.arguments import check_arguments
-from corral.registry import register, register_namespace
+
+IDS: list[tuple[str, Any, dict[str, Any]]] = []
+"""Each id with its entry point and the keyword arguments of :func:`corral.register`
+(``batched``, ``extra`` and the env's own)."""
+
+NAMESPACES: list[tuple[str, Any, dict[str, Any]]] = []
+"""Each namespace prefix with its factory and the keyword arguments of
+:func:`corral.register_namespace`."""
+
+
+def _add(id: str, entry_point: Any, **options: Any) -> None:
+    """List ``id`` in :data:`IDS`, as :func:`corral.register` takes it."""
+    IDS.append((id, entry_point, options))
+
+
+def _add_namespace(prefix: str, factory: Any, **options: Any) -> None:
+    """List ``prefix`` in :data:`NAMESPACES`, as :func:`corral.register_namespace` takes it."""
+    NAMESPACES.append((prefix, factory, options))
+
 
 # -- PettingZoo parallel envs -------------------------------------------------------------
 
@@ -87,7 +106,7 @@ _PARALLEL = (
 for _prefix, _extra, _table, _builder in _PARALLEL:
     for _name, _module in _table.items():
         batched = _MPE2_BATCHED.get(_name) if _prefix == "mpe2" else None
-        register(f"{_prefix}/{_name}", partial(_builder, _module), batched=batched, extra=_extra)
+        _add(f"{_prefix}/{_name}", partial(_builder, _module), batched=batched, extra=_extra)
 
 # -- PettingZoo AEC games -----------------------------------------------------------------
 
@@ -106,7 +125,7 @@ _CLASSIC = {
 }
 
 for _name, (_module, _zero_sum) in _CLASSIC.items():
-    register(
+    _add(
         f"pettingzoo/classic/{_name}",
         partial(build_classic, _module, _zero_sum),
         extra="pettingzoo",
@@ -140,8 +159,8 @@ def gymnasium_names(name: str) -> Collection[str] | None:
 
 
 for _name in _GYMNASIUM_IDS:
-    register(f"gym/{_name}", make_gymnasium, name=_name)
-register_namespace("gym", make_gymnasium, names=gymnasium_names)
+    _add(f"gym/{_name}", make_gymnasium, name=_name)
+_add_namespace("gym", make_gymnasium, names=gymnasium_names)
 
 # -- EPyMARL's benchmarks: Gymnasium envs of several agents -------------------------------
 
@@ -181,8 +200,8 @@ def package_names(package: str, name: str) -> Collection[str] | None:
 for _prefix, _package, _names in _MULTI_AGENT_GYMNASIUM:
     _factory = partial(make_from_package, _package)
     for _name in _names:
-        register(f"{_prefix}/{_name}", _factory, extra=_prefix, name=_name)
-    register_namespace(_prefix, _factory, extra=_prefix, names=partial(package_names, _package))
+        _add(f"{_prefix}/{_name}", _factory, extra=_prefix, name=_name)
+    _add_namespace(_prefix, _factory, extra=_prefix, names=partial(package_names, _package))
 
 # -- OpenSpiel ----------------------------------------------------------------------------
 
@@ -211,5 +230,5 @@ def openspiel_names(name: str) -> Collection[str] | None:
 
 
 for _name in _OPENSPIEL_GAMES:
-    register(f"openspiel/{_name}", OpenSpielEnv, extra="openspiel", game=_name)
-register_namespace("openspiel", OpenSpielEnv, extra="openspiel", names=openspiel_names)
+    _add(f"openspiel/{_name}", OpenSpielEnv, extra="openspiel", game=_name)
+_add_namespace("openspiel", OpenSpielEnv, extra="openspiel", names=openspiel_names)

@@ -24,8 +24,8 @@ import pettingzoo
 
 from corral.env import AgentID, validate_actions
 from corral.errors import EpisodeOverError, InvalidActionError
-from corral.interop.observations import MASK_KEY, export_info
-from corral.interop.pettingzoo_parallel import PettingZooExport
+from corral.export.observation_form import MASK_KEY, export_info
+from corral.export.to_pettingzoo_parallel import PettingZooExport
 
 
 class AECEnvExport(PettingZooExport, pettingzoo.AECEnv):

@@ -22,13 +22,12 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import Place, to_numpy
+from corral.arrays import CopyStreams, Place, to_numpy
 from corral.batched_env import Array, BatchedEnv, BatchedStep, Seed, copy_seeds
 from corral.envs.mpe.arguments import check_arguments
 from corral.envs.mpe.world import BatchedWorld, Bodies
 from corral.errors import MissingDependencyError
 from corral.groups import group_agents
-from corral.streams import CopyStreams
 
 DTYPES = ("float64", "float32")
 # Discrete movement: 0 no-op, 1 -x, 2 +x, 3 -y, 4 +y.

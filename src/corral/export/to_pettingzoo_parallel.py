@@ -18,7 +18,7 @@ from gymnasium import spaces
 
 from corral.env import AgentID, InfoDict, ObsDict, StepResult
 from corral.errors import EnvContractError
-from corral.interop.observations import ObservationForm, export_info
+from corral.export.observation_form import ObservationForm, export_info
 
 
 class PettingZooExport:

@@ -8,8 +8,8 @@ import gymnasium
 from gymnasium import spaces
 
 from corral.errors import ExportError
-from corral.interop import env_name
-from corral.interop.observations import export_info
+from corral.export.corral_env import env_name
+from corral.export.observation_form import export_info
 
 
 class GymnasiumEnvExport(gymnasium.Env):

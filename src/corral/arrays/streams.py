@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from corral.arrays import Place, import_torch, to_numpy
+from corral.arrays.place import Place, import_torch, to_numpy
 
 Array = Any  # a numpy array or a torch tensor
 

@@ -11,12 +11,13 @@ PettingZoo is imported only when :func:`to_pettingzoo` is called.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
 from typing import Any, Literal
 
 import gymnasium
 
 from corral.errors import ExportError, MissingDependencyError
+from corral.export.corral_env import corral_env, env_name
+from corral.export.to_gymnasium import GymnasiumEnvExport
 
 API = Literal["parallel", "aec"]
 
@@ -55,7 +56,7 @@ def to_pettingzoo(
         player_1 -1.0 True
     """
     name = env_name(env)
-    env = _corral_env(env, kwargs)
+    env = corral_env(env, kwargs)
     simultaneous = bool(getattr(env, "simultaneous", False))
     if api is None:
         api = "parallel" if simultaneous else "aec"
@@ -69,8 +70,8 @@ def to_pettingzoo(
         )
     if mask_in_obs is None:
         mask_in_obs = bool(getattr(env, "mask_in_obs", False))
-    module = "pettingzoo_parallel" if api == "parallel" else "pettingzoo_aec"
-    export = _import_pettingzoo_module(f"corral.interop.{module}")
+    module = "to_pettingzoo_parallel" if api == "parallel" else "to_pettingzoo_aec"
+    export = _import_pettingzoo_module(f"corral.export.{module}")
     cls = export.ParallelEnvExport if api == "parallel" else export.AECEnvExport
     return cls(env, mask_in_obs=mask_in_obs)
 
@@ -89,33 +90,7 @@ def to_gymnasium(env: Any, **kwargs: Any) -> gymnasium.Env:
         >>> obs.shape, env.action_space
         ((4,), Discrete(2))
     """
-    from corral.interop.gymnasium import GymnasiumEnvExport
-
-    return GymnasiumEnvExport(_corral_env(env, kwargs), name=env_name(env))
-
-
-def env_name(env: Any) -> str:
-    """How a message names ``env``: the id it is made from, else its class and
-    ``metadata["name"]`` (``OpenSpielEnv 'kuhn_poker'``)."""
-    if isinstance(env, str):
-        return repr(env)
-    metadata = getattr(env, "metadata", None)
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    return type(env).__name__ + (f" {name!r}" if name else "")
-
-
-def _corral_env(env: Any, kwargs: dict[str, Any]) -> Any:
-    from corral.adapters import adapt
-    from corral.registry import make
-
-    if isinstance(env, str):
-        return make(env, **kwargs)
-    if kwargs:
-        raise TypeError(
-            f"keyword arguments {sorted(kwargs)} build an env from a registered id; "
-            f"got an env object ({type(env).__name__}), which is already built"
-        )
-    return adapt(env)
+    return GymnasiumEnvExport(corral_env(env, kwargs), name=env_name(env))
 
 
 def _import_pettingzoo_module(name: str) -> Any:

@@ -1,0 +1,26 @@
+"""corral's array layer: where a batch's arrays live (numpy, or torch on a device), and
+numpy's per-copy random streams as arrays of either."""
+
+from corral.arrays.place import (
+    Place,
+    import_torch,
+    is_tensor,
+    on_host,
+    place_of,
+    to_numpy,
+    torch_dtype,
+    tree_to_numpy,
+)
+from corral.arrays.streams import CopyStreams
+
+__all__ = [
+    "CopyStreams",
+    "Place",
+    "import_torch",
+    "is_tensor",
+    "on_host",
+    "place_of",
+    "to_numpy",
+    "torch_dtype",
+    "tree_to_numpy",
+]
