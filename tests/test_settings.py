@@ -18,7 +18,7 @@ from test_runner import TINY
 
 from corral import cli
 from corral.algos import ALGORITHMS, algorithm_class
-from corral.settings import Range, check_ranges, declared_ranges
+from corral.settings import Range, check_ranges, declared_ranges, field_docs
 from corral.training import ConfigError, RunConfig, load_config
 from corral.training.config import coerce
 from corral.training.runner import build_venv, read_run_config
@@ -280,3 +280,61 @@ def test_a_run_config_that_says_worker_timeout_still_loads(tmp_path: Path) -> No
     assert read_run_config(tmp_path, allow_imports=[TINY]).run.timeout == 7
     with pytest.raises(ConfigError, match="'worker_timeout' \\(did you mean 'timeout'\\?\\)"):
         load_config(TINY, "corral/rps", {"backend": "subproc", "worker_timeout": 7})
+
+
+# -- the docstring of each setting ----------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Base:
+    rate: float = 0.1
+    """Base rate."""
+    size: int = 4
+    """Rows of the table.
+
+    A second paragraph.
+    """
+
+
+@dataclasses.dataclass
+class _Derived(_Base):
+    rate: float = 0.2
+    """Derived rate."""
+    undocumented: int = 0
+    later: bool = True
+    """Documented after a field without a docstring."""
+
+
+def undocumented(cls: type) -> list[str]:
+    """The fields of the dataclass ``cls`` that have no docstring (one each is required)."""
+    docs = field_docs(cls)
+    return [f.name for f in dataclasses.fields(cls) if not docs.get(f.name, "").strip()]
+
+
+@pytest.mark.parametrize("algo", [None, *sorted(ALGORITHMS)])
+def test_every_setting_has_a_docstring(algo: str | None) -> None:
+    _torch(str(algo))
+    cls = RunConfig if algo is None else algorithm_class(algo).Config
+    assert undocumented(cls) == []
+
+
+def test_a_setting_without_a_docstring_is_found() -> None:
+    assert undocumented(_Derived) == ["undocumented"]
+
+
+def test_field_docs_reads_each_field_s_docstring_inherited_and_overridden() -> None:
+    assert field_docs(_Derived) == {
+        "rate": "Derived rate.",  # the subclass's, not its base's
+        "size": "Rows of the table.\n\nA second paragraph.",  # inherited, cleaned
+        "later": "Documented after a field without a docstring.",
+    }
+    assert field_docs(_Base)["rate"] == "Base rate."
+    pytest.importorskip("torch")
+    mappo = algorithm_class("mappo").Config
+    assert field_docs(mappo)["lr"] == "Adam learning rate of actor and critic."
+    assert field_docs(mappo)["gamma"] == "Discount per decision of an agent."  # AlgoConfig's
+
+
+def test_a_class_without_source_has_no_field_docs() -> None:
+    built = dataclasses.make_dataclass("Built", [("x", int, 1)])
+    assert field_docs(built) == {}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import re
 import subprocess
 import sys
+import typing
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,11 @@ from test_runner import TabularQ
 
 import corral
 from corral import cli, registry
+from corral.algos import ALGORITHMS
 from corral.envs.mdp import climbing_game
+from corral.settings import declared_ranges, field_docs, parse_value
+from corral.training import RunConfig, load_config
+from corral.training.config import coerce
 from corral.training.metrics import COLUMNS, read_metrics
 from corral.training.runner import AlreadyTrainedError, evaluate_policy, load_run
 
@@ -60,6 +66,114 @@ def train(
         "eval_every=40",
         *extra,
     )
+
+
+# -- corral train ALGO --help lists every setting -----------------------------------------------
+
+
+def listed(out: str, heading: str) -> dict[str, tuple[list[str], str]]:
+    """The settings listed under the line of ``out`` that starts with ``heading``: each
+    name -> (the cells of its first line, its docstring as one line)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading)) + 1
+    entries: dict[str, tuple[list[str], list[str]]] = {}
+    name = ""
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        if line.startswith("      "):
+            entries[name][1].append(line.strip())
+        else:
+            cells = re.split(r"\s{2,}", line.strip())
+            name = cells[0]
+            entries[name] = (cells, [])
+    return {name: (cells, " ".join(doc)) for name, (cells, doc) in entries.items()}
+
+
+def assert_lists_every_field(
+    entries: dict[str, tuple[list[str], str]], config: Any, skip: tuple[str, ...] = ()
+) -> None:
+    """``entries`` are the fields of the dataclass ``config`` in order, each with the first
+    line of its docstring, its range where declared, and a default that ``--set`` reads back
+    as ``config``'s value."""
+    cls = type(config)
+    hints = typing.get_type_hints(cls)
+    ranges, docs = declared_ranges(cls), field_docs(cls)
+    assert list(entries) == [f.name for f in dataclasses.fields(cls)]
+    for name, (cells, doc) in entries.items():
+        assert " ".join(docs[name].splitlines()[0].split()) in doc, name
+        if name in ranges:
+            assert str(ranges[name]) in cells[3:], (name, cells)
+        if name not in skip:
+            assert coerce(parse_value(cells[2]), hints[name]) == getattr(config, name), cells
+
+
+@pytest.mark.parametrize("env", [None, "mpe2/simple_spread_v3"])
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_train_help_lists_every_setting_with_its_effective_default(
+    capsys: pytest.CaptureFixture[str], algo: str, env: str | None
+) -> None:
+    pytest.importorskip("torch")
+    code, out, err = run(capsys, "train", algo, "--help", *(["--env", env] if env else []))
+    assert code == 0, err
+    assert out.startswith("usage: corral train") and "--total-steps N" in out  # argparse's
+    # the effective defaults are load_config's without overrides; an env that no envs:
+    # section matches stands for none
+    expected = load_config(algo, env or "corral/rps")
+    skip = () if env else ("env",)
+    run_settings = listed(out, "run settings (corral.training.RunConfig)")
+    assert_lists_every_field(run_settings, expected.run, skip)
+    algo_settings = listed(out, f"{algo} settings (corral.algos.")
+    assert_lists_every_field(algo_settings, expected.algo_config)
+    assert "(also --total-steps)" in run_settings["total_steps"][0]
+    assert "(also --seed; sets the run's too)" in algo_settings["seed"][0]
+    assert run_settings["total_steps"][0][2] != "100000"  # the YAML's, not RunConfig's
+    said = " ".join(out.split())
+    if env is None:
+        assert f"corral train {algo} --env ID --help shows the defaults for ID" in said
+    elif algo == "dqn":
+        assert f"none of its envs: sections matches --env {env}" in said
+    else:
+        assert f"envs: sections 'mpe2/*', 'mpe2/simple_spread_v3' (for --env {env})" in said
+
+
+def test_train_help_shows_an_env_s_settings_where_it_names_the_env(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("torch")
+    plain = listed(run(capsys, "train", "mappo", "--help")[1], "mappo settings")
+    spread = run(capsys, "train", "mappo", "--help", "--env", "mpe2/simple_spread_v3")[1]
+    lr = listed(spread, "mappo settings")["lr"]
+    assert plain["lr"][0][:4] == ["lr", "float", "0.0007", "greater than 0"]  # mappo's Config
+    assert lr[0][:4] == ["lr", "float", "0.001", "greater than 0"]  # mappo.yaml's for the env
+    assert lr[1] == "Adam learning rate of actor and critic."
+
+
+def test_train_help_lists_a_user_algorithm_s_own_settings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "train", TINY, "--help")
+    assert code == 0, err
+    assert_lists_every_field(listed(out, "run settings"), RunConfig())
+    entries = listed(out, f"{TINY} settings (test_runner.TabularConfig)")
+    assert_lists_every_field(entries, TabularQ.Config())
+    assert entries["epsilon"] == (["epsilon", "float", "0.3"], "Exploration rate.")
+
+
+def test_train_help_without_algo_lists_the_run_settings_and_says_how_to_see_an_algorithm_s(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "train", "--help")
+    assert code == 0, err
+    assert_lists_every_field(listed(out, "run settings:"), RunConfig())
+    assert "corral train ALGO --help lists them, and ALGO's settings" in " ".join(out.split())
+
+
+def test_train_help_of_an_unknown_algorithm_says_which_there_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(capsys, "train", "nosuch", "--help")
+    assert code == 2 and "unknown algorithm 'nosuch'; choose one of" in err
 
 
 def test_train_writes_a_run_and_reports_it(capsys: pytest.CaptureFixture[str], tmp_path: Path):

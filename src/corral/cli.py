@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import importlib.metadata
 import importlib.util
@@ -43,7 +44,9 @@ import logging
 import math
 import os
 import re
+import shutil
 import sys
+import textwrap
 import traceback
 import warnings
 from collections.abc import Iterator, Sequence
@@ -445,7 +448,16 @@ def _format(values: dict[Any, float]) -> str:
 
 
 def _add_training_commands(commands: Any) -> None:
-    train = commands.add_parser("train", help="train an algorithm on an env (corral[train])")
+    train = commands.add_parser(
+        "train", help="train an algorithm on an env (corral[train])", add_help=False
+    )
+    train.add_argument(
+        "-h",
+        "--help",
+        action="store_true",
+        help="show this help, then every run setting and ALGO's: type, default, range and "
+        "what it does (with --env ID, the defaults for that env)",
+    )
     train.add_argument("algo", nargs="?", help="mappo, ippo, maddpg, dqn, or module:attr")
     train.add_argument("--env", metavar="ID", help="a registered env id, or module:attr")
     train.add_argument(
@@ -487,7 +499,7 @@ def _add_training_commands(commands: Any) -> None:
     train.add_argument("--no-progress", action="store_true", help="log lines, no progress bar")
     _add_imports(train)
     _add_allow_import(train)
-    train.set_defaults(run=_train)
+    train.set_defaults(run=_train, format_help=train.format_help)
 
     evaluate = commands.add_parser("eval", help="evaluate a run's best (or latest) checkpoint")
     evaluate.add_argument("run_dir", metavar="RUN", help="a run directory")
@@ -618,6 +630,13 @@ def _add_allow_import(parser: argparse.ArgumentParser) -> None:
 
 
 _SETTING_FLAGS = ("num_envs", "backend", "total_steps", "seed", "device", "run_dir", "self_play")
+SETTING_OPTIONS = {
+    "env": "--env",
+    "imports": "--import",
+    "policies": "--policies",
+    **{name: "--" + name.replace("_", "-") for name in _SETTING_FLAGS},
+}
+"""The settings that ``corral train`` also takes as an option of its own, and that option."""
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -625,6 +644,9 @@ def _train(args: argparse.Namespace) -> int:
     from corral.training.policy_map import parse_policies
     from corral.training.runner import AlreadyTrainedError
 
+    if args.help:
+        print(_train_help(args))
+        return 0
     overrides: dict[str, Any] = {}
     config: TrainConfig | None = None
     try:
@@ -692,6 +714,70 @@ def _train(args: argparse.Namespace) -> int:
     best = "-" if results.best_eval is None else f"{results.best_eval:.4g}"
     print(f"run {results.run_dir}: {results.env_steps} env steps, best {results.select_by} {best}")
     return 0
+
+
+def _train_help(args: argparse.Namespace) -> str:
+    """``corral train --help``: argparse's help, then the run settings and ALGO's, each with
+    its type, effective default, range and docstring."""
+    from corral.settings import list_settings
+    from corral.training import RunConfig
+    from corral.training.config import effective_defaults
+
+    width = shutil.get_terminal_size().columns - 2  # as argparse's help
+    notes = {name: f"also {option}" for name, option in SETTING_OPTIONS.items()}
+    if args.algo is None:
+        text = (
+            "Settings, given with --set KEY=VALUE (in Python, keyword arguments of "
+            "corral.train). Defaults of corral.training.RunConfig; an algorithm's packaged "
+            "config changes some: corral train ALGO --help lists them, and ALGO's settings "
+            "(ALGO: mappo, ippo, maddpg, dqn or module:attr; with --env ID, the defaults for "
+            "that env)."
+        )
+        listing = list_settings(RunConfig, {}, notes=notes, width=width)
+        return "\n".join(
+            [args.format_help(), *textwrap.wrap(text, width), "", "run settings:", listing]
+        )
+    with _training_errors():
+        defaults = effective_defaults(args.algo, args.env)
+    config_cls = type(defaults.algo_config)
+    applied = "the config dataclasses'"
+    if defaults.file is not None:
+        applied += f", then {defaults.file}'s top level"
+        if defaults.sections:
+            said = ", ".join(repr(key) for key in defaults.sections)
+            applied += f", then its envs: sections {said} (for --env {args.env})"
+        elif args.env:
+            applied += f"; none of its envs: sections matches --env {args.env}"
+        else:
+            applied += (
+                f"; none of its envs: sections, which apply to an env: corral train "
+                f"{args.algo} --env ID --help shows the defaults for ID"
+            )
+    text = (
+        "Settings, given with --set KEY=VALUE (in Python, keyword arguments of corral.train). "
+        f"Defaults: {applied}."
+    )
+    run_fields = {f.name for f in dataclasses.fields(RunConfig)}
+    algo_notes = {
+        f.name: "; ".join(
+            ([notes[f.name]] if f.name in notes else [])
+            + (["sets the run's too"] if f.name in run_fields else [])
+        )
+        for f in dataclasses.fields(config_cls)
+        if f.name in notes or f.name in run_fields
+    }
+    return "\n".join(
+        [
+            args.format_help(),
+            *textwrap.wrap(text, width),
+            "",
+            "run settings (corral.training.RunConfig):",
+            list_settings(RunConfig, vars(defaults.run), notes=notes, width=width),
+            "",
+            f"{args.algo} settings ({config_cls.__module__}.{config_cls.__qualname__}):",
+            list_settings(config_cls, vars(defaults.algo_config), notes=algo_notes, width=width),
+        ]
+    )
 
 
 def _modules(setting: Any) -> list[str]:

@@ -450,6 +450,42 @@ def load_config(
     return TrainConfig(algo, run, _build(algo_cls.Config, algo_values), configs)
 
 
+@dataclass
+class Defaults:
+    """The settings of an algorithm before any override, as ``corral train ALGO --help``
+    shows them."""
+
+    run: RunConfig
+    algo_config: AlgoConfig
+    file: str | None
+    """The packaged YAML file applied (``mappo.yaml``); ``None`` where the algorithm has none."""
+    sections: list[str]
+    """The keys of that file's ``envs:`` sections applied, in order (none without an env)."""
+
+
+def effective_defaults(algo: str | type[Algorithm], env: str | None = None) -> Defaults:
+    """The settings of training ``algo`` before any override: the config dataclasses'
+    defaults, the algorithm's packaged YAML file and, where ``env`` is given, that file's
+    ``envs:`` sections matching it (as :func:`load_config` layers them)."""
+    algo, algo_cls = algorithm_spec(algo)
+    name = algo if algo in ALGORITHMS else getattr(algo_cls, "name", "")
+    file = packaged_defaults(name)
+    settings = dict(file)
+    sections = settings.pop("envs", None) or {}
+    keys = env_sections(sections, env) if env else []
+    for key in keys:
+        settings = _merge(settings, dict(sections[key] or {}))
+    if env:
+        settings["env"] = env
+    run_values, algo_values = _split(settings, algo_cls.Config)
+    return Defaults(
+        _build(RunConfig, run_values),
+        _build(algo_cls.Config, algo_values),
+        f"{name}.yaml" if file else None,
+        keys,
+    )
+
+
 def _policy_algorithms(policies: Mapping[str, Any], algo: str) -> dict[str, type[Algorithm]]:
     """The class of each learned policy of ``policies`` whose algorithm is not ``algo``."""
     found = {}
@@ -542,10 +578,15 @@ def _yaml() -> types.ModuleType:
 
 
 def _env_layers(sections: Mapping[str, Any], env: str) -> list[dict[str, Any]]:
-    """The ``envs:`` sections that apply to ``env``: matching globs in order, then the exact id."""
-    globs = [v for k, v in sections.items() if k != env and fnmatch.fnmatchcase(env, k)]
-    exact = [sections[env]] if env in sections else []
-    return [dict(layer or {}) for layer in [*globs, *exact]]
+    """The ``envs:`` sections that apply to ``env``, in the order they apply."""
+    return [dict(sections[key] or {}) for key in env_sections(sections, env)]
+
+
+def env_sections(sections: Mapping[str, Any], env: str) -> list[str]:
+    """The keys of the ``envs:`` sections that apply to ``env``: matching globs in file
+    order, then the exact id."""
+    globs = [k for k in sections if k != env and fnmatch.fnmatchcase(env, k)]
+    return [*globs, *([env] if env in sections else [])]
 
 
 def _merge(base: Mapping[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
