@@ -249,6 +249,7 @@ class _CopyRenderer(Protocol):
 
 
 def _renders_copies(shard: BatchedEnv) -> TypeGuard[_CopyRenderer]:
+    """Whether a natively batched ``shard`` renders each copy (it has render modes)."""
     return bool(shard.metadata.get("render_modes"))
 
 
