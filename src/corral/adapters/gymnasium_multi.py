@@ -77,12 +77,12 @@ class MultiAgentGymnasiumAdapter(SourceAdapter):
                 "wrapped with corral.adapters.gymnasium.GymnasiumEnvAdapter(env)"
             )
         self.env = env
-        n = len(env.action_space)
-        self.possible_agents = [f"agent_{i}" for i in range(n)]
-        self._observation_spaces = dict(
-            zip(self.possible_agents, env.observation_space, strict=True)
-        )
-        self._action_spaces = dict(zip(self.possible_agents, env.action_space, strict=True))
+        observation_spaces, action_spaces = env.observation_space, env.action_space
+        assert isinstance(observation_spaces, spaces.Tuple)  # convention_problem checked them
+        assert isinstance(action_spaces, spaces.Tuple)
+        self.possible_agents = [f"agent_{i}" for i in range(len(action_spaces))]
+        self._observation_spaces = dict(zip(self.possible_agents, observation_spaces, strict=True))
+        self._action_spaces = dict(zip(self.possible_agents, action_spaces, strict=True))
         self.metadata = dict(env.metadata)
         self.render_mode = env.render_mode
         self.agents = []
@@ -149,7 +149,7 @@ class MultiAgentGymnasiumAdapter(SourceAdapter):
         rule = self.time_limit_reached
         return rule is not None and bool(rule(self.env.unwrapped))
 
-    def _per_agent(self, values: Any, what: str) -> Sequence[Any]:
+    def _per_agent(self, values: Any, what: str) -> Sequence[Any] | np.ndarray:
         """``values`` if it holds one entry per agent, else an ``UnsupportedEnvError``."""
         n = len(self.possible_agents)
         if not isinstance(values, Sequence | np.ndarray) or len(values) != n:

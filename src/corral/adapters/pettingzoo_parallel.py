@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 from gymnasium import spaces
@@ -34,7 +34,7 @@ MASK_KEY = "action_mask"
 OBS_KEY = "observation"
 
 
-def is_masked(space: spaces.Space) -> bool:
+def is_masked(space: spaces.Space) -> TypeGuard[spaces.Dict]:
     """Whether ``space`` is a Dict of an ``"observation"`` and its ``"action_mask"``."""
     return isinstance(space, spaces.Dict) and MASK_KEY in space.spaces and OBS_KEY in space.spaces
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -91,7 +91,9 @@ class CopyStreams:
         if chosen.shape != (self.num_envs,):
             raise ValueError(f"where has shape {chosen.shape}, expected ({self.num_envs},)")
         copies = [
-            int(i) for i in np.flatnonzero(chosen) if seeds[i] is not None or not self._seeded[i]
+            i
+            for i in np.flatnonzero(chosen).tolist()
+            if seeds[i] is not None or not self._seeded[i]
         ]
         if not copies:
             return
@@ -321,7 +323,14 @@ class CopyStreams:
         return self.num_envs * chance**rounds >= _NEGLIGIBLE
 
 
-def _pcg64_state(seed: int | None, copy: int) -> dict:
+class _LcgState(TypedDict):
+    """PCG64's 128-bit LCG state and increment, as ``PCG64().state["state"]`` holds them."""
+
+    state: int
+    inc: int
+
+
+def _pcg64_state(seed: int | None, copy: int) -> _LcgState:
     """The 128-bit state and increment ``np.random.default_rng(seed)`` starts from."""
     try:
         return np.random.PCG64(seed).state["state"]
@@ -329,7 +338,7 @@ def _pcg64_state(seed: int | None, copy: int) -> dict:
         raise type(err)(f"copy {copy}: seed {seed!r} is not a numpy seed: {err}") from err
 
 
-def _words(state: dict) -> tuple[int, int, int, int]:
+def _words(state: _LcgState) -> tuple[int, int, int, int]:
     """A PCG64 state and increment as four unsigned 64-bit words, high halves first."""
     s, inc = state["state"], state["inc"]
     return s >> 64, s & _MASK64, inc >> 64, inc & _MASK64

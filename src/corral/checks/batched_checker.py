@@ -366,7 +366,7 @@ def _first_difference(a: _Run, b: _Run, copies: range | list[int]) -> str | None
     """``"{where}, copy {i}: {what}"`` of the first place where two runs differ, or ``None``."""
     for key in sorted(set(a.records) | set(b.records)):
         ra, rb = a.records.get(key), b.records.get(key)
-        where = (ra or rb).where
+        where = (ra or b.records[key]).where
         if (ra and ra.error) or (rb and rb.error):
             first, second = (r.error if r else None for r in (ra, rb))
             if first != second:
@@ -377,7 +377,7 @@ def _first_difference(a: _Run, b: _Run, copies: range | list[int]) -> str | None
             cb = rb.copies.get(i) if rb else None
             if (ca is None) != (cb is None):
                 return f"{where}, copy {i}: whether this reset selected the copy"
-            found = None if ca is None else _label_difference(ca, cb, close=False)
+            found = None if ca is None or cb is None else _label_difference(ca, cb, close=False)
             if found:
                 return f"{where}, copy {i}: {_versus(found)}"
     return None
@@ -599,12 +599,16 @@ class _BatchedChecker(Findings):
                 "only in the selected copies, leaving the others' episodes as they were",
             )
             again, first = probe.records.get((t, -1)), main.records[0, 0]
-            found = again and _label_difference(
-                again.copies.get(restarted, {}), first.copies[restarted], close=False
-            )
+            difference = None
+            if again is not None:
+                found = _label_difference(
+                    again.copies.get(restarted, {}), first.copies[restarted], close=False
+                )
+                if found is not None:
+                    difference = f"{again.where}, copy {restarted}: {_versus(found)}"
             self._differs(
                 "reset_where_restarts_the_selected_copies",
-                found and f"{again.where}, copy {restarted}: {_versus(found)}",
+                difference,
                 f"differs from the copy's first reset(seed={self.seed}); a copy that "
                 f"reset(seed=[...], where=mask) selects with the seed {self.seed + restarted} "
                 "must start the episode that reset(seed=s) started in it, even mid-episode",

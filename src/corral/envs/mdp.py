@@ -76,10 +76,8 @@ class TabularMDP(MultiAgentEnv):
         ).copy()
         self.terminal = np.zeros(num_states, dtype=bool)
         self.terminal[list(terminal_states)] = True
-        if np.ndim(initial_state) == 0:
-            self.initial = np.eye(num_states)[int(initial_state)]
-        else:
-            self.initial = np.array(initial_state, dtype=np.float64)
+        initial = np.array(initial_state, dtype=np.float64)
+        self.initial = np.eye(num_states)[int(initial)] if initial.ndim == 0 else initial
         _check_tables(self.transitions, self.terminal, self.initial)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
@@ -97,7 +95,7 @@ class TabularMDP(MultiAgentEnv):
         self._initial_cumulative[-1] = 1.0
         values = _optimal_values(self.transitions, self.rewards, self.terminal)
         self.optimal_return = {"agent_0": float(self.initial @ values)}
-        self._rng = None
+        self._rng: np.random.Generator | None = None  # drawn at the first reset
         self._state = 0
         self._step = 0
 
@@ -190,6 +188,7 @@ class TabularMDP(MultiAgentEnv):
         return f"step {self._step}: state {self._state}\n"
 
     def _sample(self, cumulative: np.ndarray) -> int:
+        assert self._rng is not None, "reset() draws the generator"
         return int(np.searchsorted(cumulative, self._rng.random(), side="right"))
 
 
@@ -280,7 +279,8 @@ class MatrixGame(MultiAgentEnv):
             return None
         if self._last is None:
             return "waiting for actions\n"
-        paid = self.payoffs[(slice(None), *self._last)].tolist()
+        every_player: tuple[slice | int, ...] = (slice(None), *self._last)
+        paid = self.payoffs[every_player].tolist()
         return f"joint action {list(self._last)}: payoffs {paid}\n"
 
 

@@ -47,6 +47,8 @@ _EPISODES_PER_DRAW = 16
 class _Tables(BatchedEnv):
     """What both classes share: the dict env's spaces, metadata and place."""
 
+    state_space: spaces.Box  # both dict envs have one
+
     def __init__(self, env: Any, num_envs: int, array: str, device: str) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
@@ -138,7 +140,7 @@ class BatchedTabularMDP(_Tables):
         chance = (env.transitions[~env.terminal] > 0).sum(axis=-1).max() > 1
         chance = chance or (env.initial > 0).sum() > 1
         # One uniform at reset and one per step: an episode draws at most this many.
-        self._episode_draws = 1 + self.max_episode_steps
+        self._episode_draws = 1 + env.max_episode_steps
         # On a device: the copies' generators as streams there (no rows of uniforms).
         on_device = chance and not self.place.computes_on_host
         self._streams = CopyStreams(num_envs, self.place) if on_device else None
@@ -233,7 +235,7 @@ class BatchedTabularMDP(_Tables):
         rows, positions = to_numpy(self._uniforms[at]).copy(), to_numpy(self._next[at])
         # a copy topped up as its episode goes on keeps its generator, whatever the seeds
         seeds = [s if start[i] else None for i, s in enumerate(seeds)]
-        generators = self._generators.at_reset(seeds, indices)
+        generators = self._generators.at_reset(seeds, indices.tolist())
         for k, (i, generator) in enumerate(zip(indices, generators, strict=True)):
             kept = rows[k, positions[k] :] if seeds[i] is None else rows[k, :0]
             rows[k] = np.concatenate([kept, generator.random(width - len(kept))])

@@ -34,7 +34,7 @@ class ObservationForm:
 
     def __init__(self, env: Any, mask_in_obs: bool) -> None:
         self._spaces: dict[AgentID, spaces.Space] = {}
-        self._packed: set[AgentID] = set()
+        self._masks: dict[AgentID, spaces.Box] = {}  # the mask space of each packed agent
         self._source: dict[AgentID, spaces.Space] = {}
         for agent in env.possible_agents:
             space = self._source[agent] = env.observation_space(agent)
@@ -42,7 +42,7 @@ class ObservationForm:
             if mask_in_obs and isinstance(action_space, spaces.Discrete):
                 mask_space = spaces.Box(0, 1, shape=(int(action_space.n),), dtype=np.int8)
                 space = spaces.Dict({OBS_KEY: space, MASK_KEY: mask_space})
-                self._packed.add(agent)
+                self._masks[agent] = mask_space
             self._spaces[agent] = space
 
     def space(self, agent: AgentID) -> spaces.Space:
@@ -63,10 +63,10 @@ class ObservationForm:
 
     def _pack(self, agent: AgentID, observation: Any, mask: Any, legal: int) -> Any:
         observation = _as_array(self._source[agent], observation)
-        if agent not in self._packed:
+        if agent not in self._masks:
             return observation
         if mask is None:
-            mask = np.full(self._spaces[agent][MASK_KEY].shape, legal, dtype=np.int8)
+            mask = np.full(self._masks[agent].shape, legal, dtype=np.int8)
         return {OBS_KEY: observation, MASK_KEY: np.asarray(mask, dtype=np.int8)}
 
 

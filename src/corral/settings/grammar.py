@@ -87,7 +87,8 @@ def _value(node: ast.expr, top: bool = False) -> Any:
         isinstance(node, ast.UnaryOp)
         and isinstance(node.op, (ast.UAdd, ast.USub))
         and isinstance(node.operand, ast.Constant)
-        and type(node.operand.value) in (int, float)
+        and isinstance(node.operand.value, (int, float))
+        and not isinstance(node.operand.value, bool)
     ):
         number = node.operand.value
         return -number if isinstance(node.op, ast.USub) else number
@@ -102,9 +103,11 @@ def _value(node: ast.expr, top: bool = False) -> Any:
         return [_value(item) for item in node.elts]
     if isinstance(node, ast.Tuple):
         return tuple(_value(item) for item in node.elts)
-    if isinstance(node, ast.Dict) and None not in node.keys:
-        try:
-            return {_value(k): _value(v) for k, v in zip(node.keys, node.values, strict=True)}
-        except TypeError as err:  # an unhashable key
-            raise _NotAValue from err
+    if isinstance(node, ast.Dict):
+        keys = [k for k in node.keys if k is not None]  # None: a ``**`` unpacking
+        if len(keys) == len(node.keys):
+            try:
+                return {_value(k): _value(v) for k, v in zip(keys, node.values, strict=True)}
+            except TypeError as err:  # an unhashable key
+                raise _NotAValue from err
     raise _NotAValue

@@ -66,7 +66,8 @@ SEED = Range(ge=0, le=2**64 - 1)
 def check_ranges(config: Any) -> None:
     """Raise :class:`~corral.errors.ConfigError` naming the first field of the dataclass
     ``config`` whose value is outside its declared :class:`Range`."""
-    for name, limits in declared_ranges(type(config)).items():
+    kind: type = type(config)  # mypy does not see ``type[Any]`` as hashable
+    for name, limits in declared_ranges(kind).items():
         value = getattr(config, name)
         many = isinstance(value, (tuple, list))
         items = value if many else [value]

@@ -14,7 +14,8 @@ import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeGuard, TypeVar
 
 from gymnasium import spaces
 
@@ -23,6 +24,13 @@ from corral.batched_env import BatchedEnv, BatchedStep
 from corral.vector.env_calls import Written, call_envs, guarded
 from corral.vector.layout import Layout
 from corral.vector.sources import Source
+
+if TYPE_CHECKING:
+    from corral.vector.dict_envs import DictEnvs
+
+    _Proxied = BatchedEnv  # a ResetWatch passes for its shard (through __getattr__)
+else:
+    _Proxied = object
 
 T = TypeVar("T")
 EnvFn = Callable[[], Any]
@@ -205,10 +213,9 @@ def call_shard(
     envs = getattr(shard, "envs", None)
     if envs is not None:
         return call_envs(envs, offset, name, args, kwargs)
-    if name == "render" and args == () and not kwargs and shard.metadata.get("render_modes"):
+    if name == "render" and args == () and not kwargs and _renders_copies(shard):
         return [
-            guarded(offset + i, "render()", lambda i=i: shard.render(i))
-            for i in range(shard.num_envs)
+            guarded(offset + i, "render()", partial(shard.render, i)) for i in range(shard.num_envs)
         ]
     if args is not None and callable(getattr(shard, name, None)):
         raise TypeError(
@@ -226,14 +233,32 @@ def set_shard_attrs(shard: BatchedEnv, offset: int, name: str, values: Sequence[
     of the attributes it declares settable (``settable_attributes``) to ``values[0]``, the
     one value of all its copies. Returns the shard's ``max_episode_steps`` after the write
     (a write may change it: mpe2's ``max_cycles``)."""
-    if getattr(shard, "envs", None) is not None:
+    if _is_dict_envs(shard):
         shard.set_attr(name, values)
     else:
         guarded(offset, f"setting attribute {name!r}", lambda: set_native_attr(shard, name, values))
     return shard.max_episode_steps
 
 
-class ResetWatch:
+class _CopyRenderer(Protocol):
+    """A natively batched env with render modes: it renders one copy at a time."""
+
+    num_envs: int
+
+    def render(self, copy: int) -> Any: ...
+
+
+def _renders_copies(shard: BatchedEnv) -> TypeGuard[_CopyRenderer]:
+    """Whether a natively batched ``shard`` renders each copy (it has render modes)."""
+    return bool(shard.metadata.get("render_modes"))
+
+
+def _is_dict_envs(shard: BatchedEnv) -> TypeGuard[DictEnvs]:
+    """Whether ``shard`` is a shard of dict envs (it has ``envs``)."""
+    return getattr(shard, "envs", None) is not None
+
+
+class ResetWatch(_Proxied):
     """``shard`` as a worker's :class:`~corral.vector.episodes.Episodes` runs it, with
     :meth:`reset` to say what a worker's backend notes of each reset (subclasses)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from corral.adapters import set_env_attr
@@ -72,7 +73,7 @@ def call_envs(
     """:func:`call_env` on each env (indices from ``offset``); errors as :class:`EnvError`."""
     what = f"reading attribute {name!r}" if args is None else f"{name}()"
     return [
-        guarded(offset + i, what, lambda e=env: call_env(e, name, args, kwargs))
+        guarded(offset + i, what, partial(call_env, env, name, args, kwargs))
         for i, env in enumerate(envs)
     ]
 
@@ -93,8 +94,4 @@ def set_env_attrs(envs: Sequence[Any], offset: int, name: str, values: Sequence[
     """Set attribute ``name`` of env ``i`` to ``values[i]`` where reading it finds it
     (:func:`corral.adapters.set_env_attr`); errors as :class:`EnvError`."""
     for i, (env, value) in enumerate(zip(envs, values, strict=True)):
-        guarded(
-            offset + i,
-            f"setting attribute {name!r}",
-            lambda e=env, v=value: set_env_attr(e, name, v),
-        )
+        guarded(offset + i, f"setting attribute {name!r}", partial(set_env_attr, env, name, value))

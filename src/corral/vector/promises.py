@@ -76,7 +76,8 @@ class Promises:
         written) whose ``alive`` changed otherwise than its ``terminated`` and
         ``truncated`` say, or at all where ``out.same_alive``."""
         for (g, agents, _), before in zip(self._groups, self._before, strict=True):
-            alive, ended = out.alive[g], out.terminated[g] | out.truncated[g]
+            # a step's batch has them (a step without fails here, as an env's fault)
+            alive, ended = out.alive[g], out.terminated[g] | out.truncated[g]  # type: ignore[index]
             if alive.dtype != before.dtype:  # 0/1 numbers (checked before) as flags
                 alive, ended = alive != 0, ended != 0
             # The agents that end in the step are exactly those that leave alive in it.
@@ -162,7 +163,7 @@ def _copy(array: Any) -> Any:
     return array.copy() if isinstance(array, np.ndarray) else array.clone()
 
 
-def _part(path: str, root: str) -> tuple[str, ...]:
+def _part(path: str, root: str) -> tuple[str | int, ...]:
     """The keys from a group's observation down to the leaf at ``path`` (Dict and Tuple
     spaces: string keys and tuple indices)."""
     keys = path[len(root) :].strip("/")

@@ -114,13 +114,19 @@ class RayWorker:
         )
         return EnvInfo.of(self.shard)
 
+    def _built(self) -> BatchedEnv:
+        """The shard, which :meth:`make_envs` built (the parent calls it first)."""
+        assert self.shard is not None, "make_envs() builds the shard"
+        return self.shard
+
     def start(self, layout: Layout, restored: Arrays) -> None:
         """Allocate this shard's arrays, taking the values in ``restored`` over."""
-        self.arrays = layout.allocate(self.shard.num_envs)
+        shard = self._built()
+        self.arrays = layout.allocate(shard.num_envs)
         for path, value in restored.items():
             self.arrays[path][...] = value
         self.outputs = layout.paths(Role.STEP, Role.EPISODE, Role.BOOKKEEPING)
-        watched = _ResetsInStep(self.shard, self)
+        watched = _ResetsInStep(shard, self)
         # The shard may write into the arrays (they die with the actor; a replacement
         # starts from the parent's copy, or from the step handed over by where()).
         self.episodes = Episodes(watched, layout, self.arrays, self.offset, share=True)
@@ -141,14 +147,14 @@ class RayWorker:
 
     def restart(self) -> Reply:
         """End the episodes a dead predecessor was running (truncated) and reset the envs."""
-        seeds = [None] * self.shard.num_envs
+        seeds = [None] * self._built().num_envs
         return self._run("restart()", lambda: self.episodes.restart_all(seeds))
 
     def call(self, name: str, args: tuple | None, kwargs: dict[str, Any]) -> list[Any]:
-        return call_shard(self.shard, self.offset, name, args, kwargs)
+        return call_shard(self._built(), self.offset, name, args, kwargs)
 
     def set_attr(self, name: str, values: Sequence[Any]) -> int | None:
-        return set_shard_attrs(self.shard, self.offset, name, values)
+        return set_shard_attrs(self._built(), self.offset, name, values)
 
     def close(self) -> None:
         shard, self.shard = self.shard, None
@@ -630,6 +636,7 @@ class RayBackend(Backend):
         self._spawn(s)
         restored, s.finished = s.finished, None
         if restored is None:
+            assert self._layout is not None  # start() lays out the arrays before any replacement
             restored = {
                 path: self._arrays[path][s.envs.start : s.envs.stop]
                 for path, f in self._layout.fields.items()
@@ -662,7 +669,9 @@ class RayBackend(Backend):
         self, timeout: float | None, took: Callable[[_Actor], None] | None = None
     ) -> dict[int, Any]:
         """The replies to the last :meth:`_ask`, by shard index (see :meth:`_call`)."""
-        (what, pending), self._asked = self._asked, None
+        asked, self._asked = self._asked, None
+        assert asked is not None, "_answers() without its _ask()"
+        what, pending = asked
         limit = self.timeout if timeout is None else timeout
         answers = self._gather(pending, limit)
         for s in self.shards:
@@ -674,7 +683,7 @@ class RayBackend(Backend):
         raise_first(call_faults(answers, what, limit))
         return answers.values
 
-    def _gather(self, pending: dict[int, Refs], timeout: float | None) -> Answers:
+    def _gather(self, pending: dict[int, Refs], timeout: float | None) -> Answers[_Actor]:
         """The answer of each shard's last call in ``pending``; Ctrl-C kills the actors."""
         ray = self._ray
 

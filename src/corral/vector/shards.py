@@ -29,7 +29,8 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from types import FrameType
+from typing import Any, Generic, Literal, TypeVar
 
 from corral.errors import WorkerDiedError, WorkerRestartWarning, WorkerTimeoutError
 from corral.vector.env_calls import Written, first_fault, remember
@@ -114,16 +115,16 @@ def call_text(name: str, args: tuple | None) -> str:
 
 
 @dataclass
-class Answers:
-    """What the shards of one call answered."""
+class Answers(Generic[S]):
+    """What the shards (of type ``S``) of one call answered."""
 
     values: dict[int, Any] = field(default_factory=dict)
     """Each shard's reply, by shard index."""
     errors: list[BaseException] = field(default_factory=list)
     """The errors the shards replied (their envs' faults)."""
-    dead: list[Shard] = field(default_factory=list)
+    dead: list[S] = field(default_factory=list)
     """The shards whose worker died before it answered."""
-    late: list[Shard] = field(default_factory=list)
+    late: list[S] = field(default_factory=list)
     """The shards whose worker did not answer within the timeout."""
 
 
@@ -132,7 +133,7 @@ def gather(
     ready: Callable[[list[S], float | None], list[S]],
     receive: Callable[[S], Answer],
     timeout: float | None,
-) -> Answers:
+) -> Answers[S]:
     """Wait for every shard's answer to one call, ``timeout`` seconds in all.
 
     ``ready(waiting, seconds)`` returns the shards of ``waiting`` that answered or
@@ -141,7 +142,7 @@ def gather(
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     waiting = list(shards)
-    answers = Answers()
+    answers: Answers[S] = Answers()
     while waiting:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         done = ready(waiting, left)
@@ -160,7 +161,7 @@ def gather(
     return answers
 
 
-def call_faults(answers: Answers, what: str, timeout: float | None) -> list[BaseException]:
+def call_faults(answers: Answers[S], what: str, timeout: float | None) -> list[BaseException]:
     """The faults of a call outside a reset or step (``what``), whose dead and late
     workers are replaced at the next reset or step: the envs' errors, a
     :class:`WorkerDiedError` and a :class:`WorkerTimeoutError`. Marks those shards lost."""
@@ -176,7 +177,7 @@ def call_faults(answers: Answers, what: str, timeout: float | None) -> list[Base
     return faults
 
 
-def step_faults(answers: Answers, what: str, timeout: float | None) -> list[BaseException]:
+def step_faults(answers: Answers[S], what: str, timeout: float | None) -> list[BaseException]:
     """The faults of a reset or step (``what``), whose dead and late workers are replaced
     within the call: the envs' errors and a :class:`WorkerTimeoutError`. Marks the dead
     shards lost (the late ones are told by the error)."""
@@ -253,7 +254,8 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 def _caller_level() -> int:
     """The ``stacklevel`` of the first frame outside corral: the caller of ``step()``,
     ``reset()`` or their ``*_wait()``, however deep the backend called from."""
-    frame, level = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
         frame, level = frame.f_back, level + 1
     return level

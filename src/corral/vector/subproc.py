@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import ForkingPickler, recv_handle, send_handle
-from typing import Any
+from typing import Any, cast
 
 import cloudpickle
 
@@ -183,6 +183,7 @@ def _exit_with_parent() -> None:
     parent = mp.parent_process()  # the driver, also where a fork server forked this worker
     if parent is None:
         return
+    assert parent.pid is not None  # a process that started this one has a pid
     try:
         handle = os.pidfd_open(parent.pid)
     except ProcessLookupError:
@@ -212,7 +213,7 @@ def _let_the_fork_server_end() -> None:
     """
     from multiprocessing import forkserver
 
-    server = forkserver._forkserver  # no public handle on what the fork server passed
+    server: Any = forkserver._forkserver  # no public handle on what the fork server passed
     fd = getattr(server, "_forkserver_alive_fd", None)
     if fd is not None and getattr(server, "_forkserver_pid", None) is None:  # forked by it
         os.close(fd)
@@ -414,7 +415,7 @@ def _shutdown(
     Each worker has ``grace`` seconds to close its envs and exit before it is killed; with
     none, it is killed at once and its envs are not closed."""
     for worker in workers:
-        if not worker.dead and grace > 0:
+        if worker.conn is not None and grace > 0:  # a live worker (stop() drops the pipe)
             with contextlib.suppress(OSError):  # one already gone is reaped by stop()
                 worker.conn.send(("close",))
     deadline = time.monotonic() + grace
@@ -540,7 +541,9 @@ class SubprocBackend(Backend):
     def _finish(self, timeout: float | None) -> None:
         """Wait for the reset or step; replace the workers that died or were late, then
         raise the first fault (the batch is complete by then)."""
-        (what, workers, seeds), self._awaiting = self._awaiting, None
+        awaiting, self._awaiting = self._awaiting, None
+        assert awaiting is not None, "step_wait() or reset_wait() without its *_async()"
+        what, workers, seeds = awaiting
         limit = self._limit(timeout)
         answers = self._gather(workers, limit)
         faults = step_faults(answers, f"{what}()", limit)
@@ -645,7 +648,7 @@ class SubprocBackend(Backend):
         raise_first(call_faults(answers, what, limit))
         return [answers.values[w.index] for w in self.shards]
 
-    def _start(self, workers: list[_Worker]) -> Answers:
+    def _start(self, workers: list[_Worker]) -> Answers[_Worker]:
         """Start the processes of ``workers``; what their envs are, by worker index (in
         ``values``), and the workers that did not say so within ``start_timeout`` (``late``:
         stopped). An env that cannot be built, or a worker that died, raises."""
@@ -654,13 +657,15 @@ class SubprocBackend(Backend):
         armed = forker or threading.current_thread() is threading.main_thread()
         for worker in workers:
             conn, child = self._ctx.Pipe()
-            inherited = []
+            inherited: list[Any] = []
             if self._ctx.get_start_method() == "fork":
                 inherited = [conn, *(w.conn for w in self.shards if w.conn is not None)]
                 inherited.append(self._reaper.stdin)
             worker.inside = self._ctx.RawArray("q", [-1, -1])
             worker.stage = self._ctx.RawValue("b", IDLE)
-            process = self._ctx.Process(
+            # typeshed's BaseContext (what get_context gives for a str) lacks the Process every
+            # start method's context has
+            process = self._ctx.Process(  # type: ignore[attr-defined]
                 target=_serve,
                 args=(
                     child,
@@ -719,20 +724,21 @@ class SubprocBackend(Backend):
     ) -> None:
         """Send ``message(w)`` (then the file descriptor ``fd``) to each live worker."""
         for worker in workers:
-            if worker.dead:
+            conn = worker.conn
+            if conn is None:  # dead (stop() drops the pipe)
                 continue
             command = message(worker)
             try:
                 if command is _STEP:
-                    worker.conn.send_bytes(_STEP_PICKLED)
+                    conn.send_bytes(_STEP_PICKLED)
                 else:
-                    worker.conn.send(command)
+                    conn.send(command)
                 if fd is not None:
-                    send_handle(worker.conn, fd, worker.process.pid)
+                    send_handle(conn, fd, worker.process.pid)
             except (BrokenPipeError, ConnectionResetError):  # it died before this call
                 worker.stop()
 
-    def _gather(self, workers: list[_Worker], timeout: float | None) -> Answers:
+    def _gather(self, workers: list[_Worker], timeout: float | None) -> Answers[_Worker]:
         """The answers of the live ``workers``; those that die or miss the timeout are
         stopped. Ctrl-C while waiting closes every worker."""
         try:
@@ -748,7 +754,7 @@ class SubprocBackend(Backend):
 
 def _ready(workers: list[_Worker], timeout: float | None) -> list[_Worker]:
     """The workers that replied or died within ``timeout`` seconds."""
-    conns = {w.conn.fileno(): w for w in workers}
+    conns = {w.conn.fileno(): w for w in workers if w.conn is not None}  # all: they are live
     sentinels = {w.process.sentinel: w for w in workers}
     ready = _readable([*conns, *sentinels], timeout)
     for fd in ready:
@@ -760,7 +766,7 @@ def _ready(workers: list[_Worker], timeout: float | None) -> list[_Worker]:
 def _readable(fds: list[int], timeout: float | None) -> list[int]:
     """The file descriptors of ``fds`` readable (or closed) within ``timeout`` seconds."""
     if not hasattr(select, "poll"):
-        return wait(fds, timeout)
+        return cast("list[int]", wait(fds, timeout))  # the ones of ``fds`` that are ready
     poll = select.poll()
     for fd in fds:
         poll.register(fd, select.POLLIN)
@@ -775,9 +781,11 @@ def _readable(fds: list[int], timeout: float | None) -> list[int]:
 def _receive(worker: _Worker) -> Answer:
     """The worker's reply, or ``("dead", None)`` (and the worker stopped) if it died."""
     replied, worker.replied = worker.replied, False
+    conn = worker.conn
+    assert conn is not None  # a worker that replied or died, not stopped yet
     try:
-        readable = replied or _readable([worker.conn.fileno()], 0)
-        reply = worker.conn.recv() if readable else None
+        readable = replied or _readable([conn.fileno()], 0)
+        reply = conn.recv() if readable else None
     except (EOFError, OSError):  # the pipe broke with the process
         reply = None
     if reply is None:

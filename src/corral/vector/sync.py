@@ -58,6 +58,7 @@ class SyncBackend(Backend):
 
     def call_wait(self, timeout: float | None) -> list[Any]:
         call, self._call = self._call, None
+        assert call is not None, "call_wait() without its call_async()"
         return call()
 
     def set_attr(self, name: str, values: Sequence[Any], timeout: float | None) -> int | None:

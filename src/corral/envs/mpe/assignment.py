@@ -134,7 +134,7 @@ class BatchedTargetMatching(BatchedMPE):
         self.n = n = len(self.possible_agents)
         self.terminate_on_success = bool(raw.scenario.terminate_on_success)
         self.assignment = Assignment(n, self.place)
-        self._matched: Array | None = None
+        self._matched: Array = None  # the matched distances [E, agent], from global_reward()
 
     def targets(self) -> Array:
         """``[E, N, 2]``: every copy's target positions now."""

@@ -11,6 +11,7 @@ mpe2's (torch differs only where its elementary functions round differently).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,10 +198,14 @@ class Ops:
     def of(place: Place) -> Ops:
         return TorchOps(place) if place.is_torch else Ops()
 
-    sqrt = staticmethod(np.sqrt)
-    exp = staticmethod(np.exp)
-    where = staticmethod(np.where)
-    cos, sin, arctan2 = staticmethod(np.cos), staticmethod(np.sin), staticmethod(np.arctan2)
+    torch: Any = None  # the torch module, in :class:`TorchOps`
+
+    sqrt: Callable[..., Array] = staticmethod(np.sqrt)
+    exp: Callable[..., Array] = staticmethod(np.exp)
+    where: Callable[..., Array] = staticmethod(np.where)
+    cos: Callable[..., Array] = staticmethod(np.cos)
+    sin: Callable[..., Array] = staticmethod(np.sin)
+    arctan2: Callable[..., Array] = staticmethod(np.arctan2)
 
     def take(self, array: Array, index: Array) -> Array:
         return np.take(array, index, axis=1)
