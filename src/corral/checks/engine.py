@@ -178,7 +178,7 @@ def _(space: spaces.Tuple, value: Any, path: str) -> Iterator[tuple[str, str]]:
 
 def is_step_count(value: Any) -> bool:
     """Whether ``value`` is a positive int (not a bool): a count of steps or copies."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) > 0
 
 
 # --------------------------------------------------------------------------- calling the env

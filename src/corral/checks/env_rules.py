@@ -41,6 +41,14 @@ class Frame:
     """Agents whose episode ended earlier in this episode -> where it ended."""
     alive_before: list | None = None
     """``env.agents`` when the step began; ``None`` for a reset."""
+
+    @property
+    def alive_at_step(self) -> list:
+        """:attr:`alive_before` of a step's frame (the step rules run on steps only)."""
+        if self.alive_before is None:
+            raise TypeError("a reset's frame has no agents alive before a step")
+        return self.alive_before
+
     rewards: dict = field(default_factory=dict)
     terminations: dict = field(default_factory=dict)
     truncations: dict = field(default_factory=dict)
@@ -261,7 +269,7 @@ def _step_dicts_name_alive_agents(env: Any, frame: Frame) -> Iterator[str]:
                 why = f"which is not one of possible_agents {possible}"
             elif agent in frame.gone:
                 why = f"whose episode already ended at {frame.gone[agent]}"
-            elif agent not in frame.alive_before:
+            elif agent not in frame.alive_at_step:
                 why = "which was not alive when the step began"
             else:
                 continue
@@ -270,7 +278,7 @@ def _step_dicts_name_alive_agents(env: Any, frame: Frame) -> Iterator[str]:
 
 def _step_dicts_cover_alive_agents(env: Any, frame: Frame) -> Iterator[str]:
     for name, values in frame.step_dicts():
-        for agent in frame.alive_before:
+        for agent in frame.alive_at_step:
             if agent not in values:
                 yield (
                     f"{frame.where}: {name} has no entry for agent {agent!r}, which was alive "
@@ -327,7 +335,7 @@ def _ended_agents_have_final_obs(env: Any, frame: Frame) -> Iterator[str]:
 
 def _agents_leave_only_by_ending(env: Any, frame: Frame) -> Iterator[str]:
     ended = frame.ended
-    for agent in frame.alive_before:
+    for agent in frame.alive_at_step:
         if agent not in frame.agents and agent not in ended:
             yield (
                 f"{frame.where}: agent {agent!r} left env.agents without terminations or "

@@ -40,7 +40,7 @@ class _Batched:
         return batch(self.factory(**kwargs), num_envs, array, device)
 
 
-_REGISTRY = (
+_REGISTRY: tuple[tuple[str, Callable[..., Any], dict[str, Any]], ...] = (
     ("mdp/one_round_dmdp", one_round_dmdp, {}),
     ("mdp/two_round_dmdp", two_round_dmdp, {}),
     ("mdp/one_round_nmdp", one_round_nmdp, {}),
