@@ -18,10 +18,16 @@ from typing import Any, NoReturn
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import import_torch, is_tensor, to_numpy, torch_dtype
+from corral.arrays import to_numpy
 from corral.batched_env import BatchedStep
-from corral.checks.values import describe, finite_problem
 from corral.errors import EnvError
+from corral.returned_values import (
+    describe,
+    finite_problem,
+    is_flag_array,
+    nonflag_flags,
+    overflow_flags,
+)
 from corral.vector.layout import ArraySpec, Layout, Tree, array_tree
 
 
@@ -146,16 +152,11 @@ class ReturnedArrays:
         is 44)."""
         if isinstance(value, np.ndarray) and value.dtype.kind not in "biuf":
             self._fail(0, f"{label}: expected an array of numbers, got {_array_text(value)}")
-        if _is_flag(rows):  # alive, acting, ends, masks: a number other than 0 or 1 is no flag
+        if is_flag_array(rows):  # alive, acting, ends, masks: a number other than 0 or 1
             self._check_flags(value, label, agents)
             return
-        limits = None if _holds(rows, value) else _limits(rows)
-        if limits is None:
-            return
-        over = (value < limits[0]) | (value > limits[1])
-        if _is_float(value) and not _is_float(rows):
-            over |= value != value  # NaN has no integer
-        if not bool(over.any()):
+        over = overflow_flags(value, rows)
+        if over is None or not bool(over.any()):
             return
         hit = tuple(int(k) for k in np.argwhere(to_numpy(over))[0])
         who = f" of agent {agents[hit[1]]!r}" if agents else ""
@@ -165,7 +166,7 @@ class ReturnedArrays:
 
     def _check_flags(self, value: Any, label: str, agents: tuple[str, ...]) -> None:
         """Flags given in another dtype than bool: each 0 or 1 (``0.5`` is not ``True``)."""
-        other = (value != 0) & (value != 1)
+        other = nonflag_flags(value)
         if not bool(other.any()):
             return
         hit = tuple(int(k) for k in np.argwhere(to_numpy(other))[0])
@@ -190,43 +191,3 @@ def _array_text(value: Any) -> str:
     if getattr(value, "shape", None) is None:
         return describe(value)
     return f"an array of shape {tuple(value.shape)} and dtype {value.dtype}"
-
-
-def _is_flag(rows: Any) -> bool:
-    if isinstance(rows, np.ndarray):
-        return rows.dtype == np.bool_
-    return rows.dtype == import_torch().bool
-
-
-def _is_float(array: Any) -> bool:
-    if isinstance(array, np.ndarray):
-        return array.dtype.kind == "f"
-    return bool(array.is_floating_point())
-
-
-def _holds(rows: Any, value: Any) -> bool:
-    """Whether the dtype of ``rows`` holds every value of ``value``'s dtype, each a numpy
-    array or a torch tensor (a tensor for numpy rows too: storing it would round it)."""
-    if not is_tensor(rows) and not is_tensor(value):
-        return np.can_cast(value.dtype, rows.dtype, "safe")
-    target, source = (_torch_dtype_of(a) for a in (rows, value))
-    return import_torch().promote_types(source, target) == target
-
-
-def _torch_dtype_of(array: Any) -> Any:
-    return array.dtype if is_tensor(array) else torch_dtype(array.dtype)
-
-
-def _limits(rows: Any) -> tuple[float, float] | None:
-    """The least and greatest number the dtype of ``rows`` holds (``None`` for bool)."""
-    if isinstance(rows, np.ndarray):
-        kind = rows.dtype.kind
-        if kind not in "iuf":
-            return None
-        info: Any = np.finfo(rows.dtype) if kind == "f" else np.iinfo(rows.dtype)
-        return info.min, info.max
-    torch = import_torch()
-    if rows.dtype == torch.bool:
-        return None
-    info = torch.finfo(rows.dtype) if rows.is_floating_point() else torch.iinfo(rows.dtype)
-    return info.min, info.max

@@ -12,7 +12,6 @@ import numpy as np
 
 from corral.adapters import adapt
 from corral.arrays import Place, to_numpy, tree_to_numpy
-from corral.checks.values import debug_mode, describe
 from corral.errors import (
     EnvError,
     EnvRestartWarning,
@@ -22,6 +21,7 @@ from corral.errors import (
 )
 from corral.groups import GroupMap
 from corral.registry import batched_ids, spec
+from corral.returned_values import debug_mode, describe
 from corral.spaces import action_rule, group_problem
 from corral.vector.backend import EnvFn, backend_class, check_options, check_timeout
 from corral.vector.deferred import DeferredChecks
@@ -130,7 +130,7 @@ class VectorEnv:
             and field) for NaN or inf in an observation, ``final_obs``, reward or
             state. (A value that its array's dtype cannot hold, ``1e300`` as
             ``float32``, always raises.) ``None`` (the default): on in debug mode
-            (:func:`corral.checks.values.debug_mode`: ``CORRAL_DEBUG=1`` or
+            (:func:`corral.returned_values.debug_mode`: ``CORRAL_DEBUG=1`` or
             ``python -X dev``), off otherwise, as it costs time in every step.
         array: ``"numpy"`` or ``"torch"``: what the batch's fields are.
         device: where torch fields live (``"cpu"``, ``"cuda"``); not ``"cpu"`` only
