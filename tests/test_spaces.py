@@ -144,6 +144,7 @@ def test_the_rule_of_a_space_is_built_once_and_masks_only_constrain_discrete_act
     shifted = spaces.Discrete(3, start=5)
     assert action_problem(shifted, 6, mask) == "a legal action [5, 7] (the action mask forbids 6)"
     assert action_problem(shifted, 7, mask) is None
+    assert action_problem(spaces.Discrete(5), 4, mask) is None  # a short mask: no entry, no say
 
 
 def _legal_everywhere(rule, actions, mask):

@@ -178,7 +178,8 @@ class DiscreteRule(ActionRule):
             return f"{self.expected}, got {action!r} of type {type(action).__name__}"
         if not self.low <= value < self.low + self.n:
             return f"{self.expected}, got {value}"
-        if mask is None or mask[value - self.low]:  # entry i: the action start + i
+        index = value - self.low  # mask entry i: the action start + i
+        if mask is None or index >= len(mask) or mask[index]:
             return None
         legal = (np.flatnonzero(mask) + self.low).tolist()
         return f"a legal action {legal} (the action mask forbids {value})"
@@ -407,12 +408,14 @@ class BoxRule(ActionRule):
             torch, space = import_torch(), self.space
             least, most = _limits(space.dtype)
             put = lambda a: torch.as_tensor(a, dtype=torch.float64, device=device)  # noqa: E731
-            bounds = self._on_device[key] = (
+            bounds = (
                 put(space.low),
                 put(space.high),
-                put(np.maximum(space.low, least)),
+                put(np.maximum(space.low, least)),  # the stand-ins' bounds: finite
                 put(np.minimum(space.high, most)),
             )
+            # kept by the name asked for and by the tensors' own ("cuda" is "cuda:0")
+            self._on_device[key] = self._on_device[str(bounds[0].device)] = bounds
         return bounds
 
     @cached_property
