@@ -171,7 +171,7 @@ def test_without_deferred_checks_the_action_checks_read_the_host(as_on_a_gpu):
     # the counter sees the vector layer's reads: immediate checks read every step
     counts, _ = stepped_reads("mdp/climbing", {}, "cpu", steps=10)
     assert sum(counts.values()) >= 10
-    assert all(key.startswith("corral.vector.validation") for key in counts), counts
+    assert all(key.startswith("corral.spaces") for key in counts), counts
 
 
 # -- no copy from the host per step ----------------------------------------------------

@@ -171,7 +171,7 @@ def test_device_checks_of_discrete_actions_agree_with_the_host_checks(case: str)
     import torch
     from gymnasium import spaces
 
-    from corral.vector.validation import _discrete_fine, _tensor_suspect, group_problem
+    from corral.spaces import action_rule, device_suspect, group_problem
 
     rng = np.random.default_rng(4)
     space = spaces.Discrete(4, start=1)
@@ -188,12 +188,13 @@ def test_device_checks_of_discrete_actions_agree_with_the_host_checks(case: str)
     elif case == "idle-junk":  # not acting: ignored, but not taken at one look either
         env, agent = np.argwhere(~acting)[0]
         actions[env, agent] = 9
-    problem = group_problem(space, actions, acting, mask)
+    rule = action_rule(space)
+    problem = group_problem(rule, actions, acting, mask)
     assert (problem is None) == (case in ("legal", "idle-junk"))
     t = torch.as_tensor
-    assert _discrete_fine(space, t(actions), t(acting), t(mask)) == (case == "legal")
-    assert _discrete_fine(space, actions, acting, mask) == (case == "legal")
-    assert _tensor_suspect(space, t(actions), t(acting), t(mask)) == (problem is not None)
+    assert rule.fine(t(actions), t(acting), t(mask)) == (case == "legal")
+    assert rule.fine(actions, acting, mask) == (case == "legal")
+    assert device_suspect(rule, t(actions), t(acting), t(mask)) == (problem is not None)
 
 
 @pytest.mark.parametrize(("array", "device"), PLACES)

@@ -23,8 +23,17 @@ import pytest
 from gymnasium import spaces
 
 import corral
-from corral.checks.values import debug_mode, finite_problem, store_exactly
 from corral.errors import EnvError, InvalidActionError
+from corral.returned_values import (
+    debug_mode,
+    exactly_as,
+    finite_problem,
+    is_flag_array,
+    nonfinite_cells,
+    nonflag_flags,
+    overflow_flags,
+    store_exactly,
+)
 from corral.vector import VectorEnv
 from corral.vector.sources import NativeSource
 
@@ -951,9 +960,60 @@ def test_debug_mode_reads_corral_debug(monkeypatch, value, on) -> None:
 
 
 def test_python_dev_mode_is_debug_mode() -> None:
-    code = "from corral.checks.values import debug_mode; print(debug_mode())"
+    code = "from corral.returned_values import debug_mode; print(debug_mode())"
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_DEBUG"}
     out = subprocess.run(
         [sys.executable, "-X", "dev", "-c", code], capture_output=True, text=True, env=env
     )
     assert out.stdout.strip() == "True", out.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype"),
+    [
+        (np.array([1.0, 1e300, -1e300, np.nan]), np.float32),
+        pytest.param(
+            np.array([1.5, 300.0, -1.0, np.nan]),
+            np.uint8,
+            marks=pytest.mark.xfail(
+                reason="store_exactly stores 300.0 as uint8 (44): numpy's cast from float to "
+                "an integer dtype does not raise on overflow here; the flags do mark it",
+                strict=True,
+            ),
+        ),
+        (np.array([np.nan, 2.0]), np.int32),
+        (np.array([3, 300, -129, 127], np.int64), np.int8),
+        (np.array([0, 255], np.int64), np.uint8),
+    ],
+)
+def test_overflow_flags_mark_what_store_exactly_refuses_on_numpy_and_torch(values, dtype):
+    # the vector layer's check of a natively batched env's arrays (ReturnedArrays) and the
+    # dict envs' store (store_exactly) judge each number alike, numpy or torch
+    rows = np.zeros(len(values), dtype)
+    refused = []
+    for v in values:
+        try:
+            exactly_as(np.array([v], values.dtype), rows.dtype)
+            refused.append(False)
+        except OverflowError:
+            refused.append(True)
+    flags = overflow_flags(values, rows)
+    got = np.zeros(len(values), bool) if flags is None else flags
+    np.testing.assert_array_equal(got, refused)
+    torch = pytest.importorskip("torch")
+    on_torch = overflow_flags(torch.as_tensor(values), torch.as_tensor(rows))
+    np.testing.assert_array_equal(
+        np.zeros(len(values), bool) if on_torch is None else on_torch.numpy(), refused
+    )
+
+
+def test_nonfinite_cells_and_nonflag_flags_name_the_first_cell_per_copy():
+    value = np.zeros((3, 2, 2))
+    value[0, 1, 0] = np.nan
+    value[2, 0, 1] = np.inf
+    value[2, 1, 1] = np.nan
+    assert nonfinite_cells(value) == {0: 1, 2: 0}
+    assert nonfinite_cells(value, np.array([False, True, True])) == {2: 0}
+    assert nonfinite_cells(np.zeros((3, 2), np.int64)) == {}
+    np.testing.assert_array_equal(nonflag_flags(np.array([0, 1, 0.5, 2])), [0, 0, 1, 1])
+    assert is_flag_array(np.zeros(2, bool)) and not is_flag_array(np.zeros(2, np.uint8))

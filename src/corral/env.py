@@ -36,7 +36,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.errors import EpisodeOverError, InvalidActionError
-from corral.spaces import action_problem, mask_problem
+from corral.spaces import action_problem
 
 AgentID = str
 ObsDict = dict[AgentID, Any]
@@ -157,8 +157,6 @@ def validate_actions(
                 f"{where}: agent {agent!r} must act but has no action; "
                 f"expected actions for {acting}"
             )
-        problem = action_problem(action_space(agent), actions[agent])
-        if problem is None:
-            problem = mask_problem(masks.get(agent), actions[agent])
+        problem = action_problem(action_space(agent), actions[agent], masks.get(agent))
         if problem is not None:
             raise InvalidActionError(f"{where}: agent {agent!r}: expected {problem}")

@@ -5,8 +5,8 @@
 :func:`check_batched_env`. Both share one engine (:mod:`corral.checks.engine`: the report,
 the findings, how the env is called and how a value is judged against its space); the rules
 of the dict contract are in :mod:`corral.checks.env_rules`, those of the batched protocol in
-:mod:`corral.checks.batched_rules`. :mod:`corral.checks.values` describes and judges the
-values an env returns (the vector layer judges them the same way), and
+:mod:`corral.checks.batched_rules`. The values an env returns are described and judged by
+:mod:`corral.returned_values`, outside this package: the vector layer uses the same rules.
 :mod:`corral.checks.watched` runs a check in a child process under a time limit.
 """
 

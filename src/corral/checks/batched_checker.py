@@ -59,7 +59,7 @@ from corral.checks.env_rules import (
     possible_agents_are_unique_ids,
     spaces_are_fixed_gymnasium_spaces,
 )
-from corral.checks.values import describe
+from corral.returned_values import describe
 from corral.vector.layout import ArraySpec, Tree, array_tree
 
 NUM_ENVS = 4

@@ -19,8 +19,8 @@ from gymnasium import spaces
 from corral.arrays import Place, import_torch, place_of, to_numpy, torch_dtype
 from corral.batched_env import BatchedStep
 from corral.checks.engine import in_space, is_step_count, spaces_of, unfinite_parts
-from corral.checks.values import describe
 from corral.errors import GroupError
+from corral.returned_values import describe
 from corral.vector.layout import ArraySpec, Tree, array_tree
 
 # --------------------------------------------------------------------------- layout

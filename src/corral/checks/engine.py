@@ -22,8 +22,8 @@ from typing import Any
 
 from gymnasium import spaces
 
-from corral.checks.values import describe, finite_problem
 from corral.errors import CheckIncompleteWarning, EnvContractError
+from corral.returned_values import describe, finite_problem
 
 MAX_REPEATS = 3
 """Messages kept per rule; further violations of the same rule are only counted."""
@@ -150,7 +150,7 @@ def in_space(space: spaces.Space, value: Any) -> bool:
 @singledispatch
 def unfinite_parts(space: spaces.Space, value: Any, path: str) -> Iterator[tuple[str, str]]:
     """``(path, problem)`` of each Box part of ``value`` holding NaN, inf, or a number that
-    overflows the Box's dtype (:func:`corral.checks.values.finite_problem`)."""
+    overflows the Box's dtype (:func:`corral.returned_values.finite_problem`)."""
     return iter(())
 
 

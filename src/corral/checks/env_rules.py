@@ -22,8 +22,8 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.checks.engine import in_space, is_step_count, mask_of, spaces_of, unfinite_parts
-from corral.checks.values import describe
 from corral.env import spaces_by_agent_hint
+from corral.returned_values import describe
 
 # --------------------------------------------------------------------------- frames
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-from gymnasium import spaces
-
-from corral.arrays import import_torch, torch_dtype
+from corral.arrays import import_torch
 from corral.errors import InvalidActionError
+from corral.spaces import action_rule
 from corral.vector.layout import Layout
 
 
@@ -39,32 +37,13 @@ class DeferredChecks:
         device = self._device = layout.place.device
         self._clip = clip
         self._agents = {name: g.agents for name, g in layout.groups.items()}
+        self._rules = {name: action_rule(g.action_space) for name, g in layout.groups.items()}
         self._texts: list[tuple[str, str]] = []  # a problem's code -> (group, expected)
         self._codes: dict[tuple[str, str], Any] = {}  # (group, kind) -> its code, on the device
-        self._bounds: dict[str, tuple[Any, Any, Any, Any]] = {}
-        for name, group in layout.groups.items():
-            space = group.action_space
-            if isinstance(space, spaces.Discrete):
-                low, high = int(space.start), int(space.start + space.n - 1)
-                self._code(name, "range", f"an integer in [{low}, {high}]")
-                self._code(name, "mask", "a legal action (its action mask forbids this one)")
-            elif isinstance(space, spaces.Box):
-                self._code(name, "finite", "finite values (got NaN or inf)")
-                self._code(name, "bounds", f"values within [{space.low.min()}, {space.high.max()}]")
-                least, most = _limits(space.dtype)
-                if space.dtype.kind == "f":
-                    self._code(
-                        name,
-                        "limit",
-                        f"values that {space.dtype} holds (|x| <= {most:.6g}; more is inf)",
-                    )
-                put = lambda a: torch.as_tensor(a, dtype=torch.float64, device=device)  # noqa: E731
-                self._bounds[name] = (
-                    put(space.low),
-                    put(space.high),
-                    put(np.maximum(space.low, least)),  # the stand-ins' bounds: finite
-                    put(np.minimum(space.high, most)),
-                )
+        for name, rule in self._rules.items():
+            rule.prepare_device(device)  # its constants copied there now, not in a step
+            for kind, text in rule.kinds.items():
+                self._code(name, kind, text)
         self._first = torch.zeros(4, dtype=torch.int64, device=device)  # step, code, env, agent
         self._found = torch.zeros((), dtype=torch.bool, device=device)
         self._step = torch.zeros((), dtype=torch.int64, device=device)  # steps since the check
@@ -81,68 +60,18 @@ class DeferredChecks:
         self._step += 1
 
     def check(
-        self, group: str, space: spaces.Space, action: Any, acting: Any, mask: Any | None
+        self, group: str, action: Any, acting: Any, mask: Any | None
     ) -> tuple[Any, Any] | None:
         """The group's actions made safe and the clipped entries' counts per agent
         (``None`` without ``clip``), the problems of acting agents kept; ``None`` where this
         check does not apply (another space, or an array whose shape or dtype is wrong:
         the immediate checks say what is wrong)."""
-        torch = self._torch
-        if not isinstance(action, torch.Tensor) or action.device != acting.device:
+        checked = self._rules[group].device_check(action, acting, mask, self._clip)
+        if checked is None:
             return None
-        if isinstance(space, spaces.Discrete):
-            if tuple(action.shape) != tuple(acting.shape):
-                return None
-            if action.is_floating_point() or action.is_complex():
-                return None
-            return self._discrete(group, space, action, acting, mask), None
-        if isinstance(space, spaces.Box):
-            if tuple(action.shape) != (*acting.shape, *space.shape) or action.is_complex():
-                return None
-            if action.is_floating_point() and space.dtype.kind != "f":
-                return None  # not castable to the space's dtype
-            return self._box(group, space, action, acting)
-        return None
-
-    def _discrete(
-        self, group: str, space: spaces.Discrete, action: Any, acting: Any, mask: Any | None
-    ) -> Any:
-        low, n = int(space.start), int(space.n)
-        index = action.long() - low
-        outside = (index < 0) | (index >= n)
-        self._keep(acting & outside, group, "range")
-        index = index.clamp(0, n - 1)
-        if mask is None:
-            return index.where(~outside, 0) + low
-        allowed = mask.gather(-1, index[..., None])[..., 0]
-        forbidden = ~outside & ~allowed
-        self._keep(acting & forbidden, group, "mask")
-        first_legal = mask.to(self._torch.uint8).argmax(-1)
-        return index.where(allowed & ~outside, first_legal) + low
-
-    def _box(self, group: str, space: spaces.Box, action: Any, acting: Any) -> tuple[Any, Any]:
-        torch = self._torch
-        low, high, least, most = self._bounds[group]
-        value = action if action.dtype == torch.float64 else action.to(torch.float64)
-        lead = acting.reshape(*acting.shape, *([1] * len(space.shape)))
-        per_agent = acting.shape
-
-        def agents(flags: Any) -> Any:
-            return flags.reshape(*per_agent, -1).any(-1) if space.shape else flags
-
-        self._keep(agents(lead & ~torch.isfinite(value)), group, "finite")
-        outside = (value < low) | (value > high)
-        counts = None
-        if self._clip:
-            counts = outside.reshape(*per_agent, -1).sum(-1) * acting
-        else:
-            self._keep(agents(lead & outside), group, "bounds")
-        if space.dtype.kind == "f" and action.dtype.itemsize > np.dtype(space.dtype).itemsize:
-            kept = value.clamp(low, high) if self._clip else value  # clipping comes first
-            over = kept.abs() > float(_limits(space.dtype)[1])
-            self._keep(agents(lead & over), group, "limit")
-        safe = value.where(~value.isnan(), least).clamp(least, most)
-        return safe.to(torch_dtype(space.dtype)), counts
+        for kind, bad in checked.faults:
+            self._keep(bad, group, kind)
+        return checked.safe, checked.counts
 
     def _keep(self, bad: Any, group: str, kind: str) -> None:
         """Keep the first ``[env, agent]`` where ``bad`` holds as the problem ``kind`` of
@@ -176,8 +105,3 @@ class DeferredChecks:
             f"{text} (in step {step} of the {steps} since the last check of deferred "
             "actions; a legal stand-in was played)"
         )
-
-
-def _limits(dtype: np.dtype) -> tuple[float, float]:
-    info: Any = np.finfo(dtype) if np.dtype(dtype).kind == "f" else np.iinfo(dtype)
-    return float(info.min), float(info.max)

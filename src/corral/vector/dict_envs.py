@@ -27,10 +27,10 @@ import numpy as np
 
 from corral.adapters import adapt, set_env_attr
 from corral.batched_env import BatchedEnv, BatchedStep, Seed, copy_seeds, selected
-from corral.checks.values import describe, exactly_as
 from corral.env import MultiAgentEnv
 from corral.errors import EnvError
 from corral.groups import GroupMap
+from corral.returned_values import describe, exactly_as
 from corral.vector.env_calls import Written, env_error, guarded, remember, set_env_attrs
 from corral.vector.layout import (
     ArraySpec,

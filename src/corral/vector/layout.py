@@ -23,9 +23,9 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import Place, on_host
-from corral.checks.values import describe, finite_problem, store_exactly
 from corral.errors import UnknownAgentError
 from corral.groups import GroupMap, group_agents
+from corral.returned_values import describe, finite_problem, store_exactly
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def writer(
 
     A value whose shape is not the space's (nothing is broadcast), or that the
     array's dtype cannot hold (``1e300`` in ``float32``, ``300`` in ``uint8``: see
-    :func:`~corral.checks.values.store_exactly`), raises :class:`WriteError`; with
+    :func:`~corral.returned_values.store_exactly`), raises :class:`WriteError`; with
     ``check_finite``, so does NaN or inf in a float array. A value that raised may be
     partly written.
     """

@@ -12,7 +12,6 @@ import numpy as np
 
 from corral.adapters import adapt
 from corral.arrays import Place, to_numpy, tree_to_numpy
-from corral.checks.values import debug_mode, describe
 from corral.errors import (
     EnvError,
     EnvRestartWarning,
@@ -22,13 +21,15 @@ from corral.errors import (
 )
 from corral.groups import GroupMap
 from corral.registry import batched_ids, spec
+from corral.returned_values import debug_mode, describe
+from corral.spaces import action_rule, group_problem
 from corral.vector.backend import EnvFn, backend_class, check_options, check_timeout
 from corral.vector.deferred import DeferredChecks
 from corral.vector.layout import ArraySpec, Layout, Role, array_tree, assemble, store
 from corral.vector.sampling import sample_array
 from corral.vector.shards import envs_text
 from corral.vector.sources import NativeSource, Source, as_source
-from corral.vector.validation import clip_to_space, few_discrete_check, group_problem
+from corral.vector.validation import clip_to_space
 
 Array = Any
 """A NumPy array or a torch tensor (``VectorEnv(array="torch")``), on the batch's device."""
@@ -129,7 +130,7 @@ class VectorEnv:
             and field) for NaN or inf in an observation, ``final_obs``, reward or
             state. (A value that its array's dtype cannot hold, ``1e300`` as
             ``float32``, always raises.) ``None`` (the default): on in debug mode
-            (:func:`corral.checks.values.debug_mode`: ``CORRAL_DEBUG=1`` or
+            (:func:`corral.returned_values.debug_mode`: ``CORRAL_DEBUG=1`` or
             ``python -X dev``), off otherwise, as it costs time in every step.
         array: ``"numpy"`` or ``"torch"``: what the batch's fields are.
         device: where torch fields live (``"cpu"``, ``"cuda"``); not ``"cpu"`` only
@@ -257,8 +258,9 @@ class VectorEnv:
                 else None
             )
             host = isinstance(acting, np.ndarray) and isinstance(mask, (np.ndarray, type(None)))
-            fine = few_discrete_check(g.action_space, acting.shape) if host else None
-            self._action_plan.append((name, g, acting, mask, target, fine))
+            rule = action_rule(g.action_space)
+            fine = rule.few_check(acting.shape) if host else None
+            self._action_plan.append((name, g, rule, acting, mask, target, fine))
         self._views: Batch | None = None  # with copy=False every batch is the same views
         self.deferred_checks = bool(deferred_checks)
         self._deferred = None
@@ -520,7 +522,7 @@ class VectorEnv:
         deferred = self._deferred
         if deferred is not None:
             deferred.next_step()
-        for name, group, acting, mask, target, fine in self._action_plan:
+        for name, group, rule, acting, mask, target, fine in self._action_plan:
             if name not in actions:
                 if acting.any():
                     env, j = (int(x) for x in np.argwhere(to_numpy(acting))[0])
@@ -532,11 +534,7 @@ class VectorEnv:
             action, clipped = actions[name], None
             if type(action) is not np.ndarray or not self._numpy_actions:
                 action = self._in_place(name, group.action_tree, action)
-            safe = (
-                None
-                if deferred is None
-                else deferred.check(name, group.action_space, action, acting, mask)
-            )
+            safe = None if deferred is None else deferred.check(name, action, acting, mask)
             if safe is not None:  # checked on the device, problems kept there
                 checked[name] = (group, *safe, target)
                 continue
@@ -545,7 +543,7 @@ class VectorEnv:
             if fine is not None and fine(action, mask):
                 checked[name] = (group, action, clipped, target)
                 continue
-            problem = group_problem(group.action_space, action, acting, mask)
+            problem = group_problem(rule, action, acting, mask)
             if problem is not None:
                 env, j, text = problem
                 where = f"group {name!r}" + (

@@ -1,10 +1,14 @@
-"""How corral describes and judges the values an env returns, and whether it runs in debug mode.
+"""Whether a value an env returns is valid for its dtype, how it is described, and whether
+corral runs in debug mode.
 
-The vector env (:mod:`corral.vector`) and the conformance checker
-(:mod:`corral.checks.env_checker`) both name a bad value in their messages and judge
-numbers the same way: NaN and inf are not finite, and a finite value that
-its dtype cannot hold (``1e300`` as ``float32``, ``300`` as ``uint8``) overflows;
-:func:`store_exactly` stores an array only where no number overflows.
+The one home of these rules: the vector layer (:mod:`corral.vector`: the arrays a
+natively batched env returns, the dict envs' packer, the finite checks per copy) and the
+conformance checkers (:mod:`corral.checks`) name a bad value and judge numbers the same
+way: NaN and inf are not finite (:func:`finite_problem`, :func:`nonfinite_cells`), a
+finite value that its dtype cannot hold (``1e300`` as ``float32``, ``300`` as ``uint8``)
+overflows (:func:`finite_problem`, :func:`overflow_flags`), a flag is 0 or 1
+(:func:`nonflag_flags`); :func:`store_exactly` stores an array only where no number
+overflows. They judge numpy arrays, and torch tensors where the vector layer keeps them.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import sys
 from typing import Any
 
 import numpy as np
+
+from corral.arrays import import_torch, is_tensor, to_numpy, torch_dtype
 
 DEBUG_ENV_VAR = "CORRAL_DEBUG"
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -116,3 +122,85 @@ def _cast_raising(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 def _at(bad: np.ndarray) -> str:
     return f" at index {tuple(int(k) for k in np.argwhere(bad)[0])}" if bad.ndim else ""
+
+
+def nonfinite_cells(value: Any, rows: Any | None = None) -> dict[int, int]:
+    """Each copy (the first axis; among the bool mask ``rows``, all for ``None``) where the
+    array ``value`` holds NaN or inf -> its first agent holding one (the second axis; 0
+    for a value without agents)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind != "f":
+            return {}
+        bad = ~np.isfinite(value)
+    else:
+        if not value.is_floating_point():
+            return {}
+        bad = ~value.isfinite()
+    if rows is not None:
+        bad = bad & rows.reshape(-1, *([1] * (bad.ndim - 1)))
+    if not bool(bad.any()):
+        return {}
+    cells: dict[int, int] = {}
+    for index in np.argwhere(to_numpy(bad)):
+        cells.setdefault(int(index[0]), int(index[1]) if len(index) > 1 else 0)
+    return cells
+
+
+def is_flag_array(rows: Any) -> bool:
+    """Whether ``rows`` (numpy or torch) hold flags: bool."""
+    if isinstance(rows, np.ndarray):
+        return rows.dtype == np.bool_
+    return bool(rows.dtype == import_torch().bool)
+
+
+def nonflag_flags(value: Any) -> Any:
+    """Where ``value``, given for flags in another dtype than bool, is neither 0 nor 1
+    (``0.5`` is no ``True``)."""
+    return (value != 0) & (value != 1)
+
+
+def overflow_flags(value: Any, rows: Any) -> Any | None:
+    """Where a number of ``value`` would change beyond rounding stored in ``rows``'s dtype
+    (each numpy or torch; ``1e300`` as ``float32`` is inf, ``300`` as ``uint8`` is 44, NaN
+    has no integer), or ``None`` where that dtype holds every value of ``value``'s."""
+    limits = None if _dtype_holds(rows, value) else _dtype_limits(rows)
+    if limits is None:
+        return None
+    over = (value < limits[0]) | (value > limits[1])
+    if _is_float(value) and not _is_float(rows):
+        over |= value != value  # NaN has no integer
+    return over
+
+
+def _is_float(array: Any) -> bool:
+    if isinstance(array, np.ndarray):
+        return array.dtype.kind == "f"
+    return bool(array.is_floating_point())
+
+
+def _dtype_holds(rows: Any, value: Any) -> bool:
+    """Whether the dtype of ``rows`` holds every value of ``value``'s dtype, each a numpy
+    array or a torch tensor (a tensor for numpy rows too: storing it would round it)."""
+    if not is_tensor(rows) and not is_tensor(value):
+        return bool(np.can_cast(value.dtype, rows.dtype, "safe"))
+    target, source = (_torch_dtype_of(a) for a in (rows, value))
+    return bool(import_torch().promote_types(source, target) == target)
+
+
+def _torch_dtype_of(array: Any) -> Any:
+    return array.dtype if is_tensor(array) else torch_dtype(array.dtype)
+
+
+def _dtype_limits(rows: Any) -> tuple[float, float] | None:
+    """The least and greatest number the dtype of ``rows`` holds (``None`` for bool)."""
+    if isinstance(rows, np.ndarray):
+        kind = rows.dtype.kind
+        if kind not in "iuf":
+            return None
+        info: Any = np.finfo(rows.dtype) if kind == "f" else np.iinfo(rows.dtype)
+        return info.min, info.max
+    torch = import_torch()
+    if rows.dtype == torch.bool:
+        return None
+    info = torch.finfo(rows.dtype) if rows.is_floating_point() else torch.iinfo(rows.dtype)
+    return info.min, info.max

@@ -1,0 +1,161 @@
+"""The action rule of each space in its three modes: one action, a host array of a group's
+actions, a tensor on its device. The single-action mode is the reference the other two
+are checked against, entry by entry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from corral.arrays import Place
+from corral.spaces import action_problem, action_rule, device_suspect, group_problem
+
+E, N = 5, 3
+RNG = np.random.default_rng(26)
+
+
+def _discrete(start: int, masked: bool) -> tuple[spaces.Space, np.ndarray, np.ndarray | None]:
+    space = spaces.Discrete(4, start=start)
+    actions = RNG.integers(start - 2, start + 6, size=(E, N))
+    mask = None
+    if masked:
+        mask = RNG.random((E, N, 4)) < 0.6
+        mask[..., 1] = True
+    return space, actions, mask
+
+
+def _box() -> tuple[spaces.Space, np.ndarray, None]:
+    space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+    actions = RNG.uniform(-1.5, 1.5, size=(E, N, 2)).astype(np.float32)
+    actions[0, 1, 0] = np.nan
+    actions[2, 2, 1] = np.inf
+    return space, actions, None
+
+
+def _box_wide() -> tuple[spaces.Space, np.ndarray, None]:
+    space = spaces.Box(-np.inf, np.inf, shape=(), dtype=np.float32)
+    actions = RNG.uniform(-2, 2, size=(E, N))
+    actions[1, 1] = 1e300  # float64: beyond float32
+    return space, actions, None
+
+
+CASES = {
+    "discrete": lambda: _discrete(0, masked=False),
+    "discrete-start": lambda: _discrete(2, masked=False),
+    "discrete-masked": lambda: _discrete(0, masked=True),
+    "discrete-start-masked": lambda: _discrete(1, masked=True),
+    "box": _box,
+    "box-wide": _box_wide,
+}
+
+
+def _single(space, actions, mask, acting) -> np.ndarray:
+    """The reference: each acting entry judged by the single-action mode."""
+    bad = np.zeros(acting.shape, bool)
+    for e, j in np.argwhere(acting):
+        m = None if mask is None else mask[e, j]
+        if isinstance(space, spaces.Discrete):  # the single mode takes Python/numpy scalars
+            bad[e, j] = action_problem(space, actions[e, j], m) is not None
+        else:
+            bad[e, j] = _box_entry_problem(space, actions[e, j])
+    return bad
+
+
+@np.errstate(over="ignore")  # the single mode casts 1e300 to float32 (inf) as numpy does
+def _box_entry_problem(space: spaces.Box, action: np.ndarray) -> bool:
+    if action_problem(space, action) is not None:
+        return True
+    # a wider value than the space's dtype holds: the single mode stores it as inf
+    return not np.isfinite(np.asarray(action).astype(space.dtype)).all()
+
+
+@pytest.mark.parametrize("legal", [False, True], ids=["with-illegal", "legal"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_host_array_mode_agrees_with_the_single_action_mode(case, legal):
+    space, actions, mask = CASES[case]()
+    acting = RNG.random((E, N)) < 0.7
+    rule = action_rule(space)
+    if legal:
+        actions = _legal_everywhere(rule, actions, mask)
+    bad = _single(space, actions, mask, acting)
+    assert bad.any() != legal
+    problem = rule.array_problem(actions, acting, mask)
+    assert (problem is None) == (not bad.any())
+    if problem is not None:
+        env, agent, _ = problem
+        assert bad[env, agent], (problem, bad)
+    if rule.fine(actions, acting, mask):  # the one-look fast path never takes an illegal one
+        assert not _single(space, actions, mask, np.ones_like(acting)).any()
+    few = rule.few_check(acting.shape)
+    if few is not None and few(actions, mask):
+        assert not _single(space, actions, mask, np.ones_like(acting)).any()
+
+
+@pytest.mark.parametrize("clip", [False, True])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_device_mode_flags_exactly_the_entries_the_single_mode_refuses(case, clip):
+    torch = pytest.importorskip("torch")
+    space, actions, mask = CASES[case]()
+    acting = RNG.random((E, N)) < 0.7
+    rule = action_rule(space)
+    t = torch.as_tensor
+    checked = rule.device_check(t(actions), t(acting), None if mask is None else t(mask), clip)
+    assert checked is not None
+    kinds = [kind for kind, _ in checked.faults]  # in the order of the rule's kinds
+    assert kinds == [k for k in rule.kinds if k in kinds] and not (clip and "bounds" in kinds)
+    flagged = np.zeros((E, N), bool)
+    for _, flags in checked.faults:
+        flagged |= flags.numpy()
+    expected = _single(space, actions, mask, acting)
+    if clip and isinstance(
+        space, spaces.Box
+    ):  # out of bounds is clipped, not refused: only NaN, inf and overflow remain
+        clipped = np.clip(actions, space.low, space.high)
+        expected = _single(space, np.where(np.isnan(actions), np.inf, clipped), mask, acting)
+    np.testing.assert_array_equal(flagged, expected)
+    # the stand-ins are legal everywhere, acting or not
+    safe = checked.safe.numpy()
+    assert not _single(space, safe, mask, np.ones_like(acting)).any()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_group_problem_on_tensors_names_what_the_host_mode_names(case, monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(Place, "numpy_on_cpu", False)  # the tensor path, as on a GPU
+    space, actions, mask = CASES[case]()
+    acting = RNG.random((E, N)) < 0.7
+    rule = action_rule(space)
+    t = torch.as_tensor
+    tmask = None if mask is None else t(mask)
+    host = rule.array_problem(actions, acting, mask)
+    assert group_problem(rule, t(actions), t(acting), tmask) == host
+    assert device_suspect(rule, t(actions), t(acting), tmask) == (host is not None)
+
+
+def test_the_rule_of_a_space_is_built_once_and_masks_only_constrain_discrete_actions():
+    space = spaces.Discrete(3)
+    assert action_rule(space) is action_rule(space)
+    mask = np.array([1, 0, 1], np.int8)
+    assert action_problem(space, 1, mask) == "a legal action [0, 2] (the action mask forbids 1)"
+    assert action_problem(space, 5, mask) == "an integer in [0, 2], got 5"
+    assert action_problem(space, 2, mask) is None
+    # entry i of a mask is the action start + i, as in the host and device modes
+    shifted = spaces.Discrete(3, start=5)
+    assert action_problem(shifted, 6, mask) == "a legal action [5, 7] (the action mask forbids 6)"
+    assert action_problem(shifted, 7, mask) is None
+    assert action_problem(spaces.Discrete(5), 4, mask) is None  # a short mask: no entry, no say
+
+
+def _legal_everywhere(rule, actions, mask):
+    """``actions`` with every entry made legal (by the single-action mode's standard)."""
+    space = rule.space
+    if isinstance(space, spaces.Discrete):
+        low = int(space.start)
+        if mask is None:
+            return np.clip(actions, low, low + space.n - 1)
+        return mask.argmax(-1) + low
+    out = np.nan_to_num(actions, posinf=0.0, neginf=0.0)
+    return np.clip(out, np.maximum(space.low, -1e30), np.minimum(space.high, 1e30)).astype(
+        actions.dtype
+    )
