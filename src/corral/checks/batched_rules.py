@@ -203,7 +203,7 @@ class Track:
                 self.ended_at[int(i), agents[k]] = frame.where
             self.observed[g] |= frame.acting[g] | frame.ended(g)
         self.alive, self.acting, self.masks = frame.alive, frame.acting, frame.masks
-        self.episode_steps = frame.episode_steps
+        self.episode_steps = frame.steps
         self.over_since[over] = t
         self.episodes += over
         return over
@@ -242,6 +242,27 @@ class Frame:
     episode_steps: np.ndarray | None = None
     same_alive: bool = False
     """The step's promise that no copy's ``alive`` changed in it."""
+
+    @property
+    def start(self) -> Track:
+        """:attr:`before` of a step's frame (the step rules read steps only)."""
+        if self.before is None:
+            raise TypeError(f"{self.where}: a reset's frame has no start of a step")
+        return self.before
+
+    @property
+    def rewards(self) -> dict[str, np.ndarray]:
+        """:attr:`reward` of a step's frame."""
+        if self.reward is None:
+            raise TypeError(f"{self.where}: a reset's frame has no rewards")
+        return self.reward
+
+    @property
+    def steps(self) -> np.ndarray:
+        """:attr:`episode_steps` of a step's frame."""
+        if self.episode_steps is None:
+            raise TypeError(f"{self.where}: a reset's frame has no episode steps")
+        return self.episode_steps
 
     def at(self, copy: int) -> str:
         return f"{self.where}, copy {copy}"
@@ -401,8 +422,11 @@ def _state_parts(layout: Layout, frame: Frame) -> Iterator[tuple[int, Any]]:
 
 
 def _state_in_state_space(layout: Layout, frame: Frame) -> Iterator[str]:
+    space = layout.state
+    if space is None:  # no state: nothing to check
+        return
     for i, state in _state_parts(layout, frame):
-        if not in_space(layout.state, state):
+        if not in_space(space, state):
             yield (
                 f"{frame.at(i)}: state is not in env.state_space {layout.state}: "
                 f"got {describe(state)}"
@@ -410,8 +434,11 @@ def _state_in_state_space(layout: Layout, frame: Frame) -> Iterator[str]:
 
 
 def _state_is_finite(layout: Layout, frame: Frame) -> Iterator[str]:
+    space = layout.state
+    if space is None:
+        return
     for i, state in _state_parts(layout, frame):
-        for path, problem in unfinite_parts(layout.state, state, ""):
+        for path, problem in unfinite_parts(space, state, ""):
             yield f"{frame.at(i)}: state{path}: expected {problem}"
 
 
@@ -430,27 +457,27 @@ FRAME_RULES: tuple[Rule, ...] = (
 
 
 def _rewards_are_finite(layout: Layout, frame: Frame) -> Iterator[str]:
-    bad = {g: ~np.isfinite(frame.reward[g]) for g in layout.groups}
+    bad = {g: ~np.isfinite(frame.rewards[g]) for g in layout.groups}
     for i, g, k, agent in cells(frame, bad, layout):
         yield (
-            f"{frame.at(i)}: reward of {_who(agent, g)} is {frame.reward[g][i, k]}; rewards "
+            f"{frame.at(i)}: reward of {_who(agent, g)} is {frame.rewards[g][i, k]}; rewards "
             "must be finite"
         )
 
 
 def _ended_copies_stay_ended(layout: Layout, frame: Frame) -> Iterator[str]:
-    over = frame.before.over_since >= 0
+    over = frame.start.over_since >= 0
     for i in np.flatnonzero(over & any_alive(frame.alive)):
         alive = [a for g, k, a in layout.agents() if frame.alive[g][i, k]]
         yield (
             f"{frame.at(int(i))}: agents {alive} are alive again, but the copy's episode ended "
-            f"at step {frame.before.over_since[i]} and reset(where=...) did not select it; an "
+            f"at step {frame.start.over_since[i]} and reset(where=...) did not select it; an "
             "env never resets a copy by itself (no autoreset): an ended copy stays ended"
         )
 
 
 def _no_revived_agents(layout: Layout, frame: Frame) -> Iterator[str]:
-    before = frame.before
+    before = frame.start
     back = {g: frame.alive[g] & ~before.alive[g] for g in layout.groups}
     for i, g, _, agent in cells(frame, back, layout):
         ended_at = before.ended_at.get((i, agent))
@@ -462,26 +489,26 @@ def _no_revived_agents(layout: Layout, frame: Frame) -> Iterator[str]:
 
 def _ended_agents_earn_nothing(layout: Layout, frame: Frame) -> Iterator[str]:
     paid = {  # a NaN is reported by _rewards_are_finite
-        g: ~frame.before.alive[g] & (frame.reward[g] != 0) & np.isfinite(frame.reward[g])
+        g: ~frame.start.alive[g] & (frame.rewards[g] != 0) & np.isfinite(frame.rewards[g])
         for g in layout.groups
     }
     for i, g, k, agent in cells(frame, paid, layout):
         yield (
-            f"{frame.at(i)}: reward of {_who(agent, g)} is {frame.reward[g][i, k]}, but the "
+            f"{frame.at(i)}: reward of {_who(agent, g)} is {frame.rewards[g][i, k]}, but the "
             f"agent was not alive when the step began{_since(frame, i, agent)}; an agent that "
             "is not alive earns 0"
         )
 
 
 def _since(frame: Frame, copy: int, agent: str) -> str:
-    ended_at = frame.before.ended_at.get((copy, agent))
+    ended_at = frame.start.ended_at.get((copy, agent))
     return f" (its episode ended at {ended_at})" if ended_at else ""
 
 
 def _only_live_agents_end(layout: Layout, frame: Frame) -> Iterator[str]:
     for name in ("terminated", "truncated"):
         flags = getattr(frame, name)
-        late = {g: ~frame.before.alive[g] & flags[g] for g in layout.groups}
+        late = {g: ~frame.start.alive[g] & flags[g] for g in layout.groups}
         for i, g, _, agent in cells(frame, late, layout):
             yield (
                 f"{frame.at(i)}: {name} of {_who(agent, g)} is True, but the agent was not "
@@ -500,7 +527,7 @@ def _ended_agents_are_not_alive(layout: Layout, frame: Frame) -> Iterator[str]:
 
 
 def _agents_leave_only_by_ending(layout: Layout, frame: Frame) -> Iterator[str]:
-    gone = {g: frame.before.alive[g] & ~frame.alive[g] & ~frame.ended(g) for g in layout.groups}
+    gone = {g: frame.start.alive[g] & ~frame.alive[g] & ~frame.ended(g) for g in layout.groups}
     for i, g, _, agent in cells(frame, gone, layout):
         yield (
             f"{frame.at(i)}: {_who(agent, g)} was alive when the step began and is not alive "
@@ -511,11 +538,11 @@ def _agents_leave_only_by_ending(layout: Layout, frame: Frame) -> Iterator[str]:
 def _same_alive_is_true(layout: Layout, frame: Frame) -> Iterator[str]:
     if not frame.same_alive:
         return
-    changed = {g: frame.alive[g] != frame.before.alive[g] for g in layout.groups}
+    changed = {g: frame.alive[g] != frame.start.alive[g] for g in layout.groups}
     for i, g, k, agent in cells(frame, changed, layout):
         yield (
             f"{frame.at(i)}: the step says same_alive=True, but alive of {_who(agent, g)} "
-            f"went from {bool(frame.before.alive[g][i, k])} to {bool(frame.alive[g][i, k])}; "
+            f"went from {bool(frame.start.alive[g][i, k])} to {bool(frame.alive[g][i, k])}; "
             "same_alive promises that no agent ended or joined in the step (the vector layer "
             "then looks for no ended episode, and records this one a step late, if at all)"
         )
