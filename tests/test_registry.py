@@ -373,11 +373,19 @@ MODULES = {
 }
 
 
+_TYPE_CHECKING = {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
+
+
 def imported(path: Path) -> set[str]:
     """The corral modules that the module at ``path`` imports, at any level: by ``import``
-    statements, and by name (a string ``"corral.x"``, or an entry point ``"corral.x:attr"``)."""
+    statements, and by name (a string ``"corral.x"``, or an entry point ``"corral.x:attr"``).
+    Imports under ``if TYPE_CHECKING:`` are left out: the type checker's, never run."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for block in ast.walk(tree):
+        if isinstance(block, ast.If) and ast.unparse(block.test) in _TYPE_CHECKING:
+            block.body = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
