@@ -31,6 +31,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import Place, to_numpy
+from corral.env import check_render_mode
 from corral.groups import group_agents
 
 Array = Any  # a numpy array or a torch tensor
@@ -138,6 +139,11 @@ class BatchedEnv:
 
     def close(self) -> None:
         """Release what the env holds; safe to call twice."""
+
+    def check_render_mode(self, render_mode: str | None, hint: str = "") -> None:
+        """Raise ``ValueError`` unless ``render_mode`` is ``None`` or in
+        ``metadata["render_modes"]``; ``hint`` ends the message."""
+        check_render_mode(render_mode, self.metadata.get("render_modes", []), hint)
 
 
 def copy_seeds(seed: Seed, num_envs: int) -> list[int | None]:

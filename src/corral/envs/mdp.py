@@ -81,8 +81,7 @@ class TabularMDP(MultiAgentEnv):
         else:
             self.initial = np.array(initial_state, dtype=np.float64)
         _check_tables(self.transitions, self.terminal, self.initial)
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.check_render_mode(render_mode)
         self.render_mode = render_mode
         self.possible_agents = ["agent_0"]
         self.agents = []
@@ -223,8 +222,7 @@ class MatrixGame(MultiAgentEnv):
                 f"payoffs of {num_players} players need shape (players, actions_0, ...), "
                 f"got {self.payoffs.shape}"
             )
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.check_render_mode(render_mode)
         self.render_mode = render_mode
         self.possible_agents = [f"player_{i}" for i in range(num_players)]
         self.agents = []

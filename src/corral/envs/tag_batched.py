@@ -76,12 +76,11 @@ class BatchedTag(BatchedEnv):
         walls: Sequence[tuple[int, int]] | None = None,
         render_mode: str | None = None,
     ) -> None:
-        if render_mode is not None:
-            raise ValueError(
-                f"the natively batched corral/tag cannot render (render_mode={render_mode!r}); "
-                "render the dict env: corral.make('corral/tag', render_mode=...) or "
-                "corral.make_vec(..., native=False)"
-            )
+        self.check_render_mode(
+            render_mode,
+            "render the dict env: corral.make('corral/tag', render_mode=...) or "
+            "corral.make_vec(..., native=False)",
+        )
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
             raise TypeError(f"num_envs must be an int, got {num_envs!r}")
         if num_envs < 1:
