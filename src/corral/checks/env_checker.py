@@ -104,10 +104,12 @@ def check_env(
 
 
 class RandomPolicy:
-    """Seeded, uniformly random actions for the agents in ``obs``, legal under their masks.
+    """Seeded, uniformly random actions for the agents in a dict env's ``obs``, legal under
+    their masks: a dict of one action per agent.
 
     Samples from copies of the env's action spaces, so the env's own spaces
-    and their random generators are left untouched.
+    and their random generators are left untouched. (The runner's ``fixed:random``,
+    :class:`corral.training.runner.RandomGroupPolicy`, acts for a vector env's group.)
     """
 
     def __init__(self, env: Any, seed: int | None = None) -> None:

@@ -885,7 +885,7 @@ def fixed_policy(
     allow_imports: Collection[str] = (),
 ) -> Any:
     """What plays the policy id ``pid`` (in ``group``) that ``value`` names: a
-    :class:`RandomPolicy` for ``fixed:random``, the object ``fixed:MODULE:ATTR`` names, the
+    :class:`RandomGroupPolicy` for ``fixed:random``, the object ``fixed:MODULE:ATTR`` names, the
     policy of another run ``RUN_DIR:POLICY`` names (:class:`RunPolicy`), or ``value`` itself
     (a :class:`~corral.algos.policy.Policy` or a :data:`FixedPolicy`)."""
     if not isinstance(value, str):
@@ -894,7 +894,7 @@ def fixed_policy(
         return run_policy(value, venv, group, pid, config, allow_imports)
     target = fixed_target(value)
     if target == "random":
-        return RandomPolicy(venv.action_space(group))
+        return RandomGroupPolicy(venv.action_space(group))
     try:
         return resolve(target)
     except (ImportError, AttributeError, ValueError) as err:
@@ -967,8 +967,11 @@ class RunPolicy(Policy):
         return self.learner.policy.act(batch, explore=False)
 
 
-class RandomPolicy:
-    """A :data:`FixedPolicy` playing uniformly random legal actions of ``space``."""
+class RandomGroupPolicy:
+    """A :data:`FixedPolicy` (``fixed:random``): uniformly random legal actions for a whole
+    group of a vector env, ``[E, n, *action_shape]`` from the group's batched ``obs``, its
+    ``action_mask`` and the caller's generator. (:class:`corral.checks.RandomPolicy` acts
+    for a dict env instead: a dict of actions from its own seeded copies of the spaces.)"""
 
     def __init__(self, space: Any) -> None:
         self.space = space
