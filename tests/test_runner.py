@@ -729,7 +729,7 @@ def test_algorithms_that_read_the_state_get_vector_envs_with_state(tmp_path: Pat
         cfg = load_config(algo, "corral/rps", {"run_dir": str(tmp_path / algo), "num_envs": 2})
         with Runner(cfg, progress=False) as runner:
             assert (runner.venv.state_space is not None) is centralised
-            assert runner.algo.policy.use_state is centralised
+            assert runner.algo.policy.uses_state is centralised
 
 
 def same_state(a: Any, b: Any) -> bool:
