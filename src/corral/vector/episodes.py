@@ -19,7 +19,7 @@ debugging aid, still reads each step's values).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from functools import partial
 from typing import Any, NoReturn
 
@@ -34,7 +34,7 @@ from corral.vector.promises import Promises
 from corral.vector.shards import envs_text
 from corral.vector.validation import ReturnedArrays
 
-Arrays = Mapping[str, Any]
+Arrays = MutableMapping[str, Any]
 
 
 class Episodes:
@@ -81,7 +81,8 @@ class Episodes:
             for g, group in layout.groups.items()
         }
         state = layout.state_space
-        self._state = [] if state is None else [p for p, _ in leaves(array_tree(state), "state")]
+        self._state_tree = None if state is None else array_tree(state)
+        self._state = [] if state is None else [p for p, _ in leaves(self._state_tree, "state")]
         self._masks = {g for g, group in layout.groups.items() if group.num_actions is not None}
         self._any_alive = _any_alive([_rows_any(arrays[f"alive/{g}"]) for g in self.groups])
         """Whether any agent of each copy is alive: a new bool array ``[E]``."""
@@ -132,17 +133,15 @@ class Episodes:
         ]
         # A source that keeps the rules itself (packed dict envs judge every value, and
         # leave masks of agents that are not acting all legal) needs no second look.
-        keeps_rules = getattr(env, "keeps_rules", False)
+        keeps_rules = env.keeps_rules
         self._check_finite = layout.check_finite and not keeps_rules
         # One that only says it leaves those masks all legal (keeps_masks) is taken at
         # its word there; the batches the tests compare with packed dict envs check it.
-        self._keeps_masks = keeps_rules or getattr(env, "keeps_masks", False)
+        self._keeps_masks = keeps_rules or env.keeps_masks
         # A source that can write straight into the arrays skips a copy of every value;
         # not where its values are judged after the step (check_finite cuts a copy that
         # returned NaN where it stood before the step).
-        write_into = getattr(env, "write_into", None)
-        shared = write_into is not None and share and not self._check_finite
-        shared = shared and bool(write_into(self._given))
+        shared = share and not self._check_finite and bool(env.write_into(self._given))
         # It then writes every step and reset there and returns those arrays (the
         # protocol's promise): with its masks kept too, and numpy arrays, what it returns
         # needs no look.
@@ -168,7 +167,7 @@ class Episodes:
         self._count_restarts(out)
         _raise_first(out.faults)
 
-    def _reset_all(self, seeds: list, options: dict[str, Any] | None) -> BatchedStep:
+    def _reset_all(self, seeds: list | None, options: dict[str, Any] | None) -> BatchedStep:
         """Reset every copy and record what it observes. Where the env raises (a natively
         batched env: packed dict envs restart their own envs), no copy has an episode, each
         later step tries this reset again, and the :class:`EnvError` is raised."""
@@ -275,6 +274,7 @@ class Episodes:
         ``None``) returned bad values: their step did not happen, their episode is cut."""
         a = self.arrays
         rewards, terminations, truncations = out.reward, out.terminated, out.truncated
+        assert rewards is not None and terminations is not None and truncations is not None
         for g, reward, terminated, truncated, _ in self._step_arrays:
             # A source that writes into the arrays returns them: nothing to copy.
             if (value := rewards[g]) is not reward:
@@ -426,10 +426,8 @@ class Episodes:
                 if not self._keeps_masks:  # agents that are not acting have every action legal
                     # in place over every row: the rows not written kept the rule already
                     dst |= ~acting[..., None]
-        if self._state:
-            for path, value in _leaf_values(
-                array_tree(self.layout.state_space), "state", out.state
-            ):
+        if self._state_tree is not None:
+            for path, value in _leaf_values(self._state_tree, "state", out.state):
                 _put(a[path], value, rows)
 
     def _end_episodes(self, ended: Any) -> None:
@@ -496,9 +494,8 @@ class Episodes:
                             f"{what} of agent {group.agents[j]!r}: expected finite values, "
                             "got NaN or inf",
                         )
-        if self._state:
-            tree = array_tree(self.layout.state_space)
-            for _, value in _leaf_values(tree, "", out.state):
+        if self._state_tree is not None:
+            for _, value in _leaf_values(self._state_tree, "", out.state):
                 for i in _bad_cells(value, rows):
                     if i not in faults:
                         faults[i] = EnvError(self.offset + i, "state: expected finite values")
