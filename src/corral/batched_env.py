@@ -23,7 +23,7 @@ those copies, in the same step (:mod:`corral.vector.episodes`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,7 +194,7 @@ class CopyGenerators:
     def __init__(self, num_envs: int) -> None:
         self._generators: list[np.random.Generator | None] = [None] * num_envs
 
-    def at_reset(self, seeds: Sequence[int | None], indices: Sequence[int]) -> list:
+    def at_reset(self, seeds: Sequence[int | None], indices: Iterable[int]) -> list:
         """The generators of the copies ``indices`` being reset with ``seeds`` (one per copy
         of the env, as :func:`copy_seeds` gives them), reseeded where a seed is given."""
         out = []

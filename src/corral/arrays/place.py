@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from corral.errors import MissingDependencyError
 
@@ -68,14 +69,14 @@ class Place:
         where it needs them; else in torch on the device, with no host read per step."""
         return not self.is_torch or (Place.numpy_on_cpu and _on_cpu(self.device))
 
-    def zeros(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    def zeros(self, shape: tuple[int, ...], dtype: DTypeLike) -> Any:
         """A zero array of ``shape`` and (numpy) ``dtype`` in this place."""
         if not self.is_torch:
             return np.zeros(shape, dtype)
         torch = import_torch()
         return torch.zeros(shape, dtype=torch_dtype(dtype), device=self.device)
 
-    def asarray(self, value: Any, dtype: np.dtype | None = None) -> Any:
+    def asarray(self, value: Any, dtype: DTypeLike | None = None) -> Any:
         """``value`` as an array of this place (no copy where it already is one)."""
         if not self.is_torch:
             return np.asarray(value, dtype)
@@ -109,7 +110,7 @@ def on_host(place: Place, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     return {path: torch.from_numpy(a) for path, a in arrays.items()}
 
 
-def torch_dtype(dtype: np.dtype) -> Any:
+def torch_dtype(dtype: DTypeLike) -> Any:
     """The torch dtype of a numpy dtype (``bool`` -> ``torch.bool``, ``float32``...)."""
     torch = import_torch()
     return torch.from_numpy(np.zeros(0, np.dtype(dtype))).dtype
