@@ -42,6 +42,7 @@ import numpy as np
 from corral.algos.base import Algorithm, resolve_device
 from corral.algos.policy import Policy
 from corral.arrays import Place
+from corral.arrays.tree import first_leaf
 from corral.errors import CheckpointError
 from corral.registry import EnvSpec, import_modules, resolve, spec
 from corral.training import checkpoint, run_files
@@ -1313,6 +1314,4 @@ def _mean_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
 
 def _lead(obs: Any) -> tuple[int, ...]:
     """``(E, n)`` of a group's observations (nested for Dict/Tuple spaces)."""
-    while isinstance(obs, (dict, tuple)):
-        obs = next(iter(obs.values())) if isinstance(obs, dict) else obs[0]
-    return tuple(np.shape(obs)[:2])
+    return tuple(np.shape(first_leaf(obs))[:2])
