@@ -8,7 +8,15 @@ from types import MappingProxyType
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays.tree import first_leaf, index, map_paths, map_space, map_tree, tree_leaves
+from corral.arrays.tree import (
+    first_leaf,
+    index,
+    leaves_of,
+    map_paths,
+    map_space,
+    map_tree,
+    tree_leaves,
+)
 from corral.vector.layout import ArraySpec, array_tree, assemble, leaves
 from corral.vector.sampling import sample_array
 
@@ -83,3 +91,13 @@ def test_sampling_a_nested_space_draws_its_leaves_in_order() -> None:
     np.testing.assert_array_equal(drawn["pos"], pos)
     np.testing.assert_array_equal(drawn["parts"][0], first)
     np.testing.assert_array_equal(drawn["parts"][1], second)
+
+
+def test_leaves_of_a_value_follow_the_layout_tree() -> None:
+    tree = {"pos": 0, "parts": (0, 0)}
+    value = {"parts": ("p0", "p1"), "pos": "x", "extra": "not read"}
+    assert leaves_of(tree, value, "obs") == [
+        ("obs/pos", "x"),
+        ("obs/parts/0", "p0"),
+        ("obs/parts/1", "p1"),
+    ]

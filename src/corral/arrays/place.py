@@ -132,7 +132,9 @@ def to_numpy(array: Any) -> np.ndarray:
 def tree_to_numpy(value: Any) -> Any:
     """A nested value (dicts, tuples, lists) with its torch tensors as numpy arrays (views of
     CPU tensors); other leaves as they are."""
-    return map_tree(_leaf_to_numpy, value, lists=True)
+    if isinstance(value, (dict, tuple, list)):
+        return map_tree(_leaf_to_numpy, value, lists=True)
+    return to_numpy(value) if is_tensor(value) else value  # one array, without a call
 
 
 def _leaf_to_numpy(value: Any) -> Any:

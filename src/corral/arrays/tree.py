@@ -6,7 +6,7 @@ tree is a gymnasium space: ``Dict`` and ``Tuple`` spaces are its branches.
 
 * :func:`map_tree`: a function over the leaves of a tree and of others laid out
   like it, nested like it;
-* :func:`tree_leaves` and :func:`map_paths`: the leaves with their paths
+* :func:`tree_leaves`, :func:`leaves_of` and :func:`map_paths`: the leaves with their paths
   (``obs/agent/pos/0`` by :func:`slash`, ``obs['pos'][0]`` by :func:`index`);
 * :func:`map_space`: a function over the leaf spaces of a space (and the values
   laid out like it), nested like the space.
@@ -52,6 +52,8 @@ def map_tree(
 ) -> Tree:
     """``fn(leaf, *other_leaves)`` over the leaves of ``tree``, nested like it; each of
     ``others`` is read at ``tree``'s keys and indices (its other keys are not read)."""
+    if not others:
+        return _map_one(fn, tree, mappings, lists)
     if isinstance(tree, dict) or (mappings and isinstance(tree, Mapping)):
         return {
             key: map_tree(fn, sub, *(o[key] for o in others), mappings=mappings, lists=lists)
@@ -63,6 +65,15 @@ def map_tree(
             for i, sub in enumerate(tree)
         )
     return fn(tree, *others)
+
+
+def _map_one(fn: Callable[[Any], Any], tree: Tree, mappings: bool, lists: bool) -> Tree:
+    """:func:`map_tree` of one tree (the common case, with fewer calls per node)."""
+    if isinstance(tree, dict) or (mappings and isinstance(tree, Mapping)):
+        return {key: _map_one(fn, sub, mappings, lists) for key, sub in tree.items()}
+    if isinstance(tree, tuple) or (lists and isinstance(tree, list)):
+        return type(tree)([_map_one(fn, sub, mappings, lists) for sub in tree])
+    return fn(tree)
 
 
 def map_paths(
@@ -108,6 +119,25 @@ def _collect(
             _collect(sub, join(path, i), join, mappings, lists, out)
     else:
         out.append((path, tree))
+
+
+def leaves_of(tree: Tree, value: Tree, path: str = "", join: Join = slash) -> list[tuple[str, Any]]:
+    """``(path, leaf of value)`` for every leaf of ``tree`` in order: ``value`` is read at
+    ``tree``'s keys and indices (its other keys are not read)."""
+    out: list[tuple[str, Any]] = []
+    _collect_of(tree, value, path, join, out)
+    return out
+
+
+def _collect_of(tree: Tree, value: Tree, path: str, join: Join, out: list) -> None:
+    if isinstance(tree, dict):
+        for key, sub in tree.items():
+            _collect_of(sub, value[key], join(path, key), join, out)
+    elif isinstance(tree, tuple):
+        for i, sub in enumerate(tree):
+            _collect_of(sub, value[i], join(path, i), join, out)
+    else:
+        out.append((path, value))
 
 
 def first_leaf(tree: Tree) -> Any:

@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from corral.arrays import to_numpy, tree_to_numpy
-from corral.arrays.tree import map_tree, tree_leaves
+from corral.arrays.tree import leaves_of
 from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
 from corral.vector.env_calls import env_error, first_fault
@@ -527,12 +527,8 @@ def _copy(array: Any) -> Any:
 def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:
     """``(path, array)`` of every leaf of a nested value laid out as ``tree``."""
     if not isinstance(tree, (dict, tuple)):
-        return [(path, value)]  # the common case: one array
-    return tree_leaves(map_tree(_second, tree, value), path)
-
-
-def _second(_: Any, value: Any) -> Any:
-    return value
+        return [(path, value)]  # the common case (one array), without a call
+    return leaves_of(tree, value, path)
 
 
 # Up to this many rows, numpy's reduction along the short axis beats one ``|=`` per column.

@@ -83,6 +83,8 @@ def leaves(tree: Tree, path: str) -> list[tuple[str, ArraySpec]]:
 
 def assemble(tree: Tree, path: str, arrays: Mapping[str, np.ndarray]) -> Any:
     """The arrays of ``tree`` under ``path``, nested like the space they hold."""
+    if isinstance(tree, ArraySpec):
+        return arrays[path]  # the common case (one array), without a call
     return map_paths(lambda leaf_path, _: arrays[leaf_path], tree, path)
 
 
