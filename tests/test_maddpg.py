@@ -174,7 +174,7 @@ def test_simple_spread_smoke_run(continuous: bool) -> None:
     )
     config = MADDPG.Config(batch_size=32, learning_starts=100, train_freq=20, hidden=(32, 32))
     algo = MADDPG(venv, config)
-    assert algo.critic_sees_state == continuous
+    assert algo.uses_state == continuous
     space = venv.action_space("agent")
     progress = Collector(venv, algo, seed=0).run(400)
     updates = progress.updates

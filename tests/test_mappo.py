@@ -174,7 +174,7 @@ def test_mappo_critic_falls_back_to_observations_without_a_state() -> None:
 
 def test_mappo_needs_the_state_to_explore_but_not_to_act_greedily() -> None:
     algo = MAPPO(corral.make_vec("corral/rps", 2, seed=0, state=True))
-    assert algo.policy.use_state
+    assert algo.policy.uses_state
     batch = corral.make_vec("corral/rps", 2, seed=0).reset(seed=0)
     assert batch.state is None
     with pytest.raises(ValueError, match="state=True"):
@@ -612,3 +612,14 @@ def test_clip_grad_norm_scales_as_torch_s_clip_grad_norm() -> None:
             assert (p.grad is None and q.grad is None) or torch.equal(p.grad, q.grad)
         assert net[0].bias.grad is None
         assert not torch.equal(net[0].weight.grad, torch.zeros(16, 7))
+
+
+def test_one_attribute_says_whether_the_critic_sees_the_state() -> None:
+    with_state = MAPPO(corral.make_vec("corral/rps", 2, seed=0, state=True))
+    without = MAPPO(corral.make_vec("corral/rps", 2, seed=0))
+    ippo = IPPO(corral.make_vec("corral/rps", 2, seed=0, state=True))
+    assert MAPPO.uses_state and not IPPO.uses_state  # what each asks of its vector env
+    assert with_state.uses_state and with_state.policy.uses_state
+    assert not without.uses_state and not without.policy.uses_state  # the env gave no state
+    assert not ippo.uses_state and not ippo.policy.uses_state
+    assert not hasattr(MAPPO, "centralised") and not hasattr(with_state.policy, "use_state")

@@ -212,3 +212,29 @@ def test_an_invalid_action_names_group_env_and_agent_and_the_env_goes_on(array, 
         actions["player"][1, 1] = 0
         batch = venv.step(actions)
         assert to_numpy(batch.done).all()
+
+
+def test_batched_env_declares_its_optional_speed_ups_promising_nothing_by_default() -> None:
+    class Plain(corral.BatchedEnv):
+        pass
+
+    env = Plain()
+    assert env.keeps_masks is False and env.keeps_rules is False
+    assert env.write_into({"obs/agent": np.zeros((2, 1, 3))}) is False
+
+
+def test_the_vector_layer_reads_the_speed_ups_a_batched_env_declares() -> None:
+    from corral.envs.tag_batched import BatchedTag
+
+    offered = []
+
+    class Watched(BatchedTag):
+        def write_into(self, arrays):
+            offered.append(sorted(arrays))
+            return super().write_into(arrays)
+
+    corral.register("tests/tag-offered-arrays", batched=Watched)
+    venv = corral.make_vec("tests/tag-offered-arrays", 2, seed=0)
+    venv.reset(seed=0)
+    venv.close()
+    assert len(offered) == 1 and "obs/predator" in offered[0]

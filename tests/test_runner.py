@@ -729,7 +729,7 @@ def test_algorithms_that_read_the_state_get_vector_envs_with_state(tmp_path: Pat
         cfg = load_config(algo, "corral/rps", {"run_dir": str(tmp_path / algo), "num_envs": 2})
         with Runner(cfg, progress=False) as runner:
             assert (runner.venv.state_space is not None) is centralised
-            assert runner.algo.policy.use_state is centralised
+            assert runner.algo.policy.uses_state is centralised
 
 
 def same_state(a: Any, b: Any) -> bool:
@@ -775,3 +775,18 @@ def test_a_checkpoint_due_mid_rollout_waits_for_its_end_so_resume_loses_no_step(
     assert without_time(resumed.metrics) == without_time(whole.metrics)
     evaluated = [r["env_steps"] for r in whole.metrics if "eval_return" in r]
     assert evaluated == [0, 80, 160, 240, 320, 400]
+
+
+def test_fixed_random_plays_legal_random_actions_for_a_whole_group() -> None:
+    from gymnasium import spaces
+
+    from corral.training.runner import RandomGroupPolicy
+
+    policy = RandomGroupPolicy(spaces.Discrete(4))
+    mask = np.zeros((3, 2, 4), dtype=bool)
+    mask[..., 1] = mask[..., 3] = True
+    actions = policy(np.zeros((3, 2, 5)), mask, np.random.default_rng(0))
+    assert actions.shape == (3, 2)
+    assert set(np.unique(actions)) <= {1, 3}
+    nested = policy({"a": (np.zeros((3, 2, 5)),)}, None, np.random.default_rng(0))
+    assert nested.shape == (3, 2)

@@ -15,8 +15,9 @@ import corral
 from corral.arrays import Place, to_numpy
 from corral.batched_env import BatchedStep
 from corral.envs import tag_batched
+from corral.envs.choices import Choices, StreamChoices
 from corral.envs.tag import Tag
-from corral.envs.tag_batched import BatchedTag, Choices, StreamChoices
+from corral.envs.tag_batched import BatchedTag
 from corral.errors import InvalidActionError
 
 PLACES = [

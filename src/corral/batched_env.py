@@ -23,7 +23,7 @@ those copies, in the same step (:mod:`corral.vector.episodes`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import Place, to_numpy
+from corral.env import check_render_mode
 from corral.groups import group_agents
 
 Array = Any  # a numpy array or a torch tensor
@@ -104,6 +105,14 @@ class BatchedEnv:
     metadata: dict[str, Any] = {}
     max_episode_steps: int | None = None
     settable_attributes: tuple[str, ...] = ()
+    keeps_masks: bool = False
+    """An optional speed-up: ``True`` promises that the env's action masks already leave every
+    action legal for agents that are not acting, so the vector layer does not apply that rule
+    again. Say it only where a differential test against the dict env checks the masks."""
+    keeps_rules: bool = False
+    """``True`` promises that the env judges every value it returns itself and keeps its masks
+    (:attr:`keeps_masks`), so the vector layer does not look at them again: packed dict envs,
+    which check each dict env's values as they pack them."""
 
     @property
     def groups(self) -> dict[str, tuple[str, ...]]:
@@ -139,6 +148,23 @@ class BatchedEnv:
     def close(self) -> None:
         """Release what the env holds; safe to call twice."""
 
+    def write_into(self, arrays: Mapping[str, Array]) -> bool:
+        """An optional speed-up: write every later reset and step straight into ``arrays``.
+
+        Called once before the first reset with the batch's own arrays (``obs/<group>``,
+        ``alive/<group>``, ``reward/<group>``..., ``[E, ...]``, C-contiguous, on the env's
+        place). An env that returns ``True`` writes every later reset and step into them
+        and returns them (one copy less of every value per step); ``False`` (the default,
+        and where an array is missing or differs in shape, dtype or place): it returns
+        arrays of its own.
+        """
+        return False
+
+    def check_render_mode(self, render_mode: str | None, hint: str = "") -> None:
+        """Raise ``ValueError`` unless ``render_mode`` is ``None`` or in
+        ``metadata["render_modes"]``; ``hint`` ends the message."""
+        check_render_mode(render_mode, self.metadata.get("render_modes", []), hint)
+
 
 def copy_seeds(seed: Seed, num_envs: int) -> list[int | None]:
     """The seed of each copy: ``seed + i``, the sequence as given, or ``None`` for all."""
@@ -168,7 +194,7 @@ class CopyGenerators:
     def __init__(self, num_envs: int) -> None:
         self._generators: list[np.random.Generator | None] = [None] * num_envs
 
-    def at_reset(self, seeds: Sequence[int | None], indices: Sequence[int]) -> list:
+    def at_reset(self, seeds: Sequence[int | None], indices: Iterable[int]) -> list:
         """The generators of the copies ``indices`` being reset with ``seeds`` (one per copy
         of the env, as :func:`copy_seeds` gives them), reseeded where a seed is given."""
         out = []

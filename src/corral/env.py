@@ -29,7 +29,7 @@ clear errors for bad actions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,6 +91,11 @@ class MultiAgentEnv:
         """A frame of the current state in ``render_mode``, or ``None``."""
         return None
 
+    def check_render_mode(self, render_mode: str | None, hint: str = "") -> None:
+        """Raise ``ValueError`` unless ``render_mode`` is ``None`` or in
+        ``metadata["render_modes"]``; ``hint`` ends the message."""
+        check_render_mode(render_mode, self.metadata.get("render_modes", []), hint)
+
     def close(self) -> None:
         """Release what the env holds; calling it twice is harmless."""
 
@@ -105,6 +110,21 @@ class MultiAgentEnv:
     @property
     def max_num_agents(self) -> int:
         return len(self.possible_agents)
+
+
+def check_render_mode(render_mode: str | None, modes: Sequence[str], hint: str = "") -> None:
+    """Raise ``ValueError`` unless ``render_mode`` is ``None`` or one of ``modes`` (an env's
+    ``metadata["render_modes"]``): the one render-mode rule of dict and batched envs."""
+    if render_mode is None or render_mode in modes:
+        return
+    if not modes:
+        expected = "None (the env cannot render)"
+    elif len(modes) == 1:
+        expected = f"None or {modes[0]!r}"
+    else:
+        expected = f"None or one of {list(modes)}"
+    end = f"; {hint}" if hint else ""
+    raise ValueError(f"render_mode must be {expected}, got {render_mode!r}{end}")
 
 
 def spaces_by_agent_hint(kind: str) -> str:

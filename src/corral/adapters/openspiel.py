@@ -68,8 +68,7 @@ class OpenSpielEnv(MultiAgentEnv):
                 f"{game_type.short_name!r} provides neither an information-state nor an "
                 "observation tensor, so it has no array observation"
             )
-        if render_mode not in (None, *self.metadata["render_modes"]):
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
+        self.check_render_mode(render_mode)
         self.game = game
         self.render_mode = render_mode
         # Every player acts at every node of a simultaneous-move game (chance is sampled here).

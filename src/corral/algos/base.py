@@ -77,8 +77,10 @@ class Algorithm(Learner):
 
     name: ClassVar[str]
     Config: ClassVar[type[AlgoConfig]] = AlgoConfig
-    uses_state: ClassVar[bool] = False
-    """Whether it reads ``batch.state``: its vector envs are then built with ``state=True``."""
+    uses_state: bool = False
+    """Whether its critics see the env's global ``state``. On the class: whether it asks for
+    it (its vector envs are then built with ``state=True``); on a learner: whether its
+    critics read it (not where the vector env has no state, or the config turns it off)."""
     needs_lockstep: ClassVar[bool] = False
     """Whether every learned agent must act at every step until the episode ends (simultaneous
     moves, no agent leaving early); see :func:`check_env_support`."""

@@ -296,7 +296,7 @@ class MADDPGLearner(Learner):
             state_space if config.use_state and isinstance(state_space, spaces.Box) else None
         )
         """The state space the critics see; ``None``: they see every agent's observation."""
-        self.critic_sees_state = self.critic_state is not None
+        self.uses_state = self.critic_state is not None
         global_dim = (
             flat_dim(self.critic_state)
             if self.critic_state is not None
@@ -388,7 +388,7 @@ class MADDPGLearner(Learner):
         if self.policy.discrete[g]:
             row[f"{g}/action_mask"] = flat(rollout.action_mask)
             row[f"{g}/next_action_mask"] = flat(rollout.next["action_mask"])
-        if self.critic_sees_state:
+        if self.uses_state:
             row["state"], row["next_state"] = flat(rollout.state), flat(rollout.next["state"])
         return row
 

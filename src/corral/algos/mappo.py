@@ -3,7 +3,7 @@
 MAPPO's critic sees the env's global ``state`` (centralised training,
 decentralised execution): build its vector env with ``state=True``. Without a
 ``state`` (the env has none, or the vector env was built without it) MAPPO's
-critic sees the local observations, which makes it IPPO; ``MAPPO.use_state``
+critic sees the local observations, which makes it IPPO; ``MAPPO.uses_state``
 says which. IPPO's critic sees each agent's own observation. Greedy acting
 needs observations only. With ``agent_id`` on, every network of a group of
 several agents also sees a one-hot of the agent's index in the group, so
@@ -341,7 +341,7 @@ class MAPPOPolicy(Policy):
         state_space: spaces.Space | None,
         config: Config,
         *,
-        centralised: bool,
+        uses_state: bool,
         device: str,
     ) -> None:
         super().__init__(groups)
@@ -350,7 +350,7 @@ class MAPPOPolicy(Policy):
         self.observation_space = dict(observation_space)
         self.action_space = dict(action_space)
         self.state_space = state_space
-        self.use_state = centralised and state_space is not None
+        self.uses_state = uses_state and state_space is not None
         """Whether the critics see the global state (else each agent's observation)."""
         self.nets: dict[str, GroupNets] = {}
         with torch.random.fork_rng(devices=[]):
@@ -359,7 +359,7 @@ class MAPPOPolicy(Policy):
                 ids = len(agents) if config.agent_id and len(agents) > 1 else 0
                 actor_in = flat_dim(self.observation_space[g]) + ids
                 seen = self.observation_space[g]
-                if self.use_state and state_space is not None:
+                if self.uses_state and state_space is not None:
                     seen = state_space
                 critic_in = flat_dim(seen) + (config.time_scale is not None) + ids
                 nets = GroupNets(actor_in, critic_in, self.action_space[g], config)
@@ -413,7 +413,7 @@ class MAPPOPolicy(Policy):
         ``decision`` is each agent's decision index in its episode (ignored without
         ``time_scale``). ``obs_input``: ``as_input`` of ``obs``, where the caller has it.
         """
-        if self.use_state and self.state_space is not None:
+        if self.uses_state and self.state_space is not None:
             x = as_input(state, self.state_space, self.device)
             if agent is None:
                 x = x.unsqueeze(1).expand(-1, len(self.groups[g]), -1)
@@ -451,7 +451,7 @@ class MAPPOPolicy(Policy):
         batch's place (NumPy, or tensors on its device).
         """
         name = type(self).__name__
-        if explore and self.use_state and batch.state is None:
+        if explore and self.uses_state and batch.state is None:
             raise ValueError(
                 f"{name}'s critic needs Batch.state, but the batch has none: "
                 "build the vector env with state=True"
@@ -591,7 +591,7 @@ class MAPPOLearner(Learner):
         if len(step) == 0:
             return None
         state = None
-        if policy.use_state:
+        if policy.uses_state:
             state = rollout.state[step, env]
             if rollout.carried_state is not None:
                 # a decision carried over keeps the state it was made in
@@ -711,9 +711,7 @@ class MAPPO(MAPPOLearner, Algorithm):
     name: ClassVar[str] = "mappo"
     Config: ClassVar[type[AlgoConfig]] = Config
     config: _Config
-    centralised: ClassVar[bool] = True
-    """Whether the critic sees the global state (when the env has one)."""
-    uses_state: ClassVar[bool] = True
+    uses_state: bool = True
 
     def __init__(
         self,
@@ -730,9 +728,10 @@ class MAPPO(MAPPOLearner, Algorithm):
             self.action_space,
             self.state_space,
             self.config,
-            centralised=self.centralised,
+            uses_state=self.uses_state,
             device=self.device,
         )
+        self.uses_state = policy.uses_state
         MAPPOLearner.__init__(self, policy, self.config)
 
     def first_update(self) -> FirstUpdate:
@@ -745,8 +744,7 @@ class IPPO(MAPPO):
     """Independent PPO: as :class:`MAPPO`, but each critic sees the agent's own observation."""
 
     name: ClassVar[str] = "ippo"
-    centralised: ClassVar[bool] = False
-    uses_state: ClassVar[bool] = False
+    uses_state: bool = False
 
 
 def _where_done(done: Any, final: Any, now: Any) -> Any:

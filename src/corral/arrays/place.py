@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from corral.arrays.tree import map_tree
 from corral.errors import MissingDependencyError
 
 ARRAYS = ("numpy", "torch")
@@ -131,10 +132,12 @@ def to_numpy(array: Any) -> np.ndarray:
 def tree_to_numpy(value: Any) -> Any:
     """A nested value (dicts, tuples, lists) with its torch tensors as numpy arrays (views of
     CPU tensors); other leaves as they are."""
-    if isinstance(value, dict):
-        return {k: tree_to_numpy(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(tree_to_numpy(v) for v in value)
+    if isinstance(value, (dict, tuple, list)):
+        return map_tree(_leaf_to_numpy, value, lists=True)
+    return to_numpy(value) if is_tensor(value) else value  # one array, without a call
+
+
+def _leaf_to_numpy(value: Any) -> Any:
     return to_numpy(value) if is_tensor(value) else value
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import Place
+from corral.arrays.tree import index, map_space, map_tree, tree_leaves
 from corral.checks.batched_rules import (
     ENV_RULES,
     FRAME_RULES,
@@ -221,22 +222,16 @@ def _stack(tree: Tree, rows: list[list[Any]]) -> Any:
 
 
 def _in_place(place: Place, value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {key: _in_place(place, sub) for key, sub in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_in_place(place, sub) for sub in value)
-    return place.asarray(value)
+    return map_tree(place.asarray, value, mappings=True)
 
 
 def _dict_action(space: spaces.Space, value: Any) -> Any:
     """One agent's entry of the batched actions, as a dict env takes it."""
-    if isinstance(space, spaces.Discrete):
-        return int(value)
-    if isinstance(space, spaces.Dict):
-        return {key: _dict_action(sub, value[key]) for key, sub in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        return tuple(_dict_action(sub, value[j]) for j, sub in enumerate(space.spaces))
-    return np.array(value)
+    return map_space(_leaf_action, space, value)
+
+
+def _leaf_action(space: spaces.Space, value: Any) -> Any:
+    return int(value) if isinstance(space, spaces.Discrete) else np.array(value)
 
 
 # --------------------------------------------------------------------------- records
@@ -269,15 +264,8 @@ class _Run:
     episodes: int = 0
 
 
-def _leaf_items(value: Any, path: str) -> Iterator[tuple[str, Any]]:
-    if isinstance(value, Mapping):
-        for key, sub in value.items():
-            yield from _leaf_items(sub, f"{path}[{key!r}]")
-    elif isinstance(value, (tuple, list)):
-        for j, sub in enumerate(value):
-            yield from _leaf_items(sub, f"{path}[{j}]")
-    else:
-        yield path, value
+def _leaf_items(value: Any, path: str) -> list[tuple[str, Any]]:
+    return tree_leaves(value, path, index, mappings=True, lists=True)
 
 
 class _Labels:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from corral.arrays.tree import map_tree
 from corral.checks.batched_checker import check_batched_env
 from corral.checks.engine import (
     STEP_CAP,
@@ -104,10 +105,12 @@ def check_env(
 
 
 class RandomPolicy:
-    """Seeded, uniformly random actions for the agents in ``obs``, legal under their masks.
+    """Seeded, uniformly random actions for the agents in a dict env's ``obs``, legal under
+    their masks: a dict of one action per agent.
 
     Samples from copies of the env's action spaces, so the env's own spaces
-    and their random generators are left untouched.
+    and their random generators are left untouched. (The runner's ``fixed:random``,
+    :class:`corral.training.runner.RandomGroupPolicy`, acts for a vector env's group.)
     """
 
     def __init__(self, env: Any, seed: int | None = None) -> None:
@@ -154,10 +157,10 @@ class _Digest:
 
 def _fingerprint(value: Any) -> Any:
     """``value`` with arrays replaced by digests: equal for equal values, small to keep."""
-    if isinstance(value, Mapping):
-        return {k: _fingerprint(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_fingerprint(v) for v in value)
+    return map_tree(_leaf_fingerprint, value, mappings=True, lists=True)
+
+
+def _leaf_fingerprint(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         data = value.tobytes() if value.dtype != object else repr(value.tolist()).encode()
         return _Digest(value.shape, value.dtype.str, hashlib.blake2b(data).hexdigest())

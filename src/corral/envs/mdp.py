@@ -79,8 +79,7 @@ class TabularMDP(MultiAgentEnv):
         initial = np.array(initial_state, dtype=np.float64)
         self.initial = np.eye(num_states)[int(initial)] if initial.ndim == 0 else initial
         _check_tables(self.transitions, self.terminal, self.initial)
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.check_render_mode(render_mode)
         self.render_mode = render_mode
         self.possible_agents = ["agent_0"]
         self.agents = []
@@ -222,8 +221,7 @@ class MatrixGame(MultiAgentEnv):
                 f"payoffs of {num_players} players need shape (players, actions_0, ...), "
                 f"got {self.payoffs.shape}"
             )
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.check_render_mode(render_mode)
         self.render_mode = render_mode
         self.possible_agents = [f"player_{i}" for i in range(num_players)]
         self.agents = []

@@ -101,9 +101,7 @@ class RockPaperScissors(MultiAgentEnv):
     def __init__(self, num_rounds: int = 3, render_mode: str | None = None) -> None:
         if num_rounds < 1:
             raise ValueError(f"num_rounds must be at least 1, got {num_rounds}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            modes = self.metadata["render_modes"]
-            raise ValueError(f"render_mode must be None or one of {modes}, got {render_mode!r}")
+        self.check_render_mode(render_mode)
         self.num_rounds = num_rounds
         self.render_mode = render_mode
         self.possible_agents = ["player_0", "player_1"]

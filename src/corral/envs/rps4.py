@@ -61,9 +61,7 @@ class RockPaperScissors4(MultiAgentEnv):
     def __init__(self, num_cycles: int = 2, render_mode: str | None = None) -> None:
         if num_cycles < 1:
             raise ValueError(f"num_cycles must be at least 1, got {num_cycles}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            modes = self.metadata["render_modes"]
-            raise ValueError(f"render_mode must be None or one of {modes}, got {render_mode!r}")
+        self.check_render_mode(render_mode)
         self.num_cycles = num_cycles
         self.render_mode = render_mode
         self.possible_agents = list(PLAYERS)

@@ -91,9 +91,7 @@ class Tag(MultiAgentEnv):
             )
         if size < 2 or max_cycles < 1:
             raise ValueError(f"need size >= 2 and max_cycles >= 1, got {size} and {max_cycles}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            modes = self.metadata["render_modes"]
-            raise ValueError(f"render_mode must be None or one of {modes}, got {render_mode!r}")
+        self.check_render_mode(render_mode)
         self.num_predators, self.num_prey = num_predators, num_prey
         self.size, self.max_cycles, self.render_mode = size, max_cycles, render_mode
         predators = [f"predator_{i}" for i in range(num_predators)]

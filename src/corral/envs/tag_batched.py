@@ -7,7 +7,6 @@ with exactly the results of ``E`` dict ``Tag`` envs packed by the vector layer
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +14,12 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import CopyStreams, Place, import_torch, place_of, to_numpy, torch_dtype
+from corral.arrays import CopyStreams, Place, import_torch, place_of, to_numpy
 from corral.batched_env import Array, BatchedEnv, BatchedStep, CopyGenerators, Seed, copy_seeds
 from corral.batched_env import selected as selected_copies
+from corral.envs.choices import Choices, StreamChoices
 from corral.envs.tag import CATCH_REWARD, PREDATOR_MOVES, PREY_MOVES, Tag, mask_table
+from corral.envs.tag_ops import NumpyOps, TorchOps
 from corral.groups import group_agents
 
 
@@ -54,6 +55,7 @@ class BatchedTag(BatchedEnv):
         (dtype('float64'), (4, 1))
     """
 
+    state_space: spaces.Box  # the dict env's
     metadata = {**Tag.metadata, "render_modes": []}
     simultaneous = True
     settable_attributes = ("max_cycles",)  # read at every step, as the dict env reads it
@@ -76,12 +78,11 @@ class BatchedTag(BatchedEnv):
         walls: Sequence[tuple[int, int]] | None = None,
         render_mode: str | None = None,
     ) -> None:
-        if render_mode is not None:
-            raise ValueError(
-                f"the natively batched corral/tag cannot render (render_mode={render_mode!r}); "
-                "render the dict env: corral.make('corral/tag', render_mode=...) or "
-                "corral.make_vec(..., native=False)"
-            )
+        self.check_render_mode(
+            render_mode,
+            "render the dict env: corral.make('corral/tag', render_mode=...) or "
+            "corral.make_vec(..., native=False)",
+        )
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
             raise TypeError(f"num_envs must be an int, got {num_envs!r}")
         if num_envs < 1:
@@ -103,7 +104,7 @@ class BatchedTag(BatchedEnv):
         # Where the env computes: the place, or numpy on a torch CPU place.
         by_numpy = not self.place.is_torch or (self.numpy_on_cpu and self.place.computes_on_host)
         self._compute = Place() if by_numpy else self.place
-        self._ops = _NumpyOps() if by_numpy else _TorchOps(self.place.device)
+        self._ops = NumpyOps() if by_numpy else TorchOps(self.place.device)
         # The arrays given out: the computed ones (fresh copies of them), as the place's.
         self._give = self.place.from_host if by_numpy else (lambda array: array)
         # The batch's tensors given to write_into, by id: (tensor, its numpy view). A step
@@ -276,6 +277,7 @@ class BatchedTag(BatchedEnv):
         advance it) and the selected copies' new state and rows are blended in by
         ``where``, with no host read (but for a reseed, which reads ``where``)."""
         ops, streams = self._ops, self._streams
+        assert isinstance(ops, TorchOps) and streams is not None  # a torch env's
         mask = None
         if where is not None:
             mask = self._compute.asarray(where, np.bool_)
@@ -499,485 +501,3 @@ class _Group:
     values: slice  # its observations' rows among the values
     obs_shape: tuple[int, ...]  # (n_g, obs_size)
     masks: Array  # [2 * cells, n_actions]: legal moves from each cell, then every move
-
-
-class _NumpyOps:
-    """The operations whose numpy and torch spellings differ; arrays are agent-major."""
-
-    def __init__(self) -> None:
-        self._columns: dict[int, tuple[np.ndarray, list]] = {}
-
-    concatenate, where = staticmethod(np.concatenate), staticmethod(np.where)
-    subtract, multiply = staticmethod(np.subtract), staticmethod(np.multiply)
-
-    def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        return np.empty(shape, dtype)
-
-    def int64(self, array: np.ndarray) -> np.ndarray:
-        return array.astype(np.int64, copy=False)
-
-    def is_mask(self, copies: np.ndarray) -> bool:
-        """Whether ``copies`` selects copies by a bool array ``[E]`` (else: indices)."""
-        return copies.dtype == np.bool_
-
-    def int16(self, array: np.ndarray) -> np.ndarray:
-        return array.astype(np.int16)
-
-    def copy(self, array: np.ndarray) -> np.ndarray:
-        return array.copy()
-
-    def broadcast(self, row: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-        return np.broadcast_to(row, shape)
-
-    def take(self, table: np.ndarray, index: np.ndarray) -> np.ndarray:
-        """``table``'s entries (rows) at ``index``: ``[*index.shape, *table.shape[1:]]``."""
-        return np.take(table, index, axis=0)
-
-    def columns(self, array: np.ndarray, columns: np.ndarray) -> np.ndarray:
-        """``array[..., columns]``: the entries of some copies."""
-        return array[..., columns]
-
-    def put_columns(self, array: np.ndarray, columns: np.ndarray, value: Any) -> None:
-        """``array[..., columns] = value``."""
-        array[..., columns] = value
-
-    def fits(self, array: Any, like: np.ndarray) -> bool:
-        """Whether ``array`` can stand for ``like``: same shape and dtype, C-contiguous."""
-        return (
-            isinstance(array, np.ndarray)
-            and (array.shape, array.dtype) == (like.shape, like.dtype)
-            and array.flags.c_contiguous
-        )
-
-    def flat(self, array: np.ndarray) -> np.ndarray:
-        """``[E, *shape]`` as ``[E, prod(shape)]`` (a view)."""
-        return array.reshape(len(array), -1)
-
-    def assign(self, out: np.ndarray, value: np.ndarray) -> None:
-        """``out[...] = value``."""
-        np.copyto(out, value)
-
-    def put_rows(self, out: np.ndarray, rows: np.ndarray, copies: np.ndarray | None) -> None:
-        """``out[copies] = rows.T`` (all of ``out`` for ``None``): ``out`` ``[E, R]``."""
-        if copies is not None:
-            out[copies] = rows.T
-        elif len(rows) <= 4:  # a transposing copy whose inner loop is a few values is slow
-            for j, row in enumerate(rows):
-                out[:, j] = row
-        else:
-            out[...] = rows.T
-
-    def keep(self, values: np.ndarray, keep: np.ndarray, last: np.ndarray, bits: np.ndarray):
-        """``values`` (each agent's rows, ``[n * S, E]``) where ``keep`` (``[n, E]``)
-        holds, else ``last``, in place (``bits``: scratch like ``values``, as int32).
-        Blended as bits, ``last ^ ((values ^ last) & -keep)``: no branch per value."""
-        n, size = len(keep), len(values) // len(keep)
-        new, old = values.view(np.int32), last.view(np.int32)
-        np.bitwise_xor(new, old, out=bits)
-        mask = np.negative(keep, dtype=np.int32)[:, None]  # all bits set where kept
-        np.bitwise_and(bits.reshape(n, size, -1), mask, out=bits.reshape(n, size, -1))
-        np.bitwise_xor(old, bits, out=new)
-
-    def count(self, flags: np.ndarray) -> np.ndarray:
-        """How many of ``flags`` (``[Y, E]``) hold in each copy, as float64."""
-        return flags.sum(0, dtype=np.float64)
-
-    def copy_major_sum(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """``(a + b).T`` as a new C-contiguous array, for ``a``, ``b`` ``[n, K]`` (a few ``n``):
-        one strided write per row (a transposing copy of a few values per item is slow)."""
-        out = np.empty(a.shape[::-1], np.result_type(a, b))
-        for j in range(len(a)):
-            np.add(a[j], b[j], out=out[:, j])
-        return out
-
-    def put_masks(
-        self, out: np.ndarray, table: np.ndarray, key: np.ndarray, copies: np.ndarray | None
-    ) -> None:
-        """``out[copies]`` (all for ``None``): the rows ``key`` (``[K, n]``, C-contiguous) of a
-        mask table ``[*, n_actions]`` of bool, ``out`` being ``[E, n, n_actions]``."""
-        if copies is not None:  # one item of n_actions bytes per mask
-            item = f"V{table.shape[1]}"
-            out.view(item)[copies, :, 0] = np.take(table.view(item)[:, 0], key)
-            return
-        # Each mask's bytes as a few unsigned integers (9: 8 + 1) read from tables of them,
-        # written through strided views of out: numpy takes such items at C speed, where
-        # it copies other sizes one call each.
-        e, n, width = out.shape
-        for offset, column in self._mask_columns(table):
-            part = np.ndarray((e, n), column.dtype, out, offset, (n * width, width))
-            np.take(column, key, out=part, mode="clip")
-
-    def _mask_columns(self, table: np.ndarray) -> list[tuple[int, np.ndarray]]:
-        """``table``'s rows cut into unsigned integers of 8, 4, 2, 1 bytes: (offset, the
-        column of them), kept for the table."""
-        kept = self._columns.get(id(table))
-        if kept is not None and kept[0] is table:
-            return kept[1]
-        columns, offset, width = [], 0, table.shape[1]
-        for size in (8, 4, 2, 1):
-            while width - offset >= size:
-                part = np.ascontiguousarray(table[:, offset : offset + size])
-                columns.append((offset, part.view(f"u{size}")[:, 0]))
-                offset += size
-        self._columns[id(table)] = (table, columns)
-        return columns
-
-
-class _TorchOps:
-    """:class:`_NumpyOps` in torch, on ``device``."""
-
-    def __init__(self, device: str) -> None:
-        self.torch = torch = import_torch()
-        self.device = torch.device(device)
-        self.concatenate, self.where = torch.cat, torch.where
-        self.subtract, self.multiply = torch.sub, torch.mul
-
-    def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        return self.torch.empty(shape, dtype=torch_dtype(dtype), device=self.device)
-
-    def int64(self, array: Any) -> Any:
-        return array.long()
-
-    def is_mask(self, copies: Any) -> bool:
-        return copies.dtype == self.torch.bool
-
-    def int16(self, array: Any) -> Any:
-        return array.short()
-
-    def copy(self, array: Any) -> Any:
-        return array.clone()
-
-    def broadcast(self, row: Any, shape: tuple[int, ...]) -> Any:
-        return row.expand(shape)
-
-    def take(self, table: Any, index: Any) -> Any:
-        flat = self.torch.index_select(table, 0, index.reshape(-1))
-        return flat.view(*index.shape, *table.shape[1:])
-
-    def columns(self, array: Any, columns: Any) -> Any:
-        return self.torch.index_select(array, array.dim() - 1, columns)
-
-    def put_columns(self, array: Any, columns: Any, value: Any) -> None:
-        if isinstance(value, (bool, int, float)):
-            array.index_fill_(array.dim() - 1, columns, value)
-        else:
-            array.index_copy_(array.dim() - 1, columns, value)
-
-    def fits(self, array: Any, like: Any) -> bool:
-        return (
-            isinstance(array, self.torch.Tensor)
-            and (array.shape, array.dtype, array.device) == (like.shape, like.dtype, like.device)
-            and array.is_contiguous()
-        )
-
-    def flat(self, array: Any) -> Any:
-        return array.view(len(array), -1)
-
-    def assign(self, out: Any, value: Any) -> None:
-        out.copy_(value)
-
-    def put_rows(self, out: Any, rows: Any, copies: Any | None) -> None:
-        if copies is not None and copies.dtype == self.torch.bool:
-            out.copy_(self.torch.where(copies[:, None], rows.T, out))
-        elif copies is not None:
-            out.index_copy_(0, copies, rows.T)
-        elif len(rows) <= 4:
-            for j, row in enumerate(rows):
-                out[:, j].copy_(row)
-        else:
-            out.copy_(rows.T)
-
-    def keep(self, values: Any, keep: Any, last: Any, bits: Any) -> None:
-        torch = self.torch
-        n, size = len(keep), len(values) // len(keep)
-        new, old = values.view(torch.int32), last.view(torch.int32)
-        torch.bitwise_xor(new, old, out=bits)
-        mask = keep.to(torch.int32).neg_()[:, None]
-        bits.view(n, size, -1).bitwise_and_(mask)
-        torch.bitwise_xor(old, bits, out=new)
-
-    def count(self, flags: Any) -> Any:
-        return flags.sum(0, dtype=self.torch.float64)
-
-    def copy_major_sum(self, a: Any, b: Any) -> Any:
-        return (a + b).T.contiguous()
-
-    def put_masks(self, out: Any, table: Any, key: Any, copies: Any | None) -> None:
-        masks = self.take(table, key)
-        if copies is None:
-            out.copy_(masks)
-        elif copies.dtype == self.torch.bool:
-            out.copy_(self.torch.where(copies[:, None, None], masks, out))
-        else:
-            out.index_copy_(0, copies, masks)
-
-
-class Choices:
-    """``generator.choice(m, size=n, replace=False)`` of many copies' generators at once,
-    bit for bit, without a Python call per copy where it can.
-
-    numpy draws it (for ``m <= 10000``, and larger ``m`` with small ``n``) with Floyd's
-    algorithm, then shuffles the ``n`` values, each step a bounded integer (Lemire's
-    method) from the 32-bit words of the generator's 64-bit outputs (the low half first).
-    Each copy's words are read ahead from its generator's ``random_raw`` and the draws of
-    all copies are computed as array operations. Where this numpy draws differently
-    (checked once per ``(m, n)``), or for other sizes, each copy calls ``choice``.
-    """
-
-    WORDS = 256  # words read ahead per copy: 36 draws of 4 agents' cells
-
-    def __init__(self, num_copies: int, m: int, n: int, *, check: bool = True) -> None:
-        self.m, self.n = m, n
-        # The bound of each bounded integer of a draw: Floyd's, then the shuffle's.
-        self.bounds = np.array([*range(max(m - n, 1), m), *range(n - 1, 0, -1)], np.uint64)
-        span = self.bounds + np.uint64(1)
-        self.spans, self.thresholds = span, (np.uint64(2**32) - span) % span
-        self.size = max(self.WORDS, 2 * len(self.bounds))
-        self.words = np.zeros((num_copies, self.size), np.uint32)
-        self.next = np.zeros(num_copies, np.int64)  # each copy's next unread word
-        self.end = np.zeros(num_copies, np.int64)  # and the end of its words
-        self.sources: list[np.random.Generator | None] = [None] * num_copies
-        self.sourced = np.zeros(num_copies, bool)
-        # Draws computed ahead from the words, for many copies at once (a reset of a few
-        # copies then reads theirs): [copy, draw, value], each copy's next and end.
-        self.ahead = self.size // max(len(self.bounds), 1)
-        dtype = np.int16 if m <= np.iinfo(np.int16).max else np.int64
-        self.ready = np.zeros((num_copies, self.ahead, n), dtype)
-        self.ready_at = np.zeros(num_copies, np.int64)
-        self.ready_end = np.zeros(num_copies, np.int64)
-        # Floyd's algorithm on 32-bit words is numpy's way for these sizes.
-        floyd = 0 < n <= m < 2**32 and not (m > 10000 and n > m // 50)
-        self.exact = floyd and (not check or _emulation_matches(m, n))
-
-    def choose(
-        self, generators: Sequence[np.random.Generator] | None, rows: np.ndarray
-    ) -> np.ndarray:
-        """``[n, K]``: copy ``rows[k]``'s draw from its generator ``generators[k]`` (for
-        ``None``: the generator of its last draw, where ``exact``)."""
-        if not self.exact:
-            out = np.empty((len(rows), self.n), np.int64)
-            for k, generator in enumerate(generators or ()):
-                out[k] = generator.choice(self.m, size=self.n, replace=False)
-            return out.T
-        for i, generator in zip(rows.tolist(), generators or (), strict=generators is not None):
-            if generator is not self.sources[i]:  # a new generator: forget what was read
-                self.sources[i], self.next[i], self.end[i] = generator, 0, 0
-                self.ready_at[i] = self.ready_end[i] = 0
-                self.sourced[i] = True
-        at = self.ready_at[rows]
-        if (at >= self.ready_end[rows]).any():
-            self._prepare()
-            at = self.ready_at[rows]
-        have = at < self.ready_end[rows]
-        out = self.ready[rows, at].T.astype(np.int64)
-        self.ready_at[rows] = at + have
-        if not have.all():  # a copy whose next draw has a word that Lemire's method rejects
-            lacking = np.flatnonzero(~have)
-            out[:, lacking] = self._direct(rows[lacking])
-        return out
-
-    def _prepare(self) -> None:
-        """Compute ahead the draws of every copy (with a generator) that has half of them or
-        fewer left, those with none among them: one read of words per copy for many draws,
-        and the copies' draws computed together, so that most calls only read draws. A
-        copy's draws stop before one that has a word that Lemire's method rejects
-        (:meth:`_direct` draws that one)."""
-        ahead, d, n = self.ahead, len(self.bounds), self.n
-        left = self.ready_end - self.ready_at
-        batch = np.flatnonzero((left <= ahead // 2) & self.sourced)
-        count = len(batch)
-        kept = left[batch]
-        moved = np.flatnonzero(kept)
-        if len(moved):  # the draws a copy has left, to the front
-            copies = batch[moved]
-            index = np.minimum(self.ready_at[copies][:, None] + np.arange(ahead), ahead - 1)
-            self.ready[copies] = self.ready[copies[:, None], index]
-        for i in batch.tolist():  # every copy's words from its first
-            self._refill(i)
-        room = ahead - kept
-        if d:
-            room = np.minimum(room, self.end[batch] // d)
-        # Each word times its bound's span: the low 32 bits say whether Lemire's method
-        # rejects the word, the high 32 bits are the bounded integer.
-        scaled = self.words[batch, : ahead * d] * np.tile(self.spans, ahead)
-        halves = scaled.astype("<u8", copy=False).view("<u4").reshape(count, ahead, d, 2)
-        rejected = (halves[..., 0] < self.thresholds.astype(np.uint32)).any(2)
-        room = np.minimum(room, np.where(rejected.any(1), rejected.argmax(1), ahead))
-        values = halves[..., 1].astype(np.int64).reshape(count * ahead, d)
-        draws = self._arrange(values).T.reshape(count, ahead, n)
-        b, k = np.nonzero(np.arange(ahead) < room[:, None])
-        self.ready[batch[b], kept[b] + k] = draws[b, k]
-        self.ready_at[batch] = 0
-        self.ready_end[batch] = kept + room
-        self.next[batch] = room * d
-
-    def _direct(self, rows: np.ndarray) -> np.ndarray:
-        """``[n, K]``: the next draw of each copy of ``rows``, read from its words."""
-        d = len(self.bounds)
-        for i in rows[self.end[rows] - self.next[rows] < d].tolist():
-            self._refill(i)
-        at = self.next[rows]
-        scaled = self.words[rows[:, None], at[:, None] + np.arange(d)] * self.spans
-        self.next[rows] = at + d
-        out = self._arrange((scaled >> np.uint64(32)).astype(np.int64))
-        # A word that Lemire's method rejects (rare for small bounds) shifts the rest.
-        again = np.flatnonzero(((scaled & np.uint64(0xFFFFFFFF)) < self.thresholds).any(1))
-        if len(again):
-            self.next[rows[again]] = at[again]
-            out[:, again] = self._arrange(self._one_by_one(rows[again]))
-        return out
-
-    def _arrange(self, values: np.ndarray) -> np.ndarray:
-        """``[n, K]``: the draws, from each copy's bounded integers ``[K, len(bounds)]``."""
-        m, n, k = self.m, self.n, len(values)
-        out, d = np.empty((n, k), np.int64), 0
-        for t, j in enumerate(range(m - n, m)):  # Floyd: a value in [0, j], or j if taken
-            value = values[:, d] if j else np.zeros(k, np.int64)
-            d += j > 0
-            if t:
-                taken = out[0] == value
-                for s in range(1, t):  # (numpy's any() along a short axis is slow)
-                    taken |= out[s] == value
-                value = np.where(taken, j, value)
-            out[t] = value
-        flat, columns = out.reshape(-1), np.arange(k)
-        for i in range(n - 1, 0, -1):  # the shuffle: swap value i with value [0, i]
-            other = values[:, d] * k + columns  # its place in out, flat
-            d += 1
-            picked = flat[other]
-            flat[other] = out[i]
-            out[i] = picked
-        return out
-
-    def _one_by_one(self, rows: np.ndarray) -> np.ndarray:
-        """The bounded integers of the copies ``rows``, drawing again after a rejection."""
-        values = np.empty((len(rows), len(self.bounds)), np.int64)
-        for d, (span, threshold) in enumerate(zip(self.spans, self.thresholds, strict=True)):
-            scaled = self._next_words(rows) * span
-            redraw = np.flatnonzero((scaled & np.uint64(0xFFFFFFFF)) < threshold)
-            while len(redraw):
-                scaled[redraw] = self._next_words(rows[redraw]) * span
-                redraw = redraw[(scaled[redraw] & np.uint64(0xFFFFFFFF)) < threshold]
-            values[:, d] = scaled >> np.uint64(32)
-        return values
-
-    def _next_words(self, rows: np.ndarray) -> np.ndarray:
-        """The next 32-bit word of each copy in ``rows`` (as uint64)."""
-        for i in rows[self.next[rows] >= self.end[rows]].tolist():
-            self._refill(i)
-        at = self.next[rows]
-        self.next[rows] = at + 1
-        return self.words[rows, at].astype(np.uint64)
-
-    def _refill(self, i: int) -> None:
-        left = self.words[i, self.next[i] : self.end[i]].copy()
-        raw = self.sources[i].bit_generator.random_raw((self.size - len(left)) // 2)
-        end = len(left) + 2 * len(raw)
-        self.words[i, : len(left)] = left
-        self.words[i, len(left) : end] = raw.astype("<u8", copy=False).view("<u4")  # low first
-        self.next[i], self.end[i] = 0, end
-
-
-class StreamChoices:
-    """``Generator.choice(m, size=n, replace=False)`` of every copy's stream at once, in
-    torch, where numpy draws it with Floyd's algorithm and a shuffle (see :class:`Choices`;
-    ``Choices(...).exact`` says where), with no host read or copy.
-
-    The bounded integers of a draw come from words read ahead
-    (:meth:`CopyStreams.peek_words`): as many as make the chance that Lemire's method
-    skips too many of them for some copy in a call fall below ``2**-64``, as
-    :class:`CopyStreams` draws on a device. With ``check`` (on the host), whether they
-    sufficed is read, and more words are read ahead where not; without, nothing is read."""
-
-    def __init__(self, streams: CopyStreams, m: int, n: int, check: bool = True) -> None:
-        torch = self.torch = import_torch()
-        self.streams, self.m, self.n, self.check = streams, m, n, check
-        # Each bounded integer's range [0, bound]: Floyd's (none for 0), then the shuffle's.
-        bounds = [j for j in range(m - n, m) if j] + list(range(n - 1, 0, -1))
-        sizes = np.array(bounds, np.int64) + 1
-        thresholds = (1 << 32) % sizes  # a word whose low half falls below is skipped
-        chance = float(thresholds.max(initial=0)) / 2**32
-        self.extra = _extra_words(streams.num_envs, len(bounds), chance)
-        place, e = streams.place, streams.num_envs
-        self.sizes, self.thresholds = place.from_host(sizes), place.from_host(thresholds)
-        self.zero = place.zeros((e,), np.int64)
-        self.before = torch.full((e,), -1, dtype=torch.int64, device=self.zero.device)
-
-    def __call__(self, where: Array | None = None) -> Array:
-        """``[n, E]``: each copy's draw; the copies ``where`` selects (a bool tensor
-        ``[E]``, all for ``None``) advance their streams, the others' values are
-        unspecified (in ``[0, m)``)."""
-        torch, m, n = self.torch, self.m, self.n
-        values = self._bounded(where)
-        out: list[Array] = []
-        for t, j in enumerate(range(m - n, m)):  # Floyd: a value in [0, j], or j if taken
-            value = values.pop(0) if j else self.zero
-            if t:
-                taken = out[0] == value
-                for s in range(1, t):
-                    taken |= out[s] == value
-                value = torch.where(taken, j, value)
-            out.append(value)
-        drawn = torch.stack(out)
-        for i in range(n - 1, 0, -1):  # the shuffle: swap value i with value [0, i]
-            other = values.pop(0)[None]
-            picked = drawn.gather(0, other)
-            drawn.scatter_(0, other, drawn[i : i + 1].clone())
-            drawn[i] = picked[0]
-        return drawn
-
-    def _bounded(self, where: Array | None) -> list[Array]:
-        """Each copy's next bounded integers, ``[E]`` int64 each, as numpy's
-        ``random_bounded_uint64`` draws them one after the other (Lemire's method on 32-bit
-        words: the high half of a word times the range's size, a word whose low half falls
-        below ``2**32 % size`` skipped); the copies ``where`` selects draw the words used."""
-        torch, d, extra = self.torch, len(self.sizes), self.extra
-        if not d:
-            return []
-        while True:
-            words = self.streams.peek_words(d + extra)
-            scaled = words[:, :, None] * self.sizes  # the bits of the 64-bit products
-            kept = (scaled & 0xFFFFFFFF) >= self.thresholds
-            positions = torch.arange(d + extra, device=words.device)
-            at, found, out = self.before, None, []
-            for k in range(d):  # the first kept word past the last one used
-                usable = kept[:, :, k] & (positions > at[:, None])
-                if self.check:
-                    found = usable.any(1) if found is None else found & usable.any(1)
-                at = usable.to(torch.int8).argmax(1)
-                out.append((scaled[:, :, k].gather(1, at[:, None])[:, 0] >> 32) & 0xFFFFFFFF)
-            if not self.check or bool(found.all()):
-                break
-            extra = 2 * extra + 1
-        self.streams.skip_words(at + 1, where)
-        return out
-
-
-def _extra_words(copies: int, d: int, chance: float) -> int:
-    """How many words past ``d`` to read ahead so that ``d`` bounded integers of
-    ``copies`` copies, each word skipped with a chance at most ``chance``, need more with
-    a chance below 2**-64 (more than ``x`` skipped among ``d + x`` words: at most
-    ``C(d + x, x + 1) * chance**(x + 1)`` per copy)."""
-    x = 0
-    while chance and copies * math.comb(d + x, x + 1) * chance ** (x + 1) >= 2.0**-64:
-        x += 1
-    return x
-
-
-def _emulation_matches(m: int, n: int) -> bool:
-    """Whether :class:`Choices` draws what this numpy's ``Generator.choice`` draws."""
-    return _EMULATION_MATCHES.setdefault((m, n), _compare_with_numpy(m, n))
-
-
-def _compare_with_numpy(m: int, n: int, copies: int = 3, draws: int = 40) -> bool:
-    probe = Choices(copies, m, n, check=False)
-    ours = [np.random.default_rng(seed) for seed in range(copies)]
-    theirs = [np.random.default_rng(seed) for seed in range(copies)]
-    for _ in range(draws):
-        expected = np.stack([g.choice(m, size=n, replace=False) for g in theirs], 1)
-        if not np.array_equal(probe.choose(ours, np.arange(copies)), expected):
-            return False
-    return True
-
-
-_EMULATION_MATCHES: dict[tuple[int, int], bool] = {}

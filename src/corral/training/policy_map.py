@@ -31,6 +31,7 @@ import numpy as np
 
 from corral.algos.policy import Policy
 from corral.arrays import Place, to_numpy, tree_to_numpy
+from corral.arrays.tree import map_tree
 from corral.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -313,8 +314,4 @@ class FixedPlayer:
 
 def placed(place: Place, actions: Any) -> Any:
     """Host actions (nested for Dict and Tuple spaces) in ``place``."""
-    if isinstance(actions, dict):
-        return {k: placed(place, v) for k, v in actions.items()}
-    if isinstance(actions, tuple):
-        return tuple(placed(place, v) for v in actions)
-    return place.asarray(actions) if place.is_torch else actions
+    return map_tree(place.asarray, actions) if place.is_torch else actions

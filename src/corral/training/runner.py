@@ -42,6 +42,7 @@ import numpy as np
 from corral.algos.base import Algorithm, resolve_device
 from corral.algos.policy import Policy
 from corral.arrays import Place
+from corral.arrays.tree import first_leaf
 from corral.errors import CheckpointError
 from corral.registry import EnvSpec, import_modules, resolve, spec
 from corral.training import checkpoint, run_files
@@ -885,7 +886,7 @@ def fixed_policy(
     allow_imports: Collection[str] = (),
 ) -> Any:
     """What plays the policy id ``pid`` (in ``group``) that ``value`` names: a
-    :class:`RandomPolicy` for ``fixed:random``, the object ``fixed:MODULE:ATTR`` names, the
+    :class:`RandomGroupPolicy` for ``fixed:random``, the object ``fixed:MODULE:ATTR`` names, the
     policy of another run ``RUN_DIR:POLICY`` names (:class:`RunPolicy`), or ``value`` itself
     (a :class:`~corral.algos.policy.Policy` or a :data:`FixedPolicy`)."""
     if not isinstance(value, str):
@@ -894,7 +895,7 @@ def fixed_policy(
         return run_policy(value, venv, group, pid, config, allow_imports)
     target = fixed_target(value)
     if target == "random":
-        return RandomPolicy(venv.action_space(group))
+        return RandomGroupPolicy(venv.action_space(group))
     try:
         return resolve(target)
     except (ImportError, AttributeError, ValueError) as err:
@@ -967,8 +968,11 @@ class RunPolicy(Policy):
         return self.learner.policy.act(batch, explore=False)
 
 
-class RandomPolicy:
-    """A :data:`FixedPolicy` playing uniformly random legal actions of ``space``."""
+class RandomGroupPolicy:
+    """A :data:`FixedPolicy` (``fixed:random``): uniformly random legal actions for a whole
+    group of a vector env, ``[E, n, *action_shape]`` from the group's batched ``obs``, its
+    ``action_mask`` and the caller's generator. (:class:`corral.checks.RandomPolicy` acts
+    for a dict env instead: a dict of actions from its own seeded copies of the spaces.)"""
 
     def __init__(self, space: Any) -> None:
         self.space = space
@@ -1310,6 +1314,4 @@ def _mean_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
 
 def _lead(obs: Any) -> tuple[int, ...]:
     """``(E, n)`` of a group's observations (nested for Dict/Tuple spaces)."""
-    while isinstance(obs, (dict, tuple)):
-        obs = next(iter(obs.values())) if isinstance(obs, dict) else obs[0]
-    return tuple(np.shape(obs)[:2])
+    return tuple(np.shape(first_leaf(obs))[:2])

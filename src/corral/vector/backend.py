@@ -287,7 +287,7 @@ def build_shard(source: Source, offset: int, written: Written | None = None) -> 
 def set_native_attr(shard: BatchedEnv, name: str, values: Sequence[Any]) -> None:
     """Set attribute ``name`` of a natively batched env to ``values[0]``, where the env
     declares it settable (a write to any other would not reach its copies' arrays)."""
-    settable = tuple(getattr(shard, "settable_attributes", ()))
+    settable = tuple(shard.settable_attributes)
     if name not in settable:
         raise AttributeError(
             f"{type(shard).__name__} is natively batched: set_attr sets only the attributes "

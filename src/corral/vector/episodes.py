@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from corral.arrays import to_numpy, tree_to_numpy
+from corral.arrays.tree import leaves_of
 from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
 from corral.returned_values import nonfinite_cells
@@ -136,17 +137,15 @@ class Episodes:
         ]
         # A source that keeps the rules itself (packed dict envs judge every value, and
         # leave masks of agents that are not acting all legal) needs no second look.
-        keeps_rules = getattr(env, "keeps_rules", False)
+        keeps_rules = env.keeps_rules
         self._check_finite = layout.check_finite and not keeps_rules
         # One that only says it leaves those masks all legal (keeps_masks) is taken at
         # its word there; the batches the tests compare with packed dict envs check it.
-        self._keeps_masks = keeps_rules or getattr(env, "keeps_masks", False)
+        self._keeps_masks = keeps_rules or env.keeps_masks
         # A source that can write straight into the arrays skips a copy of every value;
         # not where its values are judged after the step (check_finite cuts a copy that
         # returned NaN where it stood before the step).
-        write_into: Callable[[Arrays], bool] | None = getattr(env, "write_into", None)
-        shared = share and not self._check_finite
-        shared = shared and write_into is not None and bool(write_into(self._given))
+        shared = share and not self._check_finite and bool(env.write_into(self._given))
         # It then writes every step and reset there and returns those arrays (the
         # protocol's promise): with its masks kept too, and numpy arrays, what it returns
         # needs no look.
@@ -530,13 +529,9 @@ def _copy(array: Any) -> Any:
 
 def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:
     """``(path, array)`` of every leaf of a nested value laid out as ``tree``."""
-    if isinstance(tree, dict):
-        return [kv for k, sub in tree.items() for kv in _leaf_values(sub, f"{path}/{k}", value[k])]
-    if isinstance(tree, tuple):
-        return [
-            kv for i, sub in enumerate(tree) for kv in _leaf_values(sub, f"{path}/{i}", value[i])
-        ]
-    return [(path, value)]
+    if not isinstance(tree, (dict, tuple)):
+        return [(path, value)]  # the common case (one array), without a call
+    return leaves_of(tree, value, path)
 
 
 # Up to this many rows, numpy's reduction along the short axis beats one ``|=`` per column.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, singledispatch
 from typing import Any
@@ -23,6 +23,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import Place, on_host
+from corral.arrays.tree import map_paths, map_space, tree_leaves
 from corral.errors import UnknownAgentError
 from corral.groups import GroupMap, group_agents
 from corral.returned_values import describe, finite_problem, store_exactly
@@ -69,35 +70,22 @@ def _(space: spaces.MultiBinary) -> Tree:
     return ArraySpec(space.shape, np.dtype(np.int8))
 
 
-@array_tree.register
-def _(space: spaces.Dict) -> Tree:
-    return {key: array_tree(sub) for key, sub in space.spaces.items()}
+@array_tree.register(spaces.Dict)
+@array_tree.register(spaces.Tuple)
+def _(space: spaces.Space) -> Tree:
+    return map_space(array_tree, space)
 
 
-@array_tree.register
-def _(space: spaces.Tuple) -> Tree:
-    return tuple(array_tree(sub) for sub in space.spaces)
-
-
-def leaves(tree: Tree, path: str) -> Iterator[tuple[str, ArraySpec]]:
+def leaves(tree: Tree, path: str) -> list[tuple[str, ArraySpec]]:
     """``(path, spec)`` of every leaf of ``tree``, paths extending ``path``."""
-    if isinstance(tree, ArraySpec):
-        yield path, tree
-    elif isinstance(tree, dict):
-        for key, sub in tree.items():
-            yield from leaves(sub, f"{path}/{key}")
-    else:
-        for i, sub in enumerate(tree):
-            yield from leaves(sub, f"{path}/{i}")
+    return tree_leaves(tree, path)
 
 
 def assemble(tree: Tree, path: str, arrays: Mapping[str, np.ndarray]) -> Any:
     """The arrays of ``tree`` under ``path``, nested like the space they hold."""
     if isinstance(tree, ArraySpec):
-        return arrays[path]
-    if isinstance(tree, dict):
-        return {key: assemble(sub, f"{path}/{key}", arrays) for key, sub in tree.items()}
-    return tuple(assemble(sub, f"{path}/{i}", arrays) for i, sub in enumerate(tree))
+        return arrays[path]  # the common case (one array), without a call
+    return map_paths(lambda leaf_path, _: arrays[leaf_path], tree, path)
 
 
 def store(tree: Tree, path: str, arrays: Mapping[str, Any], value: Any) -> None:

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from corral.arrays.tree import map_space
+
 
 @singledispatch
 def sample_array(
@@ -45,11 +47,7 @@ def _(space: spaces.MultiBinary, lead: tuple[int, ...], rng: np.random.Generator
     return rng.integers(0, 2, size=(*lead, *space.shape), dtype=np.int8)
 
 
-@sample_array.register
-def _(space: spaces.Dict, lead: tuple[int, ...], rng: np.random.Generator, mask=None):
-    return {key: sample_array(sub, lead, rng) for key, sub in space.spaces.items()}
-
-
-@sample_array.register
-def _(space: spaces.Tuple, lead: tuple[int, ...], rng: np.random.Generator, mask=None):
-    return tuple(sample_array(sub, lead, rng) for sub in space.spaces)
+@sample_array.register(spaces.Dict)
+@sample_array.register(spaces.Tuple)
+def _(space: spaces.Space, lead: tuple[int, ...], rng: np.random.Generator, mask=None):
+    return map_space(lambda leaf: sample_array(leaf, lead, rng), space)

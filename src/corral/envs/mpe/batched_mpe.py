@@ -56,6 +56,7 @@ class BatchedMPE(BatchedEnv):
     mpe2_module: str = ""  # the scenario's module, e.g. "mpe2.simple_spread.simple_spread"
     # Keyword arguments the batched scenario supports only at one value: name -> that value.
     fixed_arguments: dict[str, Any] = {"benchmark_data": False}
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"]}  # and mpe2's, once built
     simultaneous = True
     settable_attributes = ("max_cycles",)  # read at every step, as mpe2 reads it
 
@@ -80,11 +81,7 @@ class BatchedMPE(BatchedEnv):
             dtype = "float32" if self.place.device.startswith("cuda") else "float64"
         if str(dtype) not in DTYPES:
             raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(
-                f"render_mode must be None or 'rgb_array' for a batched MPE env, got "
-                f"{render_mode!r} (render one copy with env.render(copy))"
-            )
+        self.check_render_mode(render_mode, "render one copy with env.render(copy)")
         for name, value in self.fixed_arguments.items():
             if name in kwargs and kwargs[name] != value:
                 raise ValueError(
@@ -94,7 +91,7 @@ class BatchedMPE(BatchedEnv):
         self.render_mode = render_mode
         self.kwargs = dict(kwargs)
         raw = self.mpe2_env(**kwargs)
-        self.metadata = {**raw.metadata, "render_modes": ["rgb_array"]}
+        self.metadata = {**raw.metadata, "render_modes": BatchedMPE.metadata["render_modes"]}
         self.possible_agents = list(raw.possible_agents)
         self._obs_spaces = {a: raw.observation_space(a) for a in self.possible_agents}
         self._action_spaces = {a: raw.action_space(a) for a in self.possible_agents}

@@ -1,0 +1,103 @@
+"""corral.arrays.tree: the one walk over Dict/Tuple trees, and the walks that use it."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from types import MappingProxyType
+
+import numpy as np
+from gymnasium import spaces
+
+from corral.arrays.tree import (
+    first_leaf,
+    index,
+    leaves_of,
+    map_paths,
+    map_space,
+    map_tree,
+    tree_leaves,
+)
+from corral.vector.layout import ArraySpec, array_tree, assemble, leaves
+from corral.vector.sampling import sample_array
+
+SPACE = spaces.Dict(
+    pos=spaces.Box(-1, 1, (2,), np.float32),
+    parts=spaces.Tuple((spaces.Discrete(3), spaces.MultiBinary(4))),
+)
+
+
+def test_map_tree_zips_trees_by_the_first_trees_keys() -> None:
+    tree = {"a": (1, 2), "b": 3}
+    other = {"b": 30, "a": (10, 20), "extra": "not read"}
+    assert map_tree(lambda x, y: x + y, tree, other) == {"a": (11, 22), "b": 33}
+
+
+def test_lists_and_other_mappings_are_branches_only_when_asked() -> None:
+    value = {"a": [1, 2], "b": MappingProxyType({"c": 3})}
+    assert map_tree(repr, value) == {"a": "[1, 2]", "b": repr(value["b"])}
+    assert map_tree(str, value, lists=True, mappings=True) == {"a": ["1", "2"], "b": {"c": "3"}}
+    assert map_tree(str, OrderedDict(a=1)) == {"a": "1"}  # a dict subclass is a dict
+
+
+def test_leaves_have_slash_paths_for_arrays_and_index_paths_for_messages() -> None:
+    tree = {"pos": np.zeros(2), "parts": (0, np.ones(4))}
+    assert [p for p, _ in tree_leaves(tree, "obs/agent")] == [
+        "obs/agent/pos",
+        "obs/agent/parts/0",
+        "obs/agent/parts/1",
+    ]
+    assert [p for p, _ in tree_leaves(tree, "obs", index)] == [
+        "obs['pos']",
+        "obs['parts'][0]",
+        "obs['parts'][1]",
+    ]
+    assert tree_leaves(5, "x") == [("x", 5)]
+    assert map_paths(lambda path, leaf: path, tree, "o") == {
+        "pos": "o/pos",
+        "parts": ("o/parts/0", "o/parts/1"),
+    }
+    assert first_leaf(({"a": 7, "b": 8}, 9)) == 7
+
+
+def test_map_space_reads_values_at_the_spaces_keys() -> None:
+    value = {"parts": (2, [1, 0, 0, 1]), "pos": [0.5, -0.5]}
+    out = map_space(lambda space, v: (type(space).__name__, v), SPACE, value)
+    assert out == {
+        "pos": ("Box", [0.5, -0.5]),
+        "parts": (("Discrete", 2), ("MultiBinary", [1, 0, 0, 1])),
+    }
+
+
+def test_the_vector_layout_lays_out_a_nested_space_by_the_tree() -> None:
+    tree = array_tree(SPACE)
+    assert tree == {
+        "pos": ArraySpec((2,), np.dtype(np.float32)),
+        "parts": (ArraySpec((), np.dtype(np.int64)), ArraySpec((4,), np.dtype(np.int8))),
+    }
+    paths = [p for p, _ in leaves(tree, "obs/g")]
+    assert paths == ["obs/g/pos", "obs/g/parts/0", "obs/g/parts/1"]
+    arrays = {p: np.full(3, i) for i, p in enumerate(paths)}
+    nested = assemble(tree, "obs/g", arrays)
+    assert nested["pos"] is arrays["obs/g/pos"] and nested["parts"][1] is arrays["obs/g/parts/1"]
+
+
+def test_sampling_a_nested_space_draws_its_leaves_in_order() -> None:
+    lead = (2, 3)
+    drawn = sample_array(SPACE, lead, np.random.default_rng(7))
+    rng = np.random.default_rng(7)  # the reference: each leaf drawn by hand, in order
+    pos = sample_array(SPACE["pos"], lead, rng)
+    first = sample_array(SPACE["parts"][0], lead, rng)
+    second = sample_array(SPACE["parts"][1], lead, rng)
+    np.testing.assert_array_equal(drawn["pos"], pos)
+    np.testing.assert_array_equal(drawn["parts"][0], first)
+    np.testing.assert_array_equal(drawn["parts"][1], second)
+
+
+def test_leaves_of_a_value_follow_the_layout_tree() -> None:
+    tree = {"pos": 0, "parts": (0, 0)}
+    value = {"parts": ("p0", "p1"), "pos": "x", "extra": "not read"}
+    assert leaves_of(tree, value, "obs") == [
+        ("obs/pos", "x"),
+        ("obs/parts/0", "p0"),
+        ("obs/parts/1", "p1"),
+    ]
