@@ -332,3 +332,9 @@ def test_corral_eval_joins_the_cluster_a_config_names_only_where_the_command_lin
     with pytest.raises(Joined):
         run_cli(capsys, *evaluate, "--ray-address", "127.0.0.1:1")
     assert joins == ["127.0.0.1:1"]
+
+
+def test_config_error_is_corrals_public_name_where_the_docs_name_it() -> None:
+    """docs/training.md tells users to catch ``corral.ConfigError``."""
+    assert corral.ConfigError is ConfigError
+    assert "ConfigError" in corral.__all__

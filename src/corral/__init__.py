@@ -9,6 +9,7 @@ from corral.checks import check_env
 from corral.env import MultiAgentEnv, validate_actions
 from corral.errors import (
     CheckpointError,
+    ConfigError,
     CorralError,
     EnvContractError,
     EpisodeOverError,
@@ -50,6 +51,7 @@ __all__ = [
     "BatchedEnv",
     "BatchedStep",
     "CheckpointError",
+    "ConfigError",
     "CorralError",
     "EnvContractError",
     "EpisodeOverError",
