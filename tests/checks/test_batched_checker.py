@@ -12,12 +12,12 @@ import importlib.util
 import re
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from gymnasium import spaces
+from support.paths import ROOT
 
 import corral
 from corral import cli
@@ -26,7 +26,6 @@ from corral.checks import MAX_REPEATS, BatchedCheckReport, check_batched_env, ch
 from corral.env import MultiAgentEnv, validate_actions
 from corral.errors import CheckIncompleteWarning, EnvContractError
 
-ROOT = Path(__file__).resolve().parents[1]
 P, Q = ["p_0", "p_1", "p_2"], ["q_0"]
 OBS_P = spaces.Box(0, 1, (2,), np.float32)
 OBS_Q = spaces.Discrete(7)

@@ -13,19 +13,18 @@ import re
 import sys
 import textwrap
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from gymnasium import spaces
+from support.paths import ROOT
 
 import corral
 from corral.checks import MAX_REPEATS, CheckReport, RandomPolicy, check_env
 from corral.env import MultiAgentEnv, validate_actions
 from corral.errors import CheckIncompleteWarning, EnvContractError
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "custom_env.py"
 DOC = ROOT / "docs" / "custom_env.md"
 

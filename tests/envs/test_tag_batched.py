@@ -420,7 +420,7 @@ def test_on_the_layers_device_path_it_reads_and_copies_nothing_from_the_host(
     """With ``Place.numpy_on_cpu`` off it computes in torch as on a GPU: steps and unseeded
     resets of the copies a device mask selects read nothing back and copy nothing over."""
     torch = pytest.importorskip("torch")
-    from host_reads import counting_reads, counting_transfers
+    from support.host_reads import counting_reads, counting_transfers
 
     monkeypatch.setattr(Place, "numpy_on_cpu", False)
     env = BatchedTag(5, array="torch", max_cycles=4, num_prey=3, size=4)

@@ -15,13 +15,13 @@ import sys
 import types
 import warnings
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.utils.env_checker import data_equivalence
+from support.paths import ROOT
 
 import corral
 import corral.export
@@ -48,8 +48,6 @@ with warnings.catch_warnings():  # pettingzoo.test imports a deprecated module p
         seed_test,
     )
 from pettingzoo.utils.conversions import parallel_to_aec  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # The warnings PettingZoo's suites raise about corral's own envs, and why they are fine.
 # rps/rps4: nothing played yet at reset; Nim: no stick left at the end

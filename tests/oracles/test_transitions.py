@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from oracles.transitions import TransitionAssembler
 
 from corral.vector import make_vec
+from oracles.transitions import TransitionAssembler
 
 ROCK, PAPER, SCISSORS = 0, 1, 2
 

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("yaml")
 
 import yaml
-from test_runner import TINY
+from support.tabular import TINY
 
 from corral import cli
 from corral.algos import ALGORITHMS, algorithm_class

@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_native_vector import assert_batches_equal
 
 import corral
 from corral.arrays import to_numpy
 from corral.registry import spec
+
+from .batches import assert_batches_equal
 
 
 def batched(id: str, num_envs: int, **kwargs: Any) -> Any:
@@ -210,7 +211,7 @@ def differential_tests(
     float32 step on ``float32_cases`` (every other case), the float32 mean return on
     ``returns_cases`` (the first case: 10,000 episodes each) and rendering on
     ``render_cases`` (the first case)."""
-    from test_native_vector import PLACES
+    from .batches import PLACES
 
     torch_places = [p for p in PLACES if p != ("numpy", "cpu")]
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.paths import BENCHMARKS
 
 pytest.importorskip("mpe2")
 
@@ -159,7 +160,7 @@ def test_unknown_envs_and_baselines_are_named() -> None:
 
 
 def test_the_benchmark_script_prints_both_baselines(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
     lines = importlib.import_module("spread_baselines").measure(2, 4, 0)
     assert [line.split()[0] for line in lines] == ["discrete", "continuous"]
     assert all("random -" in line and "heuristic -" in line and "+-" in line for line in lines)
@@ -171,7 +172,7 @@ def test_the_benchmark_script_prints_both_baselines(monkeypatch: pytest.MonkeyPa
 def spread_run(capsys: pytest.CaptureFixture[str], run_dir: Path, *settings: str) -> Path:
     """A tiny run on simple_spread (a tabular learner, through ``corral train``)."""
     pytest.importorskip("yaml")
-    from test_train_cli import train
+    from support.cli import train
 
     code, _, err = train(capsys, run_dir, "--set", *settings, env=SPREAD)
     assert code == 0, err
@@ -237,7 +238,7 @@ def test_plot_command_draws_references_and_refuses_what_it_cannot(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     pytest.importorskip("matplotlib")
-    from test_train_cli import run, train
+    from support.cli import run, train
 
     spread = spread_run(capsys, tmp_path / "s", "env_kwargs.N=2", "env_kwargs.max_cycles=10")
     png = tmp_path / "c.png"

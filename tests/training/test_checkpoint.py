@@ -3,7 +3,6 @@ damage and old or foreign files give one clear error, atomic and wall-clock chec
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -27,7 +26,9 @@ import pytest
 pytest.importorskip("yaml")
 torch = pytest.importorskip("torch")
 
-from test_runner import TabularQ  # noqa: E402
+from support.checkpoints import members, rewrite  # noqa: E402
+from support.paths import ROOT  # noqa: E402
+from support.tabular import TabularQ  # noqa: E402
 
 import corral  # noqa: E402
 from corral import cli  # noqa: E402
@@ -41,8 +42,6 @@ from corral.training.collector import Collector  # noqa: E402
 from corral.training.metrics import read_metrics  # noqa: E402
 from corral.training.runner import BEST, LATEST, load_players, player_states  # noqa: E402
 from corral.training.self_play import self_play  # noqa: E402
-
-SEAL = b"corral-sha256:"
 
 
 @pytest.fixture(autouse=True)
@@ -254,27 +253,6 @@ def test_an_old_checkpoint_is_refused_unread_saying_what_to_do(
     ):
         ckpt.load(tmp_path / LATEST)
     assert not marker.exists()
-
-
-def rewrite(path: Path, members: dict[str, bytes], *, seal: bool = True) -> None:
-    """Write ``members`` to the zip ``path``, with a valid checksum where ``seal``: what anyone
-    can forge, so checksums are no defence against a crafted file, only against damage."""
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.comment = SEAL + b"0" * 64
-        for name, data in members.items():
-            archive.writestr(name, data)
-    data = bytearray(path.read_bytes())
-    if seal:
-        data[-64:] = hashlib.sha256(data[: -len(SEAL) - 64]).hexdigest().encode()
-    else:
-        del data[-len(SEAL) - 64 :]
-        data[-2:] = b"\0\0"  # no comment
-    path.write_bytes(bytes(data))
-
-
-def members(path: Path) -> dict[str, bytes]:
-    with zipfile.ZipFile(path) as archive:
-        return {name: archive.read(name) for name in archive.namelist()}
 
 
 def genuine(path: Path) -> dict[str, bytes]:
@@ -790,7 +768,7 @@ def test_the_torch_extras_need_a_torch_that_loads_checkpoints_safely() -> None:
     from packaging.requirements import Requirement
     from packaging.version import Version
 
-    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = {f"extra {k}": v for k, v in project["optional-dependencies"].items()}
     pins = {}
     for where, requirements in {"dependencies": project["dependencies"], **extras}.items():

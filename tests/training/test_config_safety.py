@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("yaml")
 
 import yaml
-from test_runner import TINY
+from support.tabular import TINY
 
 import corral
 from corral import cli
@@ -41,7 +41,7 @@ def marker_module(directory: Path) -> tuple[str, Path]:
         "import numpy as np\n\n"
         f"pathlib.Path({str(marker)!r}).touch()\n\n"
         "try:\n"
-        "    from test_runner import TabularQ\n"
+        "    from support.tabular import TabularQ\n"
         "except ImportError:  # a subprocess without the tests on its path\n"
         "    TabularQ = None\n\n\n"
         "def rock(obs, mask, rng):\n"

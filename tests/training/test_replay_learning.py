@@ -3,7 +3,7 @@
 On torch batches (``make_vec(..., array="torch")``) the rows are written and
 sampled on the batches' device and nothing is read back per step: the reads
 are per rollout (the metrics, the episodes that ended), counted as in
-``test_rollout_device``. With exploration switched off, torch batches fill the
+``tests/training/test_rollout_device.py``. With exploration switched off, torch batches fill the
 memory with the same rows as NumPy batches.
 """
 
@@ -14,8 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from host_reads import counting_transfers  # noqa: E402
-from test_rollout_device import DEVICES, HOST_SIDE, counting_reads, run_settings  # noqa: E402
+from support.devices import DEVICES, HOST_SIDE, counting_reads  # noqa: E402
+from support.host_reads import counting_transfers  # noqa: E402
+from support.runs import run_settings  # noqa: E402
 
 import corral  # noqa: E402
 from corral.algos.dqn import DQN  # noqa: E402

@@ -10,7 +10,7 @@ layer and the envs read nothing per step either (``vector/episodes.py``,
 ``deferred_checks``): with the vector layer taking its device path on the CPU
 (``Place.numpy_on_cpu = False``, as on a GPU) every read is counted, the calls
 that would synchronise a GPU without reading a value included
-(tests/host_reads.py), and so is every copy from the host to the device. CUDA
+(tests/support/host_reads.py), and so is every copy from the host to the device. CUDA
 variants run where a GPU is present.
 """
 
@@ -23,8 +23,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import host_reads  # noqa: E402
 from oracles.decisions import DecisionCounter  # noqa: E402
+from support import host_reads  # noqa: E402
+from support.devices import DEVICES, HOST_SIDE, counting_reads  # noqa: E402
+from support.runs import run_settings  # noqa: E402
 
 import corral  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
@@ -33,27 +35,6 @@ from corral.envs.tag_batched import BatchedTag  # noqa: E402
 from corral.errors import InvalidActionError  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
 from corral.training.self_play import OPPONENT, self_play  # noqa: E402
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
-    ),
-]
-
-NOT_COUNTED = ("corral.vector.", "corral.envs.")
-"""Callers whose reads are not the learner's: the vector layer and the envs."""
-
-HOST_SIDE = ("torch.optim.",)
-"""Reads of values kept on the host whatever the device: a non-fused optimiser's step
-counts (CPU tensors beside CUDA parameters, read without a device synchronisation)."""
-
-
-def counting_reads():
-    """Count host reads of tensors (:func:`host_reads.counting_reads`) by the learning side:
-    callers outside :data:`NOT_COUNTED`."""
-    return host_reads.counting_reads(skip=NOT_COUNTED, host_side=HOST_SIDE)
 
 
 def torch_collector(
@@ -294,20 +275,6 @@ def test_self_play_refuses_torch_batches():
     with pytest.raises(ValueError, match="self_play plays numpy batches only"):
         pool.act(venv.reset(seed=0))
     venv.close()
-
-
-def run_settings(tmp_path, name, **settings):
-    base = {
-        "num_envs": 4,
-        "total_steps": 240,
-        "eval_every": 0,
-        "eval_episodes": 4,
-        "log_every": 120,
-        "dtype": "float64",
-        "tensorboard": False,
-        "run_dir": str(tmp_path / name),
-    }
-    return {**base, **settings}
 
 
 def test_the_runner_checks_actions_on_a_device_without_reading_them_back(tmp_path, monkeypatch):

@@ -14,8 +14,8 @@ import pytest
 pytest.importorskip("yaml")
 pytest.importorskip("torch")
 
-from test_checkpoint import members, rewrite
-from test_runner import TINY
+from support.checkpoints import members, rewrite
+from support.tabular import TINY
 
 from corral import cli
 from corral.training.metrics import read_metrics

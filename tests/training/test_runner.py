@@ -7,19 +7,18 @@ import logging
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
 
 pytest.importorskip("yaml")
 
+from support.runs import Killed, config, kill_after_checkpoint, train, without_time
+from support.tabular import TINY, TabularQ
+
 import corral
-from corral.algos.base import AlgoConfig, Algorithm
-from corral.algos.policy import Learner, Policy
-from corral.data.rollouts import Rollout, decision_rows
 from corral.training import ConfigError, Runner, load_config, load_run
 from corral.training import checkpoint as ckpt
 from corral.training import runner as runner_module
@@ -27,155 +26,6 @@ from corral.training.metrics import COLUMNS, MetricsLog, read_metrics
 from corral.training.progress import BarProgress, LineProgress
 from corral.training.runner import BEST, LATEST, evaluate_policy
 from corral.training.threads import torch_threads
-from corral.vector.sampling import sample_array
-
-
-@dataclass
-class TabularConfig(AlgoConfig):
-    """Settings of :class:`TabularQ`."""
-
-    lr: float = 0.3
-    """Step size of the Q-table updates."""
-    epsilon: float = 0.3
-    """Exploration rate."""
-    states: int = 8
-    """Table rows: an observation's state is the argmax of its entries, modulo this."""
-    rollout_steps: int = 1
-    """Vector steps per rollout."""
-    batch: int = 4
-    """Rollouts with complete decisions stored before an update."""
-    prefer: int = 0
-    """The action an untrained table plays greedily."""
-
-
-class TabularPolicy(Policy):
-    """:class:`TabularQ`'s tables, acting epsilon-greedily (or greedily)."""
-
-    def __init__(self, groups: Mapping[str, Any], action_space: Mapping[str, Any], config: Any):
-        super().__init__(groups)
-        self.config = config
-        self.action_space = dict(action_space)
-        self.q = {}
-        for g in self.groups:
-            self.q[g] = np.zeros((config.states, int(self.action_space[g].n)))
-            self.q[g][:, config.prefer] = 1e-3
-        self.rng = np.random.default_rng(config.seed)
-
-    def state(self, obs: np.ndarray) -> np.ndarray:
-        flat = np.asarray(obs).reshape(*np.shape(obs)[:-1], -1)
-        return np.argmax(flat, axis=-1) % self.config.states
-
-    def act(self, batch: Any, *, explore: bool = True, decisions: Any = None) -> tuple[dict, dict]:
-        actions = {}
-        for g in self.groups:
-            q = self.q[g][self.state(batch.obs[g])]
-            mask = batch.action_mask.get(g)
-            best = np.argmax(np.where(mask, q, -np.inf) if mask is not None else q, axis=-1)
-            if explore:
-                random = sample_array(self.action_space[g], best.shape, self.rng, mask)
-                best = np.where(self.rng.random(best.shape) < self.config.epsilon, random, best)
-            actions[g] = best
-        return actions, {}
-
-
-class TabularQ(Algorithm):
-    """Q-learning on a table per group, from each rollout's decisions; the state of an
-    observation is its argmax."""
-
-    name: ClassVar[str] = "tabular"
-    Config: ClassVar[type[AlgoConfig]] = TabularConfig
-    records_next: ClassVar[bool] = True
-    config: TabularConfig
-    policy: TabularPolicy
-
-    def __init__(
-        self,
-        venv: Any,
-        config: AlgoConfig | None = None,
-        *,
-        learn_groups: Any = None,
-        device: str = "cpu",
-    ) -> None:
-        groups = self.describe(venv, config, learn_groups, device)
-        Learner.__init__(self, TabularPolicy(groups, self.action_space, self.config))
-        self.pending: list[Mapping[str, Any]] = []
-
-    @property
-    def q(self) -> dict[str, np.ndarray]:
-        return self.policy.q
-
-    def learn(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
-        fields = ("obs", "action", "reward", "next_obs", "terminated")
-        rows = {g: decision_rows(r, fields) for g, r in rollouts.items()}
-        complete = {g: t for g, t in rows.items() if len(t["reward"])}
-        if complete:
-            self.pending.append(complete)
-        if len(self.pending) < self.config.batch:
-            return {}
-        errors = []
-        for transitions in self.pending:
-            for g, t in transitions.items():
-                s, s2 = self.policy.state(t["obs"]), self.policy.state(t["next_obs"])
-                bootstrap = np.where(t["terminated"], 0.0, self.policy.q[g][s2].max(axis=-1))
-                target = t["reward"] + self.config.gamma * bootstrap
-                error = target - self.policy.q[g][s, t["action"]]
-                np.add.at(self.policy.q[g], (s, t["action"]), self.config.lr * error)
-                errors.extend(error.tolist())
-        self.pending.clear()
-        self.updates += 1
-        return {"loss": float(np.mean(np.square(errors))) if errors else 0.0}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "q": {g: q.copy() for g, q in self.policy.q.items()},
-            "rng": self.policy.rng.bit_generator.state,
-            "pending": list(self.pending),
-            "updates": self.updates,
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.policy.q = {g: np.array(q) for g, q in state["q"].items()}
-        self.policy.rng.bit_generator.state = state["rng"]
-        self.pending = list(state["pending"])
-        self.updates = int(state["updates"])
-
-
-TINY = f"{TabularQ.__module__}:TabularQ"
-"""How a run's config.yaml names :class:`TabularQ`: reading it back must allow that import."""
-
-
-class Killed(Exception):
-    """Stands for a kill of the training process right after a checkpoint."""
-
-
-def config(
-    tmp_path: Path,
-    name: str = "run",
-    env: str = "mdp/climbing",
-    algo: str | type = TabularQ,
-    **settings: Any,
-) -> Any:
-    base = {
-        "num_envs": 4,
-        "total_steps": 400,
-        "eval_every": 80,
-        "eval_episodes": 8,
-        "checkpoint_every": 0,
-        "log_every": 40,
-        "device": "cpu",
-        "run_dir": str(tmp_path / name),
-    }
-    return load_config(algo, env, {**base, **settings})
-
-
-def train(cfg: Any) -> Any:
-    with Runner(cfg, progress=False, allow_imports=[TINY]) as runner:
-        return runner.train()
-
-
-def without_time(rows: list[dict[str, float]]) -> list[dict[str, float]]:
-    return [{k: v for k, v in r.items() if k not in ("wall_time", "steps_per_s")} for r in rows]
-
 
 # -- configs ------------------------------------------------------------------------------
 
@@ -503,17 +353,6 @@ def test_default_run_dir_names_algorithm_env_and_seed(
 
 
 # -- resume --------------------------------------------------------------------------------
-
-
-def kill_after_checkpoint(monkeypatch: pytest.MonkeyPatch, at_step: int) -> None:
-    save = Runner.save_checkpoint
-
-    def save_then_die(self: Runner, path: str | Path, **kwargs: Any) -> None:
-        save(self, path, **kwargs)
-        if Path(path).name == LATEST and self.env_steps >= at_step:
-            raise Killed
-
-    monkeypatch.setattr(Runner, "save_checkpoint", save_then_die)
 
 
 def test_resume_of_a_killed_run_equals_an_uninterrupted_one(

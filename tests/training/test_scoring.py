@@ -1,6 +1,7 @@
 """What evaluations measure and what selects best.pt: returns per group and agent, the score
 against a reference opponent in two-player zero-sum games, ``select_by`` and the warning about
-selection metrics that are constant by construction (with the tabular learner of test_runner)."""
+selection metrics that are constant by construction (with the tabular learner of
+``support.tabular``)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import pytest
 
 pytest.importorskip("yaml")
 
-from test_runner import TINY, config, train
+from support.games import UndeclaredRPS
+from support.runs import config, train
+from support.tabular import TINY
 
 import corral
 from corral import cli
-from corral.envs.rps import RockPaperScissors
 from corral.training import ConfigError, RunConfig, Runner, load_run
 from corral.training import checkpoint as ckpt
 from corral.training.metrics import COLUMNS, MetricsLog, read_metrics
@@ -286,12 +288,6 @@ def test_a_metric_constant_by_construction_is_warned_about_once(
     assert "eval_return averages the returns of every agent of a zero-sum game" in warning
     assert "cannot be chosen well" in (tmp_path / "run" / "train.log").read_text()
     assert "best.pt is selected on eval_return" in (tmp_path / "run" / "train.log").read_text()
-
-
-class UndeclaredRPS(RockPaperScissors):
-    """rock-paper-scissors that does not declare itself zero-sum."""
-
-    metadata = {"render_modes": [], "name": "undeclared_rps"}
 
 
 def test_a_metric_seen_constant_in_every_episode_is_warned_about_once(

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_runner import Killed, kill_after_checkpoint, without_time  # noqa: E402
+from support.runs import Killed, kill_after_checkpoint, without_time  # noqa: E402
 
 from corral.algos.selfplay import SnapshotPool  # noqa: E402
 from corral.training import Runner, load_config  # noqa: E402

@@ -19,10 +19,12 @@ import pytest
 pytest.importorskip("yaml")
 
 import yaml
-from test_runner import TabularQ
+from support.cli import FAST, run, train
+from support.paths import TESTS
+from support.tabular import TINY, TabularQ
 
 import corral
-from corral import cli, registry
+from corral import registry
 from corral.algos import ALGORITHMS
 from corral.envs.mdp import climbing_game
 from corral.settings import declared_ranges, field_docs, parse_value
@@ -31,41 +33,8 @@ from corral.training.config import coerce
 from corral.training.metrics import COLUMNS, read_metrics
 from corral.training.runner import AlreadyTrainedError, evaluate_policy, load_run
 
-TINY = f"{TabularQ.__module__}:TabularQ"
 ALLOW = ["--allow-import", TINY]  # a run's config.yaml imports TabularQ only when allowed
-FAST = ["num_envs=2", "eval_episodes=4", "log_every=20", "device=cpu", "tensorboard=false"]
 SRC = Path(corral.__file__).parent.parent
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def train(
-    capsys: pytest.CaptureFixture[str],
-    run_dir: Path,
-    *extra: str,
-    algo: str = TINY,
-    env: str = "mdp/climbing",
-) -> tuple[int, str, str]:
-    return run(
-        capsys,
-        "train",
-        algo,
-        "--env",
-        env,
-        "--total-steps",
-        "80",
-        "--run-dir",
-        str(run_dir),
-        "--no-progress",
-        "--set",
-        *FAST,
-        "eval_every=40",
-        *extra,
-    )
 
 
 # -- corral train ALGO --help lists every setting -----------------------------------------------
@@ -155,7 +124,7 @@ def test_train_help_lists_a_user_algorithm_s_own_settings(
     code, out, err = run(capsys, "train", TINY, "--help")
     assert code == 0, err
     assert_lists_every_field(listed(out, "run settings"), RunConfig())
-    entries = listed(out, f"{TINY} settings (test_runner.TabularConfig)")
+    entries = listed(out, f"{TINY} settings (support.tabular.TabularConfig)")
     assert_lists_every_field(entries, TabularQ.Config())
     assert entries["epsilon"] == (["epsilon", "float", "0.3"], "Exploration rate.")
 
@@ -458,7 +427,7 @@ def test_maddpg_on_an_env_found_turn_based_while_training_is_one_clear_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, isolated_registry: None
 ) -> None:
     pytest.importorskip("torch")
-    from test_scoring import UndeclaredRPS
+    from support.games import UndeclaredRPS
 
     import corral
 
@@ -792,8 +761,7 @@ def test_train_and_eval_take_an_env_module_attr(
 
 def test_a_fresh_process_trains_and_evaluates_a_user_env(tmp_path: Path) -> None:
     module = user_module(tmp_path)
-    tests = Path(__file__).parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(tests)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS)])}
     corral_cli = [sys.executable, "-m", "corral"]
     argv = ["train", TINY, "--env", f"{module}/climbing", "--import", module, "--total-steps"]
     argv += ["40", "--run-dir", "r", "--no-progress", "--set", *FAST]

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from gymnasium import spaces
-from test_backend_events import kill_worker
-from test_vector import BACKENDS
+from support.backends import BACKENDS, kill_worker
 
 import corral
 from corral.adapters import set_env_attr

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
 import sys
 import time
 import warnings
@@ -29,6 +28,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 import pytest
+from support.backends import kill_worker
 
 import corral
 from corral.errors import (
@@ -206,26 +206,6 @@ def probes(venv: VectorEnv, source: str) -> list[int]:
     if source == "dict":
         return list(range(NUM_ENVS))
     return [envs.start for envs in shards_of(venv) for _ in envs]
-
-
-def kill_worker(venv: VectorEnv, index: int) -> None:
-    """End worker ``index`` from outside, and wait until it is dead."""
-    backend = venv._backend
-    if venv.backend_name == "subproc":
-        os.kill(backend.worker_pids[index], signal.SIGKILL)
-        return
-    import ray
-
-    actor = backend.shards[index].handle
-    ray.kill(actor)
-    deadline = time.monotonic() + 30  # ray.kill is asynchronous
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.__ray_ready__.remote(), timeout=30)
-        except ray.exceptions.RayActorError:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"worker {index} still answers 30 s after ray.kill")
 
 
 def assert_worker_1_restarted(batch: Any) -> None:

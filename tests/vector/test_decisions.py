@@ -4,7 +4,8 @@ the collector's count of the batches it acted on (``tests/oracles/decisions.py``
 Random legal actions on turn-based, asynchronous and simultaneous envs, as dict envs and
 natively batched, on every backend, as numpy and as torch: at every batch the field equals
 the oracle's index, and ``episode_decisions`` where ``done`` the oracle's count of the
-episode that ended. The faults (restarts, cut episodes) are checked in ``test_faults.py``.
+episode that ended. The faults (restarts, cut episodes) are checked in
+``tests/vector/test_faults.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ natively batched env ends and restarts episodes with masked blends (no read of
 which copies ended) and, with ``deferred_checks=True``, checks actions without
 reading them back. A CPU-only machine runs that path by setting
 ``Place.numpy_on_cpu = False`` ("as on a GPU"): the tests count the calls that
-would synchronise a GPU (:mod:`host_reads`), reads back to the host and copies
+would synchronise a GPU (:mod:`support.host_reads`), reads back to the host and copies
 from it, and compare the batches with the host path's, step by step. CUDA variants run under
 ``torch.cuda.set_sync_debug_mode("error")`` where a GPU is present.
 """
@@ -21,7 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from host_reads import counting_reads, counting_transfers  # noqa: E402
+from support.host_reads import counting_reads, counting_transfers  # noqa: E402
 
 import corral  # noqa: E402
 from corral.adapters.catalog import _MPE2_BATCHED  # noqa: E402

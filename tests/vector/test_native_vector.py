@@ -7,65 +7,15 @@ dying agents), on every backend, with numpy and torch arrays.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
 import re
 
 import numpy as np
 import pytest
+from support.batches import PLACES, assert_batches_equal, needs_torch
 
 import corral
 from corral.arrays import to_numpy
 from corral.errors import InvalidActionError
-
-HAS_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
-
-
-def _cuda() -> bool:
-    if not HAS_TORCH:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
-PLACES = [
-    ("numpy", "cpu"),
-    pytest.param("torch", "cpu", marks=needs_torch),
-    pytest.param("torch", "cuda", marks=pytest.mark.skipif(not _cuda(), reason="no CUDA GPU here")),
-]
-
-
-def _leaves(value, path=""):
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _leaves(v, f"{path}/{k}")
-    elif isinstance(value, (tuple, list)):
-        for k, v in enumerate(value):
-            yield from _leaves(v, f"{path}/{k}")
-    elif value is not None:
-        yield path, value
-
-
-def assert_batches_equal(
-    want: corral.Batch, got: corral.Batch, where: str, rtol: float = 0.0
-) -> None:
-    """Every field of two batches equal, value and dtype (``got`` may hold tensors), or
-    within ``rtol`` (and as much absolute, for values near zero)."""
-    for field in dataclasses.fields(want):
-        a = dict(_leaves(getattr(want, field.name)))
-        b = dict(_leaves(getattr(got, field.name)))
-        assert a.keys() == b.keys(), f"{where}: {field.name} keys"
-        for path, x in a.items():
-            y = to_numpy(b[path])
-            assert x.dtype == y.dtype, f"{where}: {field.name}{path} dtype {x.dtype} {y.dtype}"
-            if rtol and x.dtype.kind == "f":
-                np.testing.assert_allclose(
-                    y, x, rtol=rtol, atol=rtol, err_msg=f"{where}: {field.name}{path}"
-                )
-            else:
-                np.testing.assert_array_equal(x, y, err_msg=f"{where}: {field.name}{path}")
 
 
 def _run_side_by_side(
@@ -96,7 +46,7 @@ def _run_side_by_side(
 @pytest.mark.parametrize(("array", "device"), PLACES)
 def test_native_batches_equal_the_dict_envs(id: str, array: str, device: str) -> None:
     # MPE's physics rounds differently in torch's sqrt and logaddexp: its float32
-    # observations may differ in the last place (tests/test_mpe_batched.py bounds the
+    # observations may differ in the last place (tests/envs/mpe/test_batched_mpe.py bounds the
     # float64 state); every other native env is exact in torch too.
     rtol = 1e-6 if array == "torch" and id.startswith("mpe2/") else 0.0
     episodes = _run_side_by_side(id, 8, 120, "sync", array, device, rtol)

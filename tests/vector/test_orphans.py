@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import paths
 
 from corral.vector import reaper
 from corral.vector.subproc import REAP_AFTER_S
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.skipif(
     not os.path.isdir("/proc"), reason="reads the process table from /proc"
 )
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(paths.SRC)
 
 SUBPROC_DRIVER = """
 import ctypes

@@ -12,12 +12,12 @@ import sys
 import threading
 import time
 from functools import partial
-from pathlib import Path
 
 import cloudpickle
 import numpy as np
 import pytest
 from gymnasium import spaces
+from support.paths import SRC
 
 import corral
 from corral.errors import (
@@ -367,7 +367,7 @@ def processes_in_group(pgid: int) -> list[int]:
 def test_script_without_main_guard_gets_a_clear_error_and_leaves_no_process(tmp_path) -> None:
     script = tmp_path / "train_script.py"
     script.write_text(UNGUARDED_SCRIPT)
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(SRC)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     # its own session: its processes (fork server and workers too) form one group to look for
     proc = subprocess.Popen(

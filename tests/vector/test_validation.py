@@ -907,7 +907,7 @@ def test_a_native_env_that_breaks_the_protocol_is_named_with_the_copy_and_agent(
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 @pytest.mark.parametrize("bad", ["leaves_without_ending", "reset_ignores_where"])
 def test_on_a_device_the_protocol_is_checked_with_check_finite(monkeypatch, bad) -> None:
-    # a device step reads nothing back (tests/test_device_steps.py); check_finite reads
+    # a device step reads nothing back (tests/vector/test_device_steps.py); check_finite reads
     monkeypatch.setattr(corral.Place, "numpy_on_cpu", False)  # the device path, on the CPU
     err = _contract_error("sync", "torch", bad, check_finite=True)
     # on a device every step calls reset(where=done), none selected at first: copy 0 shows it

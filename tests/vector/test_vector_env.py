@@ -7,7 +7,6 @@ Every batch field is checked against what the reference envs returned.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import sys
 
@@ -15,6 +14,7 @@ import cloudpickle
 import numpy as np
 import pytest
 from gymnasium import spaces
+from support.backends import BACKENDS
 
 import corral
 from corral.envs.tag import Tag
@@ -29,19 +29,6 @@ ENVS = {
     "openspiel": ("openspiel/kuhn_poker", {}),
     "gym": ("gym/CartPole-v1", {"max_episode_steps": 15}),
 }
-
-
-def _backend_params() -> list:
-    params = []
-    for name, module in (("sync", None), ("subproc", None), ("ray", "ray")):
-        marks = []
-        if module and importlib.util.find_spec(module) is None:
-            marks.append(pytest.mark.skip(reason=f"{module} is not installed"))
-        params.append(pytest.param(name, marks=marks))
-    return params
-
-
-BACKENDS = _backend_params()
 
 
 def _make_or_skip(id: str, kwargs: dict):

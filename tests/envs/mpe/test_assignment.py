@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_native_vector import PLACES
+from support.batches import PLACES
 
 from corral.arrays import Place, to_numpy
 from corral.envs.mpe.assignment import MAX_PERMUTED, Assignment

@@ -1,11 +1,12 @@
 """corral's natively batched MPE, simple and simple_spread, against mpe2 itself
-(tests/mpe_differential.py has the checks every scenario runs)."""
+(tests/support/mpe_differential.py has the checks every scenario runs)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from mpe_differential import (
+from support.batches import PLACES
+from support.mpe_differential import (
     batched,
     check_exact,
     check_float32_returns,
@@ -14,7 +15,6 @@ from mpe_differential import (
     check_torch,
     mpe2_raw,
 )
-from test_native_vector import PLACES
 
 import corral
 

@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from mpe_differential import batched, check_torch, random_actions
+from support.mpe_differential import batched, check_torch, random_actions
 
 import corral
 
@@ -45,5 +45,5 @@ def test_the_compiled_step_stays_within_1e9_of_numpy(id: str, monkeypatch) -> No
     def compiled(id: str, num_envs: int, **kwargs):
         return make(id, num_envs, **kwargs, compile=kwargs.get("array") == "torch")
 
-    monkeypatch.setattr("mpe_differential.batched", compiled)
+    monkeypatch.setattr("support.mpe_differential.batched", compiled)
     check_torch(id, {}, steps=40)

@@ -1,11 +1,11 @@
 """corral's natively batched ``mpe2/simple_adversary_v3`` against mpe2 itself (the shared
-checks are in tests/mpe_differential.py)."""
+checks are in tests/support/mpe_differential.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from mpe_differential import (
+from support.mpe_differential import (
     batched,
     check_render_at_reset,
     differential_tests,

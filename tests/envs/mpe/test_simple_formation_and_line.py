@@ -1,5 +1,5 @@
 """corral's natively batched ``mpe2/simple_formation_v1`` and ``mpe2/simple_line_v1``
-against mpe2 itself (tests/mpe_differential.py has the checks every scenario runs): the
+against mpe2 itself (tests/support/mpe_differential.py has the checks every scenario runs): the
 two scenarios differ only in where their targets lie."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from mpe_differential import (
+from support.mpe_differential import (
     batched,
     differential_tests,
     mpe2_raw,

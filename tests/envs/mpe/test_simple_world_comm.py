@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mpe_differential import (
+from support.mpe_differential import (
     batched,
     differential_tests,
     mpe2_raw,
