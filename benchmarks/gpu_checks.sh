@@ -27,18 +27,19 @@ print(torch.__version__, torch.cuda.get_device_name(0))"
 }
 
 CUDA_TESTS=(
-    tests/test_device_steps.py tests/test_rollout_device.py tests/test_native_vector.py
-    tests/test_mdp_batched.py tests/test_tag_batched.py tests/test_mpe_batched.py
-    tests/test_streams.py tests/test_batched_checker.py tests/test_replay.py
-    tests/test_replay_learning.py tests/test_replay_rows.py tests/test_policy_learner.py
-    tests/test_mappo.py
+    tests/vector/test_device_steps.py tests/training/test_rollout_device.py
+    tests/vector/test_native_vector.py tests/envs/test_mdp_batched.py
+    tests/envs/test_tag_batched.py tests/arrays/test_streams.py
+    tests/checks/test_batched_checker.py tests/data/test_replay.py
+    tests/training/test_replay_learning.py tests/data/test_replay_rows.py
+    tests/algos/test_policy_learner.py tests/algos/test_mappo.py
 )
 
 step() {
     local out="${OUT:-$SCRATCH}/$1.log"
     case "$1" in
         tests) python3 -m pytest -q -rs -p no:cacheprovider -k cuda "${CUDA_TESTS[@]}" \
-            tests/test_mpe_*.py ;;
+            tests/envs/mpe/ ;;
         envs) python3 benchmarks/batched_mpe.py --device cuda --peers ;;
         train) python3 benchmarks/train_throughput.py --device cuda --algos mappo \
             --num-envs 4096 --steps 2000000 ;;

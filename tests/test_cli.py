@@ -15,7 +15,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from test_registry import installed_package, plugin_module
+from support.cli import run
+from support.plugins import installed_package, plugin_module
 
 from corral import cli
 from corral.env import MultiAgentEnv
@@ -43,12 +44,6 @@ def example() -> ModuleType:
 def nim(example: ModuleType) -> str:
     register("test/nim", example.Nim)
     return "test/nim"
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_list_prints_every_id_grouped_by_source(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.plugins import installed_package, plugin_module
 
 import corral
 from corral import registry
@@ -283,30 +284,6 @@ def test_an_id_of_an_unknown_source_says_how_to_make_it_known() -> None:
 def test_import_modules_names_a_module_that_cannot_be_imported() -> None:
     with pytest.raises(RegistrationError, match="cannot import the module 'no_such_mod_xyz'"):
         registry.import_modules(["no_such_mod_xyz"])
-
-
-def installed_package(directory: Path, entry_points: dict[str, str], modules: dict[str, str]):
-    """A package as ``pip install`` leaves it in ``directory`` (a dist-info with the
-    ``corral.envs`` entry points, and its modules); put ``directory`` on ``sys.path``."""
-    dist = f"plugin_{uuid.uuid4().hex[:8]}"
-    info = directory / f"{dist}-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
-    lines = [f"{name} = {value}" for name, value in entry_points.items()]
-    (info / "entry_points.txt").write_text("[corral.envs]\n" + "\n".join(lines) + "\n")
-    for name, text in modules.items():
-        (directory / f"{name}.py").write_text(text)
-    return dist
-
-
-def plugin_module(source: str) -> str:
-    """A module that registers ``SOURCE/rps`` on import and ``SOURCE/more`` in ``more()``."""
-    return (
-        "import corral\n\n"
-        f"corral.register('{source}/rps', 'corral.envs.rps:RockPaperScissors')\n\n\n"
-        "def more():\n"
-        f"    corral.register('{source}/more', 'corral.envs.rps:RockPaperScissors')\n"
-    )
 
 
 def test_an_installed_package_s_ids_load_through_its_entry_points(

@@ -10,7 +10,7 @@ whatever state it keeps beside the world (goals, colours).
 
 Each copy is exact to mpe2: in numpy float64, copy ``i`` of ``reset(seed=s)``
 and the steps after it give bit-identically what mpe2's parallel env reset
-with ``seed=s + i`` gives for the same actions (tests/test_mpe_batched.py).
+with ``seed=s + i`` gives for the same actions (tests/envs/mpe/test_batched_mpe.py).
 """
 
 from __future__ import annotations
