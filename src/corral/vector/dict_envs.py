@@ -18,6 +18,7 @@ resets it, with the attributes ``set_attr`` wrote on it set again.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -154,7 +155,7 @@ class DictEnvs(BatchedEnv):
         broken, to_rebuild = self._broken, self._to_rebuild
         state = self.state_space is not None
         record, alive_as_acting, alive_as_all = (
-            packer.record,
+            packer.record_reset,
             packer.alive_as_acting,
             packer.alive_as_all,
         )
@@ -210,7 +211,7 @@ class DictEnvs(BatchedEnv):
         inside = self.inside
         inside[1] = STEP
         offset, envs, acting, broken = self.offset, self.envs, self._acting, self._broken
-        num_alive, record = self._num_alive, packer.record
+        num_alive, record = self._num_alive, packer.record_step
         state = self.state_space is not None
         for i in range(self.num_envs):
             inside[0] = offset + i
@@ -225,7 +226,7 @@ class DictEnvs(BatchedEnv):
                 for agent, f, g in acting[i]:
                     actions[agent] = g.actions[f]
                 obs, rewards, terminations, truncations, infos = env.step(actions)
-                acting[i] = record(i, obs, infos, rewards, terminations, truncations, num_alive)
+                acting[i] = record(i, obs, rewards, terminations, truncations, infos, num_alive)
                 if state:
                     packer.add_state(i, guarded(offset + i, "state()", env.state))
                 agents = env.agents
@@ -264,7 +265,7 @@ class DictEnvs(BatchedEnv):
         obs, infos = env.reset(seed, options)  # what it raises is its reset() fault
         packer = self._packer
         packer.clear_obs(i)
-        self._acting[i] = packer.record(i, obs, infos)
+        self._acting[i] = packer.record_reset(i, obs, infos)
         self._num_alive[i] = packer.read_alive(i, env.agents)
         if self.state_space is not None:
             packer.add_state(i, guarded(self.offset + i, "state()", env.state))
@@ -321,7 +322,7 @@ class DictEnvs(BatchedEnv):
         _skip_action_checks(env)
         for name, values in self.written.items():
             what = f"setting attribute {name!r} on the rebuilt env"
-            guarded(index, what, lambda name=name, value=values[i]: set_env_attr(env, name, value))
+            guarded(index, what, functools.partial(set_env_attr, env, name, values[i]))
         return env
 
     def _rebuild(self, i: int) -> None:
@@ -366,19 +367,14 @@ class DictEnvs(BatchedEnv):
                 return {g: a[f"{field}/{g}"] for g in layout.groups}
 
             state = self.state_space
-            views = {
-                "obs": {g: assemble(gr.obs_tree, f"obs/{g}", a) for g, gr in layout.groups.items()},
-                "alive": per_group("alive"),
-                "acting": per_group("acting"),
-                "action_mask": {
-                    g: a[f"action_mask/{g}"] for g in layout.groups if f"action_mask/{g}" in a
-                },
-                "state": None if state is None else assemble(array_tree(state), "state", a),
-            }
-            ends = {f: per_group(f) for f in ("reward", "terminated", "truncated")}
+            obs = {g: assemble(gr.obs_tree, f"obs/{g}", a) for g, gr in layout.groups.items()}
+            alive, acting = per_group("alive"), per_group("acting")
+            masks = {g: a[f"action_mask/{g}"] for g in layout.groups if f"action_mask/{g}" in a}
+            states = None if state is None else assemble(array_tree(state), "state", a)
+            ends = (per_group("reward"), per_group("terminated"), per_group("truncated"))
             self._views = (
-                BatchedStep(**views, **ends),
-                BatchedStep(**views, **dict.fromkeys(ends)),
+                BatchedStep(obs, alive, acting, masks, *ends, state=states),
+                BatchedStep(obs, alive, acting, masks, state=states),
             )
         out = self._views[0 if step else 1]
         out.restarted = self._mask(restarted) if restarted else None

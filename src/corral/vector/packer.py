@@ -23,8 +23,6 @@ from corral.vector.layout import (
     writer,
 )
 
-_NO_REWARDS: Any = object()  # what Packer.record takes for the rewards of a reset (none)
-
 
 class _Gathered:
     """One group's values gathered in a call, by flat index ``env * n + agent`` (rewards:
@@ -94,17 +92,20 @@ class GroupArrays:
         self.n = len(group.agents)
         self.leaf = isinstance(group.obs_tree, ArraySpec)
 
-        def flat(field: str) -> np.ndarray | None:
-            array = arrays.get(f"{field}/{name}")
-            return None if array is None else array.reshape(-1, *array.shape[2:])
+        def flat(field: str) -> np.ndarray:
+            array = arrays[f"{field}/{name}"]
+            return array.reshape(-1, *array.shape[2:])
 
-        self.obs = flat("obs")
+        # The observations as one array only where they are one (a leaf), the masks only
+        # where the group's actions are discrete.
+        self.obs = flat("obs") if self.leaf else None
         self.reward, self.terminated, self.truncated = (
             flat("reward"),
             flat("terminated"),
             flat("truncated"),
         )
-        self.alive, self.acting, self.mask = flat("alive"), flat("acting"), flat("action_mask")
+        self.alive, self.acting = flat("alive"), flat("acting")
+        self.mask = flat("action_mask") if f"action_mask/{name}" in arrays else None
         self.alive_rows = arrays[f"alive/{name}"]  # [E, n]
         self.write_obs = writer(group.obs_tree, f"obs/{name}", arrays, check_finite)
         self.write_mask = (
@@ -220,12 +221,13 @@ class Packer:
         yet, and every action is legal until an env says otherwise. A reset (``rows``
         given) also clears their observations and alive agents."""
         a = self.arrays
+        where: np.ndarray | slice | None = rows
         if rows is not None and len(rows) == self.num_envs:
-            rows = slice(None)  # every row (a cheaper write)
+            where = _EVERY  # a cheaper write
         for gathered in filter(None, self._gathered):  # those not empty
             gathered.clear()
         for g in self.groups:
-            if rows is None:  # a step: flush writes every reward, and sets the end flags
+            if where is None:  # a step: flush writes every reward, and sets the end flags
                 for rewards in g.rewards:
                     rewards[:] = g.no_rewards
                 if g.flags_set:
@@ -237,13 +239,13 @@ class Packer:
                     g.masks_set = False
                 continue
             g.flags_set = g.masks_set = True
-            a[f"acting/{g.name}"][rows] = False
-            a[f"alive/{g.name}"][rows] = False
+            a[f"acting/{g.name}"][where] = False
+            a[f"alive/{g.name}"][where] = False
             if g.mask is not None:
-                a[f"action_mask/{g.name}"][rows] = True
-        if rows is not None:
+                a[f"action_mask/{g.name}"][where] = True
+        if where is not None:
             for path in self._obs_paths:
-                a[path][rows] = 0
+                a[path][where] = 0
         # Whether an env's alive agents were set otherwise than by alive_as_acting or
         # alive_as_all (or its values forgotten).
         self.alive_elsewhere = False
@@ -279,10 +281,10 @@ class Packer:
             for g, row in zip(self.groups, saved, strict=True):
                 g.alive_rows[i] = row
         for g in self.groups:
-            row = slice(i * g.n, (i + 1) * g.n)
-            g.reward[row] = 0
-            g.terminated[row] = False
-            g.truncated[row] = False
+            flat = slice(i * g.n, (i + 1) * g.n)
+            g.reward[flat] = 0
+            g.terminated[flat] = False
+            g.truncated[flat] = False
 
     def store_actions(self, group: str, value: Any) -> None:
         """The group's actions as Python values by flat index ``env * n + agent`` where a leaf
@@ -297,57 +299,65 @@ class Packer:
 
     # -- gathering ----------------------------------------------------------------------
 
-    def record(
+    def record_reset(self, i: int, obs: Any, infos: Any) -> Sequence[tuple[str, int, GroupArrays]]:
+        """Gather what env ``i``'s reset returned; the agents that act next (see
+        :meth:`record_step`)."""
+        if type(obs) is not dict or type(infos) is not dict:
+            self._check_dicts(i, "reset()", {"obs": obs, "infos": infos})
+        return self._observe(i, obs, infos)
+
+    def record_step(
         self,
         i: int,
         obs: Any,
+        rewards: Any,
+        terminations: Any,
+        truncations: Any,
         infos: Any,
-        rewards: Any = _NO_REWARDS,
-        terminations: Any = None,
-        truncations: Any = None,
-        num_alive: list[int] | None = None,
+        num_alive: list[int],
     ) -> Sequence[tuple[str, int, GroupArrays]]:
-        """Gather what env ``i`` returned: from a step, ``rewards``, ``terminations`` and
-        ``truncations`` too (its ended agents counted off ``num_alive[i]``); from a reset,
-        none of them. The agents that act next, each with its flat index in its group and
-        its group's arrays."""
-        if rewards is _NO_REWARDS:
-            if type(obs) is not dict or type(infos) is not dict:
-                self._check_dicts(i, "reset()", {"obs": obs, "infos": infos})
-        else:
-            if not (
-                type(obs) is dict
-                and type(rewards) is dict
-                and type(terminations) is dict
-                and type(truncations) is dict
-                and type(infos) is dict
-            ):
-                parts = {"obs": obs, "rewards": rewards, "terminations": terminations}
-                parts.update(truncations=truncations, infos=infos)
-                self._check_dicts(i, "step()", parts)
-            rewards_of = self.rewards_of
-            for agent, reward in rewards.items():
-                try:
-                    rewards_of[agent][i] = reward
-                except KeyError:
-                    self._unknown(i, agent, "rewards")
-            # Whether any flag may be set: a truthy one, or one whose truth is not plain.
-            # Every agent's flag False, the common case, is one comparison.
-            unset = self.unset
+        """Gather what env ``i``'s step returned, its ended agents counted off
+        ``num_alive[i]``. The agents that act next, each with its flat index in its group
+        and its group's arrays."""
+        if not (
+            type(obs) is dict
+            and type(rewards) is dict
+            and type(terminations) is dict
+            and type(truncations) is dict
+            and type(infos) is dict
+        ):
+            parts = {"obs": obs, "rewards": rewards, "terminations": terminations}
+            parts.update(truncations=truncations, infos=infos)
+            self._check_dicts(i, "step()", parts)
+        rewards_of = self.rewards_of
+        for agent, reward in rewards.items():
             try:
-                ends = terminations != unset and any(terminations.values())
-            except (ValueError, TypeError):
-                ends = True
-            if ends:
-                self._gather_ends(i, terminations, infos, True, num_alive)
-            try:
-                ends = truncations != unset and any(truncations.values())
-            except (ValueError, TypeError):
-                ends = True
-            if ends:
-                self._gather_ends(i, truncations, infos, False, num_alive)
-            if not obs:
-                return ()
+                rewards_of[agent][i] = reward
+            except KeyError:
+                self._unknown(i, agent, "rewards")
+        # Whether any flag may be set: a truthy one, or one whose truth is not plain.
+        # Every agent's flag False, the common case, is one comparison.
+        unset = self.unset
+        try:
+            ends = terminations != unset and any(terminations.values())
+        except (ValueError, TypeError):
+            ends = True
+        if ends:
+            num_alive[i] -= self._gather_ends(i, terminations, infos, True)
+        try:
+            ends = truncations != unset and any(truncations.values())
+        except (ValueError, TypeError):
+            ends = True
+        if ends:
+            num_alive[i] -= self._gather_ends(i, truncations, infos, False)
+        if not obs:
+            return ()
+        return self._observe(i, obs, infos)
+
+    def _observe(
+        self, i: int, obs: dict[str, Any], infos: dict[str, Any]
+    ) -> list[tuple[str, int, GroupArrays]]:
+        """Gather env ``i``'s observations and action masks; who acts next."""
         observe = self.observe
         acting = []
         for agent, value in obs.items():
@@ -374,10 +384,9 @@ class Packer:
                     self._info(i, infos, agent, "action_mask")  # raises
         return acting
 
-    def _gather_ends(
-        self, i: int, flags: Mapping[str, Any], infos: Any, terminated: bool, num_alive: list[int]
-    ) -> None:
-        """Gather the agents of env ``i`` whose flag is set (terminated or truncated)."""
+    def _gather_ends(self, i: int, flags: Mapping[str, Any], infos: Any, terminated: bool) -> int:
+        """Gather the agents of env ``i`` whose flag is set (terminated or truncated); how
+        many (checked against ``env.agents`` after the step)."""
         place = self.place
         ended = 0
         for agent, flag in flags.items():
@@ -404,7 +413,7 @@ class Packer:
                     got.final_val.append(final)
             elif info is not None and type(info) is not dict:
                 self._info(i, infos, agent, "final_obs")  # raises
-        num_alive[i] -= ended  # checked against env.agents after the step
+        return ended
 
     def add_state(self, i: int, value: Any) -> None:
         self.states[0].append(i)
@@ -527,7 +536,7 @@ class Packer:
                 rewards = self._rewards(g)
                 if rewards is None:
                     return None
-            writes = []
+            writes: list[tuple[Any, Any, np.ndarray]] = []
             for idx, values, target, leaf, finite in g.values:
                 if idx:
                     stacked = self._stack(target, values, finite) if leaf else None
@@ -561,11 +570,10 @@ class Packer:
                                "final_obs", faults)  # fmt: skip
             self._flush_values(g, got.obs_idx, got.obs_val, g.obs, g.write_obs, g.leaf,
                                "observation", faults, rows=observed)  # fmt: skip
-            if g.mask is not None:
+            if g.mask is not None and g.write_mask is not None:
                 self._flush_values(g, got.mask_idx, got.mask_val, g.mask, g.write_mask, True,
                                    "action_mask", faults, finite=False)  # fmt: skip
-        if self._state_write is not None:
-            self._flush_states(faults)
+        self._flush_states(faults)
         return faults
 
     def _write_ends(self, g: GroupArrays, observed: Any) -> None:
@@ -587,7 +595,7 @@ class Packer:
         for flags, ended in g.ends:
             if ended:
                 g.flags_set = True
-                rows = g.rows(ended)
+                rows: np.ndarray | slice | list[int] = g.rows(ended)
                 flags[rows] = True
                 if self.alive_read:  # not those whose alive row was read after the step
                     rows = [f for f in ended if f // g.n not in self.alive_read]
@@ -658,7 +666,8 @@ class Packer:
 
     def _flush_states(self, faults: dict[int, EnvError]) -> None:
         envs, values = self.states
-        if not envs:
+        write = self._state_write
+        if not envs or write is None:
             return
         if isinstance(self._state_tree, ArraySpec) and self._bulk(
             self.arrays["state"], envs, values, True
@@ -668,11 +677,13 @@ class Packer:
             if i in faults:
                 continue
             try:
-                self._state_write((i,), value)
+                write((i,), value)
             except WriteError as err:
                 faults[i] = self._error(i, f"state{err.where}: expected {err.expected}")
 
-    def _bulk(self, target: Any, index: list[int] | slice, values: list[Any], finite: bool) -> bool:
+    def _bulk(
+        self, target: Any, index: np.ndarray | list[int] | slice, values: list[Any], finite: bool
+    ) -> bool:
         """Write ``values`` at ``index`` with one operation, if every one fits; else
         write nothing and return ``False`` (the caller then finds the bad ones)."""
         stacked = self._stack(target, values, finite)
