@@ -2,11 +2,9 @@
 
 This is the only place that turns env dicts into arrays, and the only per-env
 loop of the vector layer: the episode bookkeeping on top of it is array
-operations (:mod:`corral.vector.episodes`). Values are gathered per group and
-written with one array operation each; a value that does not fit (an unknown
-agent, the wrong shape or type, a number its array's dtype cannot hold, with
-``check_finite`` a NaN or inf) is found by a slower second pass that names the
-env, the agent and the field in an :class:`~corral.errors.EnvError`.
+operations (:mod:`corral.vector.episodes`). :mod:`corral.vector.packer` writes
+the values into the arrays, and names the env, the agent and the field of a value
+that does not fit in an :class:`~corral.errors.EnvError`.
 
 A fault of one env (an exception while it steps or resets, or a bad value)
 leaves the other envs' call complete: the faulty env's step did not happen,
@@ -243,6 +241,7 @@ class DictEnvs(BatchedEnv):
         out = self._output(restarted, faults, step=True)
         if failed:
             out.failed = self._mask(failed)
+            out.same_alive = False
         return out
 
     def set_attr(self, name: str, values: Sequence[Any]) -> None:
@@ -341,7 +340,7 @@ class DictEnvs(BatchedEnv):
     def _bad_value(self, i: int, fault: EnvError) -> EnvError:
         """Env ``i`` returned a value that does not fit: its step did not happen (for none
         of its agents), and its episode ends where it stood before it, truncated."""
-        self._packer.put_back(i)
+        self._packer.put_back_written(i)
         self._packer.truncate(i)
         self._acting[i] = ()
         self._num_alive[i] = 0
@@ -380,7 +379,7 @@ class DictEnvs(BatchedEnv):
         out.restarted = self._mask(restarted) if restarted else None
         out.faults = faults
         out.failed = None
-        out.same_alive = step and self._packer.same_alive()
+        out.same_alive = step and not restarted and self._packer.same_alive()
         return out
 
 

@@ -1,5 +1,51 @@
-"""The packer of :class:`~corral.vector.dict_envs.DictEnvs`: one call's values of ``E``
-dict envs gathered per group and written into the group arrays."""
+"""The packer of :class:`~corral.vector.dict_envs.DictEnvs`: what ``E`` dict envs return
+in one call, gathered per group and written into the group arrays.
+
+A call is :meth:`Packer.begin`, then for each env :meth:`~Packer.record_step` or
+:meth:`~Packer.record_reset` (with :meth:`~Packer.add_state`, and the alive agents where
+they are not those observed), then :meth:`~Packer.flush`, which writes each field of
+each group with one array operation.
+Where some value does not fit its array (an unknown agent, the wrong shape or type, a
+number its dtype cannot hold, with ``check_finite`` NaN or inf), flush judges the values
+one by one instead and returns, by env, an :class:`~corral.errors.EnvError` naming the
+env, the agent and the field; every other env's values are written.
+
+Invariants. Per group of ``n`` agents each array is ``[E, n, ...]`` (also seen flat,
+``[E * n, ...]``, index ``env * n + agent``). A step writes every env's rows; a reset
+writes the rows of the envs it resets, and first clears there who acts, who is alive,
+the observations (to 0) and the masks (to all legal). After a call, in the rows it
+wrote:
+
+* ``alive``: the agent is in its env's episode, that is in ``env.agents``. At a reset:
+  the agents the env observed where ``env.agents`` holds as many, every agent where
+  ``env.agents`` is ``possible_agents``, else ``env.agents`` read. At a step: as before
+  it, less the agents whose end flag is set; where ``env.agents`` then holds another
+  number of agents (some joined), it is read from ``env.agents`` ("read alive").
+* ``acting``: the agent observed in this call (its key in the observations): it acts at
+  the next step.
+* ``obs``: each acting agent's observation; an agent that ended with ``final_obs`` in
+  its info (and did not observe) holds that. The others' rows keep what they held (a
+  reset zeroes its rows).
+* ``action_mask``: ``True`` everywhere but the masks acting agents gave in their info.
+* ``reward``, ``terminated``, ``truncated`` (a step only; a reset leaves them): the
+  env's values, ``0`` or ``False`` where it gave none; every row is written anew at
+  each step.
+* ``state``: each env's ``state()``, where the env has a ``state_space``.
+
+A fault of env ``i`` (its call raised, or a value did not fit) leaves its step undone:
+:meth:`~Packer.put_back` (before flush wrote) or :meth:`~Packer.put_back_written` (after)
+puts back its alive agents, observations and state as they stood before the step, with
+no reward and no end flag; :meth:`~Packer.truncate` then ends its live agents' episode,
+and :meth:`~Packer.forget` leaves an env without episode (nothing alive or acting).
+:meth:`~Packer.same_alive` says whether a step in which no env failed or restarted
+left every ``alive`` as it was (the promise :attr:`~corral.BatchedStep.same_alive`).
+
+Judging a value follows :mod:`corral.returned_values` (``describe``, ``exactly_as``),
+with one difference on purpose:
+the packer runs the envs it is given, and takes a bool reward as ``0.0``/``1.0``, a
+one-element array as the number it holds, and an integer ``0``/``1`` as an end flag,
+which :func:`corral.check_env` reports (the contract asks for a real number and a bool).
+"""
 
 from __future__ import annotations
 
@@ -140,10 +186,6 @@ class GroupArrays:
             (got.mask_idx, got.mask_val, self.mask, True, False),
         )
         self.ends = ((self.terminated, got.term), (self.truncated, got.trunc))
-        # False only while every end flag is False (every action legal): a step clears
-        # them only then. A reset sets them: it may follow writes of the vector layer's
-        # own (the flags of the episodes it cut, in the same arrays).
-        self.flags_set = self.masks_set = True
 
     def rows(self, idx: list[int]) -> np.ndarray | slice:
         """Flat indices ``idx`` as a slice where they are every agent, or the same agent of
@@ -190,20 +232,21 @@ class Packer:
             for g, group in layout.groups.items()
             for path, _ in leaves(group.obs_tree, f"obs/{g}")
         ]
-        # What a step changes of how an env stands (observations, alive agents, state),
-        # with room for a copy of each as it stood before flush wrote, taken only where a
-        # value does not fit (keep): see put_back.
-        kept = [*self._obs_paths, *(f"alive/{g}" for g in layout.groups)]
+        # The observation and state arrays, each with a copy of it as flush found it, taken
+        # where flush judges values one by one (see put_back_written).
+        kept = list(self._obs_paths)
         if state is not None:
             kept += [path for path, _ in leaves(self._state_tree, "state")]
-        self._kept = [(arrays[path], np.empty_like(arrays[path])) for path in kept]
+        self._before_flush = [(arrays[path], np.empty_like(arrays[path])) for path in kept]
         # What a call gathers besides each group's values (see begin), made once.
         self.states: tuple[list[int], list[Any]] = ([], [])  # envs and their state()
         self.alive_obs: list[int] = []  # envs whose alive agents are those they observe
         self.alive_as_acting = self.alive_obs.append
         self.alive_all: list[int] = []  # envs whose every agent is alive
         self.alive_as_all = self.alive_all.append
-        self.alive_read: dict[int, list[np.ndarray]] = {}  # see read_alive
+        self.alive_read: set[int] = set()  # envs whose alive row read_alive set
+        # Each group's alive array, with a copy of it as it stood when the step began.
+        self._alive_before = [(g.alive, np.empty_like(g.alive)) for g in self.groups]
         # Everything a call gathers, emptied by the next begin.
         self._gathered = (
             *self.states,
@@ -216,10 +259,10 @@ class Packer:
     # -- a call -------------------------------------------------------------------
 
     def begin(self, rows: np.ndarray | None) -> None:
-        """Start a call that writes ``rows`` (all for ``None``, a step: no agent ended yet, and
-        no reward until an env gives one; flush writes who acts anew): nothing acts there
-        yet, and every action is legal until an env says otherwise. A reset (``rows``
-        given) also clears their observations and alive agents."""
+        """Start a call: a step (``rows`` ``None``), which writes every env's rows, or a
+        reset of the envs ``rows``. There, every action is legal until an env gives a
+        mask; a step has no reward and no end flag until an env gives one (flush writes
+        who acts anew), a reset clears who acts, who is alive and the observations."""
         a = self.arrays
         where: np.ndarray | slice | None = rows
         if rows is not None and len(rows) == self.num_envs:
@@ -230,15 +273,11 @@ class Packer:
             if where is None:  # a step: flush writes every reward, and sets the end flags
                 for rewards in g.rewards:
                     rewards[:] = g.no_rewards
-                if g.flags_set:
-                    g.terminated.fill(False)
-                    g.truncated.fill(False)
-                    g.flags_set = False
-                if g.masks_set and g.mask is not None:
+                g.terminated.fill(False)
+                g.truncated.fill(False)
+                if g.mask is not None:
                     g.mask.fill(True)
-                    g.masks_set = False
                 continue
-            g.flags_set = g.masks_set = True
             a[f"acting/{g.name}"][where] = False
             a[f"alive/{g.name}"][where] = False
             if g.mask is not None:
@@ -246,42 +285,30 @@ class Packer:
         if where is not None:
             for path in self._obs_paths:
                 a[path][where] = 0
-        # Whether an env's alive agents were set otherwise than by alive_as_acting or
-        # alive_as_all (or its values forgotten).
-        self.alive_elsewhere = False
-        self.rewarded = rows is None  # a step: it writes every reward gathered
-        self.kept = False  # whether keep() copied how the envs stand (see put_back)
+        else:
+            for alive, before in self._alive_before:
+                np.copyto(before, alive)
+        self.stepping = rows is None
+        self.num_rows = self.num_envs if rows is None else len(rows)
 
     def same_alive(self) -> bool:
-        """Whether this call left every env's alive agents as they were (a step in which
-        no agent ended or joined, and no env failed)."""
-        if self.alive_elsewhere:
-            return False
-        for g in self.groups:  # noqa: SIM110 (a generator costs more)
-            if g.got.term or g.got.trunc:
-                return False
-        return True
+        """Whether this step, if no env failed or restarted in it, left every env's alive
+        agents as they were: no agent ended, and no env's alive row was read anew."""
+        return not self.alive_read and not any(g.got.term or g.got.trunc for g in self.groups)
 
-    def keep(self) -> None:
-        """Copy how every env stands before the call writes anything (see :meth:`put_back`):
-        what :meth:`flush` does first where a value does not fit."""
-        for array, copy in self._kept:
-            np.copyto(copy, array)
-        self.kept = True
+    def put_back_written(self, i: int) -> None:
+        """What :meth:`put_back` does, after :meth:`flush` wrote env ``i``'s values: its
+        observations and state are put back too, as flush found them."""
+        for array, copy in self._before_flush:
+            array[i] = copy[i]
+        self.put_back(i)
 
     def put_back(self, i: int) -> None:
-        """Env ``i``'s step did not happen: its observations, alive agents and state are
-        put back as they stood before it, with no reward and no agent ended. Until
-        :meth:`flush` writes, they stand so, but for an alive row read after the step."""
-        if self.kept:
-            for array, copy in self._kept:
-                array[i] = copy[i]
-        saved = self.alive_read.get(i)
-        if saved is not None:
-            for g, row in zip(self.groups, saved, strict=True):
-                g.alive_rows[i] = row
-        for g in self.groups:
+        """Env ``i``'s step did not happen (before :meth:`flush` wrote): its alive agents
+        are put back as they stood before it, with no reward and no agent ended."""
+        for g, (alive, before) in zip(self.groups, self._alive_before, strict=True):
             flat = slice(i * g.n, (i + 1) * g.n)
+            alive[flat] = before[flat]
             g.reward[flat] = 0
             g.terminated[flat] = False
             g.truncated[flat] = False
@@ -421,7 +448,6 @@ class Packer:
 
     def gather_alive(self, i: int, agents: Sequence[str]) -> int:
         """Gather env ``i``'s alive agents at a reset (its row was cleared); how many."""
-        self.alive_elsewhere = True
         place = self.place
         for agent in agents:
             j, n, got, _ = place.get(agent) or self._unknown(i, agent, "env.agents")
@@ -458,11 +484,7 @@ class Packer:
         """Set env ``i``'s alive row to exactly ``agents`` now (agents that joined
         included); how many."""
         slots = [self.slot.get(agent) or self._unknown(i, agent, "env.agents") for agent in agents]
-        self.alive_elsewhere = True
-        # Its agents that ended are not cleared again by flush; the row as it stood before
-        # (see put_back), where not read already in this call.
-        if i not in self.alive_read:
-            self.alive_read[i] = [g.alive_rows[i].copy() for g in self.groups]
+        self.alive_read.add(i)  # its agents that ended are not cleared again by flush
         for g in self.groups:
             g.alive[i * g.n : (i + 1) * g.n] = False
         for g, j, n in slots:
@@ -473,7 +495,6 @@ class Packer:
         """End env ``i``'s episode where it stands: its live agents are truncated."""
         for g in self.groups:
             row = slice(i * g.n, (i + 1) * g.n)
-            g.flags_set = True
             g.truncated[row] |= g.alive[row]
             g.alive[row] = False
             g.acting[row] = False
@@ -493,7 +514,6 @@ class Packer:
 
     def _drop(self, i: int) -> None:
         """Forget what env ``i`` gathered in this call (after its fault)."""
-        self.alive_elsewhere = True
         while i in self.alive_obs:
             self.alive_obs.remove(i)
         while i in self.alive_all:
@@ -532,7 +552,7 @@ class Packer:
             got = g.got
             observed = g.rows(got.obs_idx) if got.obs_idx else None
             rewards = None
-            if self.rewarded:
+            if self.stepping:
                 rewards = self._rewards(g)
                 if rewards is None:
                     return None
@@ -558,13 +578,14 @@ class Packer:
     def _flush_judging(self) -> dict[int, EnvError]:
         """Write what was gathered, judging the values one by one where an array of them does
         not fit: the fault of each env that returned a value that does not, by env."""
-        self.keep()  # before anything is written: an env at fault is put back
+        for array, copy in self._before_flush:  # before anything is written
+            np.copyto(copy, array)
         faults: dict[int, EnvError] = {}
         for g in self.groups:
             got = g.got
             observed = g.rows(got.obs_idx) if got.obs_idx else None
             self._write_ends(g, observed)
-            if self.rewarded:
+            if self.stepping:
                 self._flush_rewards(g, faults)
             self._flush_values(g, got.final_idx, got.final_val, g.obs, g.write_obs, g.leaf,
                                "final_obs", faults)  # fmt: skip
@@ -581,26 +602,22 @@ class Packer:
         rows it observed, as from ``g.rows``, or ``None``), before its values."""
         got = g.got
         if self.alive_obs and observed is not None:
-            # every env that observed takes its alive agents from its observations
-            # unless some set them otherwise
-            g.alive[
-                _of_envs(got.obs_idx, self.alive_obs, g.n) if self.alive_elsewhere else observed
-            ] = True
+            # the envs whose alive agents are those they observe: every env of the call, or
+            # some of them
+            every = len(self.alive_obs) == self.num_rows
+            g.alive[observed if every else _of_envs(got.obs_idx, self.alive_obs, g.n)] = True
         if got.alive:
             g.alive[got.alive] = True
         if self.alive_all:
             g.alive_rows[self.alive_all if len(self.alive_all) < self.num_envs else ...] = True
-        if got.mask_idx:
-            g.masks_set = True
         for flags, ended in g.ends:
             if ended:
-                g.flags_set = True
                 rows: np.ndarray | slice | list[int] = g.rows(ended)
                 flags[rows] = True
                 if self.alive_read:  # not those whose alive row was read after the step
                     rows = [f for f in ended if f // g.n not in self.alive_read]
                 g.alive[rows] = False
-        if self.rewarded:  # a step: acting is written anew (see begin)
+        if self.stepping:  # acting is written anew (see begin)
             if observed is _EVERY:
                 g.acting.fill(True)
                 return
