@@ -69,7 +69,6 @@ from torch.distributions import Distribution, Independent, Normal
 from corral.algos.base import AlgoConfig, Algorithm, resolve_device
 from corral.algos.networks import (
     as_input,
-    clip_grad_norm,
     flat_dim,
     masked_logits,
     mlp,
@@ -668,8 +667,8 @@ class MAPPOLearner(Learner):
                 for p in params:  # the optimiser's zero_grad(), without its per-call overhead
                     p.grad = None
                 loss.backward()
-                clip_grad_norm(actor_params, cfg.max_grad_norm)
-                clip_grad_norm(critic_params, cfg.max_grad_norm)
+                nn.utils.clip_grad_norm_(actor_params, cfg.max_grad_norm, foreach=True)
+                nn.utils.clip_grad_norm_(critic_params, cfg.max_grad_norm, foreach=True)
                 self.optimizers[g].step()
                 with torch.no_grad():
                     approx_kl = ((ratio - 1) - log_ratio).mean()

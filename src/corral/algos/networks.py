@@ -97,18 +97,6 @@ def masked_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tens
     return logits.masked_fill(~mask.bool(), torch.finfo(logits.dtype).min / 2)
 
 
-@torch.no_grad()
-def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> None:
-    """Scale the gradients of ``params`` (tensors of one device and dtype) so that their
-    total 2-norm is at most ``max_norm``: the numbers of ``nn.utils.clip_grad_norm_``, in
-    fewer Python steps (it runs once per PPO minibatch and network)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
-    torch._foreach_mul_(grads, torch.clamp(float(max_norm) / (total + 1e-6), max=1.0))
-
-
 def frozen_copy(net: nn.Module) -> nn.Module:
     """A copy of ``net`` that takes no gradients (a target network)."""
     clone = copy.deepcopy(net)

@@ -2,11 +2,9 @@
 
 This is the only place that turns env dicts into arrays, and the only per-env
 loop of the vector layer: the episode bookkeeping on top of it is array
-operations (:mod:`corral.vector.episodes`). Values are gathered per group and
-written with one array operation each; a value that does not fit (an unknown
-agent, the wrong shape or type, a number its array's dtype cannot hold, with
-``check_finite`` a NaN or inf) is found by a slower second pass that names the
-env, the agent and the field in an :class:`~corral.errors.EnvError`.
+operations (:mod:`corral.vector.episodes`). :mod:`corral.vector.packer` writes
+the values into the arrays, and names the env, the agent and the field of a value
+that does not fit in an :class:`~corral.errors.EnvError`.
 
 A fault of one env (an exception while it steps or resets, or a bad value)
 leaves the other envs' call complete: the faulty env's step did not happen,
@@ -18,10 +16,9 @@ resets it, with the attributes ``set_attr`` wrote on it set again.
 from __future__ import annotations
 
 import contextlib
-import math
-import numbers
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
@@ -30,23 +27,11 @@ from corral.batched_env import BatchedEnv, BatchedStep, Seed, copy_seeds, select
 from corral.env import MultiAgentEnv
 from corral.errors import EnvError
 from corral.groups import GroupMap
-from corral.returned_values import describe, exactly_as
 from corral.vector.env_calls import Written, env_error, guarded, remember, set_env_attrs
-from corral.vector.layout import (
-    ArraySpec,
-    Layout,
-    Role,
-    WriteError,
-    array_tree,
-    assemble,
-    leaves,
-    reader,
-    store,
-    writer,
-)
+from corral.vector.layout import Layout, Role, array_tree, assemble
+from corral.vector.packer import GroupArrays, Packer
 
 EnvFn = Callable[[], Any]
-_NO_REWARDS: Any = object()  # what _Packer.record takes for the rewards of a reset (none)
 STEP, RESET = 0, 1
 """The calls :attr:`DictEnvs.inside` tells apart."""
 
@@ -103,11 +88,11 @@ class DictEnvs(BatchedEnv):
             for path, f in self.layout.fields.items()
             if f.role in (Role.STEP, Role.ACTION)
         }
-        self._packer = _Packer(self.layout, self.arrays, offset, check_finite)
+        self._packer = Packer(self.layout, self.arrays, offset, check_finite)
         # What every step and every reset returns (see _output).
         self._views: tuple[BatchedStep, BatchedStep] | None = None
         # The agents of each env that act next, each with its flat index in its group.
-        self._acting: list[Sequence[tuple[str, int, _GroupArrays]]] = [()] * self.num_envs
+        self._acting: list[Sequence[tuple[str, int, GroupArrays]]] = [()] * self.num_envs
         # How many agents each env's alive row holds: a step that leaves env.agents with
         # another count had agents join (or break the contract), and alive is read anew.
         self._num_alive = [0] * self.num_envs
@@ -142,7 +127,7 @@ class DictEnvs(BatchedEnv):
             return False
         self.arrays = {path: arrays[path] for path in wanted}
         self._views = None
-        self._packer = _Packer(self.layout, self.arrays, self.offset, self.check_finite)
+        self._packer = Packer(self.layout, self.arrays, self.offset, self.check_finite)
         return True
 
     def observation_space(self, agent: str) -> Any:
@@ -168,7 +153,7 @@ class DictEnvs(BatchedEnv):
         broken, to_rebuild = self._broken, self._to_rebuild
         state = self.state_space is not None
         record, alive_as_acting, alive_as_all = (
-            packer.record,
+            packer.record_reset,
             packer.alive_as_acting,
             packer.alive_as_all,
         )
@@ -224,7 +209,7 @@ class DictEnvs(BatchedEnv):
         inside = self.inside
         inside[1] = STEP
         offset, envs, acting, broken = self.offset, self.envs, self._acting, self._broken
-        num_alive, record = self._num_alive, packer.record
+        num_alive, record = self._num_alive, packer.record_step
         state = self.state_space is not None
         for i in range(self.num_envs):
             inside[0] = offset + i
@@ -239,7 +224,7 @@ class DictEnvs(BatchedEnv):
                 for agent, f, g in acting[i]:
                     actions[agent] = g.actions[f]
                 obs, rewards, terminations, truncations, infos = env.step(actions)
-                acting[i] = record(i, obs, infos, rewards, terminations, truncations, num_alive)
+                acting[i] = record(i, obs, rewards, terminations, truncations, infos, num_alive)
                 if state:
                     packer.add_state(i, guarded(offset + i, "state()", env.state))
                 agents = env.agents
@@ -256,6 +241,7 @@ class DictEnvs(BatchedEnv):
         out = self._output(restarted, faults, step=True)
         if failed:
             out.failed = self._mask(failed)
+            out.same_alive = False
         return out
 
     def set_attr(self, name: str, values: Sequence[Any]) -> None:
@@ -278,7 +264,7 @@ class DictEnvs(BatchedEnv):
         obs, infos = env.reset(seed, options)  # what it raises is its reset() fault
         packer = self._packer
         packer.clear_obs(i)
-        self._acting[i] = packer.record(i, obs, infos)
+        self._acting[i] = packer.record_reset(i, obs, infos)
         self._num_alive[i] = packer.read_alive(i, env.agents)
         if self.state_space is not None:
             packer.add_state(i, guarded(self.offset + i, "state()", env.state))
@@ -335,7 +321,7 @@ class DictEnvs(BatchedEnv):
         _skip_action_checks(env)
         for name, values in self.written.items():
             what = f"setting attribute {name!r} on the rebuilt env"
-            guarded(index, what, lambda name=name, value=values[i]: set_env_attr(env, name, value))
+            guarded(index, what, functools.partial(set_env_attr, env, name, values[i]))
         return env
 
     def _rebuild(self, i: int) -> None:
@@ -354,7 +340,7 @@ class DictEnvs(BatchedEnv):
     def _bad_value(self, i: int, fault: EnvError) -> EnvError:
         """Env ``i`` returned a value that does not fit: its step did not happen (for none
         of its agents), and its episode ends where it stood before it, truncated."""
-        self._packer.put_back(i)
+        self._packer.put_back_written(i)
         self._packer.truncate(i)
         self._acting[i] = ()
         self._num_alive[i] = 0
@@ -380,774 +366,21 @@ class DictEnvs(BatchedEnv):
                 return {g: a[f"{field}/{g}"] for g in layout.groups}
 
             state = self.state_space
-            views = {
-                "obs": {g: assemble(gr.obs_tree, f"obs/{g}", a) for g, gr in layout.groups.items()},
-                "alive": per_group("alive"),
-                "acting": per_group("acting"),
-                "action_mask": {
-                    g: a[f"action_mask/{g}"] for g in layout.groups if f"action_mask/{g}" in a
-                },
-                "state": None if state is None else assemble(array_tree(state), "state", a),
-            }
-            ends = {f: per_group(f) for f in ("reward", "terminated", "truncated")}
+            obs = {g: assemble(gr.obs_tree, f"obs/{g}", a) for g, gr in layout.groups.items()}
+            alive, acting = per_group("alive"), per_group("acting")
+            masks = {g: a[f"action_mask/{g}"] for g in layout.groups if f"action_mask/{g}" in a}
+            states = None if state is None else assemble(array_tree(state), "state", a)
+            ends = (per_group("reward"), per_group("terminated"), per_group("truncated"))
             self._views = (
-                BatchedStep(**views, **ends),
-                BatchedStep(**views, **dict.fromkeys(ends)),
+                BatchedStep(obs, alive, acting, masks, *ends, state=states),
+                BatchedStep(obs, alive, acting, masks, state=states),
             )
         out = self._views[0 if step else 1]
         out.restarted = self._mask(restarted) if restarted else None
         out.faults = faults
         out.failed = None
-        out.same_alive = step and self._packer.same_alive()
+        out.same_alive = step and not restarted and self._packer.same_alive()
         return out
-
-
-class _Gathered:
-    """One group's values gathered in a call, by flat index ``env * n + agent`` (rewards:
-    see :attr:`_GroupArrays.rewards`)."""
-
-    __slots__ = (
-        "alive",
-        "final_idx",
-        "final_val",
-        "lists",
-        "mask_idx",
-        "mask_val",
-        "obs_idx",
-        "obs_val",
-        "term",
-        "trunc",
-    )
-
-    def __init__(self) -> None:
-        self.obs_idx: list[int] = []
-        self.obs_val: list[Any] = []
-        self.final_idx: list[int] = []
-        self.final_val: list[Any] = []
-        self.mask_idx: list[int] = []
-        self.mask_val: list[Any] = []
-        self.alive: list[int] = []  # agents alive at a reset
-        self.term: list[int] = []
-        self.trunc: list[int] = []
-        # Every list above (each is only ever changed in place).
-        self.lists = tuple(getattr(self, name) for name in self.__slots__ if name != "lists")
-
-    def drop(self, lo: int, hi: int) -> None:
-        """Forget the entries of flat indices ``lo <= f < hi`` (one env's agents)."""
-        for idx, val in (
-            (self.obs_idx, self.obs_val),
-            (self.final_idx, self.final_val),
-            (self.mask_idx, self.mask_val),
-        ):
-            keep = [k for k, f in enumerate(idx) if not lo <= f < hi]
-            if len(keep) != len(idx):
-                idx[:], val[:] = [idx[k] for k in keep], [val[k] for k in keep]
-        for idx in (self.alive, self.term, self.trunc):
-            idx[:] = [f for f in idx if not lo <= f < hi]
-
-
-class _ReadActions:
-    """A group's actions read from its action arrays, by flat index ``env * n + agent``."""
-
-    __slots__ = ("n", "read")
-
-    def __init__(self, read: Callable[[tuple[int, int]], Any], n: int) -> None:
-        self.read, self.n = read, n
-
-    def __getitem__(self, f: int) -> Any:
-        return self.read(divmod(f, self.n))
-
-
-class _GroupArrays:
-    """A group's arrays, each also as a flat view ``[E * n, ...]``, and its gathered values."""
-
-    def __init__(
-        self, name: str, layout: Layout, arrays: dict[str, np.ndarray], check_finite: bool
-    ) -> None:
-        group = layout.groups[name]
-        self.name = name
-        self.agents = group.agents
-        self.n = len(group.agents)
-        self.leaf = isinstance(group.obs_tree, ArraySpec)
-
-        def flat(field: str) -> np.ndarray | None:
-            array = arrays.get(f"{field}/{name}")
-            return None if array is None else array.reshape(-1, *array.shape[2:])
-
-        self.obs = flat("obs")
-        self.reward, self.terminated, self.truncated = (
-            flat("reward"),
-            flat("terminated"),
-            flat("truncated"),
-        )
-        self.alive, self.acting, self.mask = flat("alive"), flat("acting"), flat("action_mask")
-        self.alive_rows = arrays[f"alive/{name}"]  # [E, n]
-        self.write_obs = writer(group.obs_tree, f"obs/{name}", arrays, check_finite)
-        self.write_mask = (
-            None
-            if group.num_actions is None
-            else writer(
-                ArraySpec((group.num_actions,), np.dtype(bool)), f"action_mask/{name}", arrays
-            )
-        )
-        self.read_actions = _ReadActions(
-            reader(group.action_tree, f"action/{name}", arrays), self.n
-        )
-        self.action_leaf = (
-            isinstance(group.action_tree, ArraySpec) and group.action_tree.shape == ()
-        )
-        self.actions: list[Any] | _ReadActions = self.read_actions  # by flat index
-        self.got = _Gathered()
-        # A step's rewards: for each agent, a list by env, 0.0 unless the env gave one (a
-        # store per reward, no index to keep, and one array of them all to write).
-        num_envs = layout.num_envs
-        self.no_rewards = [0.0] * num_envs
-        self.rewards = [list(self.no_rewards) for _ in self.agents]
-        self.reward_rows = arrays[f"reward/{name}"]  # [E, n]
-        self.reward_cols = self.reward_rows.T  # [n, E], as the rewards are gathered
-        self.every = list(range(len(self.acting)))  # the flat index of every agent, in order
-        got = self.got
-        # Each kind of value gathered: (its indices, its values, its array, whether a leaf
-        # array, whether it must be finite with check_finite).
-        self.values = (
-            (got.final_idx, got.final_val, self.obs, self.leaf, True),
-            (got.obs_idx, got.obs_val, self.obs, self.leaf, True),
-            (got.mask_idx, got.mask_val, self.mask, True, False),
-        )
-        self.ends = ((self.terminated, got.term), (self.truncated, got.trunc))
-        # False only while every end flag is False (every action legal): a step clears
-        # them only then. A reset sets them: it may follow writes of the vector layer's
-        # own (the flags of the episodes it cut, in the same arrays).
-        self.flags_set = self.masks_set = True
-
-    def rows(self, idx: list[int]) -> np.ndarray | slice:
-        """Flat indices ``idx`` as a slice where they are every agent, or the same agent of
-        every env, in order (a cheaper write), else as an index array (converted once for
-        every write)."""
-        if idx == self.every:
-            return _EVERY
-        n = self.n
-        if len(idx) * n == len(self.every) and idx[0] < n and idx == self.every[idx[0] :: n]:
-            return slice(idx[0], None, n)
-        return np.array(idx, np.intp)
-
-
-class _Packer:
-    """Gathers one call's values per group and writes each field with one array operation."""
-
-    def __init__(
-        self, layout: Layout, arrays: dict[str, np.ndarray], offset: int, check_finite: bool
-    ) -> None:
-        self.layout, self.arrays, self.offset = layout, arrays, offset
-        self.num_envs = layout.num_envs
-        self.check_finite = check_finite
-        self.groups = [_GroupArrays(g, layout, arrays, check_finite) for g in layout.groups]
-        self.by_name = by_name = {g.name: g for g in self.groups}
-        # agent -> (its group's arrays, its index in the group, the group's size)
-        self.slot = {a: (by_name[g], j, by_name[g].n) for a, (g, j) in layout.position.items()}
-        # agent -> (its index, its group's size, its group's gathered values, the group)
-        self.place = {a: (j, g.n, g.got, g) for a, (g, j, _) in self.slot.items()}
-        # agent -> what record does with its observation: (its index, its group's size, the
-        # appends of the group's gathered observations, the group, whether it has masks)
-        self.observe = {
-            a: (j, n, g.got.obs_idx.append, g.got.obs_val.append, g, g.mask is not None)
-            for a, (g, j, n) in self.slot.items()
-        }
-        self.rewards_of = {a: g.rewards[j] for a, (g, j, _) in self.slot.items()}
-        self.unset = dict.fromkeys(self.slot, False)  # no agent's end flag set
-        state = layout.state_space
-        self._state_tree = None if state is None else array_tree(state)
-        self._state_write = (
-            None if state is None else writer(self._state_tree, "state", arrays, check_finite)
-        )
-        self._obs_paths = [
-            path
-            for g, group in layout.groups.items()
-            for path, _ in leaves(group.obs_tree, f"obs/{g}")
-        ]
-        # What a step changes of how an env stands (observations, alive agents, state),
-        # with room for a copy of each as it stood before flush wrote, taken only where a
-        # value does not fit (keep): see put_back.
-        kept = [*self._obs_paths, *(f"alive/{g}" for g in layout.groups)]
-        if state is not None:
-            kept += [path for path, _ in leaves(self._state_tree, "state")]
-        self._kept = [(arrays[path], np.empty_like(arrays[path])) for path in kept]
-        # What a call gathers besides each group's values (see begin), made once.
-        self.states: tuple[list[int], list[Any]] = ([], [])  # envs and their state()
-        self.alive_obs: list[int] = []  # envs whose alive agents are those they observe
-        self.alive_as_acting = self.alive_obs.append
-        self.alive_all: list[int] = []  # envs whose every agent is alive
-        self.alive_as_all = self.alive_all.append
-        self.alive_read: dict[int, list[np.ndarray]] = {}  # see read_alive
-        # Everything a call gathers, emptied by the next begin.
-        self._gathered = (
-            *self.states,
-            self.alive_obs,
-            self.alive_all,
-            self.alive_read,
-            *(values for g in self.groups for values in g.got.lists),
-        )
-
-    # -- a call -------------------------------------------------------------------
-
-    def begin(self, rows: np.ndarray | None) -> None:
-        """Start a call that writes ``rows`` (all for ``None``, a step: no agent ended yet, and
-        no reward until an env gives one; flush writes who acts anew): nothing acts there
-        yet, and every action is legal until an env says otherwise. A reset (``rows``
-        given) also clears their observations and alive agents."""
-        a = self.arrays
-        if rows is not None and len(rows) == self.num_envs:
-            rows = slice(None)  # every row (a cheaper write)
-        for gathered in filter(None, self._gathered):  # those not empty
-            gathered.clear()
-        for g in self.groups:
-            if rows is None:  # a step: flush writes every reward, and sets the end flags
-                for rewards in g.rewards:
-                    rewards[:] = g.no_rewards
-                if g.flags_set:
-                    g.terminated.fill(False)
-                    g.truncated.fill(False)
-                    g.flags_set = False
-                if g.masks_set and g.mask is not None:
-                    g.mask.fill(True)
-                    g.masks_set = False
-                continue
-            g.flags_set = g.masks_set = True
-            a[f"acting/{g.name}"][rows] = False
-            a[f"alive/{g.name}"][rows] = False
-            if g.mask is not None:
-                a[f"action_mask/{g.name}"][rows] = True
-        if rows is not None:
-            for path in self._obs_paths:
-                a[path][rows] = 0
-        # Whether an env's alive agents were set otherwise than by alive_as_acting or
-        # alive_as_all (or its values forgotten).
-        self.alive_elsewhere = False
-        self.rewarded = rows is None  # a step: it writes every reward gathered
-        self.kept = False  # whether keep() copied how the envs stand (see put_back)
-
-    def same_alive(self) -> bool:
-        """Whether this call left every env's alive agents as they were (a step in which
-        no agent ended or joined, and no env failed)."""
-        if self.alive_elsewhere:
-            return False
-        for g in self.groups:  # noqa: SIM110 (a generator costs more)
-            if g.got.term or g.got.trunc:
-                return False
-        return True
-
-    def keep(self) -> None:
-        """Copy how every env stands before the call writes anything (see :meth:`put_back`):
-        what :meth:`flush` does first where a value does not fit."""
-        for array, copy in self._kept:
-            np.copyto(copy, array)
-        self.kept = True
-
-    def put_back(self, i: int) -> None:
-        """Env ``i``'s step did not happen: its observations, alive agents and state are
-        put back as they stood before it, with no reward and no agent ended. Until
-        :meth:`flush` writes, they stand so, but for an alive row read after the step."""
-        if self.kept:
-            for array, copy in self._kept:
-                array[i] = copy[i]
-        saved = self.alive_read.get(i)
-        if saved is not None:
-            for g, row in zip(self.groups, saved, strict=True):
-                g.alive_rows[i] = row
-        for g in self.groups:
-            row = slice(i * g.n, (i + 1) * g.n)
-            g.reward[row] = 0
-            g.terminated[row] = False
-            g.truncated[row] = False
-
-    def store_actions(self, group: str, value: Any) -> None:
-        """The group's actions as Python values by flat index ``env * n + agent`` where a leaf
-        array, else via the action arrays."""
-        g = self.by_name[group]
-        tree = self.layout.groups[group].action_tree
-        if g.action_leaf and isinstance(value, np.ndarray):
-            g.actions = value.reshape(-1).tolist()
-        else:
-            g.actions = g.read_actions
-            store(tree, f"action/{group}", self.arrays, value)
-
-    # -- gathering ----------------------------------------------------------------------
-
-    def record(
-        self,
-        i: int,
-        obs: Any,
-        infos: Any,
-        rewards: Any = _NO_REWARDS,
-        terminations: Any = None,
-        truncations: Any = None,
-        num_alive: list[int] | None = None,
-    ) -> Sequence[tuple[str, int, _GroupArrays]]:
-        """Gather what env ``i`` returned: from a step, ``rewards``, ``terminations`` and
-        ``truncations`` too (its ended agents counted off ``num_alive[i]``); from a reset,
-        none of them. The agents that act next, each with its flat index in its group and
-        its group's arrays."""
-        if rewards is _NO_REWARDS:
-            if type(obs) is not dict or type(infos) is not dict:
-                self._check_dicts(i, "reset()", {"obs": obs, "infos": infos})
-        else:
-            if not (
-                type(obs) is dict
-                and type(rewards) is dict
-                and type(terminations) is dict
-                and type(truncations) is dict
-                and type(infos) is dict
-            ):
-                parts = {"obs": obs, "rewards": rewards, "terminations": terminations}
-                parts.update(truncations=truncations, infos=infos)
-                self._check_dicts(i, "step()", parts)
-            rewards_of = self.rewards_of
-            for agent, reward in rewards.items():
-                try:
-                    rewards_of[agent][i] = reward
-                except KeyError:
-                    self._unknown(i, agent, "rewards")
-            # Whether any flag may be set: a truthy one, or one whose truth is not plain.
-            # Every agent's flag False, the common case, is one comparison.
-            unset = self.unset
-            try:
-                ends = terminations != unset and any(terminations.values())
-            except (ValueError, TypeError):
-                ends = True
-            if ends:
-                self._gather_ends(i, terminations, infos, True, num_alive)
-            try:
-                ends = truncations != unset and any(truncations.values())
-            except (ValueError, TypeError):
-                ends = True
-            if ends:
-                self._gather_ends(i, truncations, infos, False, num_alive)
-            if not obs:
-                return ()
-        observe = self.observe
-        acting = []
-        for agent, value in obs.items():
-            try:
-                j, n, add_index, add_value, g, masked = observe[agent]
-            except KeyError:
-                self._unknown(i, agent, "obs")
-            f = i * n + j
-            acting.append((agent, f, g))
-            add_index(f)
-            add_value(value)
-            if masked:
-                got = g.got
-                info = infos.get(agent)
-                if info:
-                    try:
-                        mask = info.get("action_mask")
-                    except AttributeError:
-                        mask = self._info(i, infos, agent, "action_mask")  # raises
-                    if mask is not None:
-                        got.mask_idx.append(f)
-                        got.mask_val.append(mask)
-                elif info is not None and type(info) is not dict:
-                    self._info(i, infos, agent, "action_mask")  # raises
-        return acting
-
-    def _gather_ends(
-        self, i: int, flags: Mapping[str, Any], infos: Any, terminated: bool, num_alive: list[int]
-    ) -> None:
-        """Gather the agents of env ``i`` whose flag is set (terminated or truncated)."""
-        place = self.place
-        ended = 0
-        for agent, flag in flags.items():
-            if flag is not True:
-                if flag is False:
-                    continue
-                if not self._flag(i, agent, "terminated" if terminated else "truncated", flag):
-                    continue
-            try:
-                j, n, got, _ = place[agent]
-            except KeyError:
-                self._unknown(i, agent, "terminations" if terminated else "truncations")
-            f = i * n + j
-            (got.term if terminated else got.trunc).append(f)
-            ended += 1
-            info = infos.get(agent)
-            if info:
-                try:
-                    final = info.get("final_obs")
-                except AttributeError:
-                    final = self._info(i, infos, agent, "final_obs")  # raises
-                if final is not None:
-                    got.final_idx.append(f)
-                    got.final_val.append(final)
-            elif info is not None and type(info) is not dict:
-                self._info(i, infos, agent, "final_obs")  # raises
-        num_alive[i] -= ended  # checked against env.agents after the step
-
-    def add_state(self, i: int, value: Any) -> None:
-        self.states[0].append(i)
-        self.states[1].append(value)
-
-    def gather_alive(self, i: int, agents: Sequence[str]) -> int:
-        """Gather env ``i``'s alive agents at a reset (its row was cleared); how many."""
-        self.alive_elsewhere = True
-        place = self.place
-        for agent in agents:
-            j, n, got, _ = place.get(agent) or self._unknown(i, agent, "env.agents")
-            got.alive.append(i * n + j)
-        return len(agents)
-
-    def check_leaving(
-        self, i: int, agents: Sequence[str], terminations: Any, truncations: Any
-    ) -> None:
-        """Raise an :class:`EnvError` where env ``i``'s step took an agent out of
-        ``env.agents`` without ending its episode, or ended one that it kept there (its
-        alive row still holds who was alive when the step began)."""
-        now = set(agents)
-        ended = {a for flags in (terminations, truncations) for a, f in flags.items() if f}
-        for g in self.groups:
-            for j in np.flatnonzero(g.alive_rows[i]).tolist():
-                agent = g.agents[j]
-                if agent not in now and agent not in ended:
-                    raise EnvError(
-                        self.offset + i,
-                        f"agent {agent!r} left env.agents in this step, but neither its "
-                        "terminations nor its truncations is True: an agent leaves only in the "
-                        "step that ends its episode",
-                    )
-        stayed = [agent for agent in agents if agent in ended]
-        if stayed:
-            raise EnvError(
-                self.offset + i,
-                f"agent {stayed[0]!r} ended in this step (terminations or truncations True) but "
-                "is still in env.agents: an agent whose episode ends leaves env.agents",
-            )
-
-    def read_alive(self, i: int, agents: Sequence[str]) -> int:
-        """Set env ``i``'s alive row to exactly ``agents`` now (agents that joined
-        included); how many."""
-        slots = [self.slot.get(agent) or self._unknown(i, agent, "env.agents") for agent in agents]
-        self.alive_elsewhere = True
-        # Its agents that ended are not cleared again by flush; the row as it stood before
-        # (see put_back), where not read already in this call.
-        if i not in self.alive_read:
-            self.alive_read[i] = [g.alive_rows[i].copy() for g in self.groups]
-        for g in self.groups:
-            g.alive[i * g.n : (i + 1) * g.n] = False
-        for g, j, n in slots:
-            g.alive[i * n + j] = True
-        return len(agents)
-
-    def truncate(self, i: int) -> None:
-        """End env ``i``'s episode where it stands: its live agents are truncated."""
-        for g in self.groups:
-            row = slice(i * g.n, (i + 1) * g.n)
-            g.flags_set = True
-            g.truncated[row] |= g.alive[row]
-            g.alive[row] = False
-            g.acting[row] = False
-        self._drop(i)
-
-    def forget(self, i: int) -> None:
-        """Env ``i`` has no episode: nothing of it is alive, acting or pending."""
-        for g in self.groups:
-            row = slice(i * g.n, (i + 1) * g.n)
-            g.alive[row] = False
-            g.acting[row] = False
-        self._drop(i)
-
-    def clear_obs(self, i: int) -> None:
-        for path in self._obs_paths:
-            self.arrays[path][i] = 0
-
-    def _drop(self, i: int) -> None:
-        """Forget what env ``i`` gathered in this call (after its fault)."""
-        self.alive_elsewhere = True
-        while i in self.alive_obs:
-            self.alive_obs.remove(i)
-        while i in self.alive_all:
-            self.alive_all.remove(i)
-        for g in self.groups:
-            g.got.drop(i * g.n, (i + 1) * g.n)
-            for rewards in g.rewards:
-                rewards[i] = 0.0
-        envs, values = self.states
-        if i in envs:
-            keep = [k for k, e in enumerate(envs) if e != i]
-            envs[:], values[:] = [envs[k] for k in keep], [values[k] for k in keep]
-
-    # -- writing --------------------------------------------------------------------------
-
-    def flush(self) -> dict[int, EnvError]:
-        """Write what was gathered; the fault of each env that returned a value that does
-        not fit, by env."""
-        ready = self._stacked()
-        if ready is None:  # some value does not fit
-            return self._flush_judging()
-        for g, observed, rewards, writes in ready:
-            self._write_ends(g, observed)
-            if rewards is not None:
-                g.reward_cols[...] = rewards
-            for target, index, values in writes:
-                target[index] = values
-        return {}
-
-    def _stacked(self) -> list[tuple[_GroupArrays, Any, Any, list[tuple[Any, Any, Any]]]] | None:
-        """What was gathered as arrays that fit, writing nothing: by group, the group, its
-        observed rows, its rewards ``[n, E]`` (``None`` at a reset) and its values as
-        ``(array, index, values)``; ``None`` where some value does not fit."""
-        ready = []
-        for g in self.groups:
-            got = g.got
-            observed = g.rows(got.obs_idx) if got.obs_idx else None
-            rewards = None
-            if self.rewarded:
-                rewards = self._rewards(g)
-                if rewards is None:
-                    return None
-            writes = []
-            for idx, values, target, leaf, finite in g.values:
-                if idx:
-                    stacked = self._stack(target, values, finite) if leaf else None
-                    if stacked is None:
-                        return None
-                    writes.append(
-                        (target, observed if idx is got.obs_idx else g.rows(idx), stacked)
-                    )
-            ready.append((g, observed, rewards, writes))
-        envs, values = self.states
-        if envs:
-            state = self.arrays.get("state")
-            stacked = None if state is None else self._stack(state, values, True)
-            if stacked is None:
-                return None
-            ready[-1][3].append((state, envs, stacked))
-        return ready
-
-    def _flush_judging(self) -> dict[int, EnvError]:
-        """Write what was gathered, judging the values one by one where an array of them does
-        not fit: the fault of each env that returned a value that does not, by env."""
-        self.keep()  # before anything is written: an env at fault is put back
-        faults: dict[int, EnvError] = {}
-        for g in self.groups:
-            got = g.got
-            observed = g.rows(got.obs_idx) if got.obs_idx else None
-            self._write_ends(g, observed)
-            if self.rewarded:
-                self._flush_rewards(g, faults)
-            self._flush_values(g, got.final_idx, got.final_val, g.obs, g.write_obs, g.leaf,
-                               "final_obs", faults)  # fmt: skip
-            self._flush_values(g, got.obs_idx, got.obs_val, g.obs, g.write_obs, g.leaf,
-                               "observation", faults, rows=observed)  # fmt: skip
-            if g.mask is not None:
-                self._flush_values(g, got.mask_idx, got.mask_val, g.mask, g.write_mask, True,
-                                   "action_mask", faults, finite=False)  # fmt: skip
-        if self._state_write is not None:
-            self._flush_states(faults)
-        return faults
-
-    def _write_ends(self, g: _GroupArrays, observed: Any) -> None:
-        """Write group ``g``'s alive agents, end flags and acting agents (``observed``: the
-        rows it observed, as from ``g.rows``, or ``None``), before its values."""
-        got = g.got
-        if self.alive_obs and observed is not None:
-            # every env that observed takes its alive agents from its observations
-            # unless some set them otherwise
-            g.alive[
-                _of_envs(got.obs_idx, self.alive_obs, g.n) if self.alive_elsewhere else observed
-            ] = True
-        if got.alive:
-            g.alive[got.alive] = True
-        if self.alive_all:
-            g.alive_rows[self.alive_all if len(self.alive_all) < self.num_envs else ...] = True
-        if got.mask_idx:
-            g.masks_set = True
-        for flags, ended in g.ends:
-            if ended:
-                g.flags_set = True
-                rows = g.rows(ended)
-                flags[rows] = True
-                if self.alive_read:  # not those whose alive row was read after the step
-                    rows = [f for f in ended if f // g.n not in self.alive_read]
-                g.alive[rows] = False
-        if self.rewarded:  # a step: acting is written anew (see begin)
-            if observed is _EVERY:
-                g.acting.fill(True)
-                return
-            g.acting.fill(False)
-        if observed is not None:
-            g.acting[observed] = True
-
-    def _rewards(self, g: _GroupArrays) -> np.ndarray | None:
-        """Group ``g``'s rewards as an array ``[n, E]``, if every one is a real number (finite
-        with ``check_finite``); else ``None``."""
-        try:
-            array = np.array(g.rewards)
-        except (TypeError, ValueError, OverflowError):
-            return None
-        if array.shape != g.reward_cols.shape or array.dtype.kind not in "biuf":
-            return None
-        if self.check_finite and not np.isfinite(array).all():
-            return None
-        return array
-
-    def _flush_rewards(self, g: _GroupArrays, faults: dict[int, EnvError]) -> None:
-        array = self._rewards(g)
-        if array is not None:
-            g.reward_cols[...] = array
-            return
-        for i, rewards in enumerate(zip(*g.rewards, strict=True)):
-            for j, reward in enumerate(rewards):
-                if i in faults:
-                    break
-                try:
-                    g.reward_rows[i, j] = self._real(i, g.agents[j], reward)
-                except EnvError as err:
-                    faults[i] = err
-
-    def _flush_values(
-        self,
-        g: _GroupArrays,
-        idx: list[int],
-        values: list[Any],
-        target: Any,
-        write: Callable[[tuple[int, ...], Any], None],
-        leaf: bool,
-        field: str,
-        faults: dict[int, EnvError],
-        finite: bool = True,
-        rows: np.ndarray | slice | None = None,
-    ) -> None:
-        """Write ``values`` at flat indices ``idx`` (``rows``: the same, as from ``g.rows``)."""
-        if not idx:
-            return
-        if leaf and self._bulk(target, g.rows(idx) if rows is None else rows, values, finite):
-            return
-        for f, value in zip(idx, values, strict=True):
-            i, j = divmod(f, g.n)
-            if i in faults:
-                continue
-            try:
-                write((i, j), value)
-            except WriteError as err:
-                faults[i] = self._error(
-                    i, f"{field}{err.where} of agent {g.agents[j]!r}: expected {err.expected}"
-                )
-
-    def _flush_states(self, faults: dict[int, EnvError]) -> None:
-        envs, values = self.states
-        if not envs:
-            return
-        if isinstance(self._state_tree, ArraySpec) and self._bulk(
-            self.arrays["state"], envs, values, True
-        ):
-            return
-        for i, value in zip(envs, values, strict=True):
-            if i in faults:
-                continue
-            try:
-                self._state_write((i,), value)
-            except WriteError as err:
-                faults[i] = self._error(i, f"state{err.where}: expected {err.expected}")
-
-    def _bulk(self, target: Any, index: list[int] | slice, values: list[Any], finite: bool) -> bool:
-        """Write ``values`` at ``index`` with one operation, if every one fits; else
-        write nothing and return ``False`` (the caller then finds the bad ones)."""
-        stacked = self._stack(target, values, finite)
-        if stacked is not None:
-            target[index] = stacked
-        return stacked is not None
-
-    def _stack(self, target: Any, values: list[Any], finite: bool) -> np.ndarray | None:
-        """``values`` (arrays) as one array to write into rows of ``target``, if every one
-        fits: the right shape, real numbers its dtype holds (finite with ``check_finite``
-        where ``finite``); else ``None``."""
-        for value in values:
-            if type(value) is not np.ndarray:
-                return None
-        try:
-            stacked = np.asarray(values)
-            if stacked.shape != (len(values), *target.shape[1:]):
-                return None
-            if stacked.dtype.kind not in "biuf":
-                return None
-            if stacked.dtype != target.dtype:
-                stacked = exactly_as(stacked, target.dtype)
-        except (TypeError, ValueError, OverflowError, RuntimeWarning):
-            return None
-        finite = finite and self.check_finite and stacked.dtype.kind == "f"
-        return None if finite and not np.isfinite(stacked).all() else stacked
-
-    # -- judging an env's values ---------------------------------------------------------
-
-    def _error(self, i: int, message: str) -> EnvError:
-        return EnvError(self.offset + i, message)
-
-    def _unknown(self, i: int, agent: Any, field: str) -> NoReturn:
-        raise self._error(
-            i,
-            f"{field} names agent {agent!r}, which is not one of possible_agents {list(self.slot)}",
-        )
-
-    def _check_dicts(self, i: int, call: str, parts: dict[str, Any]) -> None:
-        for name, part in parts.items():
-            if not isinstance(part, Mapping):
-                raise self._error(
-                    i,
-                    f"{call} must return {len(parts)} dicts ({', '.join(parts)}), "
-                    f"but {name} is {describe(part)}",
-                )
-
-    def _real(self, i: int, agent: str, reward: Any) -> float:
-        """``reward`` as a float, if it is a real number (or an array holding one)."""
-        if isinstance(reward, (numbers.Real, np.bool_)) and not isinstance(reward, str):
-            value = float(reward)
-        elif isinstance(reward, np.ndarray) and reward.size == 1 and reward.dtype.kind in "biuf":
-            value = float(reward.item())
-        else:
-            raise self._error(
-                i, f"reward of agent {agent!r}: expected a real number, got {describe(reward)}"
-            )
-        if self.check_finite and not math.isfinite(value):
-            raise self._error(
-                i, f"reward of agent {agent!r}: expected a finite number, got {value}"
-            )
-        return value
-
-    def _flag(self, i: int, agent: str, ended: str, flag: Any) -> bool:
-        """``flag`` as a bool, if it is one (a numpy bool, 0 or 1, or an array holding one)."""
-        value = flag.item() if isinstance(flag, np.ndarray) and flag.size == 1 else flag
-        if isinstance(value, (bool, np.bool_)) or (
-            isinstance(value, numbers.Integral) and value in (0, 1)
-        ):
-            return bool(value)
-        field = _END_FLAGS[ended][1]
-        raise self._error(i, f"{field} of agent {agent!r}: expected a bool, got {describe(flag)}")
-
-    def _info(self, i: int, infos: Mapping[str, Any], agent: str, key: str) -> Any:
-        """``infos[agent][key]``, or ``None`` where there is none."""
-        info = infos.get(agent)
-        if info is None:
-            return None
-        try:
-            return info.get(key)
-        except AttributeError:
-            raise self._error(
-                i, f"info of agent {agent!r}: expected a dict, got {describe(info)}"
-            ) from None
-
-
-_EVERY = slice(None)  # every row of an array
-
-# The batch array of each end flag -> the dict that holds it and its name in messages.
-_END_FLAGS = {
-    "terminated": ("terminations", "termination"),
-    "truncated": ("truncations", "truncation"),
-}
-
-
-def _of_envs(idx: list[int], envs: list[int], n: int) -> Any:
-    """The flat indices ``idx`` (agents of groups of ``n``) of the envs ``envs``."""
-    flat = np.asarray(idx, np.intp)
-    return flat[np.isin(flat // n, envs)]
 
 
 def _skip_action_checks(env: Any) -> None:
