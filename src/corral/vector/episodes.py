@@ -430,7 +430,7 @@ class Episodes:
                 if not self._keeps_masks:  # agents that are not acting have every action legal
                     # in place over every row: the rows not written kept the rule already
                     dst |= ~acting[..., None]
-        if self._state and self._state_tree is not None:
+        if self._state_tree is not None:
             for path, value in _leaf_values(self._state_tree, "state", out.state):
                 _put(a[path], value, rows)
 
@@ -498,7 +498,7 @@ class Episodes:
                             f"{what} of agent {group.agents[j]!r}: expected finite values, "
                             "got NaN or inf",
                         )
-        if self._state and self._state_tree is not None:
+        if self._state_tree is not None:
             for _, value in _leaf_values(self._state_tree, "", out.state):
                 for i in nonfinite_cells(value, rows):
                     if i not in faults:
