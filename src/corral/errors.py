@@ -180,9 +180,11 @@ class WorkerDiedError(CorralError, RuntimeError):
         super().__init__(message)
         self.env_indices = list(env_indices or [])
         self.faults: list[Fault] = [self]
+        self.batch = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.args[0], self.env_indices), {"faults": self.faults})
+        args = (self.args[0], self.env_indices)
+        return (type(self), args, {"faults": self.faults, "batch": self.batch})
 
 
 class WorkerStartError(WorkerDiedError):
@@ -205,8 +207,9 @@ class WorkerStartError(WorkerDiedError):
         super().__init__(message, env_indices)
         self.exit_codes = dict(exit_codes or {})
 
-    def __reduce__(self) -> tuple[type, tuple[str, dict[int, int | None], list[int]]]:
-        return (type(self), (self.args[0], self.exit_codes, self.env_indices))
+    def __reduce__(self) -> tuple[Any, ...]:
+        args = (self.args[0], self.exit_codes, self.env_indices)
+        return (type(self), args, {"faults": self.faults, "batch": self.batch})
 
 
 Fault = EnvError | WorkerTimeoutError | WorkerDiedError
