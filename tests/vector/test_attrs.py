@@ -18,6 +18,8 @@ from support.backends import BACKENDS, kill_worker
 
 import corral
 from corral.adapters import set_env_attr
+from corral.envs.mdp import climbing_game
+from corral.envs.mdp_batched import BatchedMatrixGame
 from corral.errors import (
     EnvError,
     EnvRestartWarning,
@@ -28,6 +30,7 @@ from corral.errors import (
     WorkerRestartWarning,
 )
 from corral.vector import VectorEnv, make_vec
+from corral.vector.sources import NativeSource
 
 WORKER_BACKENDS = BACKENDS[1:]
 
@@ -453,3 +456,22 @@ def test_spaces_by_agent_or_group_and_errors_that_show_the_groups() -> None:
             venv.step({"nobody": actions["speaker"], **actions})
         assert str(unknown_key.value) == f"actions for unknown group 'nobody'; {groups}"
         venv.step(actions)  # still usable
+
+
+class _GameWithEnvs(BatchedMatrixGame):
+    """A natively batched env that happens to have an attribute named ``envs``."""
+
+    def __init__(self, num_envs: int) -> None:
+        super().__init__(climbing_game(), num_envs, "numpy", "cpu")
+        self.envs = ("not", "dict", "envs")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_native_env_with_an_envs_attribute_is_not_taken_for_dict_envs(
+    backend: str, options: Any
+) -> None:
+    with VectorEnv(NativeSource(_GameWithEnvs, 3), backend, seed=0, **options(backend)) as venv:
+        assert venv.get_attr("envs") == [("not", "dict", "envs")] * 3
+        # (subproc wraps the worker's TypeError in an EnvError; sync and ray raise it)
+        with pytest.raises((TypeError, EnvError), match="natively batched: it has no method 'st"):
+            venv.call("step", {})

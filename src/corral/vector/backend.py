@@ -21,13 +21,12 @@ from gymnasium import spaces
 
 from corral.arrays import Place
 from corral.batched_env import BatchedEnv, BatchedStep
+from corral.vector.dict_envs import DictEnvs
 from corral.vector.env_calls import Written, call_envs, guarded
 from corral.vector.layout import Layout
 from corral.vector.sources import Source
 
 if TYPE_CHECKING:
-    from corral.vector.dict_envs import DictEnvs
-
     _Proxied = BatchedEnv  # a ResetWatch passes for its shard (through __getattr__)
 else:
     _Proxied = object
@@ -210,9 +209,8 @@ def call_shard(
     """:func:`call_envs` on a shard's dict envs; of a natively batched shard, its attribute
     ``name`` once per copy (it has no per-copy methods), or, for ``render()`` where the shard
     has render modes, its ``render(copy)`` of each copy."""
-    envs = getattr(shard, "envs", None)
-    if envs is not None:
-        return call_envs(envs, offset, name, args, kwargs)
+    if _is_dict_envs(shard):
+        return call_envs(shard.envs, offset, name, args, kwargs)
     if name == "render" and args == () and not kwargs and _renders_copies(shard):
         return [
             guarded(offset + i, "render()", partial(shard.render, i)) for i in range(shard.num_envs)
@@ -254,8 +252,9 @@ def _renders_copies(shard: BatchedEnv) -> TypeGuard[_CopyRenderer]:
 
 
 def _is_dict_envs(shard: BatchedEnv) -> TypeGuard[DictEnvs]:
-    """Whether ``shard`` is a shard of dict envs (it has ``envs``)."""
-    return getattr(shard, "envs", None) is not None
+    """Whether ``shard`` (or the shard a :class:`ResetWatch` watches) is a shard of dict envs;
+    a natively batched env is not, whatever attributes it has."""
+    return isinstance(shard._shard if isinstance(shard, ResetWatch) else shard, DictEnvs)
 
 
 class ResetWatch(_Proxied):
