@@ -230,10 +230,13 @@ def test_a_sweep_on_its_directory_again_adds_trials_to_the_same_study(
     path = space_file(tmp_path, "lr: {low: 0.01, high: 0.5}\n")
     sweep_dir = tmp_path / "sweep"
     argv = ["sweep", TINY, "--env", ENV, "--space", str(path), "--sweep-dir", str(sweep_dir)]
-    assert run(capsys, *argv, "--trials", "2", *FAST_ARGS)[0] == 0
+    assert run(capsys, *argv, "--trials", "1", *FAST_ARGS)[0] == 0
     code, out, err = run(capsys, *argv, "--trials", "1", *FAST_ARGS)
     assert code == 0, err
-    assert "3 complete" in out
+    assert "2 complete" in out
+    # the same settings from Python (numbers, not the command line's text): the same sweep
+    result = sweep(TINY, ENV, path, 1, settings=FAST, sweep_dir=sweep_dir)
+    assert result.states == {"COMPLETE": 3}
     assert len(trial_dirs(sweep_dir)) == 3
     # another sweep (other fixed settings) is not mixed into it
     code, _, err = run(capsys, *argv, "--trials", "1", "--total-steps", "160")

@@ -337,7 +337,7 @@ def sweep(
     params = read_space(space, name, env, fixed)
     base = load_config(name, env, fixed)  # the fixed settings, checked
     directory = Path(sweep_dir) if sweep_dir is not None else _default_dir(name, env)
-    record = _record(name, env, params, fixed)
+    record = _record(name, env, params, {key: _typed(base, key, v) for key, v in fixed.items()})
     pruner = _pruner(optuna, pruner)
     run_files.check_entries(directory, files=(BEST,))
     study = _study(optuna, directory, pruner, sampler)
@@ -424,6 +424,17 @@ def _record(algo: str, env: str, params: Mapping[str, Param], settings: Mapping[
     }
     data = {"algo": algo, "env": env, "space": space, "settings": dict(settings)}
     return json.loads(json.dumps(data, default=str))
+
+
+def _typed(config: Any, key: str, given: Any) -> Any:
+    """The value of the fixed setting ``key`` as the trials' config holds it (``--set
+    total_steps=2e5`` and ``total_steps=200000`` are one sweep)."""
+    name, _, sub = key.partition(".")
+    for part in (config.run, config.algo_config):
+        if hasattr(part, name):
+            value = getattr(part, name)
+            return value.get(sub, given) if sub and isinstance(value, Mapping) else value
+    return given
 
 
 def _check_same_sweep(study: Any, record: Any, directory: Path) -> None:
