@@ -242,3 +242,19 @@ def test_a_sweep_on_its_directory_again_adds_trials_to_the_same_study(
     code, _, err = run(capsys, *argv, "--trials", "1", "--total-steps", "160")
     assert code == 2 and "holds a sweep with another settings" in err
     assert len(trial_dirs(sweep_dir)) == 3
+
+
+def test_a_sweep_directory_whose_study_is_a_link_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("optuna")
+    path = space_file(tmp_path, "lr: {low: 0.01, high: 0.5}\n")
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir()
+    (sweep_dir / STUDY).symlink_to(tmp_path / "elsewhere.db")
+    code, _, err = run(
+        capsys, "sweep", TINY, "--env", ENV, "--space", str(path), "--trials", "1",
+        "--sweep-dir", str(sweep_dir), *FAST_ARGS,
+    )  # fmt: skip
+    assert code == 2 and "study.db is a symbolic link" in err
+    assert not (tmp_path / "elsewhere.db").exists()

@@ -339,7 +339,7 @@ def sweep(
     directory = Path(sweep_dir) if sweep_dir is not None else _default_dir(name, env)
     record = _record(name, env, params, {key: _typed(base, key, v) for key, v in fixed.items()})
     pruner = _pruner(optuna, pruner)
-    run_files.check_entries(directory, files=(BEST,))
+    run_files.check_entries(directory, files=(BEST, STUDY))
     study = _study(optuna, directory, pruner, sampler)
     _check_same_sweep(study, record, directory)
     seed = int(np.random.SeedSequence([base.run.seed, len(study.trials)]).generate_state(1)[0])
