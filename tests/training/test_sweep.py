@@ -258,3 +258,19 @@ def test_a_sweep_directory_whose_study_is_a_link_is_refused(
     )  # fmt: skip
     assert code == 2 and "study.db is a symbolic link" in err
     assert not (tmp_path / "elsewhere.db").exists()
+
+
+@pytest.mark.slow  # Ray's start and its workers' imports: half a minute; the process test is fast
+def test_parallel_trials_run_as_ray_tasks(tmp_path: Path, ray_session: Any) -> None:
+    pytest.importorskip("optuna")
+    pytest.importorskip("ray")
+    pytest.importorskip("torch")
+    ray_session()  # two CPUs: one per task
+    space = {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}
+    settings = {**FAST, "total_steps": 256, "eval_every": 128}
+    result = sweep(
+        "mappo", ENV, space, 2, settings=settings, sweep_dir=tmp_path / "sweep", parallel=2,
+        backend="ray",
+    )  # fmt: skip
+    assert result.states == {"COMPLETE": 2}
+    assert len(trial_dirs(tmp_path / "sweep")) == 2
