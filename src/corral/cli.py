@@ -804,7 +804,8 @@ def _sweep(args: argparse.Namespace) -> int:
     print(f"sweep {result.sweep_dir}: {trials}")
     print(f"best trial {result.trial}: {result.value:.4g} in {result.run_dir}")
     for name, value in result.settings.items():
-        print(f"  {name}={value}")
+        said = ",".join(map(str, value)) if isinstance(value, list) else value
+        print(f"  {name}={said}")
     print(f"wrote {result.sweep_dir / 'best.yaml'}")
     return 0
 

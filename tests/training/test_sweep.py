@@ -139,7 +139,9 @@ def test_a_sweep_trains_each_trial_as_a_run_directory_and_writes_the_best(
 ) -> None:
     pytest.importorskip("optuna")
     path = space_file(
-        tmp_path, "lr: {low: 1e-3, high: 0.5, log: true}\nprefer: {choices: [0, 2]}\n"
+        tmp_path,
+        "lr: {low: 1e-3, high: 0.5, log: true}\nprefer: {choices: [0, 2]}\n"
+        "hidden: {choices: [[8, 8], [16]]}\n",
     )
     sweep_dir = tmp_path / "sweep"
     code, out, err = run(
@@ -160,7 +162,9 @@ def test_a_sweep_trains_each_trial_as_a_run_directory_and_writes_the_best(
     best = yaml.safe_load((sweep_dir / BEST).read_text())
     assert best["value"] == best_value and Path(best["run_dir"]) == best_dir
     saved = yaml.safe_load((best_dir / "config.yaml").read_text())  # type: ignore[operator]
-    assert best["settings"] == {k: saved["algo_config"][k] for k in ("lr", "prefer")}
+    assert best["settings"] == {k: saved["algo_config"][k] for k in ("lr", "prefer", "hidden")}
+    assert best["settings"]["hidden"] in ([8, 8], [16])  # as the run holds it, not as drawn
+    assert f"  hidden={','.join(map(str, best['settings']['hidden']))}\n" in out
     assert f"best trial {best['trial']}: {best_value:.4g} in {best_dir}" in out
     assert f"  prefer={best['settings']['prefer']}" in out
     assert (sweep_dir / STUDY).is_file()

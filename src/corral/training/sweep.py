@@ -276,6 +276,7 @@ class SweepResult:
     trial: int
     value: float
     settings: dict[str, Any]
+    """The best trial's drawn settings, as its ``config.yaml`` holds them."""
     run_dir: Path
     states: dict[str, int] = field(default_factory=dict)
     """How many of the study's trials ended how (``COMPLETE``, ``PRUNED``, ``FAIL``...)."""
@@ -531,6 +532,17 @@ def _on_ray(jobs: Sequence[Job]) -> None:
     ray.get([task.remote(job) for job in jobs])
 
 
+def _as_run(drawn: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The drawn settings as the trial's ``config.yaml`` holds them (a choice ``64,64`` of
+    ``hidden`` as the list ``[64, 64]``)."""
+    saved = read_yaml_file(run_dir / "config.yaml")
+    parts = [saved.get("run") or {}, saved.get("algo_config") or {}]
+    return {
+        name: next((part[name] for part in parts if name in part), value)
+        for name, value in drawn.items()
+    }
+
+
 def write_best(directory: str | Path, optuna: types.ModuleType | None = None) -> SweepResult:
     """The best trial of the study in ``directory``, also written to ``directory/best.yaml``."""
     optuna = optuna or import_optuna()
@@ -543,13 +555,9 @@ def write_best(directory: str | Path, optuna: types.ModuleType | None = None) ->
     if not complete:
         raise ConfigError(f"{directory}: no trial of the sweep has finished ({states})")
     best = max(complete, key=lambda t: t.value)
+    run_dir = Path(best.user_attrs["run_dir"])
     result = SweepResult(
-        directory,
-        best.number,
-        float(best.value),
-        dict(best.params),
-        Path(best.user_attrs["run_dir"]),
-        states,
+        directory, best.number, float(best.value), _as_run(best.params, run_dir), run_dir, states
     )
     text = write_yaml(
         {
