@@ -775,8 +775,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from corral.training.sweep import sweep
+    from corral.training.sweep import default_sweep_dir, sweep
 
+    sweep_dir = args.sweep_dir or str(default_sweep_dir(args.algo, args.env))
     with _training_errors():
         settings = parse_settings(args.settings)
         flags = ("total_steps", "seed", "num_envs", "device")
@@ -790,7 +791,7 @@ def _sweep(args: argparse.Namespace) -> int:
                 args.space,
                 args.trials,
                 settings=settings,
-                sweep_dir=args.sweep_dir,
+                sweep_dir=sweep_dir,
                 parallel=args.parallel,
                 backend=args.backend,
                 pruner=args.pruner,
@@ -799,7 +800,14 @@ def _sweep(args: argparse.Namespace) -> int:
             )
         except (EnvError, WorkerTimeoutError, EvaluationError) as err:
             print(f"corral: error: a trial stopped the sweep: {err}", file=sys.stderr)
+            print(f"the same command with --sweep-dir {sweep_dir} continues it", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            print(
+                f"interrupted: the same command with --sweep-dir {sweep_dir} continues the sweep",
+                file=sys.stderr,
+            )
+            return 130
     trials = ", ".join(f"{count} {state.lower()}" for state, count in result.states.items())
     print(f"sweep {result.sweep_dir}: {trials}")
     print(f"best trial {result.trial}: {result.value:.4g} in {result.run_dir}")

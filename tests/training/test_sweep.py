@@ -278,3 +278,27 @@ def test_parallel_trials_run_as_ray_tasks(tmp_path: Path, ray_session: Any) -> N
     )  # fmt: skip
     assert result.states == {"COMPLETE": 2}
     assert len(trial_dirs(tmp_path / "sweep")) == 2
+
+
+def test_an_interrupted_sweep_says_how_to_continue_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    optuna = pytest.importorskip("optuna")
+    from corral.training.runner import Runner
+
+    def interrupted(self: Runner) -> Any:
+        raise KeyboardInterrupt
+
+    path = space_file(tmp_path, "lr: {low: 0.01, high: 0.5}\n")
+    sweep_dir = tmp_path / "sweep"
+    argv = ["sweep", TINY, "--env", ENV, "--space", str(path), "--sweep-dir", str(sweep_dir)]
+    with monkeypatch.context() as patch:
+        patch.setattr(Runner, "train", interrupted)
+        code, _, err = run(capsys, *argv, "--trials", "2", *FAST_ARGS)
+    assert code == 130
+    assert f"the same command with --sweep-dir {sweep_dir} continues the sweep" in err
+    code, out, err = run(capsys, *argv, "--trials", "1", *FAST_ARGS)
+    assert code == 0, err
+    assert "1 fail, 1 complete" in out  # the interrupted trial is kept as failed
+    study = optuna.load_study(study_name=STUDY_NAME, storage=f"sqlite:///{sweep_dir / STUDY}")
+    assert [t.state.name for t in study.trials] == ["FAIL", "COMPLETE"]

@@ -337,7 +337,7 @@ def sweep(
     fixed = dict(settings or {})
     params = read_space(space, name, env, fixed)
     base = load_config(name, env, fixed)  # the fixed settings, checked
-    directory = Path(sweep_dir) if sweep_dir is not None else _default_dir(name, env)
+    directory = Path(sweep_dir) if sweep_dir is not None else default_sweep_dir(name, env)
     record = _record(name, env, params, {key: _typed(base, key, v) for key, v in fixed.items()})
     pruner = _pruner(optuna, pruner)
     run_files.check_entries(directory, files=(BEST, STUDY))
@@ -368,7 +368,8 @@ def sweep(
     return write_best(directory, optuna)
 
 
-def _default_dir(algo: str, env: str) -> Path:
+def default_sweep_dir(algo: str, env: str) -> Path:
+    """``runs/sweep-<algo>-<env>-<time>``: where a sweep goes unless told."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     name = re.sub(r"[^\w.-]+", "_", f"sweep-{algo.rpartition(':')[2].lower()}-{env}")
     return Path("runs") / f"{name}-{stamp}"
