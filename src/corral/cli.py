@@ -8,6 +8,9 @@
                  [--policies KEY=VALUE,...] [--import MODULE ...]
     corral train --resume RUN [--total-steps N] [--import MODULE ...]
                  [--allow-import MODULE:ATTR|MODULE ...]
+    corral sweep ALGO --env ID --space sweep.yaml --trials N [--parallel K] [--backend process|ray]
+                 [--sweep-dir DIR] [--pruner median|none] [--total-steps N] [--seed S]
+                 [--set key=value ...] [--import MODULE ...]
     corral eval RUN [--episodes N] [--opponent random|RUN] [--policies KEY=VALUE,...]
                 [--gif out.gif] [--import ...] [--allow-import ...] [--ray-address ADDRESS]
     corral plot RUN [RUN ...] [--metric COLUMN] [--reference NAME=VALUE ...] [--baselines]
@@ -501,6 +504,61 @@ def _add_training_commands(commands: Any) -> None:
     _add_allow_import(train)
     train.set_defaults(run=_train, format_help=train.format_help)
 
+    sweep = commands.add_parser(
+        "sweep", help="search an algorithm's settings with Optuna (corral[track])"
+    )
+    sweep.add_argument("algo", help="mappo, ippo, maddpg, dqn, or module:attr")
+    sweep.add_argument("--env", metavar="ID", required=True, help="a registered env id")
+    sweep.add_argument(
+        "--space",
+        metavar="FILE",
+        required=True,
+        help="YAML file of the settings to search: NAME: {low: L, high: H} (log: true, "
+        "step: S) or NAME: {choices: [...]}",
+    )
+    sweep.add_argument("--trials", type=_int(AT_LEAST_1), required=True, help="trials to run")
+    sweep.add_argument(
+        "--parallel", type=_int(AT_LEAST_1), default=1, help="trials running at once"
+    )
+    sweep.add_argument(
+        "--backend",
+        choices=("process", "ray"),
+        default="process",
+        help="where parallel trials run: worker processes, or Ray tasks (not the envs' "
+        "vector backend: --set backend=subproc sets that)",
+    )
+    sweep.add_argument(
+        "--sweep-dir",
+        metavar="DIR",
+        help="where the study (study.db), the trials' run directories and best.yaml go; a "
+        "sweep dir that holds a study continues it (default runs/sweep-<algo>-<env>-<time>)",
+    )
+    sweep.add_argument(
+        "--pruner",
+        choices=("median", "none"),
+        default="median",
+        help="stop trials whose evaluations fall below the median of finished ones",
+    )
+    for flag, metavar, text in (
+        ("--total-steps", "N", "env steps each trial trains for"),
+        ("--seed", "S", "seed of every trial"),
+        ("--num-envs", "N", "envs stepped in parallel in each trial"),
+        ("--device", "DEVICE", "cpu, cuda or auto"),
+    ):
+        sweep.add_argument(flag, dest=flag[2:].replace("-", "_"), metavar=metavar, help=text)
+    sweep.add_argument(
+        "--set",
+        dest="settings",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a run or algorithm setting of every trial",
+    )
+    _add_imports(sweep)
+    _add_allow_import(sweep)
+    sweep.set_defaults(run=_sweep)
+
     evaluate = commands.add_parser("eval", help="evaluate a run's best (or latest) checkpoint")
     evaluate.add_argument("run_dir", metavar="RUN", help="a run directory")
     evaluate.add_argument(
@@ -713,6 +771,50 @@ def _train(args: argparse.Namespace) -> int:
         return 130
     best = "-" if results.best_eval is None else f"{results.best_eval:.4g}"
     print(f"run {results.run_dir}: {results.env_steps} env steps, best {results.select_by} {best}")
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from corral.training.sweep import default_sweep_dir, sweep
+
+    sweep_dir = args.sweep_dir or str(default_sweep_dir(args.algo, args.env))
+    with _training_errors():
+        settings = parse_settings(args.settings)
+        flags = ("total_steps", "seed", "num_envs", "device")
+        settings.update({k: getattr(args, k) for k in flags if getattr(args, k) is not None})
+        if args.imports:
+            settings["imports"] = [*_modules(settings.get("imports")), *args.imports]
+        try:
+            result = sweep(
+                args.algo,
+                args.env,
+                args.space,
+                args.trials,
+                settings=settings,
+                sweep_dir=sweep_dir,
+                parallel=args.parallel,
+                backend=args.backend,
+                pruner=args.pruner,
+                allow_imports=[*args.allow_imports, *args.imports],
+                echo=True,
+            )
+        except (EnvError, WorkerTimeoutError, EvaluationError) as err:
+            print(f"corral: error: a trial stopped the sweep: {err}", file=sys.stderr)
+            print(f"the same command with --sweep-dir {sweep_dir} continues it", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print(
+                f"interrupted: the same command with --sweep-dir {sweep_dir} continues the sweep",
+                file=sys.stderr,
+            )
+            return 130
+    trials = ", ".join(f"{count} {state.lower()}" for state, count in result.states.items())
+    print(f"sweep {result.sweep_dir}: {trials}")
+    print(f"best trial {result.trial}: {result.value:.4g} in {result.run_dir}")
+    for name, value in result.settings.items():
+        said = ",".join(map(str, value)) if isinstance(value, list) else value
+        print(f"  {name}={said}")
+    print(f"wrote {result.sweep_dir / 'best.yaml'}")
     return 0
 
 

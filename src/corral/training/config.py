@@ -198,6 +198,16 @@ class RunConfig:
     """Where the run writes; empty: ``runs/<algo>-<env>-s<seed>-<time>``."""
     tensorboard: bool = True
     """Also write TensorBoard events when ``tensorboard`` is installed."""
+    logger: tuple[Literal["wandb"], ...] = ()
+    """Trackers that also get the run's config and every metrics row, beside ``metrics.csv``
+    and TensorBoard (``tensorboard``): ``wandb`` (``pip install 'corral[track]'``), its files
+    in the run directory, offline unless ``wandb_mode`` says otherwise."""
+    wandb_project: str = "corral"
+    """The wandb project of the run (``logger=wandb``)."""
+    wandb_mode: Literal["offline", "online", "disabled"] | None = None
+    """How the wandb run syncs (``logger=wandb``): ``offline`` (files only, ``wandb sync``
+    uploads them later), ``online`` (needs the network and a login) or ``disabled``;
+    ``None``: the environment's ``WANDB_MODE``, else ``offline``."""
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):

@@ -1,4 +1,4 @@
-"""A run's metrics: rows in ``metrics.csv`` and, when installed, TensorBoard scalars.
+"""A run's metrics: rows in ``metrics.csv``, handed to its trackers (TensorBoard, wandb).
 
 Every row has the columns of :data:`COLUMNS` (empty where a row has no such
 value, e.g. ``eval_return`` between evaluations) followed by the other
@@ -6,18 +6,20 @@ columns in the order they first appeared: the algorithm's own metrics
 (losses...) and the parts ``<name>/<part>`` of a column (``eval_return/predator``,
 see :mod:`corral.training.scoring`), each placed after the other parts of its
 ``<name>`` that came before it. In TensorBoard the parts of a name share a section.
+Each row then goes to the run's trackers (:mod:`corral.training.trackers`).
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from corral.errors import CheckpointError
-from corral.training.run_files import make_subdir, open_file
+from corral.training.run_files import open_file
+from corral.training.trackers import TensorBoardTracker, Tracker
 
 COLUMNS = (
     "env_steps",
@@ -35,14 +37,19 @@ Row = dict[str, float]
 
 METRICS = "metrics.csv"
 MAX_COLUMN = 256
-TENSORBOARD = "tb"
-"""The directory of a run's TensorBoard events."""
 
 
 class MetricsLog:
-    """Appends rows to ``run_dir/metrics.csv`` (and TensorBoard events in ``run_dir/tb``)."""
+    """Appends rows to ``run_dir/metrics.csv`` and hands each to the trackers: TensorBoard's
+    (events in ``run_dir/tb``, where ``tensorboard`` and it is installed) and ``trackers``."""
 
-    def __init__(self, run_dir: str | Path, rows: Iterable[Row] = (), tensorboard: bool = True):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        rows: Iterable[Row] = (),
+        tensorboard: bool = True,
+        trackers: Sequence[Tracker] = (),
+    ):
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / METRICS
         self.rows: list[Row] = [dict(r) for r in rows]
@@ -50,15 +57,20 @@ class MetricsLog:
         for row in self.rows:
             self._add_columns(row)
         self._rewrite()
-        self._writer = _tensorboard_writer(self.run_dir) if tensorboard else None
+        board = TensorBoardTracker.open(self.run_dir) if tensorboard else None
+        self.trackers: list[Tracker] = [*([board] if board is not None else []), *trackers]
 
     @property
     def tensorboard(self) -> bool:
         """Whether rows also go to TensorBoard."""
-        return self._writer is not None
+        return any(isinstance(t, TensorBoardTracker) for t in self.trackers)
+
+    def add_tracker(self, tracker: Tracker) -> None:
+        """Hand the rows added from now on to ``tracker`` too (closed with this log)."""
+        self.trackers.append(tracker)
 
     def add(self, row: Mapping[str, float]) -> None:
-        """Append ``row`` (``env_steps`` is required) to the CSV and TensorBoard."""
+        """Append ``row`` (``env_steps`` is required) to the CSV, then hand it to each tracker."""
         row = {k: float(v) for k, v in row.items() if v is not None and not _is_nan(v)}
         self.rows.append(row)
         if self._add_columns(row):
@@ -66,17 +78,13 @@ class MetricsLog:
         else:
             with open_file(self.run_dir, METRICS, "a") as file:
                 csv.DictWriter(file, self.columns, lineterminator="\n").writerow(_cells(row))
-        if self._writer is not None:
-            step = int(row["env_steps"])
-            for key, value in row.items():
-                if key != "env_steps":
-                    self._writer.add_scalar(key, value, step)
-            self._writer.flush()
+        for tracker in self.trackers:
+            tracker.add(row)
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        """Close every tracker (each once, all of them even where one raises)."""
+        trackers, self.trackers = self.trackers, []
+        _close_all(trackers)
 
     def _add_columns(self, row: Row) -> bool:
         new = [k for k in row if k not in self.columns]
@@ -156,10 +164,10 @@ def _is_nan(value: Any) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
-def _tensorboard_writer(run_dir: Path) -> Any:
-    """A TensorBoard writer of events in ``run_dir/tb`` (a directory of its own, not a link)."""
+def _close_all(trackers: Sequence[Tracker]) -> None:
+    if not trackers:
+        return
     try:
-        from tensorboard.summary import Writer
-    except ModuleNotFoundError:
-        return None
-    return Writer(str(make_subdir(run_dir, TENSORBOARD)))
+        trackers[0].close()
+    finally:
+        _close_all(trackers[1:])

@@ -9,6 +9,7 @@ A run lives in one directory::
         best.pt          the checkpoint of the best evaluation so far
         train.log        what the run logged
         tb/              TensorBoard events, when tensorboard is installed
+        wandb/           the wandb run's files (logger=wandb; its id in wandb_id.txt)
 
 A checkpoint holds the algorithm's ``state_dict``, the env steps done, the
 metrics so far, the best evaluation, and every random generator's state, and
@@ -60,7 +61,6 @@ from corral.training.config import (
 )
 from corral.training.metrics import (
     METRICS,
-    TENSORBOARD,
     MetricsLog,
     Row,
     checked_rows,
@@ -95,6 +95,15 @@ from corral.training.self_play import (
     self_play_map,
 )
 from corral.training.threads import set_torch_threads, torch_threads
+from corral.training.trackers import (
+    TENSORBOARD,
+    WANDB_DIR,
+    WANDB_ID,
+    Tracker,
+    WandbTracker,
+    import_wandb,
+    read_wandb_id,
+)
 from corral.training.whole_episodes import CutEpisodes
 from corral.vector import VectorEnv, make_vec
 from corral.vector.sampling import sample_array
@@ -112,7 +121,7 @@ RESUMABLE = frozenset(
     {"total_steps", "eval_every", "eval_episodes", "checkpoint_every", "log_every", "device"}
     | {"backend", "tensorboard", "checkpoint_replay", "torch_threads", *BACKEND_OPTIONS}
     | {"on_env_error", "check_finite"}
-    | {"checkpoint_every_s"}
+    | {"checkpoint_every_s", "logger", "wandb_mode"}
 )
 """Run settings that may change when a run is resumed (the schedule, not what is learned)."""
 EVAL_WORKERS = {"num_workers": 1}
@@ -175,6 +184,8 @@ class Runner:
         run = config.run
         run.check_workers()
         env_spec(run)  # an unknown env id makes no run directory
+        if "wandb" in run.logger:
+            import_wandb()  # nor does a missing wandb
         self.config = config
         self.allow_imports = tuple(allow_imports)
         self.show_bar = progress
@@ -228,6 +239,8 @@ class Runner:
             self.metrics = MetricsLog(
                 self.run_dir, saved.get("metrics", []), tensorboard=run.tensorboard
             )
+            for tracker in run_trackers(config, self.run_dir):
+                self.metrics.add_tracker(tracker)
         except BaseException:
             self.close()
             raise
@@ -1218,8 +1231,24 @@ def check_run_files(run_dir: Path) -> None:
     there: a symbolic link, a FIFO, a file of other hard links (see
     :mod:`~corral.training.run_files`)."""
     run_files.check_entries(
-        run_dir, files=(CONFIG, METRICS, LOG), replaced=(LATEST, BEST), dirs=(TENSORBOARD,)
+        run_dir,
+        files=(CONFIG, METRICS, LOG, WANDB_ID),
+        replaced=(LATEST, BEST),
+        dirs=(TENSORBOARD, WANDB_DIR),
     )
+    read_wandb_id(run_dir)
+
+
+def run_trackers(config: TrainConfig, run_dir: Path) -> list[Tracker]:
+    """The trackers of the run's ``logger`` setting besides TensorBoard (see
+    :mod:`corral.training.trackers`), writing in ``run_dir``."""
+    run = config.run
+    trackers: list[Tracker] = []
+    if "wandb" in run.logger:
+        trackers.append(
+            WandbTracker(run_dir, config.to_dict(), project=run.wandb_project, mode=run.wandb_mode)
+        )
+    return trackers
 
 
 def restored(saved: Mapping[str, Any], path: Path) -> dict[str, Any]:
