@@ -139,7 +139,7 @@ def test_device_checks_of_discrete_actions_agree_with_the_host_checks(case: str)
         env, agent = np.argwhere(~acting)[0]
         actions[env, agent] = 9
     rule = action_rule(space)
-    problem = group_problem(rule, actions, acting, mask)
+    problem = group_problem(rule, actions, acting, mask, host_views=True)
     assert (problem is None) == (case in ("legal", "idle-junk"))
     t = torch.as_tensor
     assert rule.fine(t(actions), t(acting), t(mask)) == (case == "legal")

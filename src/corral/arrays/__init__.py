@@ -3,6 +3,7 @@ numpy's per-copy random streams as arrays of either."""
 
 from corral.arrays.place import (
     Place,
+    device_path,
     import_torch,
     is_tensor,
     on_host,
@@ -16,6 +17,7 @@ from corral.arrays.streams import CopyStreams
 __all__ = [
     "CopyStreams",
     "Place",
+    "device_path",
     "import_torch",
     "is_tensor",
     "on_host",
