@@ -12,7 +12,7 @@ computed on; :func:`device_path` has the Places built inside it compute as on a 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,8 +28,7 @@ ARRAYS = ("numpy", "torch")
 _HOST_VIEWS: ContextVar[bool] = ContextVar("corral_host_views", default=True)
 
 
-@contextmanager
-def device_path() -> Iterator[None]:
+def device_path() -> AbstractContextManager[None]:
     """Places built inside the block default to ``host_views=False``: torch on the CPU is
     computed on in torch, reading nothing back per step, as on a GPU (the tests run the
     device path so on a machine without one). What is built inside keeps that path after
@@ -41,14 +40,23 @@ def device_path() -> Iterator[None]:
         >>> inside.host_views, Place("torch", "cpu").host_views
         (False, True)
     """
-    token = _HOST_VIEWS.set(False)
+    return host_views_by_default(False)
+
+
+@contextmanager
+def host_views_by_default(host_views: bool) -> Iterator[None]:
+    """Places built inside the block default to ``host_views`` (:func:`device_path` is
+    ``host_views_by_default(False)``)."""
+    token = _HOST_VIEWS.set(host_views)
     try:
         yield
     finally:
         _HOST_VIEWS.reset(token)
 
 
-def _default_host_views() -> bool:
+def default_host_views() -> bool:
+    """The ``host_views`` of a Place built here without one: ``False`` inside
+    :func:`device_path`, else ``True``."""
     return _HOST_VIEWS.get()
 
 
@@ -71,7 +79,7 @@ class Place:
 
     array: str = "numpy"
     device: str = "cpu"
-    host_views: bool = field(default_factory=_default_host_views, kw_only=True)
+    host_views: bool = field(default_factory=default_host_views, kw_only=True)
     """Whether torch tensors on the CPU are computed on through numpy views of their memory:
     the same values at numpy's cost per call (reading them costs nothing). ``False``: in
     torch, reading nothing back per step, as on a GPU. Meaningless for numpy and for other
