@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from corral import registry
+from corral import device_path, registry
 
 
 @pytest.fixture
@@ -20,6 +20,15 @@ def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(registry, "_namespaces", dict(registry._namespaces))
     monkeypatch.setattr(registry, "_plugins", set(registry._plugins))
     yield
+
+
+@pytest.fixture
+def as_on_a_gpu() -> Iterator[None]:
+    """The Places built in the test take the device path on CPU tensors, as on a GPU
+    (:func:`corral.device_path`): the vector layer and the natively batched envs compute in
+    torch, reading nothing back per step."""
+    with device_path():
+        yield
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from corral.arrays import Place
 from corral.spaces import action_problem, action_rule, device_suspect, group_problem
 
 E, N = 5, 3
@@ -120,16 +119,16 @@ def test_the_device_mode_flags_exactly_the_entries_the_single_mode_refuses(case,
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_group_problem_on_tensors_names_what_the_host_mode_names(case, monkeypatch):
+def test_group_problem_on_tensors_names_what_the_host_mode_names(case):
     torch = pytest.importorskip("torch")
-    monkeypatch.setattr(Place, "numpy_on_cpu", False)  # the tensor path, as on a GPU
     space, actions, mask = CASES[case]()
     acting = RNG.random((E, N)) < 0.7
     rule = action_rule(space)
     t = torch.as_tensor
     tmask = None if mask is None else t(mask)
     host = rule.array_problem(actions, acting, mask)
-    assert group_problem(rule, t(actions), t(acting), tmask) == host
+    # host_views=False: the tensor path, as on a GPU
+    assert group_problem(rule, t(actions), t(acting), tmask, host_views=False) == host
     assert device_suspect(rule, t(actions), t(acting), tmask) == (host is not None)
 
 

@@ -3,7 +3,7 @@
 from typing import TYPE_CHECKING, Any
 
 from corral.adapters import adapt
-from corral.arrays import Place
+from corral.arrays import Place, device_path
 from corral.batched_env import BatchedEnv, BatchedStep
 from corral.checks import check_env
 from corral.env import MultiAgentEnv, validate_actions
@@ -68,6 +68,7 @@ __all__ = [
     "adapt",
     "batched_ids",
     "check_env",
+    "device_path",
     "group_agents",
     "make",
     "make_vec",

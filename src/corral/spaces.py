@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import Place, import_torch, to_numpy, torch_dtype, tree_to_numpy
+from corral.arrays import import_torch, to_numpy, torch_dtype, tree_to_numpy
 
 Problem = tuple[int, int, str] | None
 """The first problem of a group's actions: ``(env, agent_index, text)`` (``-1, -1`` where
@@ -542,12 +542,15 @@ for _space_type, _rule_type in (
     _rule_for.register(_space_type, _rule_type)
 
 
-def group_problem(rule: ActionRule, array: Any, acting: Any, mask: Any | None) -> Problem:
+def group_problem(
+    rule: ActionRule, array: Any, acting: Any, mask: Any | None, *, host_views: bool
+) -> Problem:
     """The first illegal acting entry of a group's actions (its mask included), or ``None``;
     on numpy arrays, or on torch tensors (checked on their device by the device mode, read
-    back only to name a problem by the host mode)."""
+    back only to name a problem by the host mode). ``host_views`` is the caller's
+    :attr:`corral.Place.host_views`: whether CPU tensors are checked through numpy views."""
     tensor = _is_tensor(acting)
-    if tensor and acting.device.type == "cpu" and Place.numpy_on_cpu:  # cheaper
+    if tensor and acting.device.type == "cpu" and host_views:  # cheaper
         acting = to_numpy(acting)
         mask = None if mask is None else to_numpy(mask)
         tensor = False

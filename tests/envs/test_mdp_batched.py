@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import pickle
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -13,7 +15,7 @@ import pytest
 
 import corral
 import corral.envs.mdp_batched
-from corral.arrays import Place, to_numpy
+from corral.arrays import to_numpy
 from corral.batched_env import BatchedStep
 from corral.envs.mdp import penalty_game
 from corral.envs.mdp_batched import BatchedMatrixGame, BatchedTabularMDP, batch
@@ -42,13 +44,13 @@ PLACES = [
 
 
 @pytest.fixture(params=PLACES)
-def place(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+def place(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
     array, device = request.param[:2]
     if array == "torch":
         pytest.importorskip("torch")
-    if request.param[2:] == ("as on a GPU",):  # the device path: draws from CopyStreams
-        monkeypatch.setattr(Place, "numpy_on_cpu", False)
-    return array, device
+    as_on_a_gpu = request.param[2:] == ("as on a GPU",)  # the device path: draws from CopyStreams
+    with corral.device_path() if as_on_a_gpu else contextlib.nullcontext():
+        yield array, device
 
 
 class Packed:

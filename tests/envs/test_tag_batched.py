@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,16 +43,23 @@ NOT_ACTING = 99  # the action entry of an agent that is not acting: the env must
 
 
 @pytest.fixture(params=PLACES)
-def place(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+def place(request: pytest.FixtureRequest) -> Iterator[tuple[str, ...]]:
+    """``(array, device)``, and ``"by torch"`` where the env is told to compute by torch."""
     if request.param[0] == "torch":
         torch = pytest.importorskip("torch")  # imported here: collecting stays cheap
         if request.param[1] == "cuda" and not torch.cuda.is_available():
             pytest.skip("no CUDA GPU")
-    if request.param[2:] == ("by torch",):
-        monkeypatch.setattr(BatchedTag, "numpy_on_cpu", False)
-    if request.param[2:] == ("as on a GPU",):  # the env follows the layer's device path
-        monkeypatch.setattr(Place, "numpy_on_cpu", False)
-    return request.param[:2]
+    as_on_a_gpu = request.param[2:] == ("as on a GPU",)  # the env follows the layer's path
+    with corral.device_path() if as_on_a_gpu else contextlib.nullcontext():
+        yield request.param
+
+
+def placed(place: tuple[str, ...]) -> dict[str, Any]:
+    """BatchedTag's keyword arguments for ``place`` (``host_views=False``: by torch)."""
+    options: dict[str, Any] = {"array": place[0], "device": place[1]}
+    if place[2:] == ("by torch",):
+        options["host_views"] = False
+    return options
 
 
 class DictCopies:
@@ -190,7 +198,7 @@ def on(place: tuple[str, str], value: np.ndarray) -> Any:
 @pytest.mark.parametrize("kwargs", KWARGS)
 def test_steps_exactly_as_dict_envs_with_autoreset(place: tuple[str, str], kwargs: dict) -> None:
     num_envs, seed = 8, 17
-    env = BatchedTag(num_envs, array=place[0], device=place[1], **kwargs)
+    env = BatchedTag(num_envs, **placed(place), **kwargs)
     oracle = DictCopies(num_envs, **kwargs)
     got = env.reset(seed=seed)
     assert_same(got, oracle.reset([seed + i for i in range(num_envs)]), place, "reset")
@@ -220,7 +228,7 @@ def test_steps_exactly_as_dict_envs_with_autoreset(place: tuple[str, str], kwarg
 
 def test_reset_where_leaves_the_other_copies_running(place: tuple[str, str]) -> None:
     kwargs = {"max_cycles": 8, "num_prey": 3}
-    env = BatchedTag(4, array=place[0], device=place[1], **kwargs)
+    env = BatchedTag(4, **placed(place), **kwargs)
     oracle = DictCopies(4, **kwargs)
     expected = oracle.reset([3, 4, 5, 6])
     assert_same(env.reset(seed=3), expected, place, "reset")
@@ -246,7 +254,7 @@ def test_a_copy_stepped_after_its_episode_ended_changes_nothing_as_the_dict_env(
     """Not the vector layer's way (it resets first), but a dict env that does not check
     actions allows it: no agent ends again, nothing moves, nobody earns."""
     kwargs = {"max_cycles": 3, "num_prey": 2}
-    env = BatchedTag(3, array=place[0], device=place[1], **kwargs)
+    env = BatchedTag(3, **placed(place), **kwargs)
     oracle = DictCopies(3, **kwargs)
     expected = oracle.reset([5, 6, 7])
     assert_same(env.reset(seed=5), expected, place, "reset")
@@ -266,7 +274,7 @@ def test_written_into_a_batch_it_steps_exactly_as_dict_envs(place: tuple[str, st
         "corral/tag", 6, array=place[0], device=place[1], state=True, env_kwargs=kwargs
     ) as venv:
         arrays = venv.layout.allocate()
-    env = BatchedTag(6, array=place[0], device=place[1], **kwargs)
+    env = BatchedTag(6, **placed(place), **kwargs)
     bad = dict(arrays, **{"obs/prey": arrays["obs/prey"][:, :1]})  # one prey too few
     assert not env.write_into(bad) and not env.write_into({})
     assert env.write_into(arrays)
@@ -416,14 +424,14 @@ def test_choices_draw_what_generator_choice_draws(m: int, n: int, exact: bool) -
 
 
 def test_on_the_layers_device_path_it_reads_and_copies_nothing_from_the_host(
-    monkeypatch: pytest.MonkeyPatch,
+    as_on_a_gpu: None,
 ) -> None:
-    """With ``Place.numpy_on_cpu`` off it computes in torch as on a GPU: steps and unseeded
-    resets of the copies a device mask selects read nothing back and copy nothing over."""
+    """Built inside ``corral.device_path()`` it computes in torch as on a GPU: steps and
+    unseeded resets of the copies a device mask selects read nothing back and copy nothing
+    over."""
     torch = pytest.importorskip("torch")
     from support.host_reads import counting_reads, counting_transfers
 
-    monkeypatch.setattr(Place, "numpy_on_cpu", False)
     env = BatchedTag(5, array="torch", max_cycles=4, num_prey=3, size=4)
     env.reset(seed=0)
     rng = np.random.default_rng(0)
@@ -439,6 +447,29 @@ def test_on_the_layers_device_path_it_reads_and_copies_nothing_from_the_host(
             env.step(actions)
             env.reset(where=where)
     assert reads == {} and copies == {}, (reads, copies)
+
+
+@pytest.mark.parametrize(("host_views", "by_torch"), [(None, False), (False, True), (True, False)])
+def test_host_views_tells_it_how_to_compute_on_torch_cpu_tensors(host_views, by_torch) -> None:
+    """``host_views=False`` computes by torch (nothing copied from the host) on a place that
+    computes through numpy views; ``None`` follows the place; through make_vec too."""
+    torch = pytest.importorskip("torch")
+    from support.host_reads import counting_transfers
+
+    kwargs = {"max_cycles": 4, "num_prey": 3, "size": 4, "host_views": host_views}
+    with corral.make_vec("corral/tag", 5, array="torch", env_kwargs=kwargs) as venv:
+        assert venv.place.host_views  # the place is the layer's: it keeps its numpy views
+    env = BatchedTag(5, array="torch", **kwargs)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    plan = [
+        {g: torch.as_tensor(rng.integers(0, 5, (5, len(a)))) for g, a in env.groups.items()}
+        for _ in range(5)
+    ]
+    with counting_transfers() as copies:
+        for actions in plan:
+            env.step(actions)
+    assert (copies == {}) == by_torch, copies  # by numpy: its results copied into tensors
 
 
 @pytest.mark.parametrize("on_a_device", [False, True], ids=["host", "device-path"])

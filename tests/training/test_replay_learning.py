@@ -21,7 +21,7 @@ from support.runs import run_settings  # noqa: E402
 import corral  # noqa: E402
 from corral.algos.dqn import DQN  # noqa: E402
 from corral.algos.maddpg import MADDPG  # noqa: E402
-from corral.arrays import Place, to_numpy  # noqa: E402
+from corral.arrays import to_numpy  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
 from corral.training.self_play import OPPONENT, self_play  # noqa: E402
 
@@ -83,10 +83,9 @@ def test_a_rollout_and_its_gradient_steps_read_the_host_a_constant_number_of_tim
 
 
 @pytest.mark.parametrize("name", list(LEARNERS))
-def test_as_on_a_gpu_replay_learners_copy_nothing_from_the_host_per_step(name, monkeypatch):
-    # the vector layer on its device path too (Place.numpy_on_cpu = False): copies from the
+def test_as_on_a_gpu_replay_learners_copy_nothing_from_the_host_per_step(name, as_on_a_gpu):
+    # the vector layer on its device path too (corral.device_path()): copies from the
     # host are per run at most (an action space's bounds, once), never per step or rollout
-    monkeypatch.setattr(Place, "numpy_on_cpu", False)
     make, settings, env = LEARNERS[name]
     copies = {}
     for train_freq in (4 * 13, 4 * 40):

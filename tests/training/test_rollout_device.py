@@ -8,7 +8,7 @@ that turns a tensor into host values (``.item()``, ``.numpy()``, ``bool()``...);
 the test counts those made from the learning side. On a device the vector
 layer and the envs read nothing per step either (``vector/episodes.py``,
 ``deferred_checks``): with the vector layer taking its device path on the CPU
-(``Place.numpy_on_cpu = False``, as on a GPU) every read is counted, the calls
+(inside ``corral.device_path()``, as on a GPU) every read is counted, the calls
 that would synchronise a GPU without reading a value included
 (tests/support/host_reads.py), and so is every copy from the host to the device. CUDA
 variants run where a GPU is present.
@@ -16,6 +16,7 @@ variants run where a GPU is present.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 
 import numpy as np
@@ -30,8 +31,6 @@ from support.runs import run_settings  # noqa: E402
 
 import corral  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO  # noqa: E402
-from corral.arrays import Place  # noqa: E402
-from corral.envs.tag_batched import BatchedTag  # noqa: E402
 from corral.errors import InvalidActionError  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
 from corral.training.self_play import OPPONENT, self_play  # noqa: E402
@@ -90,11 +89,9 @@ DEVICE_ENVS = {
 @pytest.mark.parametrize("env", list(DEVICE_ENVS.values()), ids=list(DEVICE_ENVS))
 @pytest.mark.parametrize("algo_cls", [MAPPO, IPPO], ids=["mappo", "ippo"])
 def test_as_on_a_gpu_everything_reads_the_host_a_constant_number_of_times_per_rollout(
-    algo_cls, env, monkeypatch
+    algo_cls, env, as_on_a_gpu
 ):
     # the vector layer and the envs counted too: nothing of theirs is per step
-    monkeypatch.setattr(Place, "numpy_on_cpu", False)
-    monkeypatch.setattr(BatchedTag, "numpy_on_cpu", False)
     reads = {}
     for steps in (13, 40):
         venv, algo, collector = torch_collector(
@@ -117,8 +114,7 @@ def test_as_on_a_gpu_everything_reads_the_host_a_constant_number_of_times_per_ro
     assert reads[40]["corral.vector.deferred:raise_first:tolist"] == 2, reads[40]
 
 
-def test_the_rollout_collector_raises_a_bad_action_checked_on_the_device(monkeypatch):
-    monkeypatch.setattr(Place, "numpy_on_cpu", False)
+def test_the_rollout_collector_raises_a_bad_action_checked_on_the_device(as_on_a_gpu):
     venv, algo, collector = torch_collector(MAPPO, "cpu", deferred=True)
     act, calls = algo.policy.act, []
 
@@ -277,25 +273,26 @@ def test_self_play_refuses_torch_batches():
     venv.close()
 
 
-def test_the_runner_checks_actions_on_a_device_without_reading_them_back(tmp_path, monkeypatch):
+def test_the_runner_checks_actions_on_a_device_without_reading_them_back(tmp_path):
     from corral.training import Runner, load_config
 
     for device_path in (False, True):
-        monkeypatch.setattr(Place, "numpy_on_cpu", not device_path)
         settings = run_settings(tmp_path, str(device_path), array="torch", rollout_steps=10)
         config = load_config("mappo", "mpe2/simple_spread_v3", settings)
-        with Runner(config, progress=False) as runner:
+        with (
+            corral.device_path() if device_path else contextlib.nullcontext(),
+            Runner(config, progress=False) as runner,
+        ):
             assert (runner.venv._deferred is not None) == device_path
             assert runner.venv.deferred_checks == device_path
 
 
 def test_closing_the_runner_closes_everything_then_raises_a_pending_bad_action(
-    tmp_path, monkeypatch
+    tmp_path, as_on_a_gpu
 ):
     from corral.errors import VectorStateError
     from corral.training import Runner, load_config
 
-    monkeypatch.setattr(Place, "numpy_on_cpu", False)
     settings = run_settings(tmp_path, "run", array="torch", rollout_steps=10, eval_every=120)
     runner = Runner(load_config("mappo", "mpe2/simple_spread_v3", settings), progress=False)
     runner.evaluate(1)  # builds the evaluation envs

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from oracles.decisions import DecisionCounter
 
-from corral.arrays import Place, to_numpy
+from corral.arrays import to_numpy
 from corral.errors import MissingDependencyError
 from corral.vector import make_vec
 from corral.vector.sampling import sample_array
@@ -85,10 +85,9 @@ def test_decision_is_the_collectors_count_of_the_batches(
 
 
 @pytest.mark.parametrize("case", [case for case, (_, _, batched) in CASES.items() if batched])
-def test_decision_on_the_device_path(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decision_on_the_device_path(case: str, as_on_a_gpu: None) -> None:
     """As on a GPU (no host read per step: blends instead of indexing), on CPU tensors."""
     pytest.importorskip("torch")
-    monkeypatch.setattr(Place, "numpy_on_cpu", False)
     id, kwargs, _ = CASES[case]
     venv = make_vec(id, NUM_ENVS, native=True, array="torch", env_kwargs=kwargs)
     assert not venv.layout.place.computes_on_host

@@ -3,8 +3,8 @@
 Where the layer computes in torch off the CPU (a GPU), ``VectorEnv.step`` of a
 natively batched env ends and restarts episodes with masked blends (no read of
 which copies ended) and, with ``deferred_checks=True``, checks actions without
-reading them back. A CPU-only machine runs that path by setting
-``Place.numpy_on_cpu = False`` ("as on a GPU"): the tests count the calls that
+reading them back. A CPU-only machine runs that path for what is built inside
+``corral.device_path()`` ("as on a GPU"): the tests count the calls that
 would synchronise a GPU (:mod:`support.host_reads`), reads back to the host and copies
 from it, and compare the batches with the host path's, step by step. CUDA variants run under
 ``torch.cuda.set_sync_debug_mode("error")`` where a GPU is present.
@@ -25,20 +25,11 @@ from support.host_reads import counting_reads, counting_transfers  # noqa: E402
 
 import corral  # noqa: E402
 from corral.adapters.catalog import _MPE2_BATCHED  # noqa: E402
-from corral.arrays import Place, to_numpy  # noqa: E402
-from corral.envs.tag_batched import BatchedTag  # noqa: E402
+from corral.arrays import to_numpy  # noqa: E402
 from corral.errors import InvalidActionError  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
 CUDA = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
-
-
-@pytest.fixture
-def as_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The vector layer takes its device path on CPU tensors, as on a GPU (and so does
-    corral/tag, computing in torch: set here too, in case it stops following the layer)."""
-    monkeypatch.setattr(Place, "numpy_on_cpu", False)
-    monkeypatch.setattr(BatchedTag, "numpy_on_cpu", False)
 
 
 @contextlib.contextmanager
@@ -158,6 +149,27 @@ def test_a_step_reads_nothing_back_on_a_device(as_on_a_gpu, id, env_kwargs):
     assert counts == {}, counts
 
 
+@pytest.mark.parametrize("inside", [True, False], ids=["built-inside", "built-outside"])
+def test_what_is_built_inside_device_path_keeps_it_after_the_block(inside):
+    # the vector layer and corral/tag on the device path: no read, no copy from the host
+    with corral.device_path() if inside else contextlib.nullcontext():
+        venv = corral.make_vec(
+            "corral/tag", 4, array="torch", seed=0, deferred_checks=True,
+            env_kwargs={"size": 4, "max_cycles": 12},
+        )  # fmt: skip
+    batch = venv.reset(seed=0)
+    actions = planned_actions(venv, batch, "cpu", 40)
+    with counting_reads() as reads, counting_transfers() as copies:
+        for t in range(40):
+            batch = venv.step(actions(t, batch))
+    venv.close()
+    if inside:
+        assert reads == {} and copies == {}, (reads, copies)
+    else:  # the host path
+        assert sum(reads.values()) >= 40, reads  # the actions, read through numpy views
+    assert venv.place is venv.layout.place and venv.place.host_views is not inside
+
+
 @CUDA
 @pytest.mark.parametrize(("id", "env_kwargs", "dtype"), COPIED)
 def test_on_cuda_a_step_never_synchronises(id, env_kwargs, dtype):
@@ -216,7 +228,7 @@ def test_simple_lines_second_landmark_on_a_device_is_the_hosts(monkeypatch):
     from corral.envs.mpe.simple_line import BatchedSimpleLine
 
     venvs = [
-        venv_of("mpe2/simple_line_v1", {"dtype": "float64"}, device_path, monkeypatch)
+        venv_of("mpe2/simple_line_v1", {"dtype": "float64"}, device_path)
         for device_path in (False, True)
     ]
     on_device, turned = BatchedSimpleLine._second_on_device, []
@@ -336,19 +348,25 @@ DIFFERENTIAL = [
 ]
 
 
-def venv_of(id: str, env_kwargs: dict, device_path: bool, monkeypatch, **settings):
-    monkeypatch.setattr(Place, "numpy_on_cpu", not device_path)
-    return corral.make_vec(
-        id, 6, array="torch", seed=0, state=True, env_kwargs=env_kwargs, **settings
-    )
+def venv_of(id: str, env_kwargs: dict, device_path: bool, **settings):
+    """``id``'s copies on torch CPU tensors, built on the device path or the host path."""
+    with corral.device_path() if device_path else contextlib.nullcontext():
+        return corral.make_vec(
+            id, 6, array="torch", seed=0, state=True, env_kwargs=env_kwargs, **settings
+        )
+
+
+def tag_by_torch(id: str, env_kwargs: dict) -> dict:
+    """``env_kwargs``, with corral/tag computing by torch on either path."""
+    return {**env_kwargs, "host_views": False} if id == "corral/tag" else env_kwargs
 
 
 @pytest.mark.parametrize(("id", "env_kwargs"), DIFFERENTIAL)
-def test_the_device_path_gives_the_host_paths_batches(monkeypatch, id, env_kwargs):
-    monkeypatch.setattr(BatchedTag, "numpy_on_cpu", False)  # corral/tag by torch in both
+def test_the_device_path_gives_the_host_paths_batches(id, env_kwargs):
     kwargs = {**env_kwargs, "dtype": "float64"} if id.startswith("mpe2/") else env_kwargs
-    host = venv_of(id, kwargs, False, monkeypatch)
-    device = venv_of(id, kwargs, True, monkeypatch, deferred_checks=True)
+    kwargs = tag_by_torch(id, kwargs)  # corral/tag by torch in both
+    host = venv_of(id, kwargs, False)
+    device = venv_of(id, kwargs, True, deferred_checks=True)
     batches = [venv.reset(seed=3) for venv in (host, device)]
     rng = np.random.default_rng(1)
     partly = 0  # steps in which some copies ended and others went on
@@ -416,11 +434,11 @@ BAD = [
 
 @pytest.mark.parametrize(("id", "env_kwargs", "group", "bad", "expected", "stand_in"), BAD)
 def test_deferred_checks_report_a_bad_action_later_and_play_a_legal_stand_in(
-    monkeypatch, id, env_kwargs, group, bad, expected, stand_in
+    id, env_kwargs, group, bad, expected, stand_in
 ):
-    monkeypatch.setattr(BatchedTag, "numpy_on_cpu", False)  # an out-of-range index would raise
-    checked = venv_of(id, env_kwargs, True, monkeypatch, deferred_checks=True)
-    oracle = venv_of(id, env_kwargs, False, monkeypatch)  # given the stand-in itself
+    torch_kwargs = tag_by_torch(id, env_kwargs)  # an out-of-range index would raise
+    checked = venv_of(id, torch_kwargs, True, deferred_checks=True)
+    oracle = venv_of(id, torch_kwargs, False)  # given the stand-in itself
     batches = [venv.reset(seed=5) for venv in (checked, oracle)]
     rng = np.random.default_rng(2)
     for t in range(1, 6):
@@ -472,11 +490,10 @@ def test_only_the_first_problem_is_reported(as_on_a_gpu):
     venv.close()
 
 
-def test_entries_of_agents_not_acting_are_ignored_and_made_safe(monkeypatch):
+def test_entries_of_agents_not_acting_are_ignored_and_made_safe():
     # corral/tag by torch: a caught prey is not acting; an out-of-range index in its entry
     # would raise in the env's indexing (on CUDA it would end the process's context)
-    monkeypatch.setattr(BatchedTag, "numpy_on_cpu", False)
-    venv = venv_of("corral/tag", {"size": 4}, True, monkeypatch, deferred_checks=True)
+    venv = venv_of("corral/tag", {"size": 4, "host_views": False}, True, deferred_checks=True)
     batch = venv.reset(seed=0)
     rng = np.random.default_rng(0)
     idle = 0
@@ -533,15 +550,12 @@ def test_on_the_host_deferred_checks_stay_immediate(array):
     venv.close()
 
 
-def test_clipped_actions_are_counted_not_reported(monkeypatch):
+def test_clipped_actions_are_counted_not_reported():
     kwargs = {"continuous_actions": True, "dtype": "float64"}
     venvs = [
-        venv_of("mpe2/simple_spread_v3", kwargs, False, monkeypatch, clip_actions=True),
-        venv_of(
-            "mpe2/simple_spread_v3", kwargs, True, monkeypatch, clip_actions=True,
-            deferred_checks=True,
-        ),
-    ]  # fmt: skip
+        venv_of("mpe2/simple_spread_v3", kwargs, False, clip_actions=True),
+        venv_of("mpe2/simple_spread_v3", kwargs, True, clip_actions=True, deferred_checks=True),
+    ]
     batches = [venv.reset(seed=0) for venv in venvs]
     rng = np.random.default_rng(0)
     for _ in range(12):

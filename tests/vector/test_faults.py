@@ -10,6 +10,7 @@ run: the same seeds and actions, chosen as a function of (env index, step).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import multiprocessing as mp
 import os
@@ -868,7 +869,7 @@ class CutNative:
 @pytest.mark.parametrize("device_path", [False, True], ids=["host", "device-path"])
 @pytest.mark.parametrize("array", ["numpy", "torch"])
 def test_episode_cut_marks_the_episodes_a_fault_cut_and_no_other(
-    array: str, device_path: bool, monkeypatch: pytest.MonkeyPatch
+    array: str, device_path: bool
 ) -> None:
     """A natively batched env that raises cuts every copy's episode (one that ended in
     that step as it ended: not cut); with check_finite, a NaN cuts its copy alone."""
@@ -876,15 +877,15 @@ def test_episode_cut_marks_the_episodes_a_fault_cut_and_no_other(
         pytest.skip("numpy has no device path")
     if array == "torch":
         pytest.importorskip("torch")
-    if device_path:  # the vector layer's path on a GPU, on CPU tensors
-        from corral.arrays import Place
-
-        monkeypatch.setattr(Place, "numpy_on_cpu", False)
     make = partial(CutNative, array=array, raise_at=2, nan_at=5)
     ones = np.ones((3, 1), np.int64)
-    with VectorEnv(
-        NativeSource(make, 3), seed=SEED, on_env_error="restart", check_finite=True
-    ) as venv:
+    path = corral.device_path() if device_path else contextlib.nullcontext()  # as on a GPU
+    with (
+        path,
+        VectorEnv(
+            NativeSource(make, 3), seed=SEED, on_env_error="restart", check_finite=True
+        ) as venv,
+    ):
         actions = {"agent": venv.layout.place.asarray(ones) if array == "torch" else ones}
         cuts, dones = [], []
         oracle = DecisionCounter()  # a cut episode's restart counts decisions from 0 again

@@ -139,7 +139,7 @@ def test_device_checks_of_discrete_actions_agree_with_the_host_checks(case: str)
         env, agent = np.argwhere(~acting)[0]
         actions[env, agent] = 9
     rule = action_rule(space)
-    problem = group_problem(rule, actions, acting, mask)
+    problem = group_problem(rule, actions, acting, mask, host_views=True)
     assert (problem is None) == (case in ("legal", "idle-junk"))
     t = torch.as_tensor
     assert rule.fine(t(actions), t(acting), t(mask)) == (case == "legal")
@@ -188,3 +188,23 @@ def test_the_vector_layer_reads_the_speed_ups_a_batched_env_declares() -> None:
     venv.reset(seed=0)
     venv.close()
     assert len(offered) == 1 and "obs/predator" in offered[0]
+
+
+@needs_torch
+@pytest.mark.parametrize("backend", ["sync", "subproc"])
+def test_a_native_env_made_inside_device_path_is_built_on_it_in_workers_and_later(backend):
+    """The source keeps the decision: a worker process builds its env on the device path, and
+    so does a build after the block (a restart after a fault)."""
+    from corral.vector.sources import NativeSource
+
+    options = {"num_workers": 2} if backend == "subproc" else {}
+    with corral.device_path():
+        venv = corral.make_vec("corral/tag", 4, backend, array="torch", **options)
+    with venv:
+        assert [place.host_views for place in venv.get_attr("place")] == [False] * 4
+        assert not venv.layout.place.computes_on_host
+    with corral.device_path():
+        source = NativeSource(lambda n: corral.spec("mdp/climbing").make_batched(n, "torch"), 2)
+    assert source.build().place.host_views is False
+    outside = NativeSource(lambda n: corral.spec("mdp/climbing").make_batched(n, "torch"), 2)
+    assert outside.build().place.host_views is True

@@ -692,7 +692,9 @@ class TorchNativeValues(NativeValues):
     """:class:`NativeValues` on torch (CPU); at step 2 copy ``BAD_ENV``'s observation is a
     float64 numpy array holding 1e300."""
 
-    place = corral.Place("torch")
+    def __init__(self, num_envs: int, offset: int = 0, bad: str | None = None) -> None:
+        super().__init__(num_envs, offset, bad)
+        self.place = corral.Place("torch")  # built here: inside corral.device_path(), on its path
 
     def _result(self, step: dict | None) -> corral.BatchedStep:
         out = super()._result(step)
@@ -714,9 +716,8 @@ class TorchNativeValues(NativeValues):
         return out
 
 
-def test_a_numpy_array_from_a_torch_env_is_held_to_the_dtype(monkeypatch) -> None:
+def test_a_numpy_array_from_a_torch_env_is_held_to_the_dtype(as_on_a_gpu) -> None:
     """On torch as on a device (the arrays are tensors, not numpy views of them)."""
-    monkeypatch.setattr(corral.Place, "numpy_on_cpu", False)
     source = NativeValuesSource(TorchNativeValues, NUM_ENVS)
     with VectorEnv(source, "sync", state=True, array="torch") as venv:
         venv.reset(seed=0)
@@ -906,9 +907,9 @@ def test_a_native_env_that_breaks_the_protocol_is_named_with_the_copy_and_agent(
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 @pytest.mark.parametrize("bad", ["leaves_without_ending", "reset_ignores_where"])
-def test_on_a_device_the_protocol_is_checked_with_check_finite(monkeypatch, bad) -> None:
+def test_on_a_device_the_protocol_is_checked_with_check_finite(as_on_a_gpu, bad) -> None:
     # a device step reads nothing back (tests/vector/test_device_steps.py); check_finite reads
-    monkeypatch.setattr(corral.Place, "numpy_on_cpu", False)  # the device path, on the CPU
+    # (as_on_a_gpu: the device path, on the CPU)
     err = _contract_error("sync", "torch", bad, check_finite=True)
     # on a device every step calls reset(where=done), none selected at first: copy 0 shows it
     assert err.env_index == 0, str(err)

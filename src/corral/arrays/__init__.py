@@ -3,6 +3,9 @@ numpy's per-copy random streams as arrays of either."""
 
 from corral.arrays.place import (
     Place,
+    default_host_views,
+    device_path,
+    host_views_by_default,
     import_torch,
     is_tensor,
     on_host,
@@ -16,6 +19,9 @@ from corral.arrays.streams import CopyStreams
 __all__ = [
     "CopyStreams",
     "Place",
+    "default_host_views",
+    "device_path",
+    "host_views_by_default",
     "import_torch",
     "is_tensor",
     "on_host",

@@ -5,13 +5,17 @@ operations both share (indexing with a bool mask, ``&``, ``|``, ``~``,
 ``.any``, ``.sum``); what differs (allocation, dtypes, moving to the host) is
 here, once. ``array`` names the namespace (``"numpy"`` or ``"torch"``),
 ``device`` the torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``); numpy
-arrays live on ``"cpu"``.
+arrays live on ``"cpu"``. ``host_views`` says how torch tensors on the CPU are
+computed on; :func:`device_path` has the Places built inside it compute as on a GPU.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +24,40 @@ from corral.arrays.tree import map_tree
 from corral.errors import MissingDependencyError
 
 ARRAYS = ("numpy", "torch")
+
+_HOST_VIEWS: ContextVar[bool] = ContextVar("corral_host_views", default=True)
+
+
+def device_path() -> AbstractContextManager[None]:
+    """Places built inside the block default to ``host_views=False``: torch on the CPU is
+    computed on in torch, reading nothing back per step, as on a GPU (the tests run the
+    device path so on a machine without one). What is built inside keeps that path after
+    the block; an explicit ``Place(..., host_views=...)`` wins.
+
+    Examples:
+        >>> with device_path():
+        ...     inside = Place("torch", "cpu")
+        >>> inside.host_views, Place("torch", "cpu").host_views
+        (False, True)
+    """
+    return host_views_by_default(False)
+
+
+@contextmanager
+def host_views_by_default(host_views: bool) -> Iterator[None]:
+    """Places built inside the block default to ``host_views`` (:func:`device_path` is
+    ``host_views_by_default(False)``)."""
+    token = _HOST_VIEWS.set(host_views)
+    try:
+        yield
+    finally:
+        _HOST_VIEWS.reset(token)
+
+
+def default_host_views() -> bool:
+    """The ``host_views`` of a Place built here without one: ``False`` inside
+    :func:`device_path`, else ``True``."""
+    return _HOST_VIEWS.get()
 
 
 def import_torch() -> Any:
@@ -36,19 +74,22 @@ def import_torch() -> Any:
 
 @dataclass(frozen=True)
 class Place:
-    """A namespace and a device: where the arrays of a batch are allocated."""
+    """A namespace and a device: where the arrays of a batch are allocated, and how they are
+    computed on."""
 
     array: str = "numpy"
     device: str = "cpu"
-
-    numpy_on_cpu: ClassVar[bool] = True
-    """Whether the vector layer works on torch tensors on the CPU through numpy views of their
-    memory (the same values at numpy's lower cost per call; reading them costs nothing).
-    ``False``: as on a GPU, in torch, reading nothing back per step (the tests run both)."""
+    host_views: bool = field(default_factory=default_host_views, kw_only=True)
+    """Whether torch tensors on the CPU are computed on through numpy views of their memory:
+    the same values at numpy's cost per call (reading them costs nothing). ``False``: in
+    torch, reading nothing back per step, as on a GPU. Meaningless for numpy and for other
+    devices. Defaults to ``True``, ``False`` for a Place built inside :func:`device_path`."""
 
     def __post_init__(self) -> None:
         if self.array not in ARRAYS:
             raise ValueError(f"array must be one of {list(ARRAYS)}, got {self.array!r}")
+        if not isinstance(self.host_views, bool):
+            raise TypeError(f"host_views must be a bool, got {self.host_views!r}")
         if self.array == "numpy" and self.device != "cpu":
             raise ValueError(
                 f"numpy arrays live on the CPU; device={self.device!r} needs array='torch'"
@@ -66,9 +107,9 @@ class Place:
     @property
     def computes_on_host(self) -> bool:
         """Whether the vector layer computes on this place's arrays on the host (numpy, or
-        torch on the CPU through numpy views, see :attr:`numpy_on_cpu`), reading values
+        torch on the CPU through numpy views, see :attr:`host_views`), reading values
         where it needs them; else in torch on the device, with no host read per step."""
-        return not self.is_torch or (Place.numpy_on_cpu and _on_cpu(self.device))
+        return not self.is_torch or (self.host_views and _on_cpu(self.device))
 
     def zeros(self, shape: tuple[int, ...], dtype: npt.DTypeLike) -> Any:
         """A zero array of ``shape`` and (numpy) ``dtype`` in this place."""

@@ -8,7 +8,7 @@ with exactly the results of ``E`` dict ``Tag`` envs packed by the vector layer
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -37,13 +37,20 @@ class BatchedTag(BatchedEnv):
 
     ``reset(where=...)`` fills only the rows of the selected copies (the
     others are not to be read). Where the env computes in torch (on a GPU, or
-    on the CPU with ``numpy_on_cpu`` off), the copies draw from
+    on the CPU with ``host_views`` off), the copies draw from
     :class:`~corral.arrays.CopyStreams` on the device and a reset blends its
     rows in by ``where``: neither a step nor an unseeded reset reads the host
     or copies from it. Every array returned is fresh: the caller may
     keep or change it; or, after :meth:`write_into`, the vector layer's own.
     The env cannot render: render the dict env (``make_vec(...,
     native=False)``), hence no ``render_modes``.
+
+    Torch tensors on the CPU are computed on by numpy, through views of their
+    memory (bit for bit the same values, at a fraction of torch's cost per
+    call at these sizes), where its place's :attr:`~corral.Place.host_views`
+    says so; ``host_views=False`` computes by torch, as on a GPU, whatever the
+    place says (``True`` by numpy; ``None`` follows the place; meaningless for
+    numpy and other devices). The tests run both.
 
     Examples:
         >>> env = BatchedTag(4, num_prey=1)
@@ -60,10 +67,6 @@ class BatchedTag(BatchedEnv):
     simultaneous = True
     settable_attributes = ("max_cycles",)  # read at every step, as the dict env reads it
     keeps_masks = True  # an agent not alive (not acting) has every action legal
-    # Torch tensors on the CPU are computed on by numpy, through views of their memory:
-    # bit for bit the same values, at a fraction of torch's cost per call at these sizes.
-    # (False, or Place.numpy_on_cpu False: by torch, as on a GPU; the tests run both.)
-    numpy_on_cpu = True
 
     def __init__(
         self,
@@ -77,6 +80,7 @@ class BatchedTag(BatchedEnv):
         max_cycles: int = 50,
         walls: Sequence[tuple[int, int]] | None = None,
         render_mode: str | None = None,
+        host_views: bool | None = None,
     ) -> None:
         self.check_render_mode(
             render_mode,
@@ -102,7 +106,8 @@ class BatchedTag(BatchedEnv):
         grouped = group_agents(self.possible_agents, self.observation_space, self.action_space)
         self._groups = {name: tuple(agents) for name, agents in grouped.items()}
         # Where the env computes: the place, or numpy on a torch CPU place.
-        by_numpy = not self.place.is_torch or (self.numpy_on_cpu and self.place.computes_on_host)
+        computing = self.place if host_views is None else replace(self.place, host_views=host_views)
+        by_numpy = computing.computes_on_host
         self._compute = Place() if by_numpy else self.place
         self._ops = NumpyOps() if by_numpy else TorchOps(self.place.device)
         # The arrays given out: the computed ones (fresh copies of them), as the place's.

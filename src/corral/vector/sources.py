@@ -8,9 +8,10 @@ travels to worker processes and Ray actors by pickling.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from corral.arrays import default_host_views, host_views_by_default
 from corral.batched_env import BatchedEnv
 from corral.groups import GroupMap
 from corral.vector.dict_envs import DictEnvs
@@ -55,12 +56,17 @@ class NativeSource:
     make: Callable[[int], BatchedEnv]
     num_envs: int
     state: bool = True
+    host_views: bool = field(default_factory=default_host_views, kw_only=True)
+    """The default ``host_views`` of the Places its env builds: that of where the source was
+    made (``False`` inside :func:`corral.device_path`), in every build (in a worker process,
+    or after a fault) too."""
 
     def part(self, envs: range) -> NativeSource:
-        return NativeSource(self.make, len(envs), self.state)
+        return NativeSource(self.make, len(envs), self.state, host_views=self.host_views)
 
     def build(self, offset: int = 0) -> BatchedEnv:
-        env = self.make(self.num_envs)
+        with host_views_by_default(self.host_views):
+            env = self.make(self.num_envs)
         if env.num_envs != self.num_envs:
             raise ValueError(
                 f"the batched env built for {self.num_envs} copies has num_envs={env.num_envs}"

@@ -225,6 +225,8 @@ class VectorEnv:
             place=info.place,
         )
         inner = self.layout.place
+        if (inner.array, inner.device) == (self.place.array, self.place.device):
+            self.place = inner  # the env's own: how it computes (host_views) included
         self._clipped = {
             name: inner.zeros((self.num_envs, len(g.agents)), np.dtype(np.int64))
             for name, g in self.layout.groups.items()
@@ -543,7 +545,9 @@ class VectorEnv:
             if fine is not None and fine(action, mask):
                 checked[name] = (group, action, clipped, target)
                 continue
-            problem = group_problem(rule, action, acting, mask)
+            problem = group_problem(
+                rule, action, acting, mask, host_views=self.layout.place.host_views
+            )
             if problem is not None:
                 env, j, text = problem
                 where = f"group {name!r}" + (
