@@ -20,7 +20,7 @@ from corral.arrays import Place, import_torch, place_of, to_numpy, torch_dtype
 from corral.batched_env import BatchedStep
 from corral.checks.engine import in_space, is_step_count, spaces_of, unfinite_parts
 from corral.errors import GroupError
-from corral.returned_values import describe
+from corral.returned_values import describe, has_dtype, not_finite
 from corral.vector.layout import ArraySpec, Tree, array_tree
 
 # --------------------------------------------------------------------------- layout
@@ -125,12 +125,6 @@ def _place_problem(value: Any, place: Place) -> str | None:
     want, have = torch.device(place.device), torch.device(got.device)
     same = want.type == have.type and want.index in (None, have.index)
     return None if same else expected
-
-
-def _dtype_of(value: Any, dtype: np.dtype, place: Place) -> bool:
-    if place.is_torch and not isinstance(value, np.ndarray):
-        return value.dtype == torch_dtype(dtype)
-    return np.dtype(value.dtype) == dtype
 
 
 # --------------------------------------------------------------------------- frames
@@ -457,7 +451,7 @@ FRAME_RULES: tuple[Rule, ...] = (
 
 
 def _rewards_are_finite(layout: Layout, frame: Frame) -> Iterator[str]:
-    bad = {g: ~np.isfinite(frame.rewards[g]) for g in layout.groups}
+    bad = {g: not_finite(frame.rewards[g]) for g in layout.groups}
     for i, g, k, agent in cells(frame, bad, layout):
         yield (
             f"{frame.at(i)}: reward of {_who(agent, g)} is {frame.rewards[g][i, k]}; rewards "
@@ -489,7 +483,7 @@ def _no_revived_agents(layout: Layout, frame: Frame) -> Iterator[str]:
 
 def _ended_agents_earn_nothing(layout: Layout, frame: Frame) -> Iterator[str]:
     paid = {  # a NaN is reported by _rewards_are_finite
-        g: ~frame.start.alive[g] & (frame.rewards[g] != 0) & np.isfinite(frame.rewards[g])
+        g: ~frame.start.alive[g] & (frame.rewards[g] != 0) & ~not_finite(frame.rewards[g])
         for g in layout.groups
     }
     for i, g, k, agent in cells(frame, paid, layout):
@@ -632,7 +626,7 @@ def _arrays_have_their_dtypes_and_place(
                 f"{where}: {label} must be {problem}, where the env's arrays live "
                 f"(env.place is {place}), got {_describe(value)}"
             )
-        elif not _dtype_of(value, dtype, place):
+        elif not has_dtype(value, dtype):
             expected = torch_dtype(dtype) if place.is_torch else dtype
             yield f"{where}: {label} must have dtype {expected}, got {_describe(value)}"
 

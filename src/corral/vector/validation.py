@@ -24,6 +24,7 @@ from corral.errors import EnvError
 from corral.returned_values import (
     describe,
     finite_problem,
+    holds_numbers,
     is_flag_array,
     nonflag_flags,
     overflow_flags,
@@ -150,7 +151,7 @@ class ReturnedArrays:
         """An array of another dtype than its rows: numbers, none of which the rows' dtype
         would change beyond rounding (``1e300`` as ``float32`` is inf, ``300`` as ``uint8``
         is 44)."""
-        if isinstance(value, np.ndarray) and value.dtype.kind not in "biuf":
+        if isinstance(value, np.ndarray) and not holds_numbers(value):
             self._fail(0, f"{label}: expected an array of numbers, got {_array_text(value)}")
         if is_flag_array(rows):  # alive, acting, ends, masks: a number other than 0 or 1
             self._check_flags(value, label, agents)
