@@ -23,7 +23,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import Place, on_host
-from corral.arrays.tree import map_paths, map_space, tree_leaves
+from corral.arrays.tree import leaves_of, map_paths, map_space, map_tree, tree_leaves
 from corral.errors import UnknownAgentError
 from corral.groups import GroupMap, group_agents
 from corral.returned_values import describe, finite_problem, store_exactly
@@ -90,14 +90,11 @@ def assemble(tree: Tree, path: str, arrays: Mapping[str, np.ndarray]) -> Any:
 
 def store(tree: Tree, path: str, arrays: Mapping[str, Any], value: Any) -> None:
     """Put a batched ``value`` (nested like ``tree``) into the arrays under ``path``."""
-    if isinstance(tree, dict):
-        for key, sub in tree.items():
-            store(sub, f"{path}/{key}", arrays, value[key])
-    elif isinstance(tree, tuple):
-        for k, sub in enumerate(tree):
-            store(sub, f"{path}/{k}", arrays, value[k])
-    else:
-        arrays[path][...] = value
+    if isinstance(tree, ArraySpec):
+        arrays[path][...] = value  # the common case (one array), without a call
+        return
+    for leaf_path, part in leaves_of(tree, value, path):
+        arrays[leaf_path][...] = part
 
 
 class WriteError(ValueError):
@@ -208,16 +205,16 @@ def _store_problem(value: Any, dtype: np.dtype) -> str:
 
 def reader(tree: Tree, path: str, arrays: Mapping[str, np.ndarray]) -> Callable[..., Any]:
     """A function ``read(index)`` returning one value (as the space holds it) at ``index``."""
+    readers = map_paths(lambda leaf_path, spec: _leaf_reader(arrays[leaf_path], spec), tree, path)
     if isinstance(tree, ArraySpec):
-        array = arrays[path]
-        if tree.shape == () and np.issubdtype(tree.dtype, np.integer):
-            return lambda index: int(array[index])
-        return lambda index: array[index].copy()
-    if isinstance(tree, dict):
-        parts = {key: reader(sub, f"{path}/{key}", arrays) for key, sub in tree.items()}
-        return lambda index: {key: read(index) for key, read in parts.items()}
-    items = [reader(sub, f"{path}/{i}", arrays) for i, sub in enumerate(tree)]
-    return lambda index: tuple(read(index) for read in items)
+        return readers
+    return lambda index: map_tree(lambda read: read(index), readers)
+
+
+def _leaf_reader(array: np.ndarray, spec: ArraySpec) -> Callable[..., Any]:
+    if spec.shape == () and np.issubdtype(spec.dtype, np.integer):
+        return lambda index: int(array[index])
+    return lambda index: array[index].copy()
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import to_numpy
+from corral.arrays.tree import leaf_keys
 from corral.batched_env import BatchedStep
 from corral.errors import EnvError
 from corral.returned_values import (
@@ -85,16 +86,12 @@ class ReturnedArrays:
         path: str,
         arrays: Mapping[str, Any],
         agents: tuple[str, ...],
-        keys: tuple = (),
     ) -> None:
-        if isinstance(tree, ArraySpec):
-            rows = arrays[path]
+        for keys in leaf_keys(tree):
+            rows = arrays["/".join((path, *map(str, keys)))]
             label = name if group is None else f"{name}[{group!r}]"
             label += "".join(f"[{k!r}]" for k in keys)
             self._plan.append((name, group, keys, label, rows, agents))
-            return
-        for key in tree if isinstance(tree, dict) else range(len(tree)):
-            self._add(name, group, tree[key], f"{path}/{key}", arrays, agents, (*keys, key))
 
     def check(self, out: BatchedStep, step: bool = False) -> None:
         """Raise an :class:`~corral.errors.EnvError` for the first array of ``out`` that
