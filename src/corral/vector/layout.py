@@ -26,7 +26,7 @@ from corral.arrays import Place, on_host
 from corral.arrays.tree import leaves_of, map_paths, map_space, map_tree, tree_leaves
 from corral.errors import UnknownAgentError
 from corral.groups import GroupMap, group_agents
-from corral.returned_values import describe, finite_problem, store_exactly
+from corral.returned_values import describe, finite_problem, is_finite, store_exactly
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def _leaf_writer(array: np.ndarray, spec: ArraySpec, check_finite: bool) -> Call
             stored = array[index]
             # The sum of squares is finite when every value is, unless the sum overflows
             # (then the exact check clears it); one call, a third of isfinite().all()'s time.
-            if not math.isfinite(np.vdot(stored, stored)) and not np.isfinite(stored).all():
+            if not math.isfinite(np.vdot(stored, stored)) and not is_finite(stored):
                 raise WriteError(finite_problem(value, dtype) or f"finite values, got {value}")
 
     return write_leaf
