@@ -6,10 +6,13 @@ from collections import OrderedDict
 from types import MappingProxyType
 
 import numpy as np
+import pytest
 from gymnasium import spaces
 
 from corral.arrays.tree import (
+    Mismatch,
     first_leaf,
+    follow,
     index,
     leaf_keys,
     leaves_found,
@@ -125,3 +128,32 @@ def test_leaf_keys_are_the_keys_and_indices_down_to_each_leaf() -> None:
     assert leaf_keys(ArraySpec((), np.dtype(bool))) == [()]
     paths = ["/".join(("obs/g", *map(str, keys))) for keys in leaf_keys(tree)]
     assert paths == [p for p, _ in leaves(tree, "obs/g")]  # the vector layer's paths
+
+
+def test_follow_reads_a_value_that_must_follow_its_tree_and_says_where_it_does_not() -> None:
+    tree = {"pos": "P", "parts": ("A", "B")}
+    value = {"parts": ["a", "b"], "pos": 1, "extra": 2}
+    assert list(follow(tree, value)) == [
+        (("pos",), "P", 1),
+        (("parts", 0), "A", "a"),
+        (("parts", 1), "B", "b"),
+    ]
+    assert list(follow("leaf", 7)) == [((), "leaf", 7)]
+    for broken, keys, node in [
+        ({"pos": 1}, (), tree),  # a key missing
+        (3.5, (), tree),
+        ({"pos": 1, "parts": ("a",)}, ("parts",), tree["parts"]),  # a tuple too short
+        ({"pos": 1, "parts": "ab"}, ("parts",), tree["parts"]),  # no tuple
+    ]:
+        with pytest.raises(Mismatch) as info:
+            list(follow(tree, broken))
+        assert (info.value.keys, info.value.tree, info.value.value) == (
+            keys,
+            node,
+            broken if not keys else broken["parts"],
+        )
+    got = []
+    with pytest.raises(Mismatch):
+        for keys, _, part in follow(tree, {"pos": 1}):  # read as it goes: pos comes first
+            got.append((keys, part))
+    assert got == [(("pos",), 1)]

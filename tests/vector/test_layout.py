@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from gymnasium import spaces
 
-from corral.vector.layout import array_tree, leaves, reader, store
+from corral.vector.layout import WriteError, array_tree, leaves, reader, store, writer
 
 SPACE = spaces.Dict(
     move=spaces.Box(-1, 1, (2,), np.float32),
@@ -51,3 +52,35 @@ def test_reader_reads_one_value_as_the_space_holds_it() -> None:
     assert arrays["a/move"][1, 0] == 0.25
     read = reader(array_tree(spaces.Discrete(3)), "a/pick/0", arrays)
     assert read(1) == 2 and type(read(1)) is int
+
+
+WRITES = [
+    # (a value of SPACE, the WriteError's where and expected, or None where it fits)
+    ({"move": np.array([0.5, -0.5], np.float32), "pick": (2, np.ones(4, np.int8))}, None),
+    ({"move": [0.5, -0.5], "pick": [1, [0, 1, 0, 1]], "extra": 1}, None),  # lists, as numpy
+    ({"move": np.zeros(2)}, ("", "a dict with keys ['move', 'pick'], got dict {'move': ")),
+    (None, ("", "a dict with keys ['move', 'pick'], got NoneType None")),
+    ({"move": np.zeros(3), "pick": (0, np.zeros(4))}, ("['move']", "shape (2,), got array")),
+    ({"move": np.zeros(2), "pick": (0,)}, ("['pick']", "a tuple of 2 values, got tuple (0,)")),
+    ({"move": np.zeros(2), "pick": (0, np.zeros(5))}, ("['pick'][1]", "shape (4,), got array")),
+    ({"move": np.zeros(2), "pick": (300, np.zeros(4))}, None),  # an int64 action: fits
+    ({"move": np.array([1e300, 0.0]), "pick": (0, np.zeros(4))}, ("['move']", "values that")),
+]
+
+
+@pytest.mark.parametrize(("value", "error"), WRITES)
+def test_writer_names_the_part_of_a_nested_value_that_does_not_fit(value, error) -> None:
+    tree = array_tree(SPACE)
+    arrays = _arrays(tree, "obs/g", (2,))
+    write = writer(tree, "obs/g", arrays)
+    if error is None:
+        write((1,), value)
+        assert arrays["obs/g/move"][1].tolist() == np.asarray(value["move"]).tolist()
+        assert arrays["obs/g/pick/0"][1] == np.asarray(value["pick"][0])
+        return
+    with pytest.raises(WriteError) as info:
+        write((1,), value)
+    where, expected = error
+    assert info.value.where == where
+    assert info.value.expected.startswith(expected), info.value.expected
+    assert str(info.value).startswith(f"{where}{': ' if where else ''}expected {expected}")

@@ -9,7 +9,8 @@ tree is a gymnasium space: ``Dict`` and ``Tuple`` spaces are its branches.
 * :func:`tree_leaves`, :func:`leaves_of` and :func:`map_paths`: the leaves with their paths
   (``obs/agent/pos/0`` by :func:`slash`, ``obs['pos'][0]`` by :func:`index`);
   :func:`leaves_found` for a value that may not follow its tree (the checkers read what
-  an env returned), :func:`leaf_keys` for the keys down to each leaf;
+  an env returned), :func:`follow` for one that must (a :class:`Mismatch` where it does
+  not), :func:`leaf_keys` for the keys down to each leaf;
 * :func:`map_space`: a function over the leaf spaces of a space (and the values
   laid out like it), nested like the space.
 
@@ -30,7 +31,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any
 
 from gymnasium import spaces
@@ -170,6 +171,41 @@ def _collect_found(tree: Tree, value: Any, path: str, join: Join, out: list) -> 
             _collect_found(sub, part, join(path, i), join, out)
     else:
         out.append((path, tree, value))
+
+
+class Mismatch(LookupError):
+    """A value that does not follow its tree: at ``keys``, where the tree holds ``tree`` (a
+    dict or a tuple), the value holds ``value``."""
+
+    def __init__(self, keys: tuple[Hashable, ...], tree: Tree, value: Any) -> None:
+        super().__init__(f"the value does not follow its tree at {list(keys)}")
+        self.keys = keys
+        self.tree = tree
+        self.value = value
+
+
+def follow(tree: Tree, value: Any) -> Iterator[tuple[tuple[Hashable, ...], Any, Any]]:
+    """``(keys, leaf of tree, leaf of value)`` for every leaf of ``tree`` in order, read as
+    it goes; a :class:`Mismatch` where ``value`` does not follow ``tree``: it lacks one of
+    a dict's keys, or is no tuple or list of a tuple's length."""
+    return _follow(tree, value, ())
+
+
+def _follow(tree: Tree, value: Any, keys: tuple[Hashable, ...]) -> Iterator[tuple[Any, Any, Any]]:
+    if isinstance(tree, dict):
+        for key, sub in tree.items():
+            try:
+                part = value[key]
+            except (KeyError, TypeError, IndexError):
+                raise Mismatch(keys, tree, value) from None
+            yield from _follow(sub, part, (*keys, key))
+    elif isinstance(tree, tuple):
+        if not isinstance(value, (tuple, list)) or len(value) != len(tree):
+            raise Mismatch(keys, tree, value)
+        for i, (sub, part) in enumerate(zip(tree, value, strict=True)):
+            yield from _follow(sub, part, (*keys, i))
+    else:
+        yield keys, tree, value
 
 
 def leaf_keys(tree: Tree) -> list[tuple[Hashable, ...]]:

@@ -23,7 +23,15 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import Place, on_host
-from corral.arrays.tree import leaves_of, map_paths, map_space, map_tree, tree_leaves
+from corral.arrays.tree import (
+    Mismatch,
+    follow,
+    leaves_of,
+    map_paths,
+    map_space,
+    map_tree,
+    tree_leaves,
+)
 from corral.errors import UnknownAgentError
 from corral.groups import GroupMap, group_agents
 from corral.returned_values import describe, finite_problem, is_finite, store_exactly
@@ -109,10 +117,6 @@ class WriteError(ValueError):
         self.expected = expected
         self.where = where
 
-    def inside(self, key: Any) -> WriteError:
-        """This error, seen from the Dict or Tuple value that holds the bad part at ``key``."""
-        return WriteError(self.expected, f"[{key!r}]{self.where}")
-
 
 def writer(
     tree: Tree, path: str, arrays: Mapping[str, np.ndarray], check_finite: bool = False
@@ -127,37 +131,33 @@ def writer(
     """
     if isinstance(tree, ArraySpec):
         return _leaf_writer(arrays[path], tree, check_finite)
-    if isinstance(tree, dict):
-        parts = {
-            key: writer(sub, f"{path}/{key}", arrays, check_finite) for key, sub in tree.items()
-        }
+    writers = map_paths(
+        lambda leaf_path, spec: _leaf_writer(arrays[leaf_path], spec, check_finite), tree, path
+    )
 
-        def write_dict(index: tuple[int, ...], value: Mapping[str, Any]) -> None:
-            for key, write in parts.items():
-                try:
-                    part = value[key]
-                except (KeyError, TypeError, IndexError):
-                    raise WriteError(
-                        f"a dict with keys {list(parts)}, got {describe(value)}"
-                    ) from None
+    def write_tree(index: tuple[int, ...], value: Any) -> None:
+        try:
+            for keys, write, part in follow(writers, value):
                 try:
                     write(index, part)
                 except WriteError as err:
-                    raise err.inside(key) from None
+                    raise WriteError(err.expected, _where(keys)) from None
+        except Mismatch as err:
+            raise WriteError(_expected_node(err.tree, err.value), _where(err.keys)) from None
 
-        return write_dict
-    items = [writer(sub, f"{path}/{i}", arrays, check_finite) for i, sub in enumerate(tree)]
+    return write_tree
 
-    def write_tuple(index: tuple[int, ...], value: Any) -> None:
-        if not isinstance(value, (tuple, list)) or len(value) != len(items):
-            raise WriteError(f"a tuple of {len(items)} values, got {describe(value)}")
-        for k, (write, part) in enumerate(zip(items, value, strict=True)):
-            try:
-                write(index, part)
-            except WriteError as err:
-                raise err.inside(k) from None
 
-    return write_tuple
+def _where(keys: tuple[Any, ...]) -> str:
+    """The path to a part of a Dict or Tuple value, ``"['pos'][0]"``."""
+    return "".join(f"[{key!r}]" for key in keys)
+
+
+def _expected_node(tree: Tree, value: Any) -> str:
+    """What a Dict or Tuple space's value laid out as ``tree`` should have been."""
+    if isinstance(tree, dict):
+        return f"a dict with keys {list(tree)}, got {describe(value)}"
+    return f"a tuple of {len(tree)} values, got {describe(value)}"
 
 
 def _leaf_writer(array: np.ndarray, spec: ArraySpec, check_finite: bool) -> Callable[..., None]:
