@@ -4,15 +4,26 @@ corral runs in debug mode.
 The one home of these rules: the vector layer (:mod:`corral.vector`: the arrays a
 natively batched env returns, the dict envs' packer, the finite checks per copy) and the
 conformance checkers (:mod:`corral.checks`) name a bad value and judge numbers the same
-way: NaN and inf are not finite (:func:`finite_problem`, :func:`nonfinite_cells`), a
-finite value that its dtype cannot hold (``1e300`` as ``float32``, ``300`` as ``uint8``)
-overflows (:func:`finite_problem`, :func:`overflow_flags`), a flag is 0 or 1
-(:func:`nonflag_flags`); :func:`store_exactly` stores an array only where no number
-overflows. They judge numpy arrays, and torch tensors where the vector layer keeps them.
+way: NaN and inf are not finite (:func:`finite_problem`, :func:`nonfinite_cells`,
+:func:`not_finite`), a finite value that its dtype cannot hold (``1e300`` as ``float32``,
+``300`` or ``300.0`` as ``uint8``) overflows (:func:`finite_problem`,
+:func:`overflow_flags`), a flag is 0 or 1 (:func:`nonflag_flags`); :func:`store_exactly`
+stores an array only where no number overflows. Not finite and overflow are two faults:
+``inf`` stored as ``float32`` stays ``inf`` (only a finite check refuses it), while NaN and
+inf have no integer, so an integer dtype refuses them as it refuses ``300.0``. They judge
+numpy arrays, and torch tensors where the vector layer keeps them.
+
+What an env returns for a reward and an end flag is judged twice over, on purpose: the
+contract (:func:`is_reward`, :func:`is_end_flag`, which :func:`corral.check_env` checks)
+asks for a real number and a bool; the dict envs' packer runs the envs it is given and
+also takes what has one plain meaning (:func:`packed_reward`, :func:`packed_flag`: a bool
+reward, a one-element array, ``0``/``1`` for a flag).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import sys
 from typing import Any
@@ -46,6 +57,69 @@ def describe(value: Any) -> str:
     return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
 
 
+def is_reward(value: Any) -> bool:
+    """Whether ``value`` is a reward as the contract asks (what :func:`corral.check_env`
+    checks): a real number, Python's or numpy's, and not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def packed_reward(value: Any) -> float | None:
+    """``value`` as the reward the dict envs' packer stores, or ``None`` where it is no
+    real number.
+
+    More lenient than :func:`is_reward`, on purpose: the packer runs the envs it is given
+    and takes what has one plain meaning, a bool (``True`` is ``1.0``) and a one-element
+    array of numbers; :func:`corral.check_env` reports both.
+    """
+    if isinstance(value, (numbers.Real, np.bool_)):
+        return float(value)
+    if isinstance(value, np.ndarray) and value.size == 1 and holds_numbers(value):
+        return float(value.item())
+    return None
+
+
+def is_end_flag(value: Any) -> bool:
+    """Whether ``value`` is a termination or truncation as the contract asks (what
+    :func:`corral.check_env` checks): a bool, Python's or numpy's."""
+    return isinstance(value, (bool, np.bool_))
+
+
+def packed_flag(value: Any) -> bool | None:
+    """``value`` as the end flag the dict envs' packer stores, or ``None`` where it is none.
+
+    More lenient than :func:`is_end_flag`, on purpose (see :func:`packed_reward`): the
+    packer also takes the integer ``0`` or ``1``, and a one-element array holding a bool,
+    ``0`` or ``1``; :func:`corral.check_env` reports them.
+    """
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, numbers.Integral) and value in (0, 1)
+    ):
+        return bool(value)
+    return None
+
+
+def holds_numbers(array: Any) -> bool:
+    """Whether the numpy array ``array`` holds numbers: its dtype is bool, integer or float
+    (not complex, text or objects)."""
+    return array.dtype.kind in "biuf"
+
+
+def is_finite(value: Any) -> bool:
+    """Whether every number of ``value`` (a number, or a numpy array of numbers) is finite:
+    neither NaN nor inf."""
+    if isinstance(value, (float, int)):
+        return math.isfinite(value)
+    return bool(np.isfinite(value).all())
+
+
+def not_finite(array: np.ndarray) -> np.ndarray:
+    """Where the numpy array ``array`` of numbers holds NaN or inf (nowhere for a dtype
+    without them)."""
+    return ~np.isfinite(array)
+
+
 def finite_problem(value: Any, dtype: np.dtype) -> str | None:
     """What ``value``'s numbers, stored as ``dtype``, should have been, or ``None`` if fine.
 
@@ -54,36 +128,37 @@ def finite_problem(value: Any, dtype: np.dtype) -> str | None:
     reads after "expected", e.g. ``"finite values, got nan at index (2,)"``.
     """
     try:
-        numbers = np.asarray(value)
+        array = np.asarray(value)
     except (TypeError, ValueError):
         return None
-    if numbers.dtype.kind not in "biuf" or numbers.size == 0:
+    if not holds_numbers(array) or array.size == 0:
         return None
-    if numbers.dtype.kind == "f":
-        bad = ~np.isfinite(numbers)
+    if array.dtype.kind == "f":
+        bad = not_finite(array)
         if bad.any():
-            return f"finite values, got {numbers[bad][0]}{_at(bad)}"
+            return f"finite values, got {array[bad][0]}{_at(bad)}"
     dtype = np.dtype(dtype)
     if dtype.kind not in "iuf":
         return None
     info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
-    wide = numbers.astype(np.float64) if numbers.dtype.kind in "biu" else numbers
+    wide = array.astype(np.float64) if array.dtype.kind in "biu" else array
     over = (wide > info.max) | (wide < info.min)
     if not over.any():
         return None
     return (
         f"values that {dtype} holds (in [{info.min:.6g}, {info.max:.6g}]), got "
-        f"{numbers[over][0]:.6g}{_at(over)}, which overflows {dtype}"
+        f"{array[over][0]:.6g}{_at(over)}, which overflows {dtype}"
     )
 
 
 def store_exactly(target: np.ndarray, index: Any, values: np.ndarray) -> None:
     """``target[index] = values``, or an ``OverflowError`` (nothing written) where that
-    would change a number beyond rounding (numpy does so silently): a float beyond the
-    range of a narrower float dtype (stored as inf), an integer outside an integer dtype's
-    range (wrapped around: 300 as ``uint8`` is 44), a NaN, inf or out-of-range float stored
-    as an integer. Casts that hold every value (``float32`` into ``float64``) cost nothing
-    more."""
+    would change a number beyond rounding (numpy does so silently): a finite float beyond
+    the range of a narrower float dtype (stored as inf), a number outside an integer
+    dtype's range (wrapped around: ``300`` and ``300.0`` as ``uint8`` are 44), a NaN or inf
+    stored as an integer (which has neither). An inf stored as a narrower float stays inf:
+    not finite is a fault of its own (:func:`finite_problem`), not an overflow. Casts that
+    hold every value (``float32`` into ``float64``) cost nothing more."""
     target[index] = exactly_as(values, target.dtype)
 
 
@@ -94,7 +169,10 @@ def exactly_as(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     source = values.dtype
     if source == dtype or _holds(source, dtype):
         return values
-    if dtype.kind in "iu" and source.kind in "iu" and values.size:
+    if dtype.kind in "iu" and source.kind in "iuf" and values.size:
+        finite = np.isfinite(values) if source.kind == "f" else None
+        if finite is not None and not finite.all():
+            raise OverflowError(f"{values[~finite][0]} stored as {dtype}, which has no NaN or inf")
         info = np.iinfo(dtype)
         if values.min() < info.min or values.max() > info.max:
             raise OverflowError(f"values beyond the range of {dtype}")
@@ -131,7 +209,7 @@ def nonfinite_cells(value: Any, rows: Any | None = None) -> dict[int, int]:
     if isinstance(value, np.ndarray):
         if value.dtype.kind != "f":
             return {}
-        bad = ~np.isfinite(value)
+        bad = not_finite(value)
     else:
         if not value.is_floating_point():
             return {}
@@ -144,6 +222,14 @@ def nonfinite_cells(value: Any, rows: Any | None = None) -> dict[int, int]:
     for index in np.argwhere(to_numpy(bad)):
         cells.setdefault(int(index[0]), int(index[1]) if len(index) > 1 else 0)
     return cells
+
+
+def has_dtype(array: Any, dtype: np.dtype) -> bool:
+    """Whether ``array`` (numpy or torch) has the dtype ``dtype`` (a tensor: torch's own
+    for it, ``torch.float32`` for ``float32``)."""
+    if is_tensor(array):
+        return bool(array.dtype == torch_dtype(dtype))
+    return np.dtype(array.dtype) == dtype
 
 
 def is_flag_array(rows: Any) -> bool:
@@ -162,14 +248,23 @@ def nonflag_flags(value: Any) -> Any:
 def overflow_flags(value: Any, rows: Any) -> Any | None:
     """Where a number of ``value`` would change beyond rounding stored in ``rows``'s dtype
     (each numpy or torch; ``1e300`` as ``float32`` is inf, ``300`` as ``uint8`` is 44, NaN
-    has no integer), or ``None`` where that dtype holds every value of ``value``'s."""
+    and inf have no integer), or ``None`` where that dtype holds every value of
+    ``value``'s: what :func:`store_exactly` refuses. An inf for a float dtype is not
+    marked: it is stored as inf, and not finite is a fault of its own."""
     limits = None if _dtype_holds(rows, value) else _dtype_limits(rows)
     if limits is None:
         return None
     over = (value < limits[0]) | (value > limits[1])
-    if _is_float(value) and not _is_float(rows):
-        over |= value != value  # NaN has no integer
+    if _is_float(value):
+        if _is_float(rows):
+            over &= _finite(value)
+        else:
+            over |= value != value  # NaN has no integer
     return over
+
+
+def _finite(array: Any) -> Any:
+    return np.isfinite(array) if isinstance(array, np.ndarray) else array.isfinite()
 
 
 def _is_float(array: Any) -> bool:
@@ -182,7 +277,7 @@ def _dtype_holds(rows: Any, value: Any) -> bool:
     """Whether the dtype of ``rows`` holds every value of ``value``'s dtype, each a numpy
     array or a torch tensor (a tensor for numpy rows too: storing it would round it)."""
     if not is_tensor(rows) and not is_tensor(value):
-        return bool(np.can_cast(value.dtype, rows.dtype, "safe"))
+        return _holds(value.dtype, rows.dtype)
     target, source = (_torch_dtype_of(a) for a in (rows, value))
     return bool(import_torch().promote_types(source, target) == target)
 

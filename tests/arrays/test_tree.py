@@ -6,11 +6,16 @@ from collections import OrderedDict
 from types import MappingProxyType
 
 import numpy as np
+import pytest
 from gymnasium import spaces
 
 from corral.arrays.tree import (
+    Mismatch,
     first_leaf,
+    follow,
     index,
+    leaf_keys,
+    leaves_found,
     leaves_of,
     map_paths,
     map_space,
@@ -101,3 +106,54 @@ def test_leaves_of_a_value_follow_the_layout_tree() -> None:
         ("obs/parts/0", "p0"),
         ("obs/parts/1", "p1"),
     ]
+
+
+def test_leaves_found_reads_what_a_value_has_and_gives_none_for_the_rest() -> None:
+    tree = {"pos": "P", "parts": ("A", "B")}
+    assert leaves_found(tree, {"parts": ["a"], "pos": 1, "extra": 2}, "obs", index) == [
+        ("obs['pos']", "P", 1),
+        ("obs['parts'][0]", "A", "a"),
+        ("obs['parts'][1]", "B", None),  # a list too short
+    ]
+    for broken in (None, 3.5, ("not", "a", "mapping")):  # no mapping: no part of it
+        assert [part for _, _, part in leaves_found(tree, broken)] == [None] * 3
+    proxy = MappingProxyType({"pos": 1, "parts": "no tuple"})  # any mapping is read
+    assert [part for _, _, part in leaves_found(tree, proxy)] == [1, None, None]
+    assert leaves_found("leaf", 7, "x") == [("x", "leaf", 7)]
+
+
+def test_leaf_keys_are_the_keys_and_indices_down_to_each_leaf() -> None:
+    tree = array_tree(SPACE)
+    assert leaf_keys(tree) == [("pos",), ("parts", 0), ("parts", 1)]
+    assert leaf_keys(ArraySpec((), np.dtype(bool))) == [()]
+    paths = ["/".join(("obs/g", *map(str, keys))) for keys in leaf_keys(tree)]
+    assert paths == [p for p, _ in leaves(tree, "obs/g")]  # the vector layer's paths
+
+
+def test_follow_reads_a_value_that_must_follow_its_tree_and_says_where_it_does_not() -> None:
+    tree = {"pos": "P", "parts": ("A", "B")}
+    value = {"parts": ["a", "b"], "pos": 1, "extra": 2}
+    assert list(follow(tree, value)) == [
+        (("pos",), "P", 1),
+        (("parts", 0), "A", "a"),
+        (("parts", 1), "B", "b"),
+    ]
+    assert list(follow("leaf", 7)) == [((), "leaf", 7)]
+    for broken, keys, node in [
+        ({"pos": 1}, (), tree),  # a key missing
+        (3.5, (), tree),
+        ({"pos": 1, "parts": ("a",)}, ("parts",), tree["parts"]),  # a tuple too short
+        ({"pos": 1, "parts": "ab"}, ("parts",), tree["parts"]),  # no tuple
+    ]:
+        with pytest.raises(Mismatch) as info:
+            list(follow(tree, broken))
+        assert (info.value.keys, info.value.tree, info.value.value) == (
+            keys,
+            node,
+            broken if not keys else broken["parts"],
+        )
+    got = []
+    with pytest.raises(Mismatch):
+        for keys, _, part in follow(tree, {"pos": 1}):  # read as it goes: pos comes first
+            got.append((keys, part))
+    assert got == [(("pos",), 1)]

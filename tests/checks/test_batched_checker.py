@@ -23,8 +23,10 @@ import corral
 from corral import cli
 from corral.batched_env import BatchedEnv, BatchedStep, CopyGenerators, copy_seeds, selected
 from corral.checks import MAX_REPEATS, BatchedCheckReport, check_batched_env, check_env
+from corral.checks.batched_checker import _stack
 from corral.env import MultiAgentEnv, validate_actions
 from corral.errors import CheckIncompleteWarning, EnvContractError
+from corral.vector.layout import array_tree
 
 P, Q = ["p_0", "p_1", "p_2"], ["q_0"]
 OBS_P = spaces.Box(0, 1, (2,), np.float32)
@@ -828,3 +830,24 @@ def test_dict_and_tuple_observations_are_checked_leaf_by_leaf() -> None:
         "reset, copy 0: obs['pair'][1] of agent 'q_0' is [0.0, 0.5], but the dict env (seeded 0) "
         "gives [0.0, 0.0]"
     ), found
+
+
+def test_sampled_actions_of_a_nested_space_stack_leaf_by_leaf() -> None:
+    space = spaces.Dict(
+        move=spaces.Box(-1, 1, (2,), np.float32),
+        pick=spaces.Tuple((spaces.Discrete(3), spaces.MultiBinary(4))),
+    )
+    space.seed(0)
+    rows = [[space.sample() for _ in range(2)] for _ in range(3)]  # 3 copies, 2 agents
+    stacked = _stack(array_tree(space), rows)
+    # the reference: each leaf stacked by hand
+    move = np.asarray([[v["move"] for v in row] for row in rows], np.float32)
+    pick = np.asarray([[v["pick"][0] for v in row] for row in rows], np.int64)
+    bits = np.asarray([[v["pick"][1] for v in row] for row in rows], np.int8)
+    for got, want in (
+        (stacked["move"], move),
+        (stacked["pick"][0], pick),
+        (stacked["pick"][1], bits),
+    ):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)

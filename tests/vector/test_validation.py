@@ -597,6 +597,7 @@ NATIVE_FAULTS: dict[str, Callable[[corral.BatchedStep, int], None]] = {
     "no_obs_of_the_group": lambda out, copy: out.obs.clear(),
     "obs_overflow": lambda out, copy: _widened(out, copy, "obs", np.float64, 1e300),
     "obs_overflow_in_torch": _obs_in_torch,
+    "obs_inf_in_float64": lambda out, copy: _widened(out, copy, "obs", np.float64, np.inf),
     "state_wraps": lambda out, copy: _widened(out, copy, "state", np.int64, 300),
     "obs_nan": lambda out, copy: out.obs["agent"].__setitem__((copy, 1, 2), np.nan),
     "reward_nan": lambda out, copy: out.reward["agent"].__setitem__((copy, 0), np.nan),
@@ -727,6 +728,21 @@ def test_a_numpy_array_from_a_torch_env_is_held_to_the_dtype(as_on_a_gpu) -> Non
             venv.step(actions)
     assert info.value.env_index == BAD_ENV
     assert "got 1e+300 at index (0,), which overflows float32" in str(info.value)
+
+
+@pytest.mark.parametrize("check_finite", [True, False])
+def test_a_native_env_s_inf_in_a_wider_float_is_not_finite_and_no_overflow(check_finite) -> None:
+    # inf stored as float32 stays inf: only check_finite refuses it, as it refuses the
+    # same inf in a float32 array, with the same message
+    if check_finite:
+        err = _native_error("sync", "obs_inf_in_float64", check_finite=True)
+        assert str(err).startswith(
+            f"env {BAD_ENV}: observation of agent 'agent_1': expected finite values, got NaN or inf"
+        )
+        return
+    batch = _native_play("sync", "obs_inf_in_float64", check_finite=False)
+    assert batch.obs["agent"].dtype == np.float32
+    assert np.isinf(batch.obs["agent"][BAD_ENV, 1]).all()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -973,15 +989,7 @@ def test_python_dev_mode_is_debug_mode() -> None:
     ("values", "dtype"),
     [
         (np.array([1.0, 1e300, -1e300, np.nan]), np.float32),
-        pytest.param(
-            np.array([1.5, 300.0, -1.0, np.nan]),
-            np.uint8,
-            marks=pytest.mark.xfail(
-                reason="store_exactly stores 300.0 as uint8 (44): numpy's cast from float to "
-                "an integer dtype does not raise on overflow here; the flags do mark it",
-                strict=True,
-            ),
-        ),
+        (np.array([1.5, 300.0, -1.0, np.nan]), np.uint8),
         (np.array([np.nan, 2.0]), np.int32),
         (np.array([3, 300, -129, 127], np.int64), np.int8),
         (np.array([0, 255], np.int64), np.uint8),

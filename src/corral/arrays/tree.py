@@ -8,6 +8,9 @@ tree is a gymnasium space: ``Dict`` and ``Tuple`` spaces are its branches.
   like it, nested like it;
 * :func:`tree_leaves`, :func:`leaves_of` and :func:`map_paths`: the leaves with their paths
   (``obs/agent/pos/0`` by :func:`slash`, ``obs['pos'][0]`` by :func:`index`);
+  :func:`leaves_found` for a value that may not follow its tree (the checkers read what
+  an env returned), :func:`follow` for one that must (a :class:`Mismatch` where it does
+  not), :func:`leaf_keys` for the keys down to each leaf;
 * :func:`map_space`: a function over the leaf spaces of a space (and the values
   laid out like it), nested like the space.
 
@@ -17,6 +20,10 @@ Examples:
     {'pos': (11, 22), 'id': 33}
     >>> tree_leaves(tree, "obs", join=index)
     [("obs['pos'][0]", 1), ("obs['pos'][1]", 2), ("obs['id']", 3)]
+    >>> leaves_found(tree, {"pos": [10]}, "obs", join=index)
+    [("obs['pos'][0]", 1, 10), ("obs['pos'][1]", 2, None), ("obs['id']", 3, None)]
+    >>> leaf_keys(tree)
+    [('pos', 0), ('pos', 1), ('id',)]
     >>> from gymnasium import spaces
     >>> map_space(lambda s: int(s.n), spaces.Dict(a=spaces.Discrete(2), b=spaces.Discrete(3)))
     {'a': 2, 'b': 3}
@@ -24,7 +31,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any
 
 from gymnasium import spaces
@@ -105,11 +112,11 @@ def tree_leaves(
 
 def _collect(
     tree: Tree,
-    path: str,
-    join: Join,
+    path: Any,
+    join: Callable[[Any, Hashable], Any],
     mappings: bool,
     lists: bool,
-    out: list[tuple[str, Any]],
+    out: list[tuple[Any, Any]],
 ) -> None:
     if isinstance(tree, dict) or (mappings and isinstance(tree, Mapping)):
         for key, sub in tree.items():
@@ -138,6 +145,78 @@ def _collect_of(tree: Tree, value: Tree, path: str, join: Join, out: list) -> No
             _collect_of(sub, value[i], join(path, i), join, out)
     else:
         out.append((path, value))
+
+
+def leaves_found(
+    tree: Tree, value: Any, path: str = "", join: Join = slash
+) -> list[tuple[str, Any, Any]]:
+    """``(path, leaf of tree, leaf of value)`` for every leaf of ``tree`` in order, where
+    ``value`` need not follow ``tree``: it is read at ``tree``'s keys where it is a mapping
+    and at its indices where it is a tuple or list; a part it does not have is ``None``."""
+    out: list[tuple[str, Any, Any]] = []
+    _collect_found(tree, value, path, join, out)
+    return out
+
+
+def _collect_found(tree: Tree, value: Any, path: str, join: Join, out: list) -> None:
+    if isinstance(tree, dict):
+        mapping = isinstance(value, Mapping)
+        for key, sub in tree.items():
+            part = value.get(key) if mapping else None
+            _collect_found(sub, part, join(path, key), join, out)
+    elif isinstance(tree, tuple):
+        sequence = isinstance(value, (tuple, list))
+        for i, sub in enumerate(tree):
+            part = value[i] if sequence and i < len(value) else None
+            _collect_found(sub, part, join(path, i), join, out)
+    else:
+        out.append((path, tree, value))
+
+
+class Mismatch(LookupError):
+    """A value that does not follow its tree: at ``keys``, where the tree holds ``tree`` (a
+    dict or a tuple), the value holds ``value``."""
+
+    def __init__(self, keys: tuple[Hashable, ...], tree: Tree, value: Any) -> None:
+        super().__init__(f"the value does not follow its tree at {list(keys)}")
+        self.keys = keys
+        self.tree = tree
+        self.value = value
+
+
+def follow(tree: Tree, value: Any) -> Iterator[tuple[tuple[Hashable, ...], Any, Any]]:
+    """``(keys, leaf of tree, leaf of value)`` for every leaf of ``tree`` in order, read as
+    it goes; a :class:`Mismatch` where ``value`` does not follow ``tree``: it lacks one of
+    a dict's keys, or is no tuple or list of a tuple's length."""
+    return _follow(tree, value, ())
+
+
+def _follow(tree: Tree, value: Any, keys: tuple[Hashable, ...]) -> Iterator[tuple[Any, Any, Any]]:
+    if isinstance(tree, dict):
+        for key, sub in tree.items():
+            try:
+                part = value[key]
+            except (KeyError, TypeError, IndexError):
+                raise Mismatch(keys, tree, value) from None
+            yield from _follow(sub, part, (*keys, key))
+    elif isinstance(tree, tuple):
+        if not isinstance(value, (tuple, list)) or len(value) != len(tree):
+            raise Mismatch(keys, tree, value)
+        for i, (sub, part) in enumerate(zip(tree, value, strict=True)):
+            yield from _follow(sub, part, (*keys, i))
+    else:
+        yield keys, tree, value
+
+
+def leaf_keys(tree: Tree) -> list[tuple[Hashable, ...]]:
+    """The keys and indices down to each leaf of ``tree``, in order (``()`` for a leaf)."""
+    out: list[tuple[Any, Any]] = []
+    _collect(tree, (), _extend, False, False, out)
+    return [keys for keys, _ in out]
+
+
+def _extend(keys: tuple[Hashable, ...], key: Hashable) -> tuple[Hashable, ...]:
+    return (*keys, key)
 
 
 def first_leaf(tree: Tree) -> Any:

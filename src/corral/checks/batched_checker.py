@@ -212,13 +212,14 @@ class _Actions:
 
 
 def _stack(tree: Tree, rows: list[list[Any]]) -> Any:
-    if isinstance(tree, ArraySpec):
-        return np.asarray(rows, dtype=tree.dtype)
-    if isinstance(tree, dict):
-        return {
-            key: _stack(sub, [[v[key] for v in row] for row in rows]) for key, sub in tree.items()
-        }
-    return tuple(_stack(sub, [[v[j] for v in row] for row in rows]) for j, sub in enumerate(tree))
+    """The values ``rows[copy][agent]`` (each laid out as ``tree``) as arrays ``[copy,
+    agent, ...]``, nested like ``tree``."""
+    shape = (len(rows), len(rows[0]))
+
+    def stack(spec: ArraySpec, *values: Any) -> np.ndarray:
+        return np.asarray(values, dtype=spec.dtype).reshape(*shape, *spec.shape)
+
+    return map_tree(stack, tree, *(value for row in rows for value in row))
 
 
 def _in_place(place: Place, value: Any) -> Any:

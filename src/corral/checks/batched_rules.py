@@ -17,11 +17,13 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import Place, import_torch, place_of, to_numpy, torch_dtype
+from corral.arrays.tree import index as indexed
+from corral.arrays.tree import leaves_found, map_tree
 from corral.batched_env import BatchedStep
 from corral.checks.engine import in_space, is_step_count, spaces_of, unfinite_parts
 from corral.errors import GroupError
-from corral.returned_values import describe
-from corral.vector.layout import ArraySpec, Tree, array_tree
+from corral.returned_values import describe, has_dtype, not_finite
+from corral.vector.layout import Tree, array_tree
 
 # --------------------------------------------------------------------------- layout
 
@@ -65,21 +67,6 @@ class Layout:
                 yield g, k, agent
 
 
-def _tree_leaves(tree: Tree, value: Any, path: str) -> Iterator[tuple[str, ArraySpec, Any]]:
-    """``(path, spec, array)`` of each leaf of a nested value laid out as ``tree``; a part
-    that is missing is ``None``."""
-    if isinstance(tree, ArraySpec):
-        yield path, tree, value
-    elif isinstance(tree, dict):
-        for key, sub in tree.items():
-            part = value.get(key) if isinstance(value, Mapping) else None
-            yield from _tree_leaves(sub, part, f"{path}[{key!r}]")
-    else:
-        for j, sub in enumerate(tree):
-            ok = isinstance(value, (tuple, list)) and j < len(value)
-            yield from _tree_leaves(sub, value[j] if ok else None, f"{path}[{j}]")
-
-
 def fields(
     layout: Layout, result: BatchedStep, is_step: bool
 ) -> Iterator[tuple[str, Any, tuple[int, ...], np.dtype]]:
@@ -89,7 +76,8 @@ def fields(
     for g, agents in layout.groups.items():
         n = len(agents)
         obs = result.obs.get(g) if isinstance(result.obs, Mapping) else None
-        for path, spec, value in _tree_leaves(array_tree(layout.obs[g]), obs, f"obs[{g!r}]"):
+        leaves = leaves_found(array_tree(layout.obs[g]), obs, f"obs[{g!r}]", indexed)
+        for path, spec, value in leaves:
             yield path, value, (E, n, *spec.shape), spec.dtype
         for name in per_agent:
             values = getattr(result, name)
@@ -99,7 +87,9 @@ def fields(
         if g in layout.discrete and mask is not None:
             yield f"action_mask[{g!r}]", mask, (E, n, layout.discrete[g]), np.dtype(bool)
     if layout.state is not None:
-        for path, spec, value in _tree_leaves(array_tree(layout.state), result.state, "state"):
+        for path, spec, value in leaves_found(
+            array_tree(layout.state), result.state, "state", indexed
+        ):
             yield path, value, (E, *spec.shape), spec.dtype
 
 
@@ -125,12 +115,6 @@ def _place_problem(value: Any, place: Place) -> str | None:
     want, have = torch.device(place.device), torch.device(got.device)
     same = want.type == have.type and want.index in (None, have.index)
     return None if same else expected
-
-
-def _dtype_of(value: Any, dtype: np.dtype, place: Place) -> bool:
-    if place.is_torch and not isinstance(value, np.ndarray):
-        return value.dtype == torch_dtype(dtype)
-    return np.dtype(value.dtype) == dtype
 
 
 # --------------------------------------------------------------------------- frames
@@ -275,11 +259,7 @@ class Frame:
 
 
 def _host(tree: Tree, value: Any) -> Any:
-    if isinstance(tree, ArraySpec):
-        return to_numpy(value)
-    if isinstance(tree, dict):
-        return {key: _host(sub, value[key]) for key, sub in tree.items()}
-    return tuple(_host(sub, value[j]) for j, sub in enumerate(tree))
+    return map_tree(lambda _, leaf: to_numpy(leaf), tree, value)
 
 
 def read_frame(layout: Layout, result: BatchedStep, where: str, rows: np.ndarray) -> Frame:
@@ -315,11 +295,7 @@ def read_frame(layout: Layout, result: BatchedStep, where: str, rows: np.ndarray
 
 def row(value: Any, *index: int) -> Any:
     """The entry at ``index`` of each leaf of a nested value."""
-    if isinstance(value, Mapping):
-        return {key: row(sub, *index) for key, sub in value.items()}
-    if isinstance(value, (tuple, list)):
-        return tuple(row(sub, *index) for sub in value)
-    return value[index]
+    return map_tree(lambda leaf: leaf[index], value, mappings=True, lists=True)
 
 
 def cells(frame: Frame, flags: Mapping[str, np.ndarray], layout: Layout):
@@ -457,7 +433,7 @@ FRAME_RULES: tuple[Rule, ...] = (
 
 
 def _rewards_are_finite(layout: Layout, frame: Frame) -> Iterator[str]:
-    bad = {g: ~np.isfinite(frame.rewards[g]) for g in layout.groups}
+    bad = {g: not_finite(frame.rewards[g]) for g in layout.groups}
     for i, g, k, agent in cells(frame, bad, layout):
         yield (
             f"{frame.at(i)}: reward of {_who(agent, g)} is {frame.rewards[g][i, k]}; rewards "
@@ -489,7 +465,7 @@ def _no_revived_agents(layout: Layout, frame: Frame) -> Iterator[str]:
 
 def _ended_agents_earn_nothing(layout: Layout, frame: Frame) -> Iterator[str]:
     paid = {  # a NaN is reported by _rewards_are_finite
-        g: ~frame.start.alive[g] & (frame.rewards[g] != 0) & np.isfinite(frame.rewards[g])
+        g: ~frame.start.alive[g] & (frame.rewards[g] != 0) & ~not_finite(frame.rewards[g])
         for g in layout.groups
     }
     for i, g, k, agent in cells(frame, paid, layout):
@@ -632,7 +608,7 @@ def _arrays_have_their_dtypes_and_place(
                 f"{where}: {label} must be {problem}, where the env's arrays live "
                 f"(env.place is {place}), got {_describe(value)}"
             )
-        elif not _dtype_of(value, dtype, place):
+        elif not has_dtype(value, dtype):
             expected = torch_dtype(dtype) if place.is_torch else dtype
             yield f"{where}: {label} must have dtype {expected}, got {_describe(value)}"
 

@@ -17,11 +17,11 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from functools import singledispatch
 from typing import Any
 
 from gymnasium import spaces
 
+from corral.arrays.tree import index, leaves_found, map_space
 from corral.errors import CheckIncompleteWarning, EnvContractError
 from corral.returned_values import describe, finite_problem
 
@@ -147,33 +147,20 @@ def in_space(space: spaces.Space, value: Any) -> bool:
             return False
 
 
-@singledispatch
 def unfinite_parts(space: spaces.Space, value: Any, path: str) -> Iterator[tuple[str, str]]:
     """``(path, problem)`` of each Box part of ``value`` holding NaN, inf, or a number that
-    overflows the Box's dtype (:func:`corral.returned_values.finite_problem`)."""
-    return iter(())
+    overflows the Box's dtype (:func:`corral.returned_values.finite_problem`); a part that
+    ``value`` lacks is left to the space check."""
+    leaf_spaces = map_space(_itself, space)
+    for where, leaf, part in leaves_found(leaf_spaces, value, path, index):
+        if isinstance(leaf, spaces.Box) and part is not None:
+            problem = finite_problem(part, leaf.dtype)
+            if problem:
+                yield where, problem
 
 
-@unfinite_parts.register
-def _(space: spaces.Box, value: Any, path: str) -> Iterator[tuple[str, str]]:
-    problem = finite_problem(value, space.dtype)
-    if problem:
-        yield path, problem
-
-
-@unfinite_parts.register
-def _(space: spaces.Dict, value: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, Mapping):
-        for key, sub in space.spaces.items():
-            if key in value:
-                yield from unfinite_parts(sub, value[key], f"{path}[{key!r}]")
-
-
-@unfinite_parts.register
-def _(space: spaces.Tuple, value: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, (tuple, list)):
-        for k, (sub, part) in enumerate(zip(space.spaces, value, strict=False)):
-            yield from unfinite_parts(sub, part, f"{path}[{k}]")
+def _itself(space: spaces.Space) -> spaces.Space:
+    return space
 
 
 def is_step_count(value: Any) -> bool:

@@ -11,8 +11,6 @@ checker applies the env-wide ones too.
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +21,7 @@ from gymnasium import spaces
 
 from corral.checks.engine import in_space, is_step_count, mask_of, spaces_of, unfinite_parts
 from corral.env import spaces_by_agent_hint
-from corral.returned_values import describe
+from corral.returned_values import describe, is_end_flag, is_finite, is_reward, nonflag_flags
 
 # --------------------------------------------------------------------------- frames
 
@@ -200,7 +198,7 @@ def _action_mask_is_a_0_1_array(env: Any, frame: Frame) -> Iterator[str]:
                 f"{name} must have dtype int8, the dtype Gymnasium's Discrete.sample(mask=...) "
                 f"takes, got dtype {mask.dtype}: return mask.astype(np.int8)"
             )
-        elif not np.all((mask == 0) | (mask == 1)):
+        elif nonflag_flags(mask).any():
             yield f"{name} must hold only 0 and 1, got {np.unique(mask).tolist()}"
 
 
@@ -288,11 +286,11 @@ def _step_dicts_cover_alive_agents(env: Any, frame: Frame) -> Iterator[str]:
 
 def _rewards_are_finite_numbers(env: Any, frame: Frame) -> Iterator[str]:
     for agent, reward in frame.rewards.items():
-        if not isinstance(reward, numbers.Real) or isinstance(reward, bool):
+        if not is_reward(reward):
             yield (
                 f"{frame.where}: reward of agent {agent!r} must be a number, got {describe(reward)}"
             )
-        elif not math.isfinite(reward):
+        elif not is_finite(reward):
             yield f"{frame.where}: reward of agent {agent!r} is {reward}; rewards must be finite"
 
 
@@ -301,7 +299,7 @@ def _end_flags_are_bools(env: Any, frame: Frame) -> Iterator[str]:
         if name == "rewards":
             continue
         for agent, flag in values.items():
-            if not isinstance(flag, (bool, np.bool_)):
+            if not is_end_flag(flag):
                 yield f"{frame.where}: {name}[{agent!r}] must be a bool, got {describe(flag)}"
 
 

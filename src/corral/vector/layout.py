@@ -23,10 +23,18 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import Place, on_host
-from corral.arrays.tree import map_paths, map_space, tree_leaves
+from corral.arrays.tree import (
+    Mismatch,
+    follow,
+    leaves_of,
+    map_paths,
+    map_space,
+    map_tree,
+    tree_leaves,
+)
 from corral.errors import UnknownAgentError
 from corral.groups import GroupMap, group_agents
-from corral.returned_values import describe, finite_problem, store_exactly
+from corral.returned_values import describe, finite_problem, is_finite, store_exactly
 
 
 @dataclass(frozen=True)
@@ -90,14 +98,11 @@ def assemble(tree: Tree, path: str, arrays: Mapping[str, np.ndarray]) -> Any:
 
 def store(tree: Tree, path: str, arrays: Mapping[str, Any], value: Any) -> None:
     """Put a batched ``value`` (nested like ``tree``) into the arrays under ``path``."""
-    if isinstance(tree, dict):
-        for key, sub in tree.items():
-            store(sub, f"{path}/{key}", arrays, value[key])
-    elif isinstance(tree, tuple):
-        for k, sub in enumerate(tree):
-            store(sub, f"{path}/{k}", arrays, value[k])
-    else:
-        arrays[path][...] = value
+    if isinstance(tree, ArraySpec):
+        arrays[path][...] = value  # the common case (one array), without a call
+        return
+    for leaf_path, part in leaves_of(tree, value, path):
+        arrays[leaf_path][...] = part
 
 
 class WriteError(ValueError):
@@ -111,10 +116,6 @@ class WriteError(ValueError):
         super().__init__(f"{where}{': ' if where else ''}expected {expected}")
         self.expected = expected
         self.where = where
-
-    def inside(self, key: Any) -> WriteError:
-        """This error, seen from the Dict or Tuple value that holds the bad part at ``key``."""
-        return WriteError(self.expected, f"[{key!r}]{self.where}")
 
 
 def writer(
@@ -130,37 +131,33 @@ def writer(
     """
     if isinstance(tree, ArraySpec):
         return _leaf_writer(arrays[path], tree, check_finite)
-    if isinstance(tree, dict):
-        parts = {
-            key: writer(sub, f"{path}/{key}", arrays, check_finite) for key, sub in tree.items()
-        }
+    writers = map_paths(
+        lambda leaf_path, spec: _leaf_writer(arrays[leaf_path], spec, check_finite), tree, path
+    )
 
-        def write_dict(index: tuple[int, ...], value: Mapping[str, Any]) -> None:
-            for key, write in parts.items():
-                try:
-                    part = value[key]
-                except (KeyError, TypeError, IndexError):
-                    raise WriteError(
-                        f"a dict with keys {list(parts)}, got {describe(value)}"
-                    ) from None
+    def write_tree(index: tuple[int, ...], value: Any) -> None:
+        try:
+            for keys, write, part in follow(writers, value):
                 try:
                     write(index, part)
                 except WriteError as err:
-                    raise err.inside(key) from None
+                    raise WriteError(err.expected, _where(keys)) from None
+        except Mismatch as err:
+            raise WriteError(_expected_node(err.tree, err.value), _where(err.keys)) from None
 
-        return write_dict
-    items = [writer(sub, f"{path}/{i}", arrays, check_finite) for i, sub in enumerate(tree)]
+    return write_tree
 
-    def write_tuple(index: tuple[int, ...], value: Any) -> None:
-        if not isinstance(value, (tuple, list)) or len(value) != len(items):
-            raise WriteError(f"a tuple of {len(items)} values, got {describe(value)}")
-        for k, (write, part) in enumerate(zip(items, value, strict=True)):
-            try:
-                write(index, part)
-            except WriteError as err:
-                raise err.inside(k) from None
 
-    return write_tuple
+def _where(keys: tuple[Any, ...]) -> str:
+    """The path to a part of a Dict or Tuple value, ``"['pos'][0]"``."""
+    return "".join(f"[{key!r}]" for key in keys)
+
+
+def _expected_node(tree: Tree, value: Any) -> str:
+    """What a Dict or Tuple space's value laid out as ``tree`` should have been."""
+    if isinstance(tree, dict):
+        return f"a dict with keys {list(tree)}, got {describe(value)}"
+    return f"a tuple of {len(tree)} values, got {describe(value)}"
 
 
 def _leaf_writer(array: np.ndarray, spec: ArraySpec, check_finite: bool) -> Callable[..., None]:
@@ -185,7 +182,7 @@ def _leaf_writer(array: np.ndarray, spec: ArraySpec, check_finite: bool) -> Call
             stored = array[index]
             # The sum of squares is finite when every value is, unless the sum overflows
             # (then the exact check clears it); one call, a third of isfinite().all()'s time.
-            if not math.isfinite(np.vdot(stored, stored)) and not np.isfinite(stored).all():
+            if not math.isfinite(np.vdot(stored, stored)) and not is_finite(stored):
                 raise WriteError(finite_problem(value, dtype) or f"finite values, got {value}")
 
     return write_leaf
@@ -208,16 +205,16 @@ def _store_problem(value: Any, dtype: np.dtype) -> str:
 
 def reader(tree: Tree, path: str, arrays: Mapping[str, np.ndarray]) -> Callable[..., Any]:
     """A function ``read(index)`` returning one value (as the space holds it) at ``index``."""
+    readers = map_paths(lambda leaf_path, spec: _leaf_reader(arrays[leaf_path], spec), tree, path)
     if isinstance(tree, ArraySpec):
-        array = arrays[path]
-        if tree.shape == () and np.issubdtype(tree.dtype, np.integer):
-            return lambda index: int(array[index])
-        return lambda index: array[index].copy()
-    if isinstance(tree, dict):
-        parts = {key: reader(sub, f"{path}/{key}", arrays) for key, sub in tree.items()}
-        return lambda index: {key: read(index) for key, read in parts.items()}
-    items = [reader(sub, f"{path}/{i}", arrays) for i, sub in enumerate(tree)]
-    return lambda index: tuple(read(index) for read in items)
+        return readers
+    return lambda index: map_tree(lambda read: read(index), readers)
+
+
+def _leaf_reader(array: np.ndarray, spec: ArraySpec) -> Callable[..., Any]:
+    if spec.shape == () and np.issubdtype(spec.dtype, np.integer):
+        return lambda index: int(array[index])
+    return lambda index: array[index].copy()
 
 
 @dataclass(frozen=True)

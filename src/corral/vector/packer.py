@@ -40,24 +40,30 @@ and :meth:`~Packer.forget` leaves an env without episode (nothing alive or actin
 :meth:`~Packer.same_alive` says whether a step in which no env failed or restarted
 left every ``alive`` as it was (the promise :attr:`~corral.BatchedStep.same_alive`).
 
-Judging a value follows :mod:`corral.returned_values` (``describe``, ``exactly_as``),
-with one difference on purpose:
-the packer runs the envs it is given, and takes a bool reward as ``0.0``/``1.0``, a
-one-element array as the number it holds, and an integer ``0``/``1`` as an end flag,
-which :func:`corral.check_env` reports (the contract asks for a real number and a bool).
+Judging a value follows :mod:`corral.returned_values` (``describe``, ``exactly_as``,
+``is_finite``), with one difference on purpose, named there (``packed_reward``,
+``packed_flag``): the packer runs the envs it is given, and takes a bool reward as
+``0.0``/``1.0``, a one-element array as the number it holds, and an integer ``0``/``1``
+as an end flag, which :func:`corral.check_env` reports (the contract asks for a real
+number and a bool).
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
 
 from corral.errors import EnvError
-from corral.returned_values import describe, exactly_as
+from corral.returned_values import (
+    describe,
+    exactly_as,
+    holds_numbers,
+    is_finite,
+    packed_flag,
+    packed_reward,
+)
 from corral.vector.layout import (
     ArraySpec,
     Layout,
@@ -632,9 +638,9 @@ class Packer:
             array = np.array(g.rewards)
         except (TypeError, ValueError, OverflowError):
             return None
-        if array.shape != g.reward_cols.shape or array.dtype.kind not in "biuf":
+        if array.shape != g.reward_cols.shape or not holds_numbers(array):
             return None
-        if self.check_finite and not np.isfinite(array).all():
+        if self.check_finite and not is_finite(array):
             return None
         return array
 
@@ -719,14 +725,14 @@ class Packer:
             stacked = np.asarray(values)
             if stacked.shape != (len(values), *target.shape[1:]):
                 return None
-            if stacked.dtype.kind not in "biuf":
+            if not holds_numbers(stacked):
                 return None
             if stacked.dtype != target.dtype:
                 stacked = exactly_as(stacked, target.dtype)
         except (TypeError, ValueError, OverflowError, RuntimeWarning):
             return None
         finite = finite and self.check_finite and stacked.dtype.kind == "f"
-        return None if finite and not np.isfinite(stacked).all() else stacked
+        return None if finite and not is_finite(stacked) else stacked
 
     # -- judging an env's values ---------------------------------------------------------
 
@@ -749,28 +755,23 @@ class Packer:
                 )
 
     def _real(self, i: int, agent: str, reward: Any) -> float:
-        """``reward`` as a float, if it is a real number (or an array holding one)."""
-        if isinstance(reward, (numbers.Real, np.bool_)) and not isinstance(reward, str):
-            value = float(reward)
-        elif isinstance(reward, np.ndarray) and reward.size == 1 and reward.dtype.kind in "biuf":
-            value = float(reward.item())
-        else:
+        """``reward`` as a float, if the packer takes it for one (:func:`packed_reward`)."""
+        value = packed_reward(reward)
+        if value is None:
             raise self._error(
                 i, f"reward of agent {agent!r}: expected a real number, got {describe(reward)}"
             )
-        if self.check_finite and not math.isfinite(value):
+        if self.check_finite and not is_finite(value):
             raise self._error(
                 i, f"reward of agent {agent!r}: expected a finite number, got {value}"
             )
         return value
 
     def _flag(self, i: int, agent: str, ended: str, flag: Any) -> bool:
-        """``flag`` as a bool, if it is one (a numpy bool, 0 or 1, or an array holding one)."""
-        value = flag.item() if isinstance(flag, np.ndarray) and flag.size == 1 else flag
-        if isinstance(value, (bool, np.bool_)) or (
-            isinstance(value, numbers.Integral) and value in (0, 1)
-        ):
-            return bool(value)
+        """``flag`` as a bool, if the packer takes it for one (:func:`packed_flag`)."""
+        value = packed_flag(flag)
+        if value is not None:
+            return value
         field = _END_FLAGS[ended][1]
         raise self._error(i, f"{field} of agent {agent!r}: expected a bool, got {describe(flag)}")
 

@@ -19,11 +19,13 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.arrays import to_numpy
+from corral.arrays.tree import leaf_keys
 from corral.batched_env import BatchedStep
 from corral.errors import EnvError
 from corral.returned_values import (
     describe,
     finite_problem,
+    holds_numbers,
     is_flag_array,
     nonflag_flags,
     overflow_flags,
@@ -84,16 +86,12 @@ class ReturnedArrays:
         path: str,
         arrays: Mapping[str, Any],
         agents: tuple[str, ...],
-        keys: tuple = (),
     ) -> None:
-        if isinstance(tree, ArraySpec):
-            rows = arrays[path]
+        for keys in leaf_keys(tree):
+            rows = arrays["/".join((path, *map(str, keys)))]
             label = name if group is None else f"{name}[{group!r}]"
             label += "".join(f"[{k!r}]" for k in keys)
             self._plan.append((name, group, keys, label, rows, agents))
-            return
-        for key in tree if isinstance(tree, dict) else range(len(tree)):
-            self._add(name, group, tree[key], f"{path}/{key}", arrays, agents, (*keys, key))
 
     def check(self, out: BatchedStep, step: bool = False) -> None:
         """Raise an :class:`~corral.errors.EnvError` for the first array of ``out`` that
@@ -150,7 +148,7 @@ class ReturnedArrays:
         """An array of another dtype than its rows: numbers, none of which the rows' dtype
         would change beyond rounding (``1e300`` as ``float32`` is inf, ``300`` as ``uint8``
         is 44)."""
-        if isinstance(value, np.ndarray) and value.dtype.kind not in "biuf":
+        if isinstance(value, np.ndarray) and not holds_numbers(value):
             self._fail(0, f"{label}: expected an array of numbers, got {_array_text(value)}")
         if is_flag_array(rows):  # alive, acting, ends, masks: a number other than 0 or 1
             self._check_flags(value, label, agents)

@@ -12,6 +12,7 @@ import numpy as np
 
 from corral.adapters import adapt
 from corral.arrays import Place, to_numpy, tree_to_numpy
+from corral.arrays.tree import map_tree
 from corral.errors import (
     EnvError,
     EnvRestartWarning,
@@ -749,11 +750,7 @@ class _BatchedFactory:
 
 def _in(place: Place, value: Any) -> Any:
     """A nested value of numpy arrays as arrays of ``place``."""
-    if isinstance(value, dict):
-        return {k: _in(place, v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(_in(place, v) for v in value)
-    return place.asarray(value)
+    return map_tree(place.asarray, value, lists=True)
 
 
 def _one_value(name: str, values: Sequence[Any]) -> None:
