@@ -455,14 +455,7 @@ def _any_by_columns(ops: Ops, flags: Array) -> Array:
 
 
 _NUMPY = Ops()
-_TORCH: dict[str, TorchOps] = {}
-
-
-def _torch_ops(device: str) -> TorchOps:
-    ops = _TORCH.get(device)
-    if ops is None:
-        ops = _TORCH[device] = TorchOps(device)
-    return ops
+_TORCH: dict[Any, TorchOps] = {}  # by torch device
 
 
 def ops_for(place: Place) -> Ops:
@@ -479,9 +472,13 @@ def ops_in(place: Place) -> Ops:
 
 def ops_of(array: Any) -> Ops:
     """The op set of ``array``'s namespace and device (shared: one per device)."""
-    if is_tensor(array):
-        return _torch_ops(str(array.device))
-    return _NUMPY
+    if not type(array).__module__.startswith("torch"):  # is_tensor, without a call
+        return _NUMPY
+    try:
+        return _TORCH[array.device]
+    except KeyError:
+        ops = _TORCH[array.device] = TorchOps(str(array.device))
+        return ops
 
 
 def xp(array: Any) -> Any:
