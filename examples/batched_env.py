@@ -51,7 +51,7 @@ class BatchedNim(corral.BatchedEnv):
         self._action_space = spaces.Discrete(max_take)
         self._generators = CopyGenerators(num_envs)
         # The namespace's own functions (where, arange...) take the same arguments in both.
-        self._xp = corral.arrays.import_torch() if self.place.is_torch else np
+        self._xp = corral.arrays.ops_in(self.place).xp
         put = self.place.asarray
         self._copies = put(np.arange(num_envs))
         self._players = put(np.arange(2))

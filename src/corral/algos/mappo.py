@@ -75,7 +75,7 @@ from corral.algos.networks import (
     to_device,
 )
 from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
-from corral.arrays import to_numpy
+from corral.arrays import ops_of, to_numpy
 from corral.data.rollouts import Rollout, masked_gae
 from corral.errors import UnsupportedEnvError
 from corral.settings import Range
@@ -585,7 +585,7 @@ class MAPPOLearner(Learner):
         extras = rollout.extras
         keep = complete & extras["learner"] if "learner" in extras else complete
         # one read of the device for the whole rollout: the decisions' indices, then gathers
-        at = keep.nonzero(as_tuple=True) if isinstance(keep, torch.Tensor) else np.nonzero(keep)
+        at = ops_of(keep).nonzero(keep)
         step, env, agent = at
         if len(step) == 0:
             return None
@@ -749,9 +749,7 @@ class IPPO(MAPPO):
 def _where_done(done: Any, final: Any, now: Any) -> Any:
     """``final`` in the envs that are ``done`` ``[E]``, else ``now`` (arrays ``[E, ...]``,
     NumPy or tensors)."""
-    if isinstance(done, torch.Tensor):
-        return torch.where(done.reshape(-1, *([1] * (now.ndim - 1))), final, now)
-    return np.where(done.reshape(-1, *([1] * (np.ndim(now) - 1))), final, now)
+    return ops_of(done).where(done.reshape(-1, *([1] * (np.ndim(now) - 1))), final, now)
 
 
 def _placer(like: Any) -> Any:

@@ -48,32 +48,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from corral.arrays import is_tensor
+from corral.arrays import ops_of, zeros
 
 if TYPE_CHECKING:
     from corral.vector.protocols import Batch, Groups
-
-
-def _xp(x: Any) -> Any:
-    """The array module of ``x``: ``torch`` for tensors, else ``numpy``."""
-    if is_tensor(x):
-        import torch
-
-        return torch
-    return np
-
-
-def _zeros(like: Any, shape: tuple[int, ...], dtype: Any = None) -> Any:
-    """Zeros of ``shape`` in ``like``'s namespace and device (and dtype, unless given)."""
-    if is_tensor(like):
-        import torch
-
-        return torch.zeros(shape, dtype=dtype or like.dtype, device=like.device)
-    return np.zeros(shape, dtype=dtype or np.asarray(like).dtype)
-
-
-def _bool(like: Any) -> Any:
-    return _xp(like).bool if is_tensor(like) else np.bool_
 
 
 @dataclass
@@ -143,7 +121,7 @@ def masked_gae(rollout: Rollout, gamma: float, lam: float) -> tuple[Any, Any, An
     carried into the next rollout; their advantage here bootstraps from
     ``next_value`` and feeds no earlier decision). Elsewhere advantages are 0.
     """
-    xp = _xp(rollout.reward)
+    xp = ops_of(rollout.reward).xp
     acting, reward, value = rollout.acting, rollout.reward, rollout.value
     ended = rollout.terminated | rollout.truncated
     boot_at_end = xp.where(rollout.terminated, xp.zeros_like(value), rollout.final_value)
@@ -233,7 +211,7 @@ class RolloutBuilder:
                 raise TypeError(
                     f"group {g!r}: {name} must be an array [E, n, ...], got {type(x).__name__}"
                 )
-            store[name] = _zeros(x, (self.steps, *x.shape))
+            store[name] = zeros(x, (self.steps, *x.shape))
         target = store[name]
         if tuple(x.shape) != tuple(target.shape[1:]):
             raise ValueError(
@@ -261,7 +239,7 @@ class RolloutBuilder:
             raise RuntimeError(f"the rollout is full ({self.steps} steps): call finish()")
         if batch.state is not None:
             if self._state is None:
-                self._state = _zeros(batch.state, (self.steps, *batch.state.shape))
+                self._state = zeros(batch.state, (self.steps, *batch.state.shape))
             self._state[self._t] = batch.state
         decision = getattr(batch, "decision", None)  # the vector layer's (a test's may lack it)
         for g in self.groups:
@@ -285,14 +263,14 @@ class RolloutBuilder:
                 self._store(g, name, per_group[g], self._extras[g])
             acting = batch.acting[g]
             if g not in self._open:
-                self._open[g] = _zeros(acting, tuple(acting.shape), _bool(acting))
-                self._row[g] = _zeros(acting, tuple(acting.shape), _xp(acting).int64)
+                self._open[g] = zeros(acting, tuple(acting.shape), np.bool_)
+                self._row[g] = zeros(acting, tuple(acting.shape), np.int64)
                 # what an open decision earned, in the values' dtype (else the rewards')
                 like = batch.reward[g] if value is None else value[g]
-                self._earned[g] = _zeros(like, tuple(acting.shape))
+                self._earned[g] = zeros(like, tuple(acting.shape))
             if self._t == 0 and g in self._carry:
                 self._restore(g, self._carry.pop(g))
-            xp = _xp(acting)
+            xp = ops_of(acting).xp
             self._open[g] = self._open[g] | acting
             self._row[g] = xp.where(acting, self._t, self._row[g])
             self._earned[g] = xp.where(acting, xp.zeros_like(self._earned[g]), self._earned[g])
@@ -300,7 +278,7 @@ class RolloutBuilder:
 
     def _restore(self, g: str, carry: dict[str, Any]) -> None:
         """Write the decisions carried from the last rollout into row 0."""
-        xp, where = _xp(carry["mask"]), carry["mask"]
+        xp, where = ops_of(carry["mask"]).xp, carry["mask"]
         self._carried_state[g] = carry["state"]
         # the fields and the extras apart: an extra may share a field's name ("decision")
         for arrays, kept in ((self._data[g], carry["fields"]), (self._extras[g], carry["extras"])):
@@ -324,7 +302,7 @@ class RolloutBuilder:
         t = self._t
         for g in self.groups:
             reward = batch.reward[g]
-            xp = _xp(reward)
+            xp = ops_of(reward).xp
             terminated = batch.terminated[g]
             done = batch.done[:, None]
             truncated = batch.truncated[g] | (done & ~terminated)
@@ -345,9 +323,9 @@ class RolloutBuilder:
             self._next_acting[g] = batch.acting[g]
         if self.record_next and batch.state is not None:
             done = batch.done.reshape(-1, *([1] * (batch.state.ndim - 1)))
-            state = _xp(done).where(done, batch.final_state, batch.state)
+            state = ops_of(done).where(done, batch.final_state, batch.state)
             if self._next_state is None:
-                self._next_state = _zeros(state, (self.steps, *state.shape))
+                self._next_state = zeros(state, (self.steps, *state.shape))
             self._next_state[t] = state
         self._t += 1
         self._acted = False
@@ -355,7 +333,7 @@ class RolloutBuilder:
     def _record_next(self, g: str, batch: Batch) -> None:
         """Step ``t``'s :attr:`Rollout.next` fields of group ``g``, as the assembler's rows."""
         store = self._next.setdefault(g, {})
-        xp, done = _xp(batch.done), batch.done[:, None]
+        xp, done = ops_of(batch.done).xp, batch.done[:, None]
         obs = batch.obs[g]
         ended = done.reshape(*done.shape, *([1] * (obs.ndim - 2)))
         self._store(g, "obs", xp.where(ended, batch.final_obs[g], obs), store)
@@ -392,7 +370,7 @@ class RolloutBuilder:
                 final_value=cut.get("final_value"),
                 next_value=None if next_value is None else next_value[g],
                 next_acting=self._next_acting[g],
-                carried=self._carried.get(g, _zeros(acting, tuple(acting.shape[1:]))),
+                carried=self._carried.get(g, zeros(acting, tuple(acting.shape[1:]))),
                 state=None if self._state is None else self._state[:t],
                 action_mask=cut.get("action_mask"),
                 decision=cut.get("decision"),
@@ -418,11 +396,10 @@ class RolloutBuilder:
     def _save_open(self, g: str, data: Mapping[str, Any], extras: Mapping[str, Any]) -> None:
         """Keep the fields and extras of ``g``'s open decisions for the next rollout's row 0."""
         mask = self._open[g]  # not tested for any(): that would read a device back
-        xp = _xp(mask)
+        ops = ops_of(mask)
         n_env, n = mask.shape
-        on = {} if xp is np else {"device": mask.device}  # made there: no copy from the host
-        env = xp.arange(n_env, **on).reshape(-1, 1)
-        agent = xp.arange(n, **on).reshape(1, -1)
+        env = ops.arange(n_env, mask).reshape(-1, 1)  # made there: no copy from the host
+        agent = ops.arange(n, mask).reshape(1, -1)
 
         def kept(arrays: Mapping[str, Any]) -> dict[str, Any]:
             names = [name for name in arrays if name not in _STEP_OUTPUTS and name != "acting"]
@@ -458,7 +435,7 @@ def decisions(
     """
     if not rollout.next:
         raise ValueError("decisions() needs a rollout from RolloutBuilder(..., record_next=True)")
-    xp = _xp(rollout.acting)
+    xp = ops_of(rollout.acting).xp
     steps, num_envs, n = rollout.acting.shape
     acting, nxt = rollout.acting, rollout.next
     # The decision running at step s ends there if the agent's episode ends or it acts next.
@@ -466,7 +443,7 @@ def decisions(
     closes[:-1] = acting[1:]
     closes[-1] = rollout.next_acting
     closes = closes | rollout.terminated | rollout.truncated
-    step, env, agent = (_arange(xp, size, acting).reshape(shape) for size, shape in (
+    step, env, agent = (ops_of(acting).arange(size, acting).reshape(shape) for size, shape in (
         (steps, (-1, 1, 1)), (num_envs, (1, -1, 1)), (n, (1, 1, -1))))  # fmt: skip
     at = xp.where(closes, step, steps)  # the first end at or after each step
     if xp is np:
@@ -514,7 +491,7 @@ def decision_rows(
     rows, complete = decisions(rollout, fields)
     if keep is not None:
         complete = complete & keep
-    at = complete.nonzero(as_tuple=True) if is_tensor(complete) else np.nonzero(complete)
+    at = ops_of(complete).nonzero(complete)
     out = {name: x[at] for name, x in rows.items()}
     out["env"], out["agent"] = at[1], at[2]
     return out
@@ -523,7 +500,7 @@ def decision_rows(
 def _decision_rewards(rollout: Rollout) -> Any:
     """``[T, E, n]``: what the decision running at each step earned from its start to there,
     summed forward from 0 as the assembler does (bit for bit)."""
-    xp = _xp(rollout.reward)
+    xp = ops_of(rollout.reward).xp
     total = xp.zeros_like(rollout.reward)
     earned = xp.zeros_like(rollout.reward[0])
     for s in range(rollout.steps):
@@ -536,18 +513,10 @@ def _decision_states(rollout: Rollout) -> Any:
     """``[T, E, n, ...]``: the state each decision was made in (a carried one keeps its own)."""
     state = rollout.state
     n = rollout.acting.shape[2]
-    xp = _xp(state)
-    if xp is np:
-        out = np.repeat(state[:, :, None], n, axis=2)
-    else:
-        out = state[:, :, None].expand(-1, -1, n, *state.shape[2:]).clone()
+    ops = ops_of(state)
+    shape = (*state.shape[:2], n, *state.shape[2:])
+    out = ops.copy(ops.broadcast_to(state[:, :, None], shape))
     if rollout.carried_state is not None:
         carried = rollout.carried.reshape(*rollout.carried.shape, *([1] * (state.ndim - 2)))
-        out[0] = xp.where(carried, rollout.carried_state, out[0])
+        out[0] = ops.where(carried, rollout.carried_state, out[0])
     return out
-
-
-def _arange(xp: Any, size: int, like: Any) -> Any:
-    if xp is np:
-        return np.arange(size)
-    return xp.arange(size, device=like.device)

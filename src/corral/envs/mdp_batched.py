@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import CopyStreams, Place, import_torch, to_numpy
+from corral.arrays import CopyStreams, Place, ops_in, to_numpy
 from corral.batched_env import BatchedEnv, BatchedStep, CopyGenerators, Seed, copy_seeds
 from corral.envs.mdp import MatrixGame, TabularMDP
 
@@ -54,7 +54,7 @@ class _Tables(BatchedEnv):
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
         self.num_envs = num_envs
         self.place = Place(array, device)
-        self._xp: Any = import_torch() if self.place.is_torch else np
+        self._ops = ops_in(self.place)
         self.possible_agents = list(env.possible_agents)
         self._obs_spaces = {a: env.observation_space(a) for a in self.possible_agents}
         self._action_spaces = {a: env.action_space(a) for a in self.possible_agents}
@@ -176,20 +176,20 @@ class BatchedTabularMDP(_Tables):
             self._streams.seed(seeds, None if where is None else to_numpy(mask))
             self._seeded = self._seeded or where is None
         start = _sample(self._initial_cumulative, self._draw(mask))
-        self._state = self._xp.where(mask, start, self._state)
+        self._state = self._ops.where(mask, start, self._state)
         self._started = True
         return self._result()
 
     def step(self, actions: dict[str, Any]) -> BatchedStep:
         """Draw each live copy's next state; a copy that entered a terminal state is done."""
         self._check_started()
-        xp, state = self._xp, self._state
+        ops, state = self._ops, self._state
         live = ~self._terminal[state]
         action = self.place.asarray(actions[self._group][:, 0], np.int64)
-        action = xp.where(live, action, 0)
+        action = ops.where(live, action, 0)
         following = _sample(self._cumulative[state, action], self._draw(live))
-        following = xp.where(live, following, state)
-        reward = xp.where(live, self._rewards[state, action, following], 0.0)
+        following = ops.where(live, following, state)
+        reward = ops.where(live, self._rewards[state, action, following], 0.0)
         self._state = following
         done = live & self._terminal[following]
         return self._result(
@@ -205,7 +205,7 @@ class BatchedTabularMDP(_Tables):
             return self._streams.uniform(0.0, 1.0, 1, copies)[:, 0]
         if self._generators is None:
             return self.place.zeros((self.num_envs,), np.float64)
-        position = self._xp.where(copies, self._next, 0)
+        position = self._ops.where(copies, self._next, 0)
         self._next = self._next + copies
         self._spare -= 1
         return self._uniforms[self._copies, position]
@@ -308,8 +308,8 @@ class BatchedMatrixGame(_Tables):
             group_actions = self.place.asarray(actions[g], np.int64)
             for j, agent in enumerate(agents):
                 joint = joint + group_actions[:, j] * self._stride[agent]
-        joint = self._xp.where(live, joint, 0)
-        paid = self._xp.where(live[:, None], self._payoffs[joint], 0.0)
+        joint = self._ops.where(live, joint, 0)
+        paid = self._ops.where(live[:, None], self._payoffs[joint], 0.0)
         reward = {g: paid[:, players] for g, players in self._players.items()}
         done = self._per_agent(live)
         self._live = self.place.zeros((self.num_envs,), np.bool_)

@@ -14,12 +14,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import CopyStreams, Place, import_torch, place_of, to_numpy
+from corral.arrays import CopyStreams, Place, import_torch, ops_in, place_of, to_numpy
 from corral.batched_env import Array, BatchedEnv, BatchedStep, CopyGenerators, Seed, copy_seeds
 from corral.batched_env import selected as selected_copies
 from corral.envs.choices import Choices, StreamChoices
 from corral.envs.tag import CATCH_REWARD, PREDATOR_MOVES, PREY_MOVES, Tag, mask_table
-from corral.envs.tag_ops import NumpyOps, TorchOps
 from corral.groups import group_agents
 
 
@@ -109,7 +108,7 @@ class BatchedTag(BatchedEnv):
         computing = self.place if host_views is None else replace(self.place, host_views=host_views)
         by_numpy = computing.computes_on_host
         self._compute = Place() if by_numpy else self.place
-        self._ops = NumpyOps() if by_numpy else TorchOps(self.place.device)
+        self._ops = ops_in(self._compute)
         # The arrays given out: the computed ones (fresh copies of them), as the place's.
         self._give = self.place.from_host if by_numpy else (lambda array: array)
         # The batch's tensors given to write_into, by id: (tensor, its numpy view). A step
@@ -269,11 +268,11 @@ class BatchedTag(BatchedEnv):
             draws = self._draws.choose(generators, rows)
             self._drawing[rows] = True
         ops, rows = self._ops, self._compute.from_host(rows)
-        cell = ops.take(self._free_cells, self._compute.from_host(draws))
-        ops.put_columns(self._cell, rows, cell)
-        ops.put_columns(self._flag, rows, True)
-        ops.put_columns(self._alive, rows, True)
-        ops.put_columns(self._t, rows, 0)
+        cell = ops.take(self._free_cells, self._compute.from_host(draws), 0)
+        ops.put(self._cell, rows, cell, -1)
+        ops.put(self._flag, rows, True, -1)
+        ops.put(self._alive, rows, True, -1)
+        ops.put(self._t, rows, 0, -1)
         values = self._evaluate(cell, True)
         return self._result(values, None if where is None else rows)
 
@@ -282,7 +281,7 @@ class BatchedTag(BatchedEnv):
         advance it) and the selected copies' new state and rows are blended in by
         ``where``, with no host read (but for a reseed, which reads ``where``)."""
         ops, streams = self._ops, self._streams
-        assert isinstance(ops, TorchOps) and streams is not None  # a torch env's
+        assert ops.torch is not None and streams is not None  # a torch env's
         mask = None
         if where is not None:
             mask = self._compute.asarray(where, np.bool_)
@@ -296,7 +295,7 @@ class BatchedTag(BatchedEnv):
             streams.seed(copy_seeds(seed, self.num_envs), host)
             self._seeded = self._seeded or where is None
         draws = self._choose(mask)
-        cell = ops.take(self._free_cells, draws)
+        cell = ops.take(self._free_cells, draws, 0)
         if mask is None:
             self._cell = cell
             self._flag.fill_(True)
@@ -315,14 +314,16 @@ class BatchedTag(BatchedEnv):
         ops, p = self._ops, self.num_predators
         was_alive, old, action = self._alive, self._cell, self._action
         for g in self._group_list:
-            ops.put_rows(action[g.agents].T, self._actions(actions, g.name).T, None)
+            ops.write_transposed(action[g.agents].T, self._actions(actions, g.name).T, None)
         # An agent not alive "stays" (action 0), whatever its entry holds.
         self._cell = cell = ops.take(
-            self._moves, old * self._width + action * was_alive + self._move_base
+            self._moves, old * self._width + action * was_alive + self._move_base, 0
         )
         prey_was_alive = was_alive[p:]
         # Compared faster as int16, where every cell is one.
-        small = (ops.int16(old), ops.int16(cell)) if self._narrow else (old, cell)
+        small = (old, cell)
+        if self._narrow:
+            small = (ops.astype(old, np.int16), ops.astype(cell, np.int16))
         caught = self._caught(small[0][:p], small[0][p:], small[1][:p], small[1][p:])
         caught &= prey_was_alive
         free = ~caught
@@ -345,7 +346,7 @@ class BatchedTag(BatchedEnv):
         catches = ops.count(caught) * self._catch
         outcome = {
             "reward": {
-                "predator": ops.broadcast(catches, predators_were_alive.shape),
+                "predator": ops.broadcast_to(catches, predators_were_alive.shape),
                 "prey": ops.where(caught, -self._catch, self._zero),
             },
             "terminated": {
@@ -375,8 +376,8 @@ class BatchedTag(BatchedEnv):
         ops, (n, k) = self._ops, cell.shape
         features = self._features if scratch else ops.empty((5 * n + 2 * n * n, k), np.float32)
         pos = features[: 2 * n].reshape(n, 2, k)
-        pos[:, 0] = ops.take(self._row_coord, cell)
-        pos[:, 1] = ops.take(self._col_coord, cell)
+        pos[:, 0] = ops.take(self._row_coord, cell, 0)
+        pos[:, 1] = ops.take(self._col_coord, cell, 0)
         relative = features[2 * n : 2 * n + 2 * n * n].reshape(n, n, 2, k)
         alive = features[2 * n + 2 * n * n : 3 * n + 2 * n * n]
         alive[...] = flag
@@ -386,10 +387,10 @@ class BatchedTag(BatchedEnv):
         p = self.num_predators
         ops.multiply(relative[:, p:], alive[None, p:, None], out=relative[:, p:])
         if "state" not in self._out:
-            return ops.take(features, self._observed_rows)
+            return ops.take(features, self._observed_rows, 0)
         shown = features[3 * n + 2 * n * n :].reshape(n, 2, k)[p:]
         ops.multiply(pos[p:], alive[p:, None], out=shown)
-        return ops.take(features, self._value_rows)
+        return ops.take(features, self._value_rows, 0)
 
     def _actions(self, actions: dict[str, Any], group: str) -> Array:
         """``actions[group]`` as an int64 array ``[E, n_g]`` of the env's place."""
@@ -406,7 +407,7 @@ class BatchedTag(BatchedEnv):
                 f"actions[{group!r}] has shape {tuple(value.shape)}, expected {shape} "
                 "(one action per copy and agent of the group)"
             )
-        return self._ops.int64(value)
+        return self._ops.astype(value, np.int64)
 
     def _computed(self, array: Array) -> Array:
         """An array of the env's place as one of where it computes (a numpy view of a CPU
@@ -432,21 +433,21 @@ class BatchedTag(BatchedEnv):
         ops, out, num_cells = self._ops, self._out, self.size * self.size
         cell, alive = self._cell, self._alive
         if copies is not None and not ops.is_mask(copies):
-            cell, alive = ops.columns(cell, copies), ops.columns(alive, copies)
+            cell, alive = ops.take(cell, copies, -1), ops.take(alive, copies, -1)
         # An agent not alive reads its mask table's all-legal rows below its cell.
         below = ops.multiply(~alive, num_cells)
         for g in self._group_list:
             name = g.name
-            ops.put_rows(ops.flat(out[f"obs/{name}"]), values[g.values], copies)
-            ops.put_rows(out[f"alive/{name}"], alive[g.agents], copies)
+            ops.write_transposed(ops.flat(out[f"obs/{name}"]), values[g.values], copies)
+            ops.write_transposed(out[f"alive/{name}"], alive[g.agents], copies)
             ops.assign(out[f"acting/{name}"], out[f"alive/{name}"])  # acting is alive here
             key = ops.copy_major_sum(cell[g.agents], below[g.agents])
-            ops.put_masks(out[f"action_mask/{name}"], g.masks, key, copies)
+            ops.write_masks(out[f"action_mask/{name}"], g.masks, key, copies)
         if "state" in out:
-            ops.put_rows(out["state"], values[self._state_rows], copies)
+            ops.write_transposed(out["state"], values[self._state_rows], copies)
         for field, per_group in (outcome or {}).items():
             for name, value in per_group.items():
-                ops.put_rows(out[f"{field}/{name}"], value, None)
+                ops.write_transposed(out[f"{field}/{name}"], value, None)
 
         def given(path: str) -> Array:
             return self._given[path] if self._shared else self._give(ops.copy(out[path]))

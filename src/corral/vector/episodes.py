@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
-from functools import partial
 from typing import Any, NoReturn
 
-import numpy as np
-
-from corral.arrays import to_numpy, tree_to_numpy
+from corral.arrays import ops_for, to_numpy, tree_to_numpy
 from corral.arrays.tree import leaves_of
 from corral.batched_env import BatchedEnv, BatchedStep
 from corral.errors import EnvError
@@ -88,7 +85,9 @@ class Episodes:
             [] if self._state_tree is None else [p for p, _ in leaves(self._state_tree, "state")]
         )
         self._masks = {g for g, group in layout.groups.items() if group.num_actions is not None}
-        self._any_alive = _any_alive([_rows_any(arrays[f"alive/{g}"]) for g in self.groups])
+        ops = self._ops = ops_for(place)  # numpy on the host, torch on a device
+        self._write_rows, self._fill_rows = ops.write_rows, ops.fill_rows
+        self._any_alive = _any_alive([ops.rows_any(arrays[f"alive/{g}"]) for g in self.groups])
         """Whether any agent of each copy is alive: a new bool array ``[E]``."""
         # What an observation writes per group: (group, obs tree, obs array where one leaf
         # else None, alive array, acting array, action mask array or None).
@@ -111,7 +110,7 @@ class Episodes:
         # it was taken from (the env overwrites them) to count those decisions once it
         # happened, as the running length counts the step.
         self._decisions = [
-            (arrays[f"decision/{g}"], arrays[f"acting/{g}"], _copy(arrays[f"acting/{g}"]))
+            (arrays[f"decision/{g}"], arrays[f"acting/{g}"], ops.copy(arrays[f"acting/{g}"]))
             for g in self.groups
         ]
         self._live = self._any_alive()
@@ -131,7 +130,7 @@ class Episodes:
         ]
         self._finals += [(arrays["final_" + path], arrays[path]) for path in self._state]
         self._finals.append((arrays["episode_length"], arrays["running_length"]))
-        self._finals = [(_as_rows(final), _as_rows(now)) for final, now in self._finals]
+        self._finals = [(ops.as_rows(final), ops.as_rows(now)) for final, now in self._finals]
         self._step_arrays = [
             (g, *(arrays[f"{field}/{g}"] for field in _STEP_FIELDS)) for g in self.groups
         ]
@@ -198,7 +197,7 @@ class Episodes:
         """Step every copy with the actions in the action arrays; restart the copies that
         ended, in the same step."""
         if self._cut_marked:
-            _fill(self._cut, False, None)
+            self._fill_rows(self._cut, False, None)
             self._cut_marked = False
         if self._broken:  # its last restart failed: try again instead
             self._restart_broken()
@@ -230,7 +229,7 @@ class Episodes:
         done = self._done_array
         if out.same_alive and bad is None:  # no episode ended (the source says so)
             live = before
-            _fill(done, False, None)
+            self._fill_rows(done, False, None)
             ended = None
         else:
             live = self._any_alive()
@@ -276,17 +275,17 @@ class Episodes:
     def _write_step(self, out: BatchedStep, bad: Any) -> None:
         """Copy the step ``out`` into the arrays; the copies ``bad`` (a bool mask, or
         ``None``) returned bad values: their step did not happen, their episode is cut."""
-        a = self.arrays
+        a, put = self.arrays, self._write_rows
         rewards, terminations, truncations = out.reward, out.terminated, out.truncated
         assert rewards is not None and terminations is not None and truncations is not None
         for g, reward, terminated, truncated, _ in self._step_arrays:
             # A source that writes into the arrays returns them: nothing to copy.
             if (value := rewards[g]) is not reward:
-                _put(reward, value, None)
+                put(reward, value, None)
             if (value := terminations[g]) is not terminated:
-                _put(terminated, value, None)
+                put(terminated, value, None)
             if (value := truncations[g]) is not truncated:
-                _put(truncated, value, None)
+                put(truncated, value, None)
             if bad is not None:  # cut where it stood before the step
                 reward[bad] = 0
                 terminated[bad] = False
@@ -402,7 +401,7 @@ class Episodes:
     def _write_observed(self, out: BatchedStep, rows: Any, checked: bool = False) -> None:
         """Copy what ``out`` observed into the arrays (only ``rows``, a bool mask or indices,
         if given); ``checked``: its arrays and values were checked already."""
-        a = self.arrays
+        a, put = self.arrays, self._write_rows
         if not checked and self._returned is not None:
             self._returned.check(out)
         if self._check_finite and not checked:
@@ -412,37 +411,34 @@ class Episodes:
         for g, obs_tree, obs, alive, acting, dst in self._observed:
             if obs is not None:  # the observations: one array
                 if (value := observed[g]) is not obs:
-                    _put(obs, value, rows)
+                    put(obs, value, rows)
             else:
                 for path, value in _leaf_values(obs_tree, f"obs/{g}", observed[g]):
-                    _put(a[path], value, rows)
+                    put(a[path], value, rows)
             if (value := alives[g]) is not alive:
-                _put(alive, value, rows)
+                put(alive, value, rows)
             if (value := actings[g]) is not acting:
-                _put(acting, value, rows)
+                put(acting, value, rows)
             if dst is not None:  # the group's action masks
                 mask = masks.get(g)
                 if mask is None:
-                    _fill(dst, True, rows)
+                    self._fill_rows(dst, True, rows)
                     continue
                 if mask is not dst:
-                    _put(dst, mask, rows)
+                    put(dst, mask, rows)
                 if not self._keeps_masks:  # agents that are not acting have every action legal
                     # in place over every row: the rows not written kept the rule already
                     dst |= ~acting[..., None]
         if self._state_tree is not None:
             for path, value in _leaf_values(self._state_tree, "state", out.state):
-                _put(a[path], value, rows)
+                put(a[path], value, rows)
 
     def _end_episodes(self, ended: Any) -> None:
         """Record the episodes of the copies ``ended`` (a bool mask or indices) as they
         stand."""
-        if self._on_device:
-            for final, now in self._finals:
-                _blend(final, now, ended)
-        else:
-            for final, now in self._finals:
-                final[ended] = now[ended]
+        copy_rows = self._ops.copy_rows
+        for final, now in self._finals:
+            copy_rows(final, now, ended)
         self._zero_running(ended)
 
     def _mark_cut(self, rows: Any) -> None:
@@ -451,10 +447,11 @@ class Episodes:
         self._cut_marked = True
 
     def _zero_running(self, rows: Any) -> None:
+        fill = self._fill_rows
         for g in self.groups:
-            _fill(self.arrays[f"running_return/{g}"], 0, rows)
-            _fill(self.arrays[f"decision/{g}"], 0, rows)
-        _fill(self.arrays["running_length"], 0, rows)
+            fill(self.arrays[f"running_return/{g}"], 0, rows)
+            fill(self.arrays[f"decision/{g}"], 0, rows)
+        fill(self.arrays["running_length"], 0, rows)
 
     def _count_restarts(self, out: BatchedStep) -> None:
         if out.restarted is not None:
@@ -522,11 +519,6 @@ def clear_step_fields(arrays: Arrays, groups: Iterable[str]) -> None:
     arrays["episode_cut"][...] = False
 
 
-def _copy(array: Any) -> Any:
-    """A new array equal to ``array``, of its kind and place."""
-    return array.copy() if isinstance(array, np.ndarray) else array.clone()
-
-
 def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:
     """``(path, array)`` of every leaf of a nested value laid out as ``tree``."""
     if not isinstance(tree, (dict, tuple)):
@@ -534,13 +526,9 @@ def _leaf_values(tree: Any, path: str, value: Any) -> list[tuple[str, Any]]:
     return leaves_of(tree, value, path)
 
 
-# Up to this many rows, numpy's reduction along the short axis beats one ``|=`` per column.
-_FEW_ROWS = 32
-
-
 def _any_alive(rows_any: list[Callable[[], Any]]) -> Callable[[], Any]:
     """A function returning whether any of each copy's agents is alive (a new bool array
-    ``[E]``) from each group's ``rows_any`` (see :func:`_rows_any`)."""
+    ``[E]``) from each group's ``rows_any`` (see :meth:`corral.arrays.Ops.rows_any`)."""
     if len(rows_any) == 1:
         return rows_any[0]
 
@@ -551,67 +539,6 @@ def _any_alive(rows_any: list[Callable[[], Any]]) -> Callable[[], Any]:
         return alive
 
     return any_alive
-
-
-def _rows_any(flags: Any) -> Callable[[], Any]:
-    """A function returning ``flags.any(1)`` of a bool array ``[E, n]`` (as a new array),
-    the cheapest way for its kind and shape, chosen once."""
-    n = flags.shape[1]
-    if isinstance(flags, np.ndarray) and n in (1, 2, 4, 8) and flags.flags.c_contiguous:
-        words = flags.view(f"u{n}")[:, 0]  # each row's n bytes as one integer
-        return partial(np.not_equal, words, 0)
-    if n > 8 or n == 0 or (len(flags) <= _FEW_ROWS and isinstance(flags, np.ndarray)):
-        return partial(flags.any, 1)
-
-    def by_columns() -> Any:  # a reduction along a short axis is slow in numpy
-        out = flags[:, 0].copy() if isinstance(flags, np.ndarray) else flags[:, 0].clone()
-        for j in range(1, n):
-            out |= flags[:, j]
-        return out
-
-    return by_columns
-
-
-def _as_rows(array: Any) -> Any:
-    """A C-contiguous numpy array ``[E, ...]`` as ``[E]`` items, each a row's bytes (numpy
-    copies the rows that an index selects an item each, not a value each: a few times
-    faster); other arrays as they are."""
-    if not isinstance(array, np.ndarray) or not array.flags.c_contiguous or not array.size:
-        return array
-    return array.reshape(len(array), -1).view(f"V{array[0].nbytes}")[:, 0]
-
-
-def _put(dst: Any, src: Any, rows: Any) -> None:
-    """``dst[rows] = src[rows]`` (all rows for ``None``; ``rows`` a bool mask or indices,
-    a tensor: a bool mask, blended in); nothing where ``src`` is ``dst`` (or a view of all of
-    its memory)."""
-    if src is dst or (
-        isinstance(src, np.ndarray)
-        and isinstance(dst, np.ndarray)
-        and src.__array_interface__ == dst.__array_interface__
-    ):
-        return
-    if rows is None:
-        dst[...] = src
-    elif isinstance(rows, np.ndarray):
-        dst[rows] = src[rows]
-    else:
-        _blend(dst, src, rows)
-
-
-def _fill(dst: Any, value: Any, rows: Any) -> None:
-    if rows is None:
-        dst[...] = value
-    elif isinstance(rows, np.ndarray):
-        dst[rows] = value
-    else:  # a tensor's bool mask: indexing by it would read it on the host
-        dst.masked_fill_(rows.reshape(-1, *([1] * (dst.ndim - 1))), value)
-
-
-def _blend(dst: Any, src: Any, mask: Any) -> None:
-    """``dst[mask] = src[mask]`` for tensors and a bool mask ``[E]``, without reading the mask
-    on the host (as indexing by it would)."""
-    dst.copy_(src.where(mask.reshape(-1, *([1] * (dst.ndim - 1))), dst))
 
 
 def _raise_first(faults: list[EnvError]) -> None:

@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from corral.arrays import Place
+from corral.arrays import Place, ops_in
 from corral.batched_env import Array
 from corral.envs.mpe.batched_mpe import BatchedMPE
 from corral.envs.mpe.numerics import mean, norm
-from corral.envs.mpe.world import Ops
 
 # Up to this many agents, every permutation is tried (5! = 120 per copy).
 MAX_PERMUTED = 5
@@ -33,7 +32,7 @@ class Assignment:
     def __init__(self, n: int, place: Place) -> None:
         if n < 1:
             raise ValueError(f"an assignment needs at least one row, got {n}")
-        self.n, self.place, self.ops = n, place, Ops.of(place)
+        self.n, self.place, self.ops = n, place, ops_in(place)
         if n <= MAX_PERMUTED:
             # [row, permutation]: the index of (row, its column) in a flattened cost.
             chosen = np.array(list(permutations(range(n)))).T + n * np.arange(n)[:, None]
@@ -48,7 +47,7 @@ class Assignment:
 
     def _by_permutations(self, cost: Array) -> Array:
         e, n = len(cost), self.n
-        chosen = self.ops.take(cost.reshape(e, n * n), self._chosen).reshape(e, n, -1)
+        chosen = self.ops.take(cost.reshape(e, n * n), self._chosen, 1).reshape(e, n, -1)
         total = chosen[:, 0]
         for row in range(1, n):
             total = total + chosen[:, row]

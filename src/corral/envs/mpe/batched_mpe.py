@@ -206,21 +206,13 @@ class BatchedMPE(BatchedEnv):
         2]`` (other - agent, the others in :attr:`others`' order)."""
         pos, n = self.world.pos, self.bodies.num_agents
         agents = pos[:, :n, None]
-        others = self.ops.take(pos, self.others).reshape(len(pos), n, n - 1, 2)
+        others = self.ops.take(pos, self.others, 1).reshape(len(pos), n, n - 1, 2)
         return pos[:, None, n:] - agents, others - agents
 
     def assemble(self, parts: list[Array]) -> Array:
         """An observation ``[E, n, sum of sizes]`` in float32 from ``parts`` (``[E, n, size]``
         each, in the world's dtype), rounded once as mpe2 rounds its float64 ones."""
-        if self.place.is_torch:
-            return self.ops.astype(self.ops.concat(parts, 2), np.float32)
-        size = sum(p.shape[2] for p in parts)
-        out = np.empty((*parts[0].shape[:2], size), np.float32)
-        start = 0
-        for part in parts:
-            out[..., start : start + part.shape[2]] = part
-            start += part.shape[2]
-        return out
+        return self.ops.concat(parts, 2, np.float32)
 
     def select(self, where: Array | None, new: Array, old: Array) -> Array:
         """``new`` in the copies ``where`` selects (the first axis), ``old`` elsewhere."""
@@ -275,7 +267,7 @@ class BatchedMPE(BatchedEnv):
     ) -> BatchedStep:
         """Start a new episode in the copies ``where`` selects (all for ``None``), drawn as
         mpe2 draws it from each copy's generator."""
-        mask = None if where is None else self.ops.bool(self.place.asarray(where))
+        mask = None if where is None else self.ops.astype(self.place.asarray(where), np.bool_)
         if seed is not None or not self._seeded:  # (else no host copy of ``where``)
             host = None if where is None else to_numpy(where).astype(bool)
             self.streams.seed(copy_seeds(seed, self.num_envs), host)
@@ -369,7 +361,7 @@ class BatchedMPE(BatchedEnv):
             cs.append(spec.no_comm if comm is None else ops.astype(comm, self.dtype))
         u, c = ops.concat(us, 1), ops.concat(cs, 1)
         if self._action_order is not None:
-            u, c = ops.take(u, self._action_order), ops.take(c, self._action_order)
+            u, c = ops.take(u, self._action_order, 1), ops.take(c, self._action_order, 1)
         return u, c
 
     def _action_spec(self, group: str, index: list[int]) -> _ActionSpec:

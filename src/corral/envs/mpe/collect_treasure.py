@@ -213,7 +213,7 @@ class BatchedCollectTreasure(BatchedMPE):
         code = ops.concat([ops.concat([ops.zeros_like(held), held], 2), deposits], 1)
         relative = pos[:, None] - pos[:, :, None]  # [E, agent, other]: other - agent
         dist = ops.sqrt(relative[..., 0] * relative[..., 0] + relative[..., 1] * relative[..., 1])
-        dist = ops.take(dist.reshape(e, a * a), self._other_pairs).reshape(e, a, a - 1)
+        dist = ops.take(dist.reshape(e, a * a), self._other_pairs, 1).reshape(e, a, a - 1)
         others = ops.broadcast_to(self._others[None], dist.shape)
         order = ops.gather(others, ops.argsort(dist, 2), 2)
         return self._views(ops.concat([pos, vel, code], 2), order, pos)
@@ -240,7 +240,7 @@ class BatchedCollectTreasure(BatchedMPE):
         agent's own ``pos``)."""
         e, rows, size = table.shape
         flat = order + self._row_starts[rows]
-        view = self.ops.take(table.reshape(1, e * rows, size), flat.reshape(-1))
+        view = self.ops.take(table.reshape(1, e * rows, size), flat.reshape(-1), 1)
         view = view.reshape(*order.shape, size)  # a fresh array: made relative in place
         view[..., :2] = view[..., :2] - pos[:, :, None]
         return view.reshape(*order.shape[:2], -1)

@@ -7,8 +7,8 @@ pads with zeros up to ``count`` slots, so that an observation keeps its size.
 
 from __future__ import annotations
 
+from corral.arrays import Ops
 from corral.batched_env import Array
-from corral.envs.mpe.world import Ops
 
 
 def nearest(ops: Ops, relative: Array, count: int) -> tuple[Array, Array]:
@@ -29,7 +29,7 @@ def pick(ops: Ops, values: Array, order: Array, count: int) -> Array:
     # r's start at r * k.
     rows = ops.arange(e * n, order).reshape(e, n, 1) * k
     flat = (order + rows).reshape(-1)
-    chosen = ops.take(values.reshape(1, e * n * k, d), flat).reshape(e, n, c, d)
+    chosen = ops.take(values.reshape(1, e * n * k, d), flat, 1).reshape(e, n, c, d)
     if count > c:
         pad = ops.zeros((e, n, count - c, d), chosen)
         chosen = ops.concat([chosen, pad], 2)

@@ -47,13 +47,13 @@ class BatchedSimpleReference(BatchedMPE):
             world.vel[:, :n],
             to_landmarks.reshape(e, n, -1),
             self._colours[self.goals],
-            self.ops.take(world.comm, self._other),
+            self.ops.take(world.comm, self._other, 1),
         ]
         return {"agent": self.assemble(parts)}
 
     def reward(self) -> Array:
         pos = self.world.pos
-        delta = self.ops.take(pos, self._other) - pos[self._rows, self.n + self.goals]
+        delta = self.ops.take(pos, self._other, 1) - pos[self._rows, self.n + self.goals]
         return -self.ops.sqrt(delta[..., 0] * delta[..., 0] + delta[..., 1] * delta[..., 1])
 
     def global_reward(self) -> Array:

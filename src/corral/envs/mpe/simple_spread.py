@@ -33,7 +33,7 @@ class BatchedSimpleSpread(BatchedMPE):
     def observe(self) -> dict[str, Array]:
         ops, world, n = self.ops, self.world, self.n
         to_landmarks, to_agents = self.relative_positions()
-        comm = ops.astype(ops.take(world.comm, self.others), self.dtype)
+        comm = ops.astype(ops.take(world.comm, self.others, 1), self.dtype)
         comm = comm.reshape(len(world.comm), n, n - 1, -1)
         scenario = self.scenario
         if scenario.num_landmark_neighbors is not None:

@@ -76,7 +76,7 @@ class BatchedSimpleTag(BatchedMPE):
             count = scenario.num_agent_neighbors
             to_agents, order = nearest(ops, to_agents, count)
             # The velocities of the prey among the nearest, zeros for adversaries.
-            seen = ops.take(vel, self.others).reshape(e, n, n - 1, 2)
+            seen = ops.take(vel, self.others, 1).reshape(e, n, n - 1, 2)
             seen = pick(ops, ops.where(self._good_other, seen, 0.0), order, count)
             parts = [vel[:, :n], agents, flat(to_landmarks), flat(to_agents), flat(seen)]
             return self._by_group([p[:, :a] for p in parts], [p[:, a:] for p in parts])
@@ -84,7 +84,7 @@ class BatchedSimpleTag(BatchedMPE):
         # Adversaries see every prey's velocity, a prey its fellow prey's.
         prey_vel = vel[:, None, a:n].reshape(e, 1, 2 * (n - a))
         prey_vel = ops.broadcast_to(prey_vel, (e, a, prey_vel.shape[2]))
-        fellow_vel = ops.take(vel, self._good_others).reshape(e, n - a, 2 * max(n - a - 1, 0))
+        fellow_vel = ops.take(vel, self._good_others, 1).reshape(e, n - a, 2 * max(n - a - 1, 0))
         return self._by_group(
             [p[:, :a] for p in parts] + [prey_vel], [p[:, a:] for p in parts] + [fellow_vel]
         )

@@ -166,7 +166,7 @@ class BatchedSimpleWorldComm(BatchedMPE):
         ]
         flat = ops.concat([f.reshape(e, -1) for f in features], 1, np.float32)
         return {
-            group: ops.take(flat, columns).reshape(e, size, -1)
+            group: ops.take(flat, columns, 1).reshape(e, size, -1)
             for group, (size, columns) in self._columns.items()
         }
 

@@ -11,13 +11,12 @@ mpe2's (torch differs only where its elementary functions round differently).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from corral.arrays import Place, import_torch, torch_dtype
+from corral.arrays import Place, ops_in
 
 Array = Any  # a numpy array or a torch tensor
 
@@ -85,7 +84,7 @@ class BatchedWorld:
     def __init__(self, bodies: Bodies, num_envs: int, place: Place, dtype: Any) -> None:
         self.bodies, self.num_envs, self.place = bodies, num_envs, place
         self.dtype = np.dtype(dtype)
-        self.ops = Ops.of(place)
+        self.ops = ops_in(place)
         n, na = bodies.num_entities, bodies.num_agents
         self.pos = place.zeros((num_envs, n, 2), self.dtype)
         self.vel = place.zeros((num_envs, n, 2), self.dtype)
@@ -148,7 +147,7 @@ class BatchedWorld:
         moving = self.moving
         if len(moving):
             m = self._moving_index
-            p, v = ops.take(pos, m), ops.take(vel, m)
+            p, v = ops.take(pos, m, 1), ops.take(vel, m, 1)
             p = p + v * self._dt
             v = v * self._keep
             v = v + (force / self._mass) * self._dt
@@ -161,7 +160,7 @@ class BatchedWorld:
             if len(moving) == b.num_entities:
                 pos, vel = p, v
             else:
-                pos, vel = ops.put(pos, m, p), ops.put(vel, m, v)
+                pos, vel = ops.replaced(pos, m, p, 1), ops.replaced(vel, m, v, 1)
         self.pos, self.vel = pos, vel
         self.comm = ops.where(self._silent, self._zero, c)
 
@@ -176,147 +175,16 @@ class BatchedWorld:
         else:
             base = ops.zeros_like(pos)[:, :na]
             base[:, self._movable_agent] = u[:, self._movable_agent]
-            force = ops.take(ops.concat([base, ops.zeros_like(pos)[:, na:]], 1), self._moving_index)
+            moving = self._moving_index
+            force = ops.take(ops.concat([base, ops.zeros_like(pos)[:, na:]], 1), moving, 1)
         if not self._slot_pair:
             return force
-        delta = ops.take(pos, self._pair_a) - ops.take(pos, self._pair_b)
+        delta = ops.take(pos, self._pair_a, 1) - ops.take(pos, self._pair_b, 1)
         dist = ops.sqrt(delta[..., 0] * delta[..., 0] + delta[..., 1] * delta[..., 1])
         k = self._k
         penetration = ops.softplus(-(dist - self._pair_size) / k) * k
         pair_force = self._cf * delta / dist[..., None] * penetration[..., None]
         pair_force = ops.concat([pair_force, ops.zeros_like(pair_force[:, :1])], 1)
         for pair, sign in zip(self._slot_pair, self._slot_sign, strict=True):
-            force = force + ops.take(pair_force, pair) * sign
+            force = force + ops.take(pair_force, pair, 1) * sign
         return force
-
-
-class Ops:
-    """The few operations whose numpy and torch spellings differ (arrays ``[E, entity,
-    ...]``: ``take`` and ``put`` index the entity axis)."""
-
-    @staticmethod
-    def of(place: Place) -> Ops:
-        return TorchOps(place) if place.is_torch else Ops()
-
-    torch: Any = None  # the torch module, in :class:`TorchOps`
-
-    sqrt: Callable[..., Array] = staticmethod(np.sqrt)
-    exp: Callable[..., Array] = staticmethod(np.exp)
-    where: Callable[..., Array] = staticmethod(np.where)
-    cos: Callable[..., Array] = staticmethod(np.cos)
-    sin: Callable[..., Array] = staticmethod(np.sin)
-    arctan2: Callable[..., Array] = staticmethod(np.arctan2)
-
-    def take(self, array: Array, index: Array) -> Array:
-        return np.take(array, index, axis=1)
-
-    def put(self, array: Array, index: Array, value: Array) -> Array:
-        out = array.copy()
-        out[:, index] = value
-        return out
-
-    def concat(self, arrays: list[Array], axis: int, dtype: Any = None) -> Array:
-        """The arrays joined along ``axis`` (and cast to ``dtype`` if given)."""
-        return np.concatenate(arrays, axis, dtype=dtype)
-
-    def stack(self, arrays: list[Array], axis: int) -> Array:
-        return np.stack(arrays, axis)
-
-    def zeros_like(self, array: Array) -> Array:
-        return np.zeros_like(array)
-
-    def zeros(self, shape: tuple[int, ...], like: Array) -> Array:
-        """Zeros of ``shape`` with ``like``'s dtype (and device)."""
-        return np.zeros(shape, like.dtype)
-
-    def arange(self, stop: int, like: Array) -> Array:
-        """``0, 1, ..., stop - 1`` (int64) on ``like``'s device."""
-        return np.arange(stop, dtype=np.int64)
-
-    def softplus(self, x: Array) -> Array:
-        """``log(1 + exp(x))`` as mpe2 computes it (``logaddexp(0, x)``)."""
-        return np.logaddexp(0, x)
-
-    def astype(self, array: Array, dtype: Any) -> Array:
-        return array.astype(dtype, copy=False)
-
-    def bool(self, array: Array) -> Array:
-        return array.astype(bool, copy=False)
-
-    def amax(self, array: Array, axis: int) -> Array:
-        return np.amax(array, axis)
-
-    def amin(self, array: Array, axis: int) -> Array:
-        return np.amin(array, axis)
-
-    def argsort(self, array: Array, axis: int) -> Array:
-        """Indices that sort ``array`` along ``axis``, ties in their order (stable)."""
-        return np.argsort(array, axis, kind="stable")
-
-    def gather(self, array: Array, index: Array, axis: int) -> Array:
-        """``take_along_axis``."""
-        return np.take_along_axis(array, index, axis)
-
-    def copy(self, array: Array) -> Array:
-        return array.copy()
-
-    def broadcast_to(self, array: Array, shape: tuple[int, ...]) -> Array:
-        return np.broadcast_to(array, shape)
-
-
-class TorchOps(Ops):
-    """:class:`Ops` in torch."""
-
-    def __init__(self, place: Place) -> None:
-        self.torch = torch = import_torch()
-        self.sqrt, self.exp, self.where = torch.sqrt, torch.exp, torch.where
-        self.cos, self.sin, self.arctan2 = torch.cos, torch.sin, torch.atan2
-
-    def take(self, array: Array, index: Array) -> Array:
-        return array.index_select(1, index)
-
-    def put(self, array: Array, index: Array, value: Array) -> Array:
-        return array.index_copy(1, index, value)
-
-    def concat(self, arrays: list[Array], axis: int, dtype: Any = None) -> Array:
-        out = self.torch.cat(arrays, axis)
-        return out if dtype is None else out.to(torch_dtype(dtype))
-
-    def stack(self, arrays: list[Array], axis: int) -> Array:
-        return self.torch.stack(arrays, axis)
-
-    def zeros_like(self, array: Array) -> Array:
-        return self.torch.zeros_like(array)
-
-    def zeros(self, shape: tuple[int, ...], like: Array) -> Array:
-        return self.torch.zeros(shape, dtype=like.dtype, device=like.device)
-
-    def arange(self, stop: int, like: Array) -> Array:
-        return self.torch.arange(stop, device=like.device)
-
-    def softplus(self, x: Array) -> Array:
-        return self.torch.logaddexp(self.torch.zeros_like(x), x)
-
-    def astype(self, array: Array, dtype: Any) -> Array:
-        return array.to(torch_dtype(dtype))
-
-    def bool(self, array: Array) -> Array:
-        return array.bool()
-
-    def amax(self, array: Array, axis: int) -> Array:
-        return self.torch.amax(array, axis)
-
-    def amin(self, array: Array, axis: int) -> Array:
-        return self.torch.amin(array, axis)
-
-    def argsort(self, array: Array, axis: int) -> Array:
-        return self.torch.argsort(array, dim=axis, stable=True)
-
-    def gather(self, array: Array, index: Array, axis: int) -> Array:
-        return self.torch.gather(array, axis, index)
-
-    def copy(self, array: Array) -> Array:
-        return array.clone()
-
-    def broadcast_to(self, array: Array, shape: tuple[int, ...]) -> Array:
-        return array.expand(shape)
