@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from corral.arrays import is_tensor
+from corral.arrays import is_tensor, zeros
+from corral.arrays import xp as namespace
 
 Transitions = dict[str, Any]
 """Rows of decisions, one array ``[K, ...]`` per field (``obs``, ``action``, ``reward``,
@@ -64,7 +65,7 @@ class Replay:
         else:
             self._follow(first)
             self._check(rows)
-        xp = _namespace(first)
+        xp = namespace(first)
         count = len(first)
         if keep is None:
             keep = (
@@ -88,13 +89,7 @@ class Replay:
     def _allocate(self, rows: Mapping[str, Any]) -> None:
         self._data = {}
         for name, x in rows.items():
-            shape = (self.capacity + 1, *x.shape[1:])
-            if is_tensor(x):
-                import torch
-
-                self._data[name] = torch.zeros(shape, dtype=x.dtype, device=x.device)
-            else:
-                self._data[name] = np.zeros(shape, dtype=np.asarray(x).dtype)
+            self._data[name] = zeros(x, (self.capacity + 1, *x.shape[1:]))
         self._follow(next(iter(rows.values())))
 
     def _check(self, rows: Mapping[str, Any]) -> None:
@@ -205,13 +200,7 @@ class Replay:
                 raise ValueError(
                     f"replay field {name!r} holds {len(array)} rows, but the state says {size}"
                 )
-            stored: Any
-            if is_tensor(array):
-                import torch
-
-                stored = torch.zeros((self.capacity + 1, *array.shape[1:]), dtype=array.dtype)
-            else:
-                stored = np.zeros((self.capacity + 1, *array.shape[1:]), dtype=array.dtype)
+            stored = zeros(array, (self.capacity + 1, *array.shape[1:]))
             stored[:size] = array
             self._data[name] = stored
         self._size, self._next = size, int(state["next"])
@@ -223,14 +212,6 @@ class Replay:
         """Move the stored rows to ``like``'s namespace and device (an array or tensor)."""
         if self._data:
             self._follow(like)
-
-
-def _namespace(x: Any) -> Any:
-    if is_tensor(x):
-        import torch
-
-        return torch
-    return np
 
 
 def _counters(next_: int, size: int, device: Any) -> tuple[Any, Any]:
