@@ -827,6 +827,8 @@ def _train_help(args: argparse.Namespace) -> str:
 
     width = shutil.get_terminal_size().columns - 2  # as argparse's help
     notes = {name: f"also {option}" for name, option in SETTING_OPTIONS.items()}
+    if args.resume is not None and args.algo is None:
+        return _resume_help(args, notes, width)
     if args.algo is None:
         text = (
             "Settings, given with --set KEY=VALUE (in Python, keyword arguments of "
@@ -878,6 +880,42 @@ def _train_help(args: argparse.Namespace) -> str:
             "",
             f"{args.algo} settings ({config_cls.__module__}.{config_cls.__qualname__}):",
             list_settings(config_cls, vars(defaults.algo_config), notes=algo_notes, width=width),
+        ]
+    )
+
+
+def _resume_help(args: argparse.Namespace, notes: dict[str, str], width: int) -> str:
+    """``corral train --resume RUN --help``: the run's settings as its config.yaml holds
+    them, saying which a resume may change."""
+    from corral.settings import list_settings
+    from corral.training import RunConfig
+    from corral.training.runner import RESUMABLE, read_run_config
+
+    with _training_errors():
+        config = read_run_config(Path(args.resume), [*args.allow_imports, *args.imports])
+    config_cls = type(config.algo_config)
+    run_notes = {
+        f.name: "; ".join(
+            ([notes[f.name]] if f.name in notes else [])
+            + (["may change on resume"] if f.name in RESUMABLE else ["fixed by the run"])
+        )
+        for f in dataclasses.fields(RunConfig)
+    }
+    text = (
+        f"Settings of the run in {args.resume}, as its config.yaml holds them. A resume may "
+        f"change those marked so (--set KEY=VALUE); the others, and {config.algo}'s "
+        "settings, are fixed by the run."
+    )
+    return "\n".join(
+        [
+            args.format_help(),
+            *textwrap.wrap(text, width),
+            "",
+            "run settings (corral.training.RunConfig):",
+            list_settings(RunConfig, vars(config.run), notes=run_notes, width=width),
+            "",
+            f"{config.algo} settings ({config_cls.__module__}.{config_cls.__qualname__}):",
+            list_settings(config_cls, vars(config.algo_config), width=width),
         ]
     )
 

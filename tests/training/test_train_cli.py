@@ -31,7 +31,13 @@ from corral.settings import declared_ranges, field_docs, parse_value
 from corral.training import RunConfig, load_config
 from corral.training.config import coerce
 from corral.training.metrics import COLUMNS, read_metrics
-from corral.training.runner import AlreadyTrainedError, evaluate_policy, load_run
+from corral.training.runner import (
+    RESUMABLE,
+    AlreadyTrainedError,
+    evaluate_policy,
+    load_run,
+    read_run_config,
+)
 
 ALLOW = ["--allow-import", TINY]  # a run's config.yaml imports TabularQ only when allowed
 SRC = Path(corral.__file__).parent.parent
@@ -136,6 +142,30 @@ def test_train_help_without_algo_lists_the_run_settings_and_says_how_to_see_an_a
     assert code == 0, err
     assert_lists_every_field(listed(out, "run settings:"), RunConfig())
     assert "corral train ALGO --help lists them, and ALGO's settings" in " ".join(out.split())
+
+
+def test_resume_help_lists_the_run_s_settings_and_which_a_resume_may_change(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert train(capsys, tmp_path / "r", "--seed", "5", "--set", "lr=0.5")[0] == 0
+    code, out, err = run(capsys, "train", "--resume", str(tmp_path / "r"), "--help", *ALLOW)
+    assert code == 0, err
+    config = read_run_config(tmp_path / "r", [TINY])
+    entries = listed(out, "run settings")
+    assert_lists_every_field(entries, config.run)
+    for name, (cells, _) in entries.items():
+        expected = "may change on resume" if name in RESUMABLE else "fixed by the run"
+        assert expected in cells[-1], (name, cells)
+    algo = listed(out, f"{TINY} settings")
+    assert_lists_every_field(algo, config.algo_config)
+    assert algo["lr"][0][2] == "0.5" and entries["seed"][0][2] == "5"
+
+
+def test_resume_help_of_a_directory_without_a_run_says_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run(capsys, "train", "--resume", str(tmp_path), "--help")
+    assert code == 2 and "config.yaml" in err
 
 
 def test_train_help_of_an_unknown_algorithm_says_which_there_are(
