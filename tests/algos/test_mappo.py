@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from oracles.decisions import DecisionCounter  # noqa: E402
+from support.marks import needs_cuda  # noqa: E402
 
 import corral  # noqa: E402
 from corral.algos import algorithm_class  # noqa: E402
@@ -342,7 +343,7 @@ def test_state_dict_round_trip_acts_and_continues_identically() -> None:
         torch.testing.assert_close(p, q, rtol=0, atol=0)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda
 def test_learns_on_cuda() -> None:
     venv = corral.make_vec("corral/rps", 16, seed=0, group_map="agent", state=True)
     algo = MAPPO(venv, FAST, learn_groups=["player_1"], device="cuda")

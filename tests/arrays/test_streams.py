@@ -9,27 +9,14 @@ from __future__ import annotations
 
 import copy
 import doctest
-import importlib.util
 
 import numpy as np
 import pytest
+from support.marks import needs_cuda, needs_torch
 
 from corral.arrays import CopyStreams, Place, to_numpy
 from corral.arrays import streams as streams_module
 
-HAS_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
-
-
-def _cuda() -> bool:
-    if not HAS_TORCH:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
-needs_cuda = pytest.mark.skipif(not _cuda(), reason="no CUDA GPU here")
 PLACES = [
     ("numpy", "cpu"),
     pytest.param("torch", "cpu", marks=needs_torch),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.marks import needs_cuda
 
 from corral.arrays import to_numpy
 from corral.data.replay import Replay
@@ -13,9 +14,7 @@ torch = pytest.importorskip("torch")
 WHERE = [
     "numpy",
     "cpu",
-    pytest.param(
-        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-    ),
+    pytest.param("cuda", marks=needs_cuda),
 ]
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.marks import needs_cuda
 
 import corral
 import corral.envs.mdp_batched
@@ -23,14 +24,6 @@ from corral.envs.mdp_batched import BatchedMatrixGame, BatchedTabularMDP, batch
 MDP_IDS = corral.registered_ids("mdp")
 
 
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ModuleNotFoundError:
-        return False
-    return torch.cuda.is_available()
-
-
 PLACES = [
     pytest.param(("numpy", "cpu"), id="numpy"),
     pytest.param(("torch", "cpu"), id="torch-cpu"),
@@ -38,7 +31,7 @@ PLACES = [
     pytest.param(
         ("torch", "cuda"),
         id="torch-cuda",
-        marks=pytest.mark.skipif(not _cuda_available(), reason="no CUDA GPU here"),
+        marks=needs_cuda,
     ),
 ]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 
 import numpy as np
 import pytest
@@ -11,22 +10,12 @@ import pytest
 import corral
 from corral.arrays import to_numpy
 
-HAS_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
-
-
-def _cuda() -> bool:
-    if not HAS_TORCH:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
+from .marks import needs_cuda, needs_torch
 
 PLACES = [
     ("numpy", "cpu"),
     pytest.param("torch", "cpu", marks=needs_torch),
-    pytest.param("torch", "cuda", marks=pytest.mark.skipif(not _cuda(), reason="no CUDA GPU here")),
+    pytest.param("torch", "cuda", marks=needs_cuda),
 ]
 
 

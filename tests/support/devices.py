@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from . import host_reads
+from .marks import needs_cuda
 
 DEVICES = [
     "cpu",
     pytest.param(
         "cuda",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+        marks=needs_cuda,
     ),
 ]
 

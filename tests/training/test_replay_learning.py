@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from support.devices import DEVICES, HOST_SIDE, counting_reads  # noqa: E402
 from support.host_reads import counting_transfers  # noqa: E402
+from support.marks import needs_cuda  # noqa: E402
 from support.runs import run_settings  # noqa: E402
 
 import corral  # noqa: E402
@@ -101,7 +102,7 @@ def test_as_on_a_gpu_replay_learners_copy_nothing_from_the_host_per_step(name, a
     assert sum(copies[4 * 40].values()) <= 2, copies[4 * 40]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@needs_cuda
 @pytest.mark.parametrize("name", list(LEARNERS))
 def test_on_cuda_replay_learners_synchronise_a_constant_number_of_times(name):
     import warnings

@@ -27,6 +27,7 @@ torch = pytest.importorskip("torch")
 from oracles.decisions import DecisionCounter  # noqa: E402
 from support import host_reads  # noqa: E402
 from support.devices import DEVICES, HOST_SIDE, counting_reads  # noqa: E402
+from support.marks import needs_cuda  # noqa: E402
 from support.runs import run_settings  # noqa: E402
 
 import corral  # noqa: E402
@@ -133,7 +134,7 @@ def test_the_rollout_collector_raises_a_bad_action_checked_on_the_device(as_on_a
     venv.close()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@needs_cuda
 def test_on_cuda_a_rollout_and_update_synchronise_a_constant_number_of_times():
     import warnings
 

@@ -22,14 +22,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from support.host_reads import counting_reads, counting_transfers  # noqa: E402
+from support.marks import needs_cuda  # noqa: E402
 
 import corral  # noqa: E402
 from corral.adapters.catalog import _MPE2_BATCHED  # noqa: E402
 from corral.arrays import to_numpy  # noqa: E402
 from corral.errors import InvalidActionError  # noqa: E402
 
-HAS_CUDA = torch.cuda.is_available()
-CUDA = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+CUDA = needs_cuda
 
 
 @contextlib.contextmanager

@@ -9,7 +9,6 @@ the second worker, so a worker's first env (2) must not be blamed for it.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import cloudpickle
 import numpy as np
 import pytest
 from gymnasium import spaces
+from support.marks import needs_torch
 
 import corral
 from corral.errors import EnvError, InvalidActionError
@@ -870,8 +870,7 @@ def _contract_error(backend: str, array: str, bad: str, **settings) -> EnvError:
     return info.value
 
 
-ARRAYS = ["numpy", pytest.param("torch", marks=pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None, reason="torch is not installed"))]  # fmt: skip
+ARRAYS = ["numpy", pytest.param("torch", marks=needs_torch)]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -921,7 +920,7 @@ def test_a_native_env_that_breaks_the_protocol_is_named_with_the_copy_and_agent(
     assert err.restarted
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+@needs_torch
 @pytest.mark.parametrize("bad", ["leaves_without_ending", "reset_ignores_where"])
 def test_on_a_device_the_protocol_is_checked_with_check_finite(as_on_a_gpu, bad) -> None:
     # a device step reads nothing back (tests/vector/test_device_steps.py); check_finite reads
