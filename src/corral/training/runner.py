@@ -728,7 +728,7 @@ def build_algorithm(
     except UnsupportedEnvError as err:
         if run.env in str(err):
             raise
-        raise UnsupportedEnvError(f"{run.env}: {err}") from err  # the env by the id it was given
+        raise UnsupportedEnvError(f"{err} (env {run.env})") from err  # by the id it was given
 
 
 def run_policies(config: TrainConfig, venv: VectorEnv) -> dict[str, Any]:
