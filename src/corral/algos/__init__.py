@@ -19,6 +19,8 @@ ALGORITHMS = {
     "ippo": "corral.algos.mappo:IPPO",
     "maddpg": "corral.algos.maddpg:MADDPG",
     "dqn": "corral.algos.dqn:DQN",
+    "vdn": "corral.algos.value_decomposition:VDN",
+    "qmix": "corral.algos.value_decomposition:QMIX",
 }
 
 

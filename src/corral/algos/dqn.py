@@ -83,8 +83,8 @@ STORED = ("obs", "action", "reward", "next_obs", "terminated", "next_action_mask
 
 
 @dataclass
-class Config(AlgoConfig):
-    """DQN settings."""
+class QConfig(AlgoConfig):
+    """Settings of the replay Q-learners (DQN, VDN, QMIX)."""
 
     lr: Annotated[float, Range(gt=0)] = 5e-4
     """Adam learning rate."""
@@ -113,6 +113,12 @@ class Config(AlgoConfig):
     """TD errors beyond it get a constant gradient; returns noisier than that bias the estimates."""
     max_grad_norm: Annotated[float, Range(gt=0)] = 10.0
     """Gradient norm clipping."""
+
+
+@dataclass
+class Config(QConfig):
+    """DQN settings."""
+
     self_play: bool = False
     """Play one seat per episode against snapshots of itself (zero-sum games; the runner's
     policy map, see :mod:`corral.algos.selfplay`)."""
@@ -139,7 +145,7 @@ class DQNPolicy(Policy):
         groups: Mapping[str, Sequence[str]],
         observation_space: Mapping[str, spaces.Space],
         action_space: Mapping[str, spaces.Discrete],
-        config: Config,
+        config: QConfig,
         *,
         device: str,
     ) -> None:
@@ -151,7 +157,7 @@ class DQNPolicy(Policy):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
             self.q = {
-                g: mlp(flat_dim(self.observation_space[g]), int(space.n), config.hidden).to(device)
+                g: mlp(self.input_dim(g), int(space.n), config.hidden).to(device)
                 for g, space in self.action_space.items()
             }
         self.epsilon = epsilon_at(config, 0)
@@ -161,13 +167,21 @@ class DQNPolicy(Policy):
         self.torch_rng = torch.Generator(device).manual_seed(config.seed)
         """Exploration draws on torch batches."""
 
+    def input_dim(self, group: str) -> int:
+        """The width of ``group``'s network input (see :meth:`q_input`)."""
+        return flat_dim(self.observation_space[group])
+
+    def q_input(self, group: str, obs: Any) -> torch.Tensor:
+        """The network input ``[..., input_dim]`` of observations ``[..., *obs_shape]``."""
+        return as_input(obs, self.observation_space[group], self.device)
+
     def greedy(self, group: str, obs: Any, mask: Any, net: nn.Module | None = None) -> Any:
         """The best legal action of ``net`` (default: the group's online network) per
         observation ``[..., *obs_shape]`` (a tensor on the network's device for tensor
         observations, else NumPy)."""
         net = self.q[group] if net is None else net
         with torch.no_grad():
-            q = net(as_input(obs, self.observation_space[group], self.device))
+            q = net(self.q_input(group, obs))
             if mask is not None:
                 q = masked_logits(q, torch.as_tensor(mask, device=self.device))
             best = q.argmax(-1)
@@ -238,13 +252,11 @@ class DQNLearner(Learner):
 
     policy: DQNPolicy
 
-    def __init__(self, policy: DQNPolicy, config: Config) -> None:
+    def __init__(self, policy: DQNPolicy, config: QConfig) -> None:
         super().__init__(policy)
         self.config = config
         self.target = {g: frozen_copy(net) for g, net in policy.q.items()}
-        self.optimizer = {
-            g: torch.optim.Adam(net.parameters(), lr=config.lr) for g, net in policy.q.items()
-        }
+        self.optimizer = {g: torch.optim.Adam(self.parameters(g), lr=config.lr) for g in policy.q}
         self.buffer = {
             g: Replay(config.buffer_size, seed=config.seed + 1 + i)
             for i, g in enumerate(policy.groups)
@@ -255,6 +267,15 @@ class DQNLearner(Learner):
         """Env steps learned from and not yet answered by gradient steps."""
         self._stored_lower: int | None = None  # transitions stored at least (None: unknown)
         self._filled: set[str] = set()  # the groups whose memories hold rows
+
+    def parameters(self, group: str) -> list[nn.Parameter]:
+        """What ``group``'s optimiser trains: its online network's parameters."""
+        return list(self.policy.q[group].parameters())
+
+    def update_targets(self) -> None:
+        """Move every target network towards its online one by ``tau``."""
+        for g, net in self.policy.q.items():
+            soft_update(self.target[g], net, self.config.tau)
 
     def epsilon(self) -> float:
         """The exploration rate after the env steps learned from."""
@@ -310,8 +331,7 @@ class DQNLearner(Learner):
                         metrics.append((f"{key}/{g}", value))
             self.gradient_step += 1
             if self.gradient_step % cfg.target_update_interval == 0:
-                for g, net in self.policy.q.items():
-                    _soft_update(self.target[g], net, cfg.tau)
+                self.update_targets()
         values = torch.stack([v for _, v in metrics]).tolist() if metrics else []  # one read
         grouped: dict[str, list[float]] = {}
         for (key, _), value in zip(metrics, values, strict=True):
@@ -352,7 +372,7 @@ class DQNLearner(Learner):
         optimizer = self.optimizer[group]
         optimizer.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(net.parameters(), self.config.max_grad_norm)
+        nn.utils.clip_grad_norm_(self.parameters(group), self.config.max_grad_norm)
         optimizer.step()
         return {"loss": loss.detach(), "q": q.detach().mean()}
 
@@ -418,14 +438,7 @@ class DQN(DQNLearner, Algorithm):
         device: str = "cpu",
     ) -> None:
         groups = self.describe(venv, config, learn_groups, resolve_device(device))
-        discrete = {}
-        for g, space in self.action_space.items():
-            if not isinstance(space, spaces.Discrete):
-                raise UnsupportedEnvError(
-                    f"DQN needs Discrete action spaces, but group {g!r} has {space}; "
-                    "use MAPPO/IPPO or MADDPG for other action spaces"
-                )
-            discrete[g] = space
+        discrete = discrete_spaces("DQN", self.action_space)
         policy = DQNPolicy(
             groups, self.observation_space, discrete, self.config, device=self.device
         )
@@ -434,7 +447,7 @@ class DQN(DQNLearner, Algorithm):
     @property
     def rollout_steps(self) -> int:
         """Vector steps per rollout: ``train_freq`` env steps, rounded up to whole vector steps."""
-        return -(-self.config.train_freq // self.num_envs)
+        return replay_rollout_steps(self.config, self.num_envs)
 
     def snapshot(self) -> Weights:
         """The policy's weights, acting epsilon-greedily with ``opponent_epsilon`` (a
@@ -450,20 +463,50 @@ class DQN(DQNLearner, Algorithm):
     def first_update(self) -> FirstUpdate:
         """Filling to ``learning_starts`` (each env step completes at most one transition per
         agent), then ``train_freq`` env steps, to the end of a rollout."""
-        cfg, env_count = self.config, self.num_envs
         agents = sum(len(members) for members in self.groups.values())
-        fill = max(0, max(1, cfg.learning_starts) - self.stored())
-        pending = max(0, cfg.train_freq - self.pending_steps)
-        vector_steps = -(-fill // (env_count * agents)) + max(1, -(-pending // env_count))
-        vector_steps = -(-vector_steps // self.rollout_steps) * self.rollout_steps
-        because = (
-            f"learning_starts={cfg.learning_starts} transitions, train_freq={cfg.train_freq}, "
-            f"learning at the end of rollouts of {self.rollout_steps} vector steps"
-        )
-        return FirstUpdate(vector_steps * env_count, because)
+        return replay_first_update(self, self.num_envs, agents)
 
 
-def epsilon_at(config: Config, env_steps: int) -> float:
+def discrete_spaces(
+    algo: str, action_space: Mapping[str, spaces.Space]
+) -> dict[str, spaces.Discrete]:
+    """``action_space`` when every group's is ``Discrete``; else
+    :class:`~corral.errors.UnsupportedEnvError` naming ``algo`` and the group."""
+    discrete = {}
+    for g, space in action_space.items():
+        if not isinstance(space, spaces.Discrete):
+            raise UnsupportedEnvError(
+                f"{algo} needs Discrete action spaces, but group {g!r} has {space}; "
+                "use MAPPO/IPPO or MADDPG for other action spaces"
+            )
+        discrete[g] = space
+    return discrete
+
+
+def replay_rollout_steps(config: QConfig, num_envs: int) -> int:
+    """Vector steps per rollout of a replay Q-learner: ``train_freq`` env steps, rounded up to
+    whole vector steps."""
+    return -(-config.train_freq // num_envs)
+
+
+def replay_first_update(learner: DQNLearner, num_envs: int, rows_per_env_step: int) -> FirstUpdate:
+    """A replay Q-learner's first update: filling its memories to ``learning_starts`` rows (at
+    most ``rows_per_env_step`` rows per env step), then ``train_freq`` env steps, to the end of
+    a rollout."""
+    cfg = learner.config
+    rollout_steps = replay_rollout_steps(cfg, num_envs)
+    fill = max(0, max(1, cfg.learning_starts) - learner.stored())
+    pending = max(0, cfg.train_freq - learner.pending_steps)
+    vector_steps = -(-fill // (num_envs * rows_per_env_step)) + max(1, -(-pending // num_envs))
+    vector_steps = -(-vector_steps // rollout_steps) * rollout_steps
+    because = (
+        f"learning_starts={cfg.learning_starts} transitions, train_freq={cfg.train_freq}, "
+        f"learning at the end of rollouts of {rollout_steps} vector steps"
+    )
+    return FirstUpdate(vector_steps * num_envs, because)
+
+
+def epsilon_at(config: QConfig, env_steps: int) -> float:
     """The exploration rate after ``env_steps`` env steps: linear from ``epsilon_start`` to
     ``epsilon_end`` over ``epsilon_decay_steps``, then kept."""
     progress = min(1.0, env_steps / max(1, config.epsilon_decay_steps))
@@ -484,13 +527,22 @@ def double_q_target(
     values at the next observations ``[B, A]``; ``next_mask`` ``[B, A]`` marks
     the legal next actions (a row with none counts all as legal).
     """
-    legal = next_mask | ~next_mask.any(-1, keepdim=True)
-    best = masked_logits(next_q, legal).argmax(-1, keepdim=True)
-    bootstrap = next_q_target.gather(-1, best).squeeze(-1)
+    bootstrap = double_q_bootstrap(next_q, next_q_target, next_mask)
     return reward + gamma * torch.where(terminated, 0.0, bootstrap)
 
 
-def _soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+def double_q_bootstrap(
+    next_q: torch.Tensor, next_q_target: torch.Tensor, next_mask: torch.Tensor
+) -> torch.Tensor:
+    """``next_q_target`` ``[..., A]`` at the argmax of ``next_q`` over the legal actions of
+    ``next_mask`` (a row with none counts all as legal): ``[...]``."""
+    legal = next_mask | ~next_mask.any(-1, keepdim=True)
+    best = masked_logits(next_q, legal).argmax(-1, keepdim=True)
+    return next_q_target.gather(-1, best).squeeze(-1)
+
+
+def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """``target <- tau * online + (1 - tau) * target``, parameter by parameter."""
     with torch.no_grad():
         for t, o in zip(target.parameters(), online.parameters(), strict=True):
             t.lerp_(o, tau)

@@ -44,7 +44,7 @@ from corral.algos.base import Algorithm, resolve_device
 from corral.algos.policy import Policy
 from corral.arrays import Place
 from corral.arrays.tree import first_leaf
-from corral.errors import CheckpointError
+from corral.errors import CheckpointError, UnsupportedEnvError
 from corral.registry import EnvSpec, import_modules, resolve, spec
 from corral.training import checkpoint, run_files
 from corral.training.collector import Collector, Progress, evaluate
@@ -723,7 +723,12 @@ def build_algorithm(
                 f"learn_groups {unknown} are not groups of {run.env}: {list(venv.groups)}"
             )
     algo_config = config.policy_configs.get(pid, config.algo_config)
-    return algo_cls(venv, algo_config, learn_groups=list(groups), device=_device(run.device))
+    try:
+        return algo_cls(venv, algo_config, learn_groups=list(groups), device=_device(run.device))
+    except UnsupportedEnvError as err:
+        if run.env in str(err):
+            raise
+        raise UnsupportedEnvError(f"{err} (env {run.env})") from err  # by the id it was given
 
 
 def run_policies(config: TrainConfig, venv: VectorEnv) -> dict[str, Any]:

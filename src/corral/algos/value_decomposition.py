@@ -1,0 +1,316 @@
+"""Value decomposition: VDN and QMIX, a team Q-value mixed from one shared agent network.
+
+Each group is a team: its agents share one agent Q-network (DQN's, see
+:mod:`corral.algos.dqn`), whose input is the agent's observation followed by
+a one-hot of the agent's index in the group when the group has several agents
+(as EPyMARL does), so that shared parameters can still act differently per
+agent. Agents act on their own Q values (epsilon-greedy among their legal
+actions, as DQN's policy), and learning mixes the values of the actions taken
+into the team's ``Q_tot`` (:mod:`corral.algos.mixers`): VDN sums them, QMIX
+mixes them monotonically with weights made from the global ``state``.
+
+Learning is DQN's replay loop (rollouts of ``train_freq`` env steps, a
+:class:`~corral.data.replay.Replay` per group, ``gradient_steps`` per
+``train_freq`` env steps from ``learning_starts`` rows, the epsilon schedule),
+with one replay row per env step and group (not per agent):
+
+* the team reward of a step is the **mean** of the group's agents' rewards:
+  where they share one reward (the matrix games, simple_spread's global
+  term) it is that reward, so ``Q_tot`` and the returns keep the env's
+  scale (a sum would grow with the number of agents);
+* the target is ``r + gamma * Q_tot_target(s', a*)`` with each agent's
+  ``a*`` its online network's best legal next action (double Q), valued by
+  the target agent network and mixed by the target mixer on the next state;
+  no bootstrap where no agent goes on (every agent terminated), a bootstrap
+  from the final observation where the episode was truncated;
+* an agent that did not act at a step adds 0 to ``Q_tot``, as does, in the
+  target, an agent that does not go on;
+* Huber loss on ``Q_tot``, gradient norm clipping over the agent network and
+  the mixer together, target networks (agent and mixer) updated as DQN's.
+
+Every learned agent must act at every step until its episode ends
+(``needs_lockstep``): a row is one joint step of the team.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from corral.algos.base import AlgoConfig, Algorithm, resolve_device
+from corral.algos.dqn import (
+    DQNLearner,
+    DQNPolicy,
+    QConfig,
+    discrete_spaces,
+    double_q_bootstrap,
+    replay_first_update,
+    replay_rollout_steps,
+    soft_update,
+)
+from corral.algos.mixers import QMixer, VDNMixer
+from corral.algos.networks import as_input, flat_dim, frozen_copy
+from corral.algos.policy import FirstUpdate
+from corral.data.replay import Transitions
+from corral.data.rollouts import Rollout
+from corral.errors import UnsupportedEnvError
+from corral.settings import Range
+
+if TYPE_CHECKING:
+    from corral.vector.protocols import VecEnv
+
+
+@dataclass
+class Config(QConfig):
+    """VDN and QMIX settings (QMIX's mixer sizes are unused by VDN)."""
+
+    mixing_embed: Annotated[int, Range(ge=1)] = 32
+    """QMIX: units of the mixing network's hidden layer."""
+    hypernet_hidden: Annotated[int, Range(ge=1)] = 64
+    """QMIX: hidden units of the hypernetworks that make the mixing weights."""
+
+
+class ValueDecompositionPolicy(DQNPolicy):
+    """DQN's epsilon-greedy legal acting, on one agent network per group whose input ends
+    with a one-hot of the agent's index where the group has several agents."""
+
+    def input_dim(self, group: str) -> int:
+        n = len(self.groups[group])
+        return flat_dim(self.observation_space[group]) + (n if n > 1 else 0)
+
+    def q_input(self, group: str, obs: Any) -> torch.Tensor:
+        """Observations ``[..., n, *obs_shape]`` of the group's ``n`` agents, flattened, each
+        followed by its agent's one-hot (``n > 1``)."""
+        x = as_input(obs, self.observation_space[group], self.device)
+        n = len(self.groups[group])
+        if n == 1:
+            return x
+        if x.ndim < 2 or x.shape[-2] != n:
+            raise ValueError(
+                f"group {group!r}: observations must be laid out [..., n, *obs_shape] with its "
+                f"n={n} agents, got a flattened shape {tuple(x.shape)}"
+            )
+        ids = torch.eye(n, device=x.device).expand(*x.shape[:-1], n)
+        return torch.cat([x, ids], -1)
+
+
+class ValueDecompositionLearner(DQNLearner):
+    """Gradient steps on the team's mixed ``Q_tot`` for a :class:`ValueDecompositionPolicy`.
+
+    Holds, beside DQN's target networks, optimisers and replay memories, one
+    mixer per group (:attr:`mixer`) and its target (:attr:`target_mixer`).
+    """
+
+    policy: ValueDecompositionPolicy
+
+    def __init__(
+        self,
+        policy: ValueDecompositionPolicy,
+        config: Config,
+        mixer: Mapping[str, nn.Module],
+        state_space: spaces.Space | None,
+    ) -> None:
+        self.mixer = {g: m.to(policy.device) for g, m in mixer.items()}
+        self.target_mixer = {g: frozen_copy(m) for g, m in self.mixer.items()}
+        self.state_space = state_space
+        self.uses_state = any(_needs_state(m) for m in self.mixer.values())
+        super().__init__(policy, config)
+
+    def parameters(self, group: str) -> list[nn.Parameter]:
+        """The agent network's and the mixer's parameters."""
+        return [*super().parameters(group), *self.mixer[group].parameters()]
+
+    def update_targets(self) -> None:
+        super().update_targets()
+        for g, mixer in self.mixer.items():
+            soft_update(self.target_mixer[g], mixer, self.config.tau)
+
+    def _store(self, g: str, rollout: Rollout) -> None:
+        rows, keep = joint_steps(rollout, with_state=self.uses_state)
+        self.buffer[g].add(rows, keep)
+
+    def _state(self, x: Any) -> torch.Tensor | None:
+        if not self.uses_state:
+            return None
+        assert self.state_space is not None
+        return as_input(x, self.state_space, self.policy.device)
+
+    def targets(self, group: str, t: Mapping[str, Any]) -> torch.Tensor:
+        """The team's TD targets ``[B]`` of joint rows ``t`` of ``group``."""
+        policy, device = self.policy, self.policy.device
+        with torch.no_grad():
+            next_in = policy.q_input(group, t["next_obs"])
+            mask = torch.as_tensor(t["next_action_mask"], dtype=torch.bool, device=device)
+            boot = double_q_bootstrap(policy.q[group](next_in), self.target[group](next_in), mask)
+            live = torch.as_tensor(t["next_live"], dtype=torch.bool, device=device)
+            boot = torch.where(live, boot, 0.0)
+            mixed = self.target_mixer[group](boot, self._state(t.get("next_state")))
+            terminal = torch.as_tensor(t["terminal"], dtype=torch.bool, device=device)
+            reward = torch.as_tensor(t["reward"], dtype=torch.float32, device=device)
+            return reward + self.config.gamma * torch.where(terminal, 0.0, mixed)
+
+    def q_tot(self, group: str, t: Mapping[str, Any]) -> torch.Tensor:
+        """``Q_tot`` ``[B]`` of the actions taken in joint rows ``t`` (with gradients)."""
+        policy, device = self.policy, self.policy.device
+        action = t["action"] - int(policy.action_space[group].start)
+        index = torch.as_tensor(action, dtype=torch.long, device=device)
+        q = policy.q[group](policy.q_input(group, t["obs"])).gather(-1, index[..., None])
+        acting = torch.as_tensor(t["acting"], dtype=torch.bool, device=device)
+        q = torch.where(acting, q.squeeze(-1), 0.0)
+        return self.mixer[group](q, self._state(t.get("state")))
+
+    def _learn(self, group: str, t: Transitions) -> dict[str, torch.Tensor]:
+        q_tot = self.q_tot(group, t)
+        loss = nn.functional.huber_loss(
+            q_tot, self.targets(group, t), delta=self.config.huber_delta
+        )
+        optimizer = self.optimizer[group]
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.parameters(group), self.config.max_grad_norm)
+        optimizer.step()
+        return {"loss": loss.detach(), "q_tot": q_tot.detach().mean()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """DQN's state and the mixers (online and target)."""
+        return {
+            **super().state_dict(),
+            "mixer": {g: m.state_dict() for g, m in self.mixer.items()},
+            "target_mixer": {g: m.state_dict() for g, m in self.target_mixer.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for g, mixer in self.mixer.items():
+            mixer.load_state_dict(state["mixer"][g])
+            self.target_mixer[g].load_state_dict(state["target_mixer"][g])
+        super().load_state_dict(state)
+
+
+def joint_steps(rollout: Rollout, *, with_state: bool) -> tuple[dict[str, Any], Any]:
+    """One row per env step of ``rollout``'s group (``[T * E, n, ...]`` per agent field) and the
+    mask ``[T * E]`` of the steps where an agent acted.
+
+    Fields: ``obs``, ``action``, ``acting``, ``action_mask``, ``reward`` (the agents' mean),
+    ``next_obs`` (final where the env ended), ``next_action_mask``, ``next_live`` (the agent
+    goes on: acts next, or was truncated, and was not terminated), ``terminal`` (no agent
+    goes on) and, ``with_state``, ``state`` and ``next_state``. Needs a rollout of a lockstep
+    env recorded with ``record_next=True``."""
+    if not rollout.next:
+        raise ValueError("joint_steps() needs a rollout from RolloutBuilder(..., record_next=True)")
+    if rollout.action_mask is None:
+        raise ValueError("joint_steps() needs the action masks every Discrete group has")
+    nxt = rollout.next
+    next_live = (nxt["acting"] | rollout.truncated) & ~rollout.terminated
+    fields = {
+        "obs": rollout.obs,
+        "action": rollout.action,
+        "acting": rollout.acting,
+        "action_mask": rollout.action_mask,
+        "reward": rollout.reward.mean(-1),
+        "next_obs": nxt["obs"],
+        "next_action_mask": nxt["action_mask"],
+        "next_live": next_live,
+        "terminal": ~next_live.any(-1),
+    }
+    if with_state:
+        if rollout.state is None or "state" not in nxt:
+            raise ValueError(
+                "QMIX mixes on Batch.state, but the rollout has none: build the vector env "
+                "with state=True"
+            )
+        fields["state"], fields["next_state"] = rollout.state, nxt["state"]
+    steps, envs = rollout.acting.shape[:2]
+    rows = {name: x.reshape(steps * envs, *x.shape[2:]) for name, x in fields.items()}
+    return rows, rollout.acting.any(-1).reshape(-1)
+
+
+def _needs_state(mixer: nn.Module) -> bool:
+    return not isinstance(mixer, VDNMixer)
+
+
+_Config = Config  # the settings class as a type: in the class body below, Config is its attribute
+
+
+class ValueDecomposition(ValueDecompositionLearner, Algorithm):
+    """A value-decomposition learner built for ``venv``'s groups ``learn_groups`` (default
+    all) with its :class:`ValueDecompositionPolicy`; :class:`VDN` and :class:`QMIX` pick the
+    mixer (:meth:`make_mixer`)."""
+
+    Config: ClassVar[type[AlgoConfig]] = Config
+    config: _Config
+    records_next: ClassVar[bool] = True
+    needs_lockstep: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        venv: VecEnv,
+        config: _Config | None = None,
+        *,
+        learn_groups: Collection[str] | None = None,
+        device: str = "cpu",
+    ) -> None:
+        groups = self.describe(venv, config, learn_groups, resolve_device(device))
+        discrete = discrete_spaces(type(self).__name__, self.action_space)
+        self.check_state(venv)
+        policy = ValueDecompositionPolicy(
+            groups, self.observation_space, discrete, self.config, device=self.device
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.config.seed + 1)
+            mixer = {g: self.make_mixer(members) for g, members in groups.items()}
+        ValueDecompositionLearner.__init__(self, policy, self.config, mixer, self.state_space)
+
+    def check_state(self, venv: VecEnv) -> None:
+        """Raise where the mixer needs a state the env lacks (VDN needs none)."""
+
+    def make_mixer(self, agents: Sequence[str]) -> nn.Module:
+        """The mixer of a group of ``agents``."""
+        raise NotImplementedError
+
+    @property
+    def rollout_steps(self) -> int:
+        """Vector steps per rollout: ``train_freq`` env steps, rounded up to whole vector steps."""
+        return replay_rollout_steps(self.config, self.num_envs)
+
+    def first_update(self) -> FirstUpdate:
+        """Filling to ``learning_starts`` rows (one per env step and group), then ``train_freq``
+        env steps, to the end of a rollout."""
+        return replay_first_update(self, self.num_envs, len(self.groups))
+
+
+class VDN(ValueDecomposition):
+    """VDN (Sunehag et al. 2018): ``Q_tot`` is the sum of the agents' Q values."""
+
+    name: ClassVar[str] = "vdn"
+
+    def make_mixer(self, agents: Sequence[str]) -> nn.Module:
+        return VDNMixer()
+
+
+class QMIX(ValueDecomposition):
+    """QMIX (Rashid et al. 2018): ``Q_tot`` mixes the agents' Q values monotonically, with
+    weights made by hypernetworks of the env's global ``state``."""
+
+    name: ClassVar[str] = "qmix"
+    uses_state: bool = True
+
+    def check_state(self, venv: VecEnv) -> None:
+        if self.state_space is None:
+            metadata = getattr(venv, "metadata", None) or {}
+            env = f"the env {metadata['name']!r}" if "name" in metadata else "this env"
+            raise UnsupportedEnvError(
+                f"QMIX mixes on the env's global state, but {env} has no `state` (a vector env "
+                "built with state=True of an env that declares state_space); use vdn"
+            )
+
+    def make_mixer(self, agents: Sequence[str]) -> nn.Module:
+        assert self.state_space is not None
+        return QMixer(
+            len(agents), flat_dim(self.state_space), self.config.mixing_embed,
+            self.config.hypernet_hidden,
+        )  # fmt: skip
