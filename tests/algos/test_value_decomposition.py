@@ -172,11 +172,26 @@ def test_joint_steps_hold_one_row_per_env_step_with_the_mean_reward_and_bootstra
     venv.close()
 
 
-def test_qmix_refuses_an_env_without_state_and_vdn_needs_none() -> None:
-    venv = corral.make_vec("mdp/climbing", 2, seed=0)  # no state=True: no state
-    with pytest.raises(UnsupportedEnvError, match=r"'matrix_game' has no `state`.*use vdn"):
-        QMIX(venv)
-    VDN(venv).policy.act(venv.reset(seed=0))
+def test_qmix_without_a_state_mixes_on_the_groups_observations_joined() -> None:
+    venv = corral.make_vec("mdp/two_round_dmdp", 4, seed=0)  # no state=True: no state
+    assert venv.state_space is None
+    algo = QMIX(venv, FAST.replace(learning_starts=16, train_freq=4))
+    group, agents = next(iter(algo.groups.items()))
+    obs_dim = int(np.prod(algo.observation_space[group].shape))
+    mixer = algo.mixer[group]
+    assert mixer.hyper_b1.in_features == len(agents) * obs_dim  # the observations joined
+    Collector(venv, algo, seed=0).run(200)
+    assert algo.gradient_step > 0
+    # the mixer's input is each row's observations, flattened: a state made from them
+    rows = algo.buffer[group].sample(5)
+    state = algo._state(group, rows, "state")
+    expected = torch.as_tensor(rows["obs"], dtype=torch.float32).reshape(5, -1)
+    torch.testing.assert_close(state, expected)
+    next_state = algo._state(group, rows, "next_state")
+    torch.testing.assert_close(
+        next_state, torch.as_tensor(rows["next_obs"], dtype=torch.float32).reshape(5, -1)
+    )
+    VDN(venv).policy.act(venv.reset(seed=0))  # VDN needs no state at all
     venv.close()
 
 

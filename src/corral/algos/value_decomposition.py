@@ -7,7 +7,8 @@ a one-hot of the agent's index in the group when the group has several agents
 agent. Agents act on their own Q values (epsilon-greedy among their legal
 actions, as DQN's policy), and learning mixes the values of the actions taken
 into the team's ``Q_tot`` (:mod:`corral.algos.mixers`): VDN sums them, QMIX
-mixes them monotonically with weights made from the global ``state``.
+mixes them monotonically with weights made from the global ``state`` (where
+the env has none, from the group's observations joined, as EPyMARL does).
 
 Learning is DQN's replay loop (rollouts of ``train_freq`` env steps, a
 :class:`~corral.data.replay.Replay` per group, ``gradient_steps`` per
@@ -58,7 +59,6 @@ from corral.algos.networks import as_input, flat_dim, frozen_copy
 from corral.algos.policy import FirstUpdate
 from corral.data.replay import Transitions
 from corral.data.rollouts import Rollout
-from corral.errors import UnsupportedEnvError
 from corral.settings import Range
 
 if TYPE_CHECKING:
@@ -118,7 +118,10 @@ class ValueDecompositionLearner(DQNLearner):
         self.mixer = {g: m.to(policy.device) for g, m in mixer.items()}
         self.target_mixer = {g: frozen_copy(m) for g, m in self.mixer.items()}
         self.state_space = state_space
-        self.uses_state = any(_needs_state(m) for m in self.mixer.values())
+        mixes_on_state = any(_needs_state(m) for m in self.mixer.values())
+        self.uses_state = mixes_on_state and state_space is not None
+        # Without a state, a mixer that needs one mixes on the group's observations joined.
+        self.state_from_obs = mixes_on_state and state_space is None
         super().__init__(policy, config)
 
     def parameters(self, group: str) -> list[nn.Parameter]:
@@ -134,11 +137,17 @@ class ValueDecompositionLearner(DQNLearner):
         rows, keep = joint_steps(rollout, with_state=self.uses_state)
         self.buffer[g].add(rows, keep)
 
-    def _state(self, x: Any) -> torch.Tensor | None:
-        if not self.uses_state:
-            return None
-        assert self.state_space is not None
-        return as_input(x, self.state_space, self.policy.device)
+    def _state(self, group: str, t: Mapping[str, Any], key: str) -> torch.Tensor | None:
+        """The mixer's state of rows ``t`` (``key``: ``state`` or ``next_state``): the env's,
+        or, where it has none, the group's observations ``[B, n * obs_dim]`` joined."""
+        if self.uses_state:
+            assert self.state_space is not None
+            return as_input(t[key], self.state_space, self.policy.device)
+        if self.state_from_obs:
+            obs = t["obs" if key == "state" else "next_obs"]
+            x = as_input(obs, self.policy.observation_space[group], self.policy.device)
+            return x.reshape(len(x), -1)
+        return None
 
     def targets(self, group: str, t: Mapping[str, Any]) -> torch.Tensor:
         """The team's TD targets ``[B]`` of joint rows ``t`` of ``group``."""
@@ -149,7 +158,7 @@ class ValueDecompositionLearner(DQNLearner):
             boot = double_q_bootstrap(policy.q[group](next_in), self.target[group](next_in), mask)
             live = torch.as_tensor(t["next_live"], dtype=torch.bool, device=device)
             boot = torch.where(live, boot, 0.0)
-            mixed = self.target_mixer[group](boot, self._state(t.get("next_state")))
+            mixed = self.target_mixer[group](boot, self._state(group, t, "next_state"))
             terminal = torch.as_tensor(t["terminal"], dtype=torch.bool, device=device)
             reward = torch.as_tensor(t["reward"], dtype=torch.float32, device=device)
             return reward + self.config.gamma * torch.where(terminal, 0.0, mixed)
@@ -162,7 +171,7 @@ class ValueDecompositionLearner(DQNLearner):
         q = policy.q[group](policy.q_input(group, t["obs"])).gather(-1, index[..., None])
         acting = torch.as_tensor(t["acting"], dtype=torch.bool, device=device)
         q = torch.where(acting, q.squeeze(-1), 0.0)
-        return self.mixer[group](q, self._state(t.get("state")))
+        return self.mixer[group](q, self._state(group, t, "state"))
 
     def _learn(self, group: str, t: Transitions) -> dict[str, torch.Tensor]:
         q_tot = self.q_tot(group, t)
@@ -256,20 +265,16 @@ class ValueDecomposition(ValueDecompositionLearner, Algorithm):
     ) -> None:
         groups = self.describe(venv, config, learn_groups, resolve_device(device))
         discrete = discrete_spaces(type(self).__name__, self.action_space)
-        self.check_state(venv)
         policy = ValueDecompositionPolicy(
             groups, self.observation_space, discrete, self.config, device=self.device
         )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.config.seed + 1)
-            mixer = {g: self.make_mixer(members) for g, members in groups.items()}
+            mixer = {g: self.make_mixer(g, members) for g, members in groups.items()}
         ValueDecompositionLearner.__init__(self, policy, self.config, mixer, self.state_space)
 
-    def check_state(self, venv: VecEnv) -> None:
-        """Raise where the mixer needs a state the env lacks (VDN needs none)."""
-
-    def make_mixer(self, agents: Sequence[str]) -> nn.Module:
-        """The mixer of a group of ``agents``."""
+    def make_mixer(self, group: str, agents: Sequence[str]) -> nn.Module:
+        """The mixer of ``group``, of ``agents``."""
         raise NotImplementedError
 
     @property
@@ -288,29 +293,21 @@ class VDN(ValueDecomposition):
 
     name: ClassVar[str] = "vdn"
 
-    def make_mixer(self, agents: Sequence[str]) -> nn.Module:
+    def make_mixer(self, group: str, agents: Sequence[str]) -> nn.Module:
         return VDNMixer()
 
 
 class QMIX(ValueDecomposition):
     """QMIX (Rashid et al. 2018): ``Q_tot`` mixes the agents' Q values monotonically, with
-    weights made by hypernetworks of the env's global ``state``."""
+    weights made by hypernetworks of the env's global ``state``, or, for an env without one
+    (RWARE, LBF), of the group's observations joined (as EPyMARL does)."""
 
     name: ClassVar[str] = "qmix"
     uses_state: bool = True
 
-    def check_state(self, venv: VecEnv) -> None:
-        if self.state_space is None:
-            metadata = getattr(venv, "metadata", None) or {}
-            env = f"the env {metadata['name']!r}" if "name" in metadata else "this env"
-            raise UnsupportedEnvError(
-                f"QMIX mixes on the env's global state, but {env} has no `state` (a vector env "
-                "built with state=True of an env that declares state_space); use vdn"
-            )
-
-    def make_mixer(self, agents: Sequence[str]) -> nn.Module:
-        assert self.state_space is not None
-        return QMixer(
-            len(agents), flat_dim(self.state_space), self.config.mixing_embed,
-            self.config.hypernet_hidden,
-        )  # fmt: skip
+    def make_mixer(self, group: str, agents: Sequence[str]) -> nn.Module:
+        if self.state_space is not None:
+            state_dim = flat_dim(self.state_space)
+        else:
+            state_dim = len(agents) * flat_dim(self.observation_space[group])
+        return QMixer(len(agents), state_dim, self.config.mixing_embed, self.config.hypernet_hidden)
