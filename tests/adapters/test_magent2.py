@@ -158,3 +158,19 @@ def test_missing_dependency_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(sys.modules, "magent2.environments.battle", None)
     with pytest.raises(MissingDependencyError, match=r"corral\[magent2\]"):
         corral.make("magent2/battle_v4")
+
+
+def test_ippo_trains_both_teams_from_the_cli(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("yaml")
+    argv = ["train", "ippo", "--env", "magent2/battle_v4", "--total-steps", "256"]
+    argv += ["--run-dir", str(tmp_path / "run"), "--no-progress", "--set", "num_envs=2"]
+    argv += ["env_kwargs={map_size: 12, max_cycles: 20}", "rollout_steps=32", "eval_episodes=2"]
+    code, out, err = run(capsys, *argv, "device=cpu", "tensorboard=false")
+    assert code == 0, err
+    assert f"run {tmp_path / 'run'}: 256 env steps" in out
+    assert "the learned agents of the groups ['red', 'blue']" in err
+    header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"eval_return/red", "eval_return/blue"} <= set(header)
