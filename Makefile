@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Optional extras installed for the demo and the tests (CI installs them all,
 # so no env test is skipped there).
-EXTRAS ?= pettingzoo,sisl,butterfly,openspiel,lbf,rware,ray,train,track,dev
+EXTRAS ?= pettingzoo,sisl,butterfly,openspiel,lbf,rware,magent2,ray,train,track,dev
 # A CPU build of PyTorch installs in seconds where this wheel is on hand; a
 # plain `pip install torch` would fetch a multi-GB CUDA build.
 TORCH_CPU ?= 2.13.0

@@ -116,6 +116,25 @@ def test_batched_mpe_times_mpe2_and_corral_side_by_side() -> None:
     assert "VMAS" not in out and "JaxMARL" not in out  # --peers alone: none
 
 
+def test_many_agents_times_the_raw_loop_and_both_backends_side_by_side(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("magent2")
+    many_agents = script("many_agents", monkeypatch)
+    many_agents.main(["--rounds", "1", "--seconds", "0.05", "--map-size", "16"])
+    out = capsys.readouterr().out
+    rows = re.findall(r"^(raw loop|sync|subproc) +(\d+) +([\d,]+) +([\d,]+) +([\d.]+)$",
+                      out, re.MULTILINE)  # fmt: skip
+    assert [(loop, envs) for loop, envs, *_ in rows] == [
+        ("raw loop", "1"), ("sync", "2"), ("subproc", "2")
+    ]  # fmt: skip
+    for _, _, env_rate, agent_rate, _ in rows:
+        env_steps, agent_steps = (float(r.replace(",", "")) for r in (env_rate, agent_rate))
+        # map 16: 12 agents per env (the printed rates are rounded)
+        assert 0 < env_steps < agent_steps <= 12 * (env_steps + 1)
+    assert rows[0][4] == "1.00"
+
+
 @pytest.mark.slow
 def test_batched_mpe_times_the_installed_peers() -> None:
     pytest.importorskip("mpe2")

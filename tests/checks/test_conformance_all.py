@@ -24,6 +24,18 @@ pytestmark = [
 SETTINGS: dict[str, dict[str, Any]] = {
     "pettingzoo/butterfly/pistonball_v6": {"env_kwargs": {"n_pistons": 4, "max_cycles": 15}},
     "pettingzoo/sisl/pursuit_v5": {"env_kwargs": {"max_cycles": 25}},
+    # MAgent2: hundreds of agents on its default maps; small maps (gather's is fixed)
+    **{
+        f"magent2/{name}": {"env_kwargs": {"map_size": size, "max_cycles": 40}}
+        for name, size in (
+            ("adversarial_pursuit_v4", 16),
+            ("battle_v4", 16),
+            ("battlefield_v5", 46),
+            ("combined_arms_v6", 16),
+            ("tiger_deer_v4", 16),
+        )
+    },
+    "magent2/gather_v5": {"env_kwargs": {"max_cycles": 10}, "max_steps": 20},
 }
 
 # Upstream bugs the checker finds -> why. Strict: the test fails once they are fixed.

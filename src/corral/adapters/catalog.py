@@ -1,4 +1,5 @@
-"""The ids of the other libraries' envs: mpe2, PettingZoo, Gymnasium, LBF, RWARE and OpenSpiel.
+"""The ids of the other libraries' envs: mpe2, PettingZoo, MAgent2, Gymnasium, LBF, RWARE and
+OpenSpiel.
 
 Each id names where its env lives and the ``pip install corral[extra]`` that provides
 it; the env is built (its library imported) only by ``corral.make``. This module is a
@@ -88,6 +89,19 @@ _BUTTERFLY = {
         "pettingzoo.butterfly.knights_archers_zombies.knights_archers_zombies"
     ),
 }
+# MAgent2's grid worlds of many agents: the packages of its scenarios (the ``<name>_v<N>``
+# modules only re-export them).
+_MAGENT2 = {
+    name: f"magent2.environments.{name.rpartition('_v')[0]}"
+    for name in (
+        "battle_v4",
+        "battlefield_v5",
+        "combined_arms_v6",
+        "gather_v5",
+        "tiger_deer_v4",
+        "adversarial_pursuit_v4",
+    )
+}
 
 
 def _build_mpe2(module: str, **kwargs: Any) -> Any:
@@ -101,6 +115,7 @@ _PARALLEL = (
     ("mpe2", "pettingzoo", _MPE2, _build_mpe2),
     ("pettingzoo/sisl", "sisl", _SISL, partial(build, factory="parallel_env")),
     ("pettingzoo/butterfly", "butterfly", _BUTTERFLY, partial(build, factory="parallel_env")),
+    ("magent2", "magent2", _MAGENT2, partial(build, factory="parallel_env")),
 )
 
 for _prefix, _extra, _table, _builder in _PARALLEL:
