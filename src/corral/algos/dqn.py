@@ -50,7 +50,7 @@ is that learner built for a vector env together with its policy.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
@@ -60,12 +60,12 @@ from gymnasium import spaces
 from torch import nn
 
 from corral.algos.base import AlgoConfig, Algorithm, resolve_device
+from corral.algos.encoders import check_setting, encoded_mlp, front
 from corral.algos.networks import (
     as_input,
     flat_dim,
     frozen_copy,
     masked_logits,
-    mlp,
 )
 from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
 from corral.arrays import is_tensor
@@ -124,6 +124,14 @@ class Config(AlgoConfig):
     """Self-play: probability that an episode's opponent is a uniformly random legal player."""
     opponent_epsilon: Annotated[float, Range(ge=0, le=1)] = 0.0
     """Self-play: exploration rate of the snapshot opponents."""
+    encoder: str | Callable[..., Any] = "mlp"
+    """What observations go through before the Q-network's MLP (see
+    :mod:`corral.algos.encoders`): ``mlp`` (none: flattened), ``cnn`` (images), or
+    ``module:attr`` of a factory ``(space) -> nn.Module`` with ``out_dim``."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_setting(self.encoder)
 
 
 class DQNPolicy(Policy):
@@ -150,16 +158,21 @@ class DQNPolicy(Policy):
         self.action_space = dict(action_space)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
-            self.q = {
-                g: mlp(flat_dim(self.observation_space[g]), int(space.n), config.hidden).to(device)
-                for g, space in self.action_space.items()
-            }
+            self.q = {g: self._q_net(g, int(space.n)) for g, space in self.action_space.items()}
         self.epsilon = epsilon_at(config, 0)
         """The exploration rate of exploring acts (set by the learner after each learn)."""
         self.rng = np.random.default_rng(config.seed)
         """Exploration draws on NumPy batches."""
         self.torch_rng = torch.Generator(device).manual_seed(config.seed)
         """Exploration draws on torch batches."""
+
+    def _q_net(self, group: str, actions: int) -> nn.Module:
+        """The Q-network of ``group``: its observations' values of ``actions`` actions."""
+        space = self.observation_space[group]
+        net = encoded_mlp(
+            front(self.config.encoder, space), flat_dim(space), actions, self.config.hidden
+        )
+        return net.to(self.device)
 
     def greedy(self, group: str, obs: Any, mask: Any, net: nn.Module | None = None) -> Any:
         """The best legal action of ``net`` (default: the group's online network) per
