@@ -1,4 +1,4 @@
-"""A tiny env with image observations, for the encoder tests."""
+"""A tiny env with image observations, and a user's encoder, for the encoder tests."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import torch
 from gymnasium import spaces
+from torch import nn
 
 from corral.env import AgentID, InfoDict, MultiAgentEnv, ObsDict, StepResult
 
@@ -86,3 +88,21 @@ class Lights(MultiAgentEnv):
 
 LIGHTS = f"{Lights.__module__}:Lights"
 """The env id of :class:`Lights` (``module:attr``)."""
+
+
+class SmallEncoder(nn.Module):
+    """A user's encoder as the tests write one: the observation flattened, then 16 features."""
+
+    def __init__(self, space: spaces.Space) -> None:
+        super().__init__()
+        self.out_dim = 16
+        self.linear = nn.Linear(spaces.flatdim(space), self.out_dim)
+
+    def forward(self, x: Any) -> Any:
+        if isinstance(x, Mapping):
+            x = torch.cat([v.reshape(len(v), -1) for v in x.values()], dim=-1)
+        return torch.relu(self.linear(x.reshape(len(x), -1)))
+
+
+SMALL_ENCODER = f"{SmallEncoder.__module__}:SmallEncoder"
+"""How a config names :class:`SmallEncoder` (``module:attr``)."""
