@@ -50,7 +50,7 @@ is that learner built for a vector env together with its policy.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
@@ -60,12 +60,12 @@ from gymnasium import spaces
 from torch import nn
 
 from corral.algos.base import AlgoConfig, Algorithm, resolve_device
+from corral.algos.encoders import check_setting, encoded_mlp, front
 from corral.algos.networks import (
     as_input,
     flat_dim,
     frozen_copy,
     masked_logits,
-    mlp,
 )
 from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
 from corral.arrays import is_tensor
@@ -113,6 +113,14 @@ class QConfig(AlgoConfig):
     """TD errors beyond it get a constant gradient; returns noisier than that bias the estimates."""
     max_grad_norm: Annotated[float, Range(gt=0)] = 10.0
     """Gradient norm clipping."""
+    encoder: str | Callable[..., Any] = "mlp"
+    """What observations go through before the Q-network's MLP (see
+    :mod:`corral.algos.encoders`): ``mlp`` (none: flattened), ``cnn`` (images), or
+    ``module:attr`` of a factory ``(space) -> nn.Module`` with ``out_dim``."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_setting(self.encoder)
 
 
 @dataclass
@@ -156,10 +164,7 @@ class DQNPolicy(Policy):
         self.action_space = dict(action_space)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
-            self.q = {
-                g: mlp(self.input_dim(g), int(space.n), config.hidden).to(device)
-                for g, space in self.action_space.items()
-            }
+            self.q = {g: self._q_net(g, int(space.n)) for g, space in self.action_space.items()}
         self.epsilon = epsilon_at(config, 0)
         """The exploration rate of exploring acts (set by the learner after each learn)."""
         self.rng = np.random.default_rng(config.seed)
@@ -174,6 +179,15 @@ class DQNPolicy(Policy):
     def q_input(self, group: str, obs: Any) -> torch.Tensor:
         """The network input ``[..., input_dim]`` of observations ``[..., *obs_shape]``."""
         return as_input(obs, self.observation_space[group], self.device)
+
+    def _q_net(self, group: str, actions: int) -> nn.Module:
+        """The Q-network of ``group``: its inputs' (:meth:`q_input`) values of ``actions``
+        actions, the observation part through the ``encoder`` setting's front."""
+        space = self.observation_space[group]
+        net = encoded_mlp(
+            front(self.config.encoder, space), self.input_dim(group), actions, self.config.hidden
+        )
+        return net.to(self.device)
 
     def greedy(self, group: str, obs: Any, mask: Any, net: nn.Module | None = None) -> Any:
         """The best legal action of ``net`` (default: the group's online network) per

@@ -56,7 +56,7 @@ steps) differs, set for 8 to 32 envs rather than the paper's 128 threads.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, cast
 
@@ -67,11 +67,11 @@ from torch import nn
 from torch.distributions import Distribution, Independent, Normal
 
 from corral.algos.base import AlgoConfig, Algorithm, resolve_device
+from corral.algos.encoders import Encoded, check_setting, encoded_mlp, front, has_image
 from corral.algos.networks import (
     as_input,
     flat_dim,
     masked_logits,
-    mlp,
     to_device,
 )
 from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
@@ -135,6 +135,14 @@ class Config(AlgoConfig):
     """Self-play: updates between copies added to the pool."""
     random_opponent_prob: Annotated[float, Range(ge=0, le=1)] = 0.0
     """Self-play: probability that an episode's opponent is a uniformly random legal player."""
+    encoder: str | Callable[..., Any] = "mlp"
+    """What observations go through before the actor's and critic's MLPs (see
+    :mod:`corral.algos.encoders`): ``mlp`` (none: flattened), ``cnn`` (images), or
+    ``module:attr`` of a factory ``(space) -> nn.Module`` with ``out_dim``."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_setting(self.encoder)
 
 
 class _Categorical:
@@ -174,10 +182,12 @@ class PolicyHead(nn.Module):
 class _CategoricalHead(PolicyHead):
     """A categorical policy over a ``Discrete`` space, restricted to legal actions."""
 
-    def __init__(self, space: spaces.Discrete, in_dim: int, config: Config) -> None:
+    def __init__(
+        self, space: spaces.Discrete, in_dim: int, config: Config, encoded: Encoded | None = None
+    ) -> None:
         super().__init__()
         self.start = int(space.start)
-        self.net = mlp(in_dim, int(space.n), config.hidden, out_gain=0.01)
+        self.net = encoded_mlp(encoded, in_dim, int(space.n), config.hidden, out_gain=0.01)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> _Categorical:
         return _Categorical(masked_logits(self.net(x), mask))
@@ -202,7 +212,9 @@ class _GaussianHead(PolicyHead):
     low_t: torch.Tensor
     high_t: torch.Tensor
 
-    def __init__(self, space: spaces.Box, in_dim: int, config: Config) -> None:
+    def __init__(
+        self, space: spaces.Box, in_dim: int, config: Config, encoded: Encoded | None = None
+    ) -> None:
         super().__init__()
         self.space = space
         low, high = space.low.reshape(-1), space.high.reshape(-1)
@@ -221,7 +233,7 @@ class _GaussianHead(PolicyHead):
         }.items():
             self.register_buffer(name, torch.as_tensor(value), persistent=False)
         self.dtype = torch.from_numpy(np.empty(0, dtype=space.dtype)).dtype
-        self.net = mlp(in_dim, len(low), config.hidden, out_gain=0.01)
+        self.net = encoded_mlp(encoded, in_dim, len(low), config.hidden, out_gain=0.01)
         self.log_std = nn.Parameter(torch.full((len(low),), float(config.log_std_init)))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> Distribution:
@@ -251,19 +263,24 @@ class _GaussianHead(PolicyHead):
 
 
 @functools.singledispatch
-def policy_head(space: spaces.Space, in_dim: int, config: Config) -> PolicyHead:
-    """The policy head for actions in ``space``."""
+def policy_head(
+    space: spaces.Space, in_dim: int, config: Config, encoded: Encoded | None = None
+) -> PolicyHead:
+    """The policy head for actions in ``space`` of inputs ``[..., in_dim]``, behind the
+    encoder ``encoded`` where there is one."""
     raise UnsupportedEnvError(f"MAPPO supports Discrete and Box action spaces, not {space}")
 
 
 @policy_head.register
-def _(space: spaces.Discrete, in_dim: int, config: Config) -> PolicyHead:
-    return _CategoricalHead(space, in_dim, config)
+def _(
+    space: spaces.Discrete, in_dim: int, config: Config, encoded: Encoded | None = None
+) -> PolicyHead:
+    return _CategoricalHead(space, in_dim, config, encoded)
 
 
 @policy_head.register
-def _(space: spaces.Box, in_dim: int, config: Config) -> PolicyHead:
-    return _GaussianHead(space, in_dim, config)
+def _(space: spaces.Box, in_dim: int, config: Config, encoded: Encoded | None = None) -> PolicyHead:
+    return _GaussianHead(space, in_dim, config, encoded)
 
 
 class ValueNorm(nn.Module):
@@ -311,12 +328,21 @@ class ValueNorm(nn.Module):
 
 
 class GroupNets(nn.Module):
-    """The actor, critic and value normaliser of one group."""
+    """The actor, critic and value normaliser of one group; ``actor_encoded`` and
+    ``critic_encoded``: the encoders in front of their MLPs, where there are."""
 
-    def __init__(self, actor_in: int, critic_in: int, action_space: spaces.Space, config: Config):
+    def __init__(
+        self,
+        actor_in: int,
+        critic_in: int,
+        action_space: spaces.Space,
+        config: Config,
+        actor_encoded: Encoded | None = None,
+        critic_encoded: Encoded | None = None,
+    ):
         super().__init__()
-        self.actor = policy_head(action_space, actor_in, config)
-        self.critic = mlp(critic_in, 1, config.hidden)
+        self.actor = policy_head(action_space, actor_in, config, actor_encoded)
+        self.critic = encoded_mlp(critic_encoded, critic_in, 1, config.hidden)
         self.value_norm = ValueNorm(config.normalize_values)
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
@@ -361,7 +387,16 @@ class MAPPOPolicy(Policy):
                 if self.uses_state and state_space is not None:
                     seen = state_space
                 critic_in = flat_dim(seen) + (config.time_scale is not None) + ids
-                nets = GroupNets(actor_in, critic_in, self.action_space[g], config)
+                # a vector state behind image observations is flattened
+                critic_encoder = "mlp" if config.encoder == "cnn" and not has_image(seen) else None
+                nets = GroupNets(
+                    actor_in,
+                    critic_in,
+                    self.action_space[g],
+                    config,
+                    front(config.encoder, self.observation_space[g]),
+                    front(critic_encoder or config.encoder, seen),
+                )
                 self.nets[g] = nets.to(device)
         # each agent's one-hot id, the rows of an identity (the same numbers as one_hot)
         self._ids = {

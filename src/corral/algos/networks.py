@@ -20,7 +20,11 @@ def flat_dim(space: spaces.Space) -> int:
 
 def as_input(obs: Any, space: spaces.Space, device: str | torch.device) -> torch.Tensor:
     """A float tensor ``[..., flat_dim]`` on ``device`` of observations laid out
-    ``[..., *obs_shape]`` (a NumPy array, or a tensor: no host copy)."""
+    ``[..., *obs_shape]`` (a NumPy array, or a tensor: no host copy); a ``Dict`` space's
+    value is a mapping of such per key, flattened in the space's key order."""
+    if isinstance(space, spaces.Dict):
+        parts = [as_input(obs[key], sub, device) for key, sub in space.spaces.items()]
+        return torch.cat(parts, dim=-1)
     if isinstance(obs, torch.Tensor):
         if isinstance(space, spaces.Discrete):
             index = (obs.to(device) - space.start).long()

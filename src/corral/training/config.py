@@ -22,6 +22,7 @@ or ``--import`` for a module in ``imports``).
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import difflib
 import fnmatch
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from corral.algos import ALGORITHMS, algorithm_class
+from corral.algos import encoder_setting as encoders
 from corral.algos.base import AlgoConfig, Algorithm
 from corral.errors import ConfigError, MissingDependencyError
 from corral.registry import resolve
@@ -306,10 +308,8 @@ class TrainConfig:
         return {
             "algo": self.algo,
             "run": run,
-            "algo_config": _plain(dataclasses.asdict(self.algo_config)),
-            "policy_configs": {
-                pid: _plain(dataclasses.asdict(cfg)) for pid, cfg in self.policy_configs.items()
-            },
+            "algo_config": _algo_written(self.algo_config),
+            "policy_configs": {pid: _algo_written(cfg) for pid, cfg in self.policy_configs.items()},
         }
 
     @classmethod
@@ -346,6 +346,14 @@ class TrainConfig:
             raise ConfigError(f"{source}: {err}") from err
 
 
+def _algo_written(config: AlgoConfig) -> dict[str, Any]:
+    """An algorithm's config as ``config.yaml`` records it (an encoder factory by name)."""
+    values = _plain(dataclasses.asdict(config))
+    if "encoder" in values:
+        values["encoder"] = encoders.written(values["encoder"])
+    return values
+
+
 def check_imports(data: Mapping[str, Any], source: str, allow_imports: Collection[str]) -> None:
     """Refuse a saved config (``to_dict``'s layout) whose settings would import code.
 
@@ -364,6 +372,18 @@ def check_imports(data: Mapping[str, Any], source: str, allow_imports: Collectio
                 f"{source}: {setting} {value!r} would import the module {_module(value)!r},"
                 f" and a setting read from a file may only name {allowed}. If you trust it,"
                 f" allow it on the command line: --allow-import {value}"
+                f" (Python: allow_imports=[{value!r}])"
+            )
+    sections = [data.get("algo_config"), *dict(data.get("policy_configs") or {}).values()]
+    for section in sections:
+        value = section.get("encoder") if isinstance(section, Mapping) else None
+        if isinstance(value, str) and ":" in value and value not in allow_imports:
+            if value.startswith(encoders.OBJECT):
+                continue  # refused when the networks are built, with what to do instead
+            raise ConfigError(
+                f"{source}: encoder {value!r} would import the module {_module(value)!r}, and "
+                f"a setting read from a file may only name {list(encoders.BUILT_IN)}. If you "
+                f"trust it, allow it on the command line: --allow-import {value}"
                 f" (Python: allow_imports=[{value!r}])"
             )
     policies = run.get("policies")
@@ -666,6 +686,10 @@ def coerce(value: Any, annotation: Any) -> Any:
     args = typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
         return _coerce_union(value, args)
+    if origin is collections.abc.Callable:
+        if not callable(value):
+            raise TypeError(f"expected a callable, got {value!r}")
+        return value
     if origin is typing.Literal:
         if value not in args:
             raise ValueError(f"expected one of {list(args)}")
