@@ -284,3 +284,19 @@ def test_a_script_without_a_before_tree_measures_the_current_tree_alone(
     with pytest.raises(SystemExit):
         source_trees.chosen_trees(parser, parser.parse_args(["--before-src", str(BENCHMARKS)]))
     assert "--before-src" in capsys.readouterr().err
+
+
+def test_ab_steps_prints_each_paths_fastest_step_in_both_trees() -> None:
+    src = str(BENCHMARKS.parent / "src")
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "ab_steps.py"), "--before-src", src, "--after-src",
+         src, "--rounds", "1", "--seconds", "0.05", "--block", "2",
+         "--paths", "rps dict copy=False", "climbing native"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = re.findall(r"^(rps dict copy=False|climbing native) +([\d,.]+) +([\d,.]+)  ([\d.]+)$",
+                      done.stdout, re.MULTILINE)  # fmt: skip
+    assert [row[0] for row in rows] == ["rps dict copy=False", "climbing native"]
+    assert all(float(before.replace(",", "")) > 0 for _, before, _, _ in rows)
