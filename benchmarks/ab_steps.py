@@ -4,9 +4,10 @@ other work on the machine cannot make look slower.
 The scripts that compare trees by median rates (``layer_overhead.py``,
 ``native_throughput.py``, ``vector_throughput.py``, ``batched_mpe.py``) spread widely on a
 shared 2-core machine: their single rounds differ by 2x even when it is idle. This one
-times each vector step alone (random legal actions drawn outside the timed call) in
-blocks of ``--block`` steps and keeps the fastest block: interference only ever adds
-time, so the fastest block of many is what the code costs. Trees alternate in fresh
+times each vector step alone (random legal actions drawn outside the timed call) in CPU
+time of the stepping thread (time the process waits for a core, as other jobs run, is not
+counted), in blocks of ``--block`` steps, and keeps the fastest block: interference only
+ever adds time, so the fastest block of many is what the code costs. Trees alternate in fresh
 processes (``--rounds`` each); a path's result is its fastest block over all rounds.
 
     python benchmarks/ab_steps.py --before-src PATH [--after-src PATH] [--rounds 5]
@@ -46,7 +47,7 @@ PATHS: dict[str, tuple[str, int, dict[str, Any]]] = {
 
 
 def fastest_step(name: str, seconds: float, block: int) -> float:
-    """The fastest mean step time (s) over blocks of ``block`` steps of path ``name``."""
+    """The fastest mean step CPU time (s) over blocks of ``block`` steps of path ``name``."""
     import corral
 
     env_id, num_envs, kwargs = PATHS[name]
@@ -58,9 +59,9 @@ def fastest_step(name: str, seconds: float, block: int) -> float:
         spent = 0.0
         for _ in range(block):
             actions = venv.sample_actions(batch, rng)
-            began = time.perf_counter()
+            began = time.thread_time()
             batch = venv.step(actions)
-            spent += time.perf_counter() - began
+            spent += time.thread_time() - began
         best = min(best, spent / block)
     venv.close()
     return best
