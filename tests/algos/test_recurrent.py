@@ -100,6 +100,18 @@ def test_stored_hidden_states_reset_at_each_episode_and_hold_where_the_agent_wai
         np.testing.assert_array_equal(hidden[1:][waited], hidden[:-1][waited])
 
 
+def test_torch_batches_store_and_learn_from_the_same_hidden_states_as_numpy_ones() -> None:
+    stored, metrics = [], []
+    for array in ("numpy", "torch"):
+        venv = corral.make_vec("corral/memory-turns", 3, seed=0, state=True, array=array)
+        algo = MAPPO(venv, RNN.replace(bptt=3))
+        rollout, _ = collect(venv, algo, 8)
+        stored.append(np.asarray(rollout.extras["actor_hidden"]))
+        metrics.append(algo.learn({G: rollout}))
+    np.testing.assert_allclose(stored[0], stored[1], atol=1e-6)
+    assert metrics[0] == pytest.approx(metrics[1], abs=1e-5)
+
+
 def test_greedy_acting_keeps_a_memory_of_its_own() -> None:
     venv = corral.make_vec("corral/memory", 2, seed=0, state=True)
     policy = MAPPO(venv, RNN).policy

@@ -23,6 +23,13 @@ every agent, the env ignores the agents that are not acting, and each
 decision keeps the ``log_prob``, ``value`` and raw ``sample`` it was made
 with.
 
+With ``recurrent`` on, the actor and the critic each have a GRU after their
+first layer and every agent keeps a memory of its episode, which advances
+only where it acts (turn-based and asynchronous envs included); updates use
+truncated BPTT over chunks of ``bptt`` decisions (see
+:mod:`corral.algos.recurrent`). Off, the networks are MLPs, the same numbers
+as before the option existed.
+
 Values are those of the episode's return: a truncated episode (MPE's
 ``max_cycles``) counts nothing after its end, as the return the runner
 reports and Yu et al. do (``bootstrap_truncated`` turns bootstrapping on). A
@@ -392,7 +399,8 @@ class MAPPOPolicy(Policy):
 
     The critics are part of the policy because values are what a rollout
     records beside the actions (and where a rollout ends, its bootstrap).
-    Acting changes nothing but the draws of :attr:`generator`.
+    Acting changes nothing but the draws of :attr:`generator` (and, recurrent, the agents'
+    :attr:`memory`).
     """
 
     def __init__(
@@ -521,7 +529,9 @@ class MAPPOPolicy(Policy):
         Extras: the raw ``sample`` and its ``log_prob``; when exploring also the
         critic's ``value``, which with ``time_scale`` reads each agent's decision
         index in its episode: ``Batch.decision``, or ``decisions`` where given
-        (then returned as the extra ``decision``). Greedy acting uses
+        (then returned as the extra ``decision``). With ``recurrent``, also the hidden
+        states before each decision, ``actor_hidden`` (and when exploring
+        ``critic_hidden``), and the memories advance. Greedy acting uses
         observations only, so it needs no ``Batch.state``. Arrays of the
         batch's place (NumPy, or tensors on its device).
         """
