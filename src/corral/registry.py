@@ -38,6 +38,7 @@ EntryPoint = Callable[..., Any] | str
 _BUILTIN_MODULES = (
     "corral.envs.rps",
     "corral.envs.rps4",
+    "corral.envs.memory",
     "corral.envs.tag",
     "corral.envs.mdp_ids",
 )

@@ -23,6 +23,13 @@ every agent, the env ignores the agents that are not acting, and each
 decision keeps the ``log_prob``, ``value`` and raw ``sample`` it was made
 with.
 
+With ``recurrent`` on, the actor and the critic each have a GRU after their
+first layer and every agent keeps a memory of its episode, which advances
+only where it acts (turn-based and asynchronous envs included); updates use
+truncated BPTT over chunks of ``bptt`` decisions (see
+:mod:`corral.algos.recurrent`). Off, the networks are MLPs, the same numbers
+as before the option existed.
+
 Values are those of the episode's return: a truncated episode (MPE's
 ``max_cycles``) counts nothing after its end, as the return the runner
 reports and Yu et al. do (``bootstrap_truncated`` turns bootstrapping on). A
@@ -72,12 +79,14 @@ from corral.algos.networks import (
     as_input,
     flat_dim,
     masked_logits,
+    mlp,
     to_device,
 )
 from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
+from corral.algos.recurrent import Chunks, RecurrentCore, advanced, chunk_rows, start_hidden
 from corral.arrays import ops_of, to_numpy
 from corral.data.rollouts import Rollout, masked_gae
-from corral.errors import UnsupportedEnvError
+from corral.errors import ConfigError, UnsupportedEnvError
 from corral.settings import Range
 
 if TYPE_CHECKING:
@@ -139,10 +148,21 @@ class Config(AlgoConfig):
     """What observations go through before the actor's and critic's MLPs (see
     :mod:`corral.algos.encoders`): ``mlp`` (none: flattened), ``cnn`` (images), or
     ``module:attr`` of a factory ``(space) -> nn.Module`` with ``out_dim``."""
+    recurrent: bool = False
+    """A GRU in the actor and the critic after their first layer: each agent keeps a memory
+    of its episode (see :mod:`corral.algos.recurrent`); trained by truncated BPTT."""
+    rnn_hidden: Annotated[int, Range(ge=1)] = 64
+    """Recurrent: the size of each GRU's hidden state."""
+    bptt: Annotated[int, Range(ge=1)] = 16
+    """Recurrent: the most decisions of an agent that one chunk of truncated BPTT spans."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_setting(self.encoder)
+        if self.recurrent and not self.hidden:
+            raise ConfigError(
+                "recurrent=true needs at least one hidden layer (hidden), before the GRU"
+            )
 
 
 class _Categorical:
@@ -341,13 +361,37 @@ class GroupNets(nn.Module):
         critic_encoded: Encoded | None = None,
     ):
         super().__init__()
-        self.actor = policy_head(action_space, actor_in, config, actor_encoded)
-        self.critic = encoded_mlp(critic_encoded, critic_in, 1, config.hidden)
+        self.recurrent = config.recurrent
+        if config.recurrent:
+            # the first layer and a GRU in the cores; the heads' MLPs read the GRU's state
+            width, size, heads = config.hidden[0], config.rnn_hidden, config.hidden[1:]
+            self.actor_core = RecurrentCore(actor_encoded, actor_in, width, size)
+            self.critic_core = RecurrentCore(critic_encoded, critic_in, width, size)
+            head_config = cast(Config, config.replace(hidden=heads, recurrent=False))
+            self.actor = policy_head(action_space, size, head_config)
+            self.critic = mlp(size, 1, heads)
+        else:
+            self.actor = policy_head(action_space, actor_in, config, actor_encoded)
+            self.critic = encoded_mlp(critic_encoded, critic_in, 1, config.hidden)
         self.value_norm = ValueNorm(config.normalize_values)
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """The actor's parameters (with its recurrent core's)."""
+        core = list(self.actor_core.parameters()) if self.recurrent else []
+        return core + list(self.actor.parameters())
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """The critic's parameters (with its recurrent core's)."""
+        core = list(self.critic_core.parameters()) if self.recurrent else []
+        return core + list(self.critic.parameters())
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
         """Denormalised value estimates ``[...]`` of critic inputs ``[..., critic_in]``."""
         return self.value_norm.denormalize(self.critic(x).squeeze(-1))
+
+    def head_value(self, features: torch.Tensor) -> torch.Tensor:
+        """Recurrent: denormalised values ``[...]`` of the critic core's states ``[..., size]``."""
+        return self.value_norm.denormalize(self.critic(features).squeeze(-1))
 
 
 class MAPPOPolicy(Policy):
@@ -355,7 +399,8 @@ class MAPPOPolicy(Policy):
 
     The critics are part of the policy because values are what a rollout
     records beside the actions (and where a rollout ends, its bootstrap).
-    Acting changes nothing but the draws of :attr:`generator`.
+    Acting changes nothing but the draws of :attr:`generator` (and, recurrent, the agents'
+    :attr:`memory`).
     """
 
     def __init__(
@@ -406,6 +451,10 @@ class MAPPOPolicy(Policy):
         }
         self.generator = torch.Generator().manual_seed(config.seed)
         """The policy's random stream (samples; the learner's minibatches draw from it too)."""
+        self.memory: dict[bool, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
+        """Recurrent: per acting mode (``explore``), per group, the actor's and the critic's
+        hidden states ``[E, n, rnn_hidden]`` after each agent's last decision (see
+        :mod:`corral.algos.recurrent`); acting keeps them, nothing else."""
 
     # -- inputs ------------------------------------------------------------------
 
@@ -480,7 +529,9 @@ class MAPPOPolicy(Policy):
         Extras: the raw ``sample`` and its ``log_prob``; when exploring also the
         critic's ``value``, which with ``time_scale`` reads each agent's decision
         index in its episode: ``Batch.decision``, or ``decisions`` where given
-        (then returned as the extra ``decision``). Greedy acting uses
+        (then returned as the extra ``decision``). With ``recurrent``, also the hidden
+        states before each decision, ``actor_hidden`` (and when exploring
+        ``critic_hidden``), and the memories advance. Greedy acting uses
         observations only, so it needs no ``Batch.state``. Arrays of the
         batch's place (NumPy, or tensors on its device).
         """
@@ -490,6 +541,8 @@ class MAPPOPolicy(Policy):
                 f"{name}'s critic needs Batch.state, but the batch has none: "
                 "build the vector env with state=True"
             )
+        if self.config.recurrent:
+            return self._act_recurrent(batch, explore, decisions)
         given = decisions is not None
         if explore and self.config.time_scale is not None:
             decisions = self._decisions(batch, decisions)
@@ -513,6 +566,51 @@ class MAPPOPolicy(Policy):
                     extras.setdefault("decision", {})[g] = decision
         return actions, extras
 
+    def _act_recurrent(
+        self, batch: Batch, explore: bool, decisions: Mapping[str, Any] | None
+    ) -> tuple[Actions, Extras]:
+        """:meth:`act` with memory: each acting agent's hidden states advance, and the ones
+        before its decision are the extras ``actor_hidden`` (and ``critic_hidden``)."""
+        given = decisions is not None
+        indices = self._decisions(batch, decisions)
+        out = _placer(batch.done)
+        memory = self.memory.setdefault(explore, {})
+        size = self.config.rnn_hidden
+        actions: Actions = {}
+        extras: Extras = {"sample": {}, "log_prob": {}, "actor_hidden": {}}
+        for g, nets in self.nets.items():
+            obs, acting = batch.obs[g], batch.acting[g]
+            previous = memory.get(g, (None, None))
+            mask = self.mask(batch.action_mask.get(g))
+            x = as_input(obs, self.observation_space[g], self.device)
+            actor_h = start_hidden(previous[0], indices[g], size, self.device)
+            features = nets.actor_core(self.actor_input(g, obs, None, obs_input=x), actor_h)
+            dist = nets.actor(features, mask)
+            sample = nets.actor.sample(dist, self.generator) if explore else nets.actor.greedy(dist)
+            extras["sample"][g] = out(sample)
+            extras["log_prob"][g] = out(dist.log_prob(sample))
+            extras["actor_hidden"][g] = out(actor_h)
+            actions[g] = nets.actor.to_env(extras["sample"][g])
+            critic_h = start_hidden(previous[1], indices[g], size, self.device)
+            if explore:
+                decision = indices[g] if self.config.time_scale is not None else None
+                critic_in = self.critic_input(g, obs, batch.state, decision, None, obs_input=x)
+                critic_features = nets.critic_core(critic_in, critic_h)
+                extras.setdefault("value", {})[g] = out(nets.head_value(critic_features))
+                extras.setdefault("critic_hidden", {})[g] = out(critic_h)
+                critic_h = advanced(acting, critic_features, critic_h)
+                if given:
+                    extras.setdefault("decision", {})[g] = indices[g]
+            memory[g] = (advanced(acting, features, actor_h), critic_h)
+        return actions, extras
+
+    def _critic_memory(self, g: str, batch: Batch, decisions: Any, *, reset: bool) -> torch.Tensor:
+        """The critic's hidden states of ``g`` that exploring reached, zero where an agent has
+        not decided in its episode (``reset``: ``decisions[g]`` is 0) or there are none."""
+        previous = self.memory.get(True, {}).get(g, (None, None))[1]
+        index = decisions[g] if reset else torch.ones(batch.acting[g].shape, dtype=torch.long)
+        return start_hidden(previous, index, self.config.rnn_hidden, self.device)
+
     def _decisions(self, batch: Batch, decisions: Mapping[str, Any] | None) -> Mapping[str, Any]:
         """``decisions`` where given, else the batch's decision indices (``Batch.decision``);
         a ``ValueError`` saying what to pass for a batch without them."""
@@ -534,6 +632,8 @@ class MAPPOPolicy(Policy):
         index (``Batch.decision``, or ``decisions[g]`` where given); arrays of the batch's
         place."""
         out = _placer(batch.done)
+        if self.config.recurrent:
+            return self._recurrent_values(batch, batch.obs, batch.state, decisions, reset=True)
         if self.config.time_scale is not None:
             decisions = self._decisions(batch, decisions)
         else:
@@ -562,14 +662,39 @@ class MAPPOPolicy(Policy):
             decisions = {
                 g: _where_done(done, batch.episode_decisions[g], indices[g]) for g in self.nets
             }
+        obs = {g: _where_done(done, batch.final_obs[g], batch.obs[g]) for g in self.nets}
+        state = None
+        if batch.state is not None:
+            state = _where_done(done, batch.final_state, batch.state)
+        if self.config.recurrent:
+            # the memories of the episodes that ended: not reset before the next act()
+            return self._recurrent_values(batch, obs, state, decisions, reset=False)
         values = {}
         for g, nets in self.nets.items():
-            obs = _where_done(done, batch.final_obs[g], batch.obs[g])
-            state = None
-            if batch.state is not None:
-                state = _where_done(done, batch.final_state, batch.state)
             decision = None if decisions is None else decisions[g]
-            values[g] = out(nets.value(self.critic_input(g, obs, state, decision, None)))
+            values[g] = out(nets.value(self.critic_input(g, obs[g], state, decision, None)))
+        return values
+
+    def _recurrent_values(
+        self,
+        batch: Batch,
+        obs: Mapping[str, Any],
+        state: Any,
+        decisions: Mapping[str, Any] | None,
+        *,
+        reset: bool,
+    ) -> dict[str, Any]:
+        """Values ``[E, n]`` of ``obs`` and ``state`` from the critics' memories (see
+        :meth:`_critic_memory`), advancing none."""
+        out = _placer(batch.done)
+        if reset or (self.config.time_scale is not None and decisions is None):
+            decisions = self._decisions(batch, decisions)
+        values = {}
+        for g, nets in self.nets.items():
+            decision = None if decisions is None else decisions[g]
+            h = self._critic_memory(g, batch, decisions, reset=reset)
+            critic_in = self.critic_input(g, obs[g], state, decision, None)
+            values[g] = out(nets.head_value(nets.critic_core(critic_in, h)))
         return values
 
     # -- weights -------------------------------------------------------------------
@@ -609,7 +734,9 @@ class MAPPOLearner(Learner):
         for g, rollout in rollouts.items():
             rows = self.rollout_rows(g, rollout)
             if rows is not None:
-                for name, value in self.ppo(g, **rows).items():
+                learn = self.ppo_chunks if self.config.recurrent else self.ppo
+                learned = learn(g, **rows)
+                for name, value in learned.items():
                     metrics[f"{g}/{name}"] = value
         return metrics
 
@@ -636,7 +763,7 @@ class MAPPOLearner(Learner):
         mask = None if rollout.action_mask is None else rollout.action_mask[at]
         decision = rollout.decision if rollout.decision is not None else extras.get("decision")
         decision = None if decision is None else decision[at]
-        return {
+        rows = {
             "actor_in": policy.actor_input(g, obs, agent, obs_input=x),
             "critic_in": policy.critic_input(g, obs, state, decision, agent, obs_input=x),
             "mask": mask,
@@ -646,6 +773,24 @@ class MAPPOLearner(Learner):
             "returns": returns[at],
             "old_value": rollout.value[at],
         }
+        if cfg.recurrent:
+            if rollout.decision is None:
+                raise ValueError(
+                    f"recurrent {type(self).__name__} learns from rollouts that record each "
+                    "agent's decision index (Batch.decision): record them from a VectorEnv"
+                )
+            rows["actor_hidden"] = extras["actor_hidden"][at]
+            rows["critic_hidden"] = extras["critic_hidden"][at]
+            rows["chunks"] = chunk_rows(
+                step,
+                env,
+                agent,
+                rollout.decision[at],
+                agents=rollout.acting.shape[2],
+                bptt=cfg.bptt,
+                device=policy.device,
+            )
+        return rows
 
     def ppo(
         self,
@@ -687,30 +832,99 @@ class MAPPOLearner(Learner):
             for batch in zip(*shuffled, strict=True):
                 a_in, c_in, smp, old_lp, adv, tgt, old = batch[:7]
                 dist = nets.actor(a_in, batch[7] if mask is not None else None)
-                log_ratio = dist.log_prob(smp) - old_lp
-                ratio = log_ratio.exp()
-                clipped = ratio.clamp(1 - cfg.clip, 1 + cfg.clip)
-                policy_loss = -torch.min(ratio * adv, clipped * adv).mean()
                 value = nets.critic(c_in).squeeze(-1)
-                value_loss = (value - tgt) ** 2
-                if cfg.value_clip is not None:
-                    value_clipped = old + (value - old).clamp(-cfg.value_clip, cfg.value_clip)
-                    value_loss = torch.max(value_loss, (value_clipped - tgt) ** 2)
-                value_loss = 0.5 * value_loss.mean()
-                entropy = dist.entropy().mean()
-                loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+                loss, stats = ppo_loss(cfg, dist, value, smp, old_lp, adv, tgt, old)
                 for p in params:  # the optimiser's zero_grad(), without its per-call overhead
                     p.grad = None
                 loss.backward()
                 nn.utils.clip_grad_norm_(actor_params, cfg.max_grad_norm, foreach=True)
                 nn.utils.clip_grad_norm_(critic_params, cfg.max_grad_norm, foreach=True)
                 self.optimizers[g].step()
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - log_ratio).mean()
-                    clip_frac = ((ratio - 1).abs() > cfg.clip).float().mean()
-                    history.append(
-                        torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_frac])
-                    )
+                history.append(stats)
+        means = torch.stack(history).mean(dim=0).tolist()
+        return dict(zip(METRICS, means, strict=True))
+
+    def ppo_inputs(
+        self,
+        g: str,
+        *,
+        mask: Any,
+        sample: Any,
+        old_log_prob: Any,
+        advantage: Any,
+        returns: Any,
+        old_value: Any,
+        **rows: Any,
+    ) -> dict[str, Any]:
+        """Recurrent: the rows of :meth:`rollout_rows` as :meth:`chunk_loss` reads them,
+        tensors on the policy's device: the value normaliser updated with ``returns``, values
+        normalised (``target``, ``old_value``), advantages standardised."""
+        cfg, nets, device = self.config, self.policy.nets[g], self.policy.device
+        tensor = functools.partial(torch.as_tensor, device=device, dtype=torch.float32)
+        advantage, returns, old_value = tensor(advantage), tensor(returns), tensor(old_value)
+        nets.value_norm.update(returns, cast(nn.Linear, nets.critic[-1]))
+        target, old_value = nets.value_norm.normalize(returns), nets.value_norm.normalize(old_value)
+        if cfg.normalize_advantages and len(advantage) > 1:
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        return {
+            **rows,
+            "actor_hidden": tensor(rows["actor_hidden"]),
+            "critic_hidden": tensor(rows["critic_hidden"]),
+            "mask": self.policy.mask(mask),
+            "sample": torch.as_tensor(sample, device=device),
+            "old_log_prob": tensor(old_log_prob),
+            "advantage": advantage,
+            "target": target,
+            "old_value": old_value,
+        }
+
+    def chunk_loss(
+        self, g: str, rows: Mapping[str, Any], take: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Recurrent: the PPO loss of the chunks ``take`` (indices; default all) of
+        :meth:`ppo_inputs`' ``rows``, each unrolled from its first decision's stored hidden
+        states, and its statistics (:data:`METRICS`)."""
+        nets, chunks = self.policy.nets[g], rows["chunks"]
+        index, valid, first = chunks.index, chunks.valid, chunks.first
+        if take is not None:
+            index, valid, first = index[take], valid[take], first[take]
+        actor = nets.actor_core.unroll(rows["actor_in"][index], rows["actor_hidden"][first])
+        critic = nets.critic_core.unroll(rows["critic_in"][index], rows["critic_hidden"][first])
+        at = index[valid]
+        mask = rows["mask"]
+        dist = nets.actor(actor[valid], None if mask is None else mask[at])
+        value = nets.critic(critic[valid]).squeeze(-1)
+        return ppo_loss(
+            self.config,
+            dist,
+            value,
+            rows["sample"][at],
+            rows["old_log_prob"][at],
+            rows["advantage"][at],
+            rows["target"][at],
+            rows["old_value"][at],
+        )
+
+    def ppo_chunks(self, g: str, **rows: Any) -> dict[str, float]:
+        """Recurrent: PPO epochs over one group's decisions by truncated BPTT, minibatches of
+        whole chunks (see :mod:`corral.algos.recurrent`)."""
+        cfg, nets = self.config, self.policy.nets[g]
+        inputs = self.ppo_inputs(g, **rows)
+        chunks: Chunks = inputs["chunks"]
+        size = -(-len(chunks) // cfg.minibatches)
+        actor_params, critic_params = nets.actor_parameters(), nets.critic_parameters()
+        history = []
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(len(chunks), generator=self.policy.generator)
+            for take in to_device(perm, self.policy.device).split(size):
+                loss, stats = self.chunk_loss(g, inputs, take)
+                for p in actor_params + critic_params:
+                    p.grad = None
+                loss.backward()
+                nn.utils.clip_grad_norm_(actor_params, cfg.max_grad_norm, foreach=True)
+                nn.utils.clip_grad_norm_(critic_params, cfg.max_grad_norm, foreach=True)
+                self.optimizers[g].step()
+                history.append(stats)
         means = torch.stack(history).mean(dim=0).tolist()
         return dict(zip(METRICS, means, strict=True))
 
@@ -779,6 +993,37 @@ class IPPO(MAPPO):
 
     name: ClassVar[str] = "ippo"
     uses_state: bool = False
+
+
+def ppo_loss(
+    cfg: Config,
+    dist: Any,
+    value: torch.Tensor,
+    sample: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantage: torch.Tensor,
+    target: torch.Tensor,
+    old_value: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's loss (clipped policy loss, clipped value loss, entropy bonus) of rows whose
+    policy is ``dist`` and (normalised) value ``value``, and its statistics (:data:`METRICS`,
+    no gradient)."""
+    log_ratio = dist.log_prob(sample) - old_log_prob
+    ratio = log_ratio.exp()
+    clipped = ratio.clamp(1 - cfg.clip, 1 + cfg.clip)
+    policy_loss = -torch.min(ratio * advantage, clipped * advantage).mean()
+    value_loss = (value - target) ** 2
+    if cfg.value_clip is not None:
+        value_clipped = old_value + (value - old_value).clamp(-cfg.value_clip, cfg.value_clip)
+        value_loss = torch.max(value_loss, (value_clipped - target) ** 2)
+    value_loss = 0.5 * value_loss.mean()
+    entropy = dist.entropy().mean()
+    loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clip_frac = ((ratio - 1).abs() > cfg.clip).float().mean()
+        stats = torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_frac])
+    return loss, stats
 
 
 def _where_done(done: Any, final: Any, now: Any) -> Any:

@@ -3,7 +3,8 @@ that improves it.
 
 A :class:`Policy` maps parameters and a batch to actions and nothing else: its
 :meth:`~Policy.act` changes no counter and no learning state (it may draw from
-its own random generator), so the same weights act the same anywhere. Its
+its own random generator, and a recurrent policy keeps the agents' memories of their
+episodes), so the same weights act the same anywhere. Its
 :meth:`~Policy.weights` are a picklable mapping of CPU tensors with the
 :attr:`~Policy.version` that produced them; :meth:`~Policy.load_weights` puts
 them into another copy (a rollout worker's, later), which can skip versions it
@@ -76,7 +77,8 @@ class Policy:
         ``explore``: sample (``True``) or act greedily. ``decisions``: per group
         ``[E, n]``, each agent's decision index in its episode, in place of
         ``batch.decision`` (which a policy that reads it takes by default).
-        Changes no state but the draws of the policy's own generator.
+        Changes no state but the draws of the policy's own generator (and a recurrent
+        policy's memory of the agents' episodes, see :mod:`corral.algos.recurrent`).
         """
         raise NotImplementedError
 
