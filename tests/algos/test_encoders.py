@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from gymnasium import spaces  # noqa: E402
 from support.cli import FAST, run  # noqa: E402
 from support.images import LIGHTS, SMALL_ENCODER, SmallEncoder  # noqa: E402
+from support.runs import Killed, kill_after_checkpoint, without_time  # noqa: E402
 from torch import nn  # noqa: E402
 
 import corral  # noqa: E402
@@ -27,7 +28,7 @@ from corral.algos.value_decomposition import Config as VDConfig  # noqa: E402
 from corral.errors import ConfigError  # noqa: E402
 from corral.training import TrainConfig, load_config  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
-from corral.training.runner import evaluate_policy, load_run  # noqa: E402
+from corral.training.runner import Runner, evaluate_policy, load_run  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -45,6 +46,16 @@ SHORT = {
     "device": "cpu",
     "tensorboard": False,
 }
+PLAIN = {k: v for k, v in SHORT.items() if k != "rollout_steps"}
+"""SHORT for a replay learner (its rollouts follow ``train_freq``)."""
+DQN_SHORT = {
+    "learning_starts": 64,
+    "batch_size": 32,
+    "train_freq": 4,
+    "epsilon_decay_steps": 300,
+    "target_update_interval": 50,
+}
+DQN_STEPS = 800
 
 
 def features(encoder: nn.Module, space: spaces.Space, batch: int = 3) -> torch.Tensor:
@@ -232,6 +243,71 @@ def test_dqn_with_a_cnn_runs_on_an_image_env(tmp_path):
     batch = venv.reset(seed=0)
     actions, _ = algo.policy.act(batch)
     assert actions[group].shape == (2, 2)
+
+
+@pytest.mark.parametrize("encoder", ["cnn", "mlp"])
+def test_ippo_learns_dict_observations(tmp_path, encoder):
+    results = corral.train(
+        "ippo",
+        LIGHTS,
+        encoder=encoder,
+        env_kwargs={"kind": "dict"},
+        total_steps=384,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        **{**SHORT, "num_envs": 4, "eval_episodes": 8},
+    )
+    assert results.final_eval >= 3.5  # of 4; chance is 2
+
+
+@pytest.mark.parametrize("encoder", ["cnn", "mlp"])
+def test_dqn_learns_dict_observations(tmp_path, encoder):
+    results = corral.train(
+        "dqn",
+        LIGHTS,
+        encoder=encoder,
+        env_kwargs={"kind": "dict"},
+        total_steps=DQN_STEPS,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        **{**PLAIN, **DQN_SHORT, "num_envs": 4, "eval_episodes": 8},
+    )
+    assert results.final_eval >= 3.5  # of 4; chance is 2
+
+
+def test_a_mappo_run_on_dict_observations_resumes_as_if_never_killed(tmp_path, monkeypatch):
+    """Episodes of 4 steps and rollouts of 16: no episode is in flight at a checkpoint."""
+
+    def settings(name: str) -> TrainConfig:
+        return load_config(
+            "mappo",
+            LIGHTS,
+            {
+                **SHORT,
+                "encoder": "cnn",
+                "env_kwargs": {"kind": "dict", "sides": "alternate"},
+                "total_steps": 96,
+                "checkpoint_every": 32,
+                "log_every": 32,
+                "run_dir": str(tmp_path / name),
+            },
+        )
+
+    with Runner(settings("whole"), progress=False, allow_imports=[LIGHTS]) as runner:
+        whole = runner.train()
+    with monkeypatch.context() as patch:
+        kill_after_checkpoint(patch, 64)
+        with pytest.raises(Killed), Runner(settings("killed"), progress=False) as runner:
+            runner.train()
+    with Runner.resume(tmp_path / "killed", progress=False, allow_imports=[LIGHTS]) as runner:
+        assert runner.env_steps == 64
+        resumed = runner.train()
+        weights = runner.algo.policy.nets["agent"].state_dict()
+    assert resumed.env_steps == 96
+    assert without_time(resumed.metrics) == without_time(whole.metrics)
+    _, algo, _ = load_run(tmp_path / "whole", "latest", allow_imports=[LIGHTS])
+    for key, value in algo.policy.nets["agent"].state_dict().items():
+        assert torch.equal(value, weights[key]), key
 
 
 @pytest.mark.parametrize("cls", [VDN, QMIX])

@@ -21,16 +21,22 @@ class Lights(MultiAgentEnv):
     half, and are rewarded 1 for naming that half (``Discrete(2)``); episodes last 4 steps.
 
     ``kind``: ``uint8`` (pixels 0 or 255), ``float`` (``float32`` 0 or 1) or ``dict`` (the
-    ``uint8`` image under ``image`` and the step's fraction under ``time``).
+    ``uint8`` image under ``image`` and the step's fraction under ``time``). ``sides``:
+    ``random`` (drawn from the env's generator) or ``alternate`` (agent ``i``'s lit half at
+    step ``t`` is ``(i + t) % 2``: episodes that do not depend on how the env was seeded, so
+    a resumed run's envs replay an uninterrupted run's).
     """
 
     metadata = {"render_modes": [], "name": "lights"}
     STEPS = 4
 
-    def __init__(self, kind: str = "uint8") -> None:
+    def __init__(self, kind: str = "uint8", sides: str = "random") -> None:
         if kind not in ("uint8", "float", "dict"):
             raise ValueError(f"kind must be uint8, float or dict, got {kind!r}")
+        if sides not in ("random", "alternate"):
+            raise ValueError(f"sides must be random or alternate, got {sides!r}")
         self.kind = kind
+        self.sides = sides
         self.possible_agents = ["agent_0", "agent_1"]
         self.agents = []
         high, dtype = (1.0, np.float32) if kind == "float" else (255, np.uint8)
@@ -70,7 +76,10 @@ class Lights(MultiAgentEnv):
         return obs, rewards, terms, truncs, {a: {} for a in self.agents}
 
     def _observe(self) -> ObsDict:
-        self._sides = {a: int(self._rng.integers(2)) for a in self.agents}
+        if self.sides == "alternate":
+            self._sides = {a: (i + self._step) % 2 for i, a in enumerate(self.agents)}
+        else:
+            self._sides = {a: int(self._rng.integers(2)) for a in self.agents}
         return {a: self._image(side) for a, side in self._sides.items()}
 
     def _image(self, side: int) -> Any:

@@ -76,6 +76,7 @@ from corral.algos.networks import (
 )
 from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
 from corral.arrays import ops_of, to_numpy
+from corral.arrays.tree import map_tree
 from corral.data.rollouts import Rollout, masked_gae
 from corral.errors import UnsupportedEnvError
 from corral.settings import Range
@@ -564,7 +565,7 @@ class MAPPOPolicy(Policy):
             }
         values = {}
         for g, nets in self.nets.items():
-            obs = _where_done(done, batch.final_obs[g], batch.obs[g])
+            obs = map_tree(functools.partial(_where_done, done), batch.final_obs[g], batch.obs[g])
             state = None
             if batch.state is not None:
                 state = _where_done(done, batch.final_state, batch.state)
@@ -631,7 +632,7 @@ class MAPPOLearner(Learner):
                 # a decision carried over keeps the state it was made in
                 carried = (step == 0) & rollout.carried[env, agent]
                 state = _where_done(carried, rollout.carried_state[env, agent], state)
-        obs = rollout.obs[at]
+        obs = map_tree(lambda x: x[at], rollout.obs)
         x = as_input(obs, policy.observation_space[g], policy.device)
         mask = None if rollout.action_mask is None else rollout.action_mask[at]
         decision = rollout.decision if rollout.decision is not None else extras.get("decision")
