@@ -21,7 +21,8 @@ import corral  # noqa: E402
 from corral.algos.dqn import DQN  # noqa: E402
 from corral.algos.dqn import Config as DQNConfig  # noqa: E402
 from corral.algos.encoders import CNN, FEATURES, Encoded, make_encoder, shaped  # noqa: E402
-from corral.algos.mappo import MAPPO, Config  # noqa: E402
+from corral.algos.mappo import IPPO, MAPPO, Config  # noqa: E402
+from corral.algos.row_inputs import RowInputs  # noqa: E402
 from corral.algos.networks import as_input, flat_dim, mlp  # noqa: E402
 from corral.algos.value_decomposition import QMIX, VDN  # noqa: E402
 from corral.algos.value_decomposition import Config as VDConfig  # noqa: E402
@@ -412,3 +413,30 @@ def test_a_cnn_run_is_rebuilt_from_its_checkpoint(tmp_path: Path):
     assert isinstance(nets.actor.net[0].encoder, CNN) and isinstance(nets.critic[0].encoder, CNN)
     again = evaluate_policy(config, algo, 4)
     assert again.columns()["eval_return"] == results.final_eval
+
+
+# -- image rows in the PPO update -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["uint8", "float", "dict"])
+def test_ppo_keeps_image_rows_stored_once_and_learns_the_numbers_of_float_rows(kind):
+    venv = corral.make_vec(LIGHTS, 2, seed=0, env_kwargs={"kind": kind})
+    algo = IPPO(venv, Config(encoder="cnn", rollout_steps=8, epochs=2, minibatches=3, seed=0))
+    rollouts = {}
+    algo.learn = rollouts.update  # keep the first rollout instead of learning from it
+    Collector(venv, algo, seed=0).run(2 * 8)
+    venv.close()
+    (g,) = rollouts
+    rows = algo.rollout_rows(g, rollouts[g])
+    actor_in, critic_in = rows["actor_in"], rows["critic_in"]
+    assert isinstance(actor_in, RowInputs) and actor_in.stored is critic_in.stored
+    image = actor_in.stored.obs["image"] if kind == "dict" else actor_in.stored.obs
+    assert image.dtype == (torch.float32 if kind == "float" else torch.uint8)
+    # the same rows as float tensors, as the update took them before
+    index = torch.arange(len(actor_in))
+    floats = {**rows, "actor_in": actor_in[index], "critic_in": critic_in[index]}
+    twin = copy.deepcopy(algo)
+    assert algo.ppo(g, **rows) == twin.ppo(g, **floats)
+    mine, theirs = algo.state_dict()["nets"][g], twin.state_dict()["nets"][g]
+    for name, value in mine.items():
+        assert torch.equal(value, theirs[name]), name
