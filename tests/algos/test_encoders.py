@@ -20,10 +20,12 @@ from torch import nn  # noqa: E402
 import corral  # noqa: E402
 from corral.algos.dqn import DQN  # noqa: E402
 from corral.algos.dqn import Config as DQNConfig  # noqa: E402
-from corral.algos.encoders import CNN, FEATURES, Encoded, make_encoder, shaped  # noqa: E402
+from corral.algos.encoders import CNN, FEATURES, Encoded, PerKey, make_encoder, shaped  # noqa: E402
+from corral.algos.maddpg import MADDPG, Critic  # noqa: E402
+from corral.algos.maddpg import Config as MADDPGConfig  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO, Config  # noqa: E402
-from corral.algos.row_inputs import RowInputs  # noqa: E402
 from corral.algos.networks import as_input, flat_dim, mlp  # noqa: E402
+from corral.algos.row_inputs import RowInputs  # noqa: E402
 from corral.algos.value_decomposition import QMIX, VDN  # noqa: E402
 from corral.algos.value_decomposition import Config as VDConfig  # noqa: E402
 from corral.errors import ConfigError  # noqa: E402
@@ -440,3 +442,52 @@ def test_ppo_keeps_image_rows_stored_once_and_learns_the_numbers_of_float_rows(k
     mine, theirs = algo.state_dict()["nets"][g], twin.state_dict()["nets"][g]
     for name, value in mine.items():
         assert torch.equal(value, theirs[name]), name
+
+
+# -- MADDPG ----------------------------------------------------------------------------------
+
+
+def test_maddpg_puts_a_users_factory_before_actor_and_critic_and_trains_both(tmp_path):
+    built: list[tuple[SmallEncoder, dict]] = []
+
+    def factory(space: spaces.Space) -> nn.Module:
+        encoder = SmallEncoder(space)
+        built.append((encoder, copy.deepcopy(encoder.state_dict())))
+        return encoder
+
+    venv = corral.make_vec(LIGHTS, 2, seed=0, env_kwargs={"actions": "box"})
+    settings = {"learning_starts": 8, "batch_size": 8, "train_freq": 2, "encoder": factory}
+    algo = MADDPG(venv, MADDPGConfig(**settings))
+    assert len(built) == 2  # the actor's and the critic's, of the one group's observations
+    (actor, _), (critic, _) = built
+    assert algo.policy.actor["agent"][0].encoder is actor
+    assert isinstance(algo.critic["agent"], Critic)
+    assert algo.critic["agent"].encoders["agent"].encoder is critic
+    # the critic reads both agents' features (one encoder), their actions, the agent's
+    # index, its own features and its own action
+    head = algo.critic["agent"].head[0]
+    assert head.in_features == 2 * critic.out_dim + 2 + 2 + critic.out_dim + 1
+    Collector(venv, algo, seed=0).run(2 * 24)
+    venv.close()
+    for encoder, initial in built:
+        assert not torch.equal(encoder.linear.weight, initial["linear.weight"])
+    target = algo.critic_target["agent"].encoders["agent"].encoder
+    assert target is not critic and not torch.equal(target.linear.weight, critic.linear.weight)
+
+
+@pytest.mark.parametrize("kind", ["uint8", "dict"])
+def test_maddpg_with_a_cnn_trains_on_an_image_env_with_continuous_actions(tmp_path, kind):
+    results = corral.train(
+        "maddpg",
+        LIGHTS,
+        encoder="cnn",
+        env_kwargs={"kind": kind, "actions": "box"},
+        total_steps=64,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        **{**PLAIN, "learning_starts": 16, "batch_size": 8, "train_freq": 8},
+    )
+    assert results.env_steps == 64
+    _, algo, _ = load_run(tmp_path / "run", "latest", allow_imports=[LIGHTS])
+    assert isinstance(algo.policy.actor["agent"][0].encoder, (CNN, PerKey))
+    assert isinstance(algo.critic["agent"], Critic)

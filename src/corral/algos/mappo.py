@@ -655,6 +655,8 @@ class MAPPOLearner(Learner):
         mask = None if rollout.action_mask is None else rollout.action_mask[at]
         decision = rollout.decision if rollout.decision is not None else extras.get("decision")
         decision = None if decision is None else decision[at]
+        actor_in: torch.Tensor | RowInputs
+        critic_in: torch.Tensor | RowInputs
         if has_image(policy.observation_space[g]):
             # images stay in their dtype (uint8), one copy: floats a minibatch at a time
             actor_in, critic_in = policy.row_inputs(g, obs, state, decision, agent)
