@@ -327,6 +327,21 @@ def test_vdn_and_qmix_put_a_cnn_before_their_agent_id_columns(cls):
     venv.close()
 
 
+@pytest.mark.parametrize("cls", [VDN, QMIX])
+def test_vdn_and_qmix_learn_from_dict_observations_stored_key_by_key(cls):
+    venv = corral.make_vec(LIGHTS, 2, seed=0, env_kwargs={"kind": "dict"})
+    algo = cls(venv, VDConfig(encoder="cnn", learning_starts=8, train_freq=4))
+    ((group, _),) = venv.groups.items()
+    before = copy.deepcopy(algo.policy.q[group].state_dict())
+    Collector(venv, algo, seed=0).run(64)
+    venv.close()
+    assert algo.gradient_step > 0
+    stored = algo.buffer[group].state_dict()["data"]["obs"]
+    assert stored["image"].dtype == np.uint8 and stored["image"].shape[1:] == (2, 8, 8, 3)
+    after = algo.policy.q[group].state_dict()
+    assert not all(torch.equal(value, after[key]) for key, value in before.items())
+
+
 # -- bad encoders -------------------------------------------------------------------------
 
 
