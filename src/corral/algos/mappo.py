@@ -657,7 +657,10 @@ class MAPPOLearner(Learner):
         decision = None if decision is None else decision[at]
         actor_in: torch.Tensor | RowInputs
         critic_in: torch.Tensor | RowInputs
-        if has_image(policy.observation_space[g]):
+        seen = [policy.observation_space[g]]
+        if policy.uses_state and policy.state_space is not None:
+            seen.append(policy.state_space)
+        if any(has_image(space) for space in seen):
             # images stay in their dtype (uint8), one copy: floats a minibatch at a time
             actor_in, critic_in = policy.row_inputs(g, obs, state, decision, agent)
         else:
