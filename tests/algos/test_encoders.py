@@ -20,7 +20,15 @@ from torch import nn  # noqa: E402
 import corral  # noqa: E402
 from corral.algos.dqn import DQN  # noqa: E402
 from corral.algos.dqn import Config as DQNConfig  # noqa: E402
-from corral.algos.encoders import CNN, FEATURES, Encoded, PerKey, make_encoder, shaped  # noqa: E402
+from corral.algos.encoders import (  # noqa: E402
+    CNN,
+    FEATURES,
+    Encoded,
+    Parts,
+    PerKey,
+    make_encoder,
+    shaped,
+)
 from corral.algos.maddpg import MADDPG, Critic  # noqa: E402
 from corral.algos.maddpg import Config as MADDPGConfig  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO, Config  # noqa: E402
@@ -447,11 +455,12 @@ def test_ppo_keeps_image_rows_stored_once_and_learns_the_numbers_of_float_rows(k
     rows = algo.rollout_rows(g, rollouts[g])
     actor_in, critic_in = rows["actor_in"], rows["critic_in"]
     assert isinstance(actor_in, RowInputs) and actor_in.stored is critic_in.stored
+    assert isinstance(actor_in[torch.arange(2)], Parts)  # no joined copy for a CNN front
     image = actor_in.stored.obs["image"] if kind == "dict" else actor_in.stored.obs
     assert image.dtype == (torch.float32 if kind == "float" else torch.uint8)
     # the same rows as float tensors, as the update took them before
     index = torch.arange(len(actor_in))
-    floats = {**rows, "actor_in": actor_in[index], "critic_in": critic_in[index]}
+    floats = {**rows, "actor_in": actor_in.floats(index), "critic_in": critic_in.floats(index)}
     twin = copy.deepcopy(algo)
     assert algo.ppo(g, **rows) == twin.ppo(g, **floats)
     mine, theirs = algo.state_dict()["nets"][g], twin.state_dict()["nets"][g]

@@ -474,11 +474,13 @@ class MAPPOPolicy(Policy):
         observations (or states) in their stored dtype, one copy where both networks see
         them, made into floats a minibatch at a time."""
         none = torch.zeros(len(agent), 0, device=self.device)
+        nets = self.nets[g]
         stored = StoredRows(obs, self.observation_space[g], self.device)
-        actor = RowInputs(stored, self._with_id(g, [none], agent))
+        actor = RowInputs(stored, self._with_id(g, [none], agent), parts=_has_front(nets.actor))
         if self.uses_state and self.state_space is not None:
             stored = StoredRows(state, self.state_space, self.device)
-        critic = RowInputs(stored, self._with_id(g, [none, *self._time(decision)], agent))
+        critic_extra = self._with_id(g, [none, *self._time(decision)], agent)
+        critic = RowInputs(stored, critic_extra, parts=_has_front(nets.critic))
         return actor, critic
 
     def mask(self, mask: Any) -> torch.Tensor | None:
@@ -812,6 +814,11 @@ class IPPO(MAPPO):
 
     name: ClassVar[str] = "ippo"
     uses_state: bool = False
+
+
+def _has_front(net: nn.Module) -> bool:
+    """Whether ``net`` reads its observations through an :class:`Encoded` front."""
+    return any(isinstance(module, Encoded) for module in net.modules())
 
 
 def _where_done(done: Any, final: Any, now: Any) -> Any:

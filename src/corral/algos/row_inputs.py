@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from gymnasium import spaces
 
+from corral.algos.encoders import Parts, shaped
 from corral.algos.networks import as_input
 from corral.arrays.tree import first_leaf, map_tree
 
@@ -46,21 +47,30 @@ class RowInputs:
     """Rows of a network's inputs: the observations of ``stored`` with the float columns
     ``extra`` ``[N, k]`` after them (``k`` may be 0).
 
-    ``rows[index]`` is the float tensor ``[len(index), flat_dim + k]`` of the rows at
-    ``index`` (a tensor of row indices)."""
+    ``rows[index]`` is what the network reads of the rows at ``index`` (a tensor of row
+    indices): for a network behind an :class:`~corral.algos.encoders.Encoded` front
+    (``parts``) the two apart, as :class:`~corral.algos.encoders.Parts`, else
+    :meth:`floats`."""
 
-    def __init__(self, stored: StoredRows, extra: torch.Tensor) -> None:
+    def __init__(self, stored: StoredRows, extra: torch.Tensor, *, parts: bool) -> None:
         if len(extra) != len(stored):
             raise ValueError(f"{len(extra)} rows of extra columns for {len(stored)} observations")
         self.stored = stored
         self.extra = extra
+        self.parts = parts
 
     def __len__(self) -> int:
         return len(self.stored)
 
-    def __getitem__(self, index: torch.Tensor) -> torch.Tensor:
+    def floats(self, index: torch.Tensor) -> torch.Tensor:
+        """The float inputs ``[len(index), flat_dim + k]`` of the rows at ``index``."""
         x = self.stored.floats(index)
         return torch.cat([x, self.extra[index]], dim=-1) if self.extra.shape[-1] else x
+
+    def __getitem__(self, index: torch.Tensor) -> torch.Tensor | Parts:
+        if self.parts:
+            return Parts(shaped(self.stored.floats(index), self.stored.space), self.extra[index])
+        return self.floats(index)
 
 
 def minibatches(rows: torch.Tensor | RowInputs, perm: torch.Tensor, size: int, chunks: Any) -> Any:
