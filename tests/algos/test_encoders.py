@@ -14,20 +14,32 @@ torch = pytest.importorskip("torch")
 from gymnasium import spaces  # noqa: E402
 from support.cli import FAST, run  # noqa: E402
 from support.images import LIGHTS, SMALL_ENCODER, SmallEncoder  # noqa: E402
+from support.runs import Killed, kill_after_checkpoint, without_time  # noqa: E402
 from torch import nn  # noqa: E402
 
 import corral  # noqa: E402
 from corral.algos.dqn import DQN  # noqa: E402
 from corral.algos.dqn import Config as DQNConfig  # noqa: E402
-from corral.algos.encoders import CNN, FEATURES, Encoded, make_encoder, shaped  # noqa: E402
-from corral.algos.mappo import MAPPO, Config  # noqa: E402
+from corral.algos.encoders import (  # noqa: E402
+    CNN,
+    FEATURES,
+    Encoded,
+    Parts,
+    PerKey,
+    make_encoder,
+    shaped,
+)
+from corral.algos.maddpg import MADDPG, Critic  # noqa: E402
+from corral.algos.maddpg import Config as MADDPGConfig  # noqa: E402
+from corral.algos.mappo import IPPO, MAPPO, Config  # noqa: E402
 from corral.algos.networks import as_input, flat_dim, mlp  # noqa: E402
+from corral.algos.row_inputs import RowInputs  # noqa: E402
 from corral.algos.value_decomposition import QMIX, VDN  # noqa: E402
 from corral.algos.value_decomposition import Config as VDConfig  # noqa: E402
 from corral.errors import ConfigError  # noqa: E402
 from corral.training import TrainConfig, load_config  # noqa: E402
 from corral.training.collector import Collector  # noqa: E402
-from corral.training.runner import evaluate_policy, load_run  # noqa: E402
+from corral.training.runner import Runner, evaluate_policy, load_run  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -45,6 +57,16 @@ SHORT = {
     "device": "cpu",
     "tensorboard": False,
 }
+PLAIN = {k: v for k, v in SHORT.items() if k != "rollout_steps"}
+"""SHORT for a replay learner (its rollouts follow ``train_freq``)."""
+DQN_SHORT = {
+    "learning_starts": 64,
+    "batch_size": 32,
+    "train_freq": 4,
+    "epsilon_decay_steps": 300,
+    "target_update_interval": 50,
+}
+DQN_STEPS = 800
 
 
 def features(encoder: nn.Module, space: spaces.Space, batch: int = 3) -> torch.Tensor:
@@ -234,6 +256,71 @@ def test_dqn_with_a_cnn_runs_on_an_image_env(tmp_path):
     assert actions[group].shape == (2, 2)
 
 
+@pytest.mark.parametrize("encoder", ["cnn", "mlp"])
+def test_ippo_learns_dict_observations(tmp_path, encoder):
+    results = corral.train(
+        "ippo",
+        LIGHTS,
+        encoder=encoder,
+        env_kwargs={"kind": "dict"},
+        total_steps=384,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        **{**SHORT, "num_envs": 4, "eval_episodes": 8},
+    )
+    assert results.final_eval >= 3.5  # of 4; chance is 2
+
+
+@pytest.mark.parametrize("encoder", ["cnn", "mlp"])
+def test_dqn_learns_dict_observations(tmp_path, encoder):
+    results = corral.train(
+        "dqn",
+        LIGHTS,
+        encoder=encoder,
+        env_kwargs={"kind": "dict"},
+        total_steps=DQN_STEPS,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        **{**PLAIN, **DQN_SHORT, "num_envs": 4, "eval_episodes": 8},
+    )
+    assert results.final_eval >= 3.5  # of 4; chance is 2
+
+
+def test_a_mappo_run_on_dict_observations_resumes_as_if_never_killed(tmp_path, monkeypatch):
+    """Episodes of 4 steps and rollouts of 16: no episode is in flight at a checkpoint."""
+
+    def settings(name: str) -> TrainConfig:
+        return load_config(
+            "mappo",
+            LIGHTS,
+            {
+                **SHORT,
+                "encoder": "cnn",
+                "env_kwargs": {"kind": "dict", "sides": "alternate"},
+                "total_steps": 96,
+                "checkpoint_every": 32,
+                "log_every": 32,
+                "run_dir": str(tmp_path / name),
+            },
+        )
+
+    with Runner(settings("whole"), progress=False, allow_imports=[LIGHTS]) as runner:
+        whole = runner.train()
+    with monkeypatch.context() as patch:
+        kill_after_checkpoint(patch, 64)
+        with pytest.raises(Killed), Runner(settings("killed"), progress=False) as runner:
+            runner.train()
+    with Runner.resume(tmp_path / "killed", progress=False, allow_imports=[LIGHTS]) as runner:
+        assert runner.env_steps == 64
+        resumed = runner.train()
+        weights = runner.algo.policy.nets["agent"].state_dict()
+    assert resumed.env_steps == 96
+    assert without_time(resumed.metrics) == without_time(whole.metrics)
+    _, algo, _ = load_run(tmp_path / "whole", "latest", allow_imports=[LIGHTS])
+    for key, value in algo.policy.nets["agent"].state_dict().items():
+        assert torch.equal(value, weights[key]), key
+
+
 @pytest.mark.parametrize("cls", [VDN, QMIX])
 def test_vdn_and_qmix_put_a_cnn_before_their_agent_id_columns(cls):
     venv = corral.make_vec(LIGHTS, 2, seed=0)  # two agents: a one-hot id after the image
@@ -246,6 +333,21 @@ def test_vdn_and_qmix_put_a_cnn_before_their_agent_id_columns(cls):
     Collector(venv, algo, seed=0).run(64)
     assert algo.gradient_step > 0
     venv.close()
+
+
+@pytest.mark.parametrize("cls", [VDN, QMIX])
+def test_vdn_and_qmix_learn_from_dict_observations_stored_key_by_key(cls):
+    venv = corral.make_vec(LIGHTS, 2, seed=0, env_kwargs={"kind": "dict"})
+    algo = cls(venv, VDConfig(encoder="cnn", learning_starts=8, train_freq=4))
+    ((group, _),) = venv.groups.items()
+    before = copy.deepcopy(algo.policy.q[group].state_dict())
+    Collector(venv, algo, seed=0).run(64)
+    venv.close()
+    assert algo.gradient_step > 0
+    stored = algo.buffer[group].state_dict()["data"]["obs"]
+    assert stored["image"].dtype == np.uint8 and stored["image"].shape[1:] == (2, 8, 8, 3)
+    after = algo.policy.q[group].state_dict()
+    assert not all(torch.equal(value, after[key]) for key, value in before.items())
 
 
 # -- bad encoders -------------------------------------------------------------------------
@@ -336,3 +438,80 @@ def test_a_cnn_run_is_rebuilt_from_its_checkpoint(tmp_path: Path):
     assert isinstance(nets.actor.net[0].encoder, CNN) and isinstance(nets.critic[0].encoder, CNN)
     again = evaluate_policy(config, algo, 4)
     assert again.columns()["eval_return"] == results.final_eval
+
+
+# -- image rows in the PPO update -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["uint8", "float", "dict"])
+def test_ppo_keeps_image_rows_stored_once_and_learns_the_numbers_of_float_rows(kind):
+    venv = corral.make_vec(LIGHTS, 2, seed=0, env_kwargs={"kind": kind})
+    algo = IPPO(venv, Config(encoder="cnn", rollout_steps=8, epochs=2, minibatches=3, seed=0))
+    rollouts = {}
+    algo.learn = rollouts.update  # keep the first rollout instead of learning from it
+    Collector(venv, algo, seed=0).run(2 * 8)
+    venv.close()
+    (g,) = rollouts
+    rows = algo.rollout_rows(g, rollouts[g])
+    actor_in, critic_in = rows["actor_in"], rows["critic_in"]
+    assert isinstance(actor_in, RowInputs) and actor_in.stored is critic_in.stored
+    assert isinstance(actor_in[torch.arange(2)], Parts)  # no joined copy for a CNN front
+    image = actor_in.stored.obs["image"] if kind == "dict" else actor_in.stored.obs
+    assert image.dtype == (torch.float32 if kind == "float" else torch.uint8)
+    # the same rows as float tensors, as the update took them before
+    index = torch.arange(len(actor_in))
+    floats = {**rows, "actor_in": actor_in.floats(index), "critic_in": critic_in.floats(index)}
+    twin = copy.deepcopy(algo)
+    assert algo.ppo(g, **rows) == twin.ppo(g, **floats)
+    mine, theirs = algo.state_dict()["nets"][g], twin.state_dict()["nets"][g]
+    for name, value in mine.items():
+        assert torch.equal(value, theirs[name]), name
+
+
+# -- MADDPG ----------------------------------------------------------------------------------
+
+
+def test_maddpg_puts_a_users_factory_before_actor_and_critic_and_trains_both(tmp_path):
+    built: list[tuple[SmallEncoder, dict]] = []
+
+    def factory(space: spaces.Space) -> nn.Module:
+        encoder = SmallEncoder(space)
+        built.append((encoder, copy.deepcopy(encoder.state_dict())))
+        return encoder
+
+    venv = corral.make_vec(LIGHTS, 2, seed=0, env_kwargs={"actions": "box"})
+    settings = {"learning_starts": 8, "batch_size": 8, "train_freq": 2, "encoder": factory}
+    algo = MADDPG(venv, MADDPGConfig(**settings))
+    assert len(built) == 2  # the actor's and the critic's, of the one group's observations
+    (actor, _), (critic, _) = built
+    assert algo.policy.actor["agent"][0].encoder is actor
+    assert isinstance(algo.critic["agent"], Critic)
+    assert algo.critic["agent"].encoders["agent"].encoder is critic
+    # the critic reads both agents' features (one encoder), their actions, the agent's
+    # index, its own features and its own action
+    head = algo.critic["agent"].head[0]
+    assert head.in_features == 2 * critic.out_dim + 2 + 2 + critic.out_dim + 1
+    Collector(venv, algo, seed=0).run(2 * 24)
+    venv.close()
+    for encoder, initial in built:
+        assert not torch.equal(encoder.linear.weight, initial["linear.weight"])
+    target = algo.critic_target["agent"].encoders["agent"].encoder
+    assert target is not critic and not torch.equal(target.linear.weight, critic.linear.weight)
+
+
+@pytest.mark.parametrize("kind", ["uint8", "dict"])
+def test_maddpg_with_a_cnn_trains_on_an_image_env_with_continuous_actions(tmp_path, kind):
+    results = corral.train(
+        "maddpg",
+        LIGHTS,
+        encoder="cnn",
+        env_kwargs={"kind": kind, "actions": "box"},
+        total_steps=64,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        **{**PLAIN, "learning_starts": 16, "batch_size": 8, "train_freq": 8},
+    )
+    assert results.env_steps == 64
+    _, algo, _ = load_run(tmp_path / "run", "latest", allow_imports=[LIGHTS])
+    assert isinstance(algo.policy.actor["agent"][0].encoder, (CNN, PerKey))
+    assert isinstance(algo.critic["agent"], Critic)

@@ -142,3 +142,30 @@ def test_bad_rows_are_refused_by_name():
         replay.add({"reward": np.ones(1), "obs": np.ones((1, 3), np.float32)})
     with pytest.raises(ValueError, match="capacity of at least 1"):
         Replay(0)
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_nested_field_is_stored_sampled_and_restored_leaf_by_leaf(where):
+    def nested(rewards):
+        flat = rows(where, rewards)
+        return {"reward": flat["reward"], "obs": {"image": flat["obs"], "pair": (flat["reward"],)}}
+
+    replay = Replay(4, seed=0)
+    replay.add(nested([1, 2, 3]))
+    replay.add(nested([4, 5]))  # wraps around: 1 is overwritten
+    sample = replay.sample(64)
+    reward = to_numpy(sample["reward"])
+    assert set(reward.tolist()) == {2.0, 3.0, 4.0, 5.0}
+    np.testing.assert_array_equal(to_numpy(sample["obs"]["image"])[:, 1], -reward)
+    np.testing.assert_array_equal(to_numpy(sample["obs"]["pair"][0]), reward)
+    copy = Replay(4, seed=1)
+    copy.load_state_dict(replay.state_dict())
+    copy.to(nested([0])["reward"])
+    a, b = replay.sample(8), copy.sample(8)
+    np.testing.assert_array_equal(to_numpy(a["obs"]["image"]), to_numpy(b["obs"]["image"]))
+    with pytest.raises(ValueError, match="field 'obs': the rows are laid out unlike"):
+        replay.add(rows(where, [6]))
+    with pytest.raises(ValueError, match=r"field 'obs/image': rows of shape \(3,\)"):
+        bad = nested([6])
+        bad["obs"]["image"] = bad["obs"]["image"][:, [0, 1, 1]]
+        replay.add(bad)

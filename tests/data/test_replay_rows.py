@@ -214,3 +214,69 @@ def test_maddpgs_joint_rows_are_the_assemblers_transitions_of_every_agent(array,
                 got[:-NUM_ENVS], np.concatenate([r["agent/obs"] for r in ours])[NUM_ENVS:]
             )
     assert truncated_somewhere  # some next_obs is a final_obs, not the next step's obs
+
+
+def nested(batch):
+    """``batch`` with each observation (and final one) as a tree ``{"x": obs, "pair": (obs,
+    -obs)}``: what a ``Dict`` of a ``Tuple`` space's vector layer gives."""
+
+    def tree(per_group):
+        return {g: {"x": o, "pair": (o, -o)} for g, o in per_group.items()}
+
+    return dataclasses.replace(batch, obs=tree(batch.obs), final_obs=tree(batch.final_obs))
+
+
+@pytest.mark.parametrize("array", ARRAYS)
+@pytest.mark.parametrize("env_id", ["corral/rps", "mpe2/simple_spread_v3"])
+def test_nested_observations_are_stored_leaf_by_leaf(env_id, array):
+    """Rows of a rollout of tree observations: each leaf is the plain rollout's field, for
+    decisions carried across rollouts (rps, 3 steps) and final observations (spread)."""
+    venv = corral.make_vec(env_id, NUM_ENVS, seed=0)
+    rng = np.random.default_rng(0)
+    plain = RolloutBuilder(venv, 3, record_next=True)
+    tree = RolloutBuilder(venv, 3, record_next=True)
+    convert = as_torch if array == "torch" else (lambda b: b)
+    ours, theirs, carried = [], [], 0
+    batch = venv.reset(seed=0)
+    for _ in range(36):
+        actions = {
+            g: sample_array(venv.action_space(g), (NUM_ENVS, len(a)), rng, batch.action_mask.get(g))
+            for g, a in venv.groups.items()
+        }
+        converted = {g: convert_array(a, array) for g, a in actions.items()}
+        plain.act(convert(batch), converted)
+        tree.act(nested(convert(batch)), converted)
+        batch = venv.step(actions)
+        plain.observe(convert(batch))
+        tree.observe(nested(convert(batch)))
+        if plain.full:
+            finished = plain.finish()
+            carried += sum(int(to_numpy(r.carried).sum()) for r in finished.values())
+            theirs.append({g: decision_rows(r) for g, r in finished.items()})
+            ours.append({g: decision_rows(r) for g, r in tree.finish().items()})
+    venv.close()
+    for mine, reference in zip(ours, theirs, strict=True):
+        for g, rows in reference.items():
+            for name in ("obs", "next_obs"):
+                leaf = to_numpy(rows[name])
+                np.testing.assert_array_equal(to_numpy(mine[g][name]["x"]), leaf)
+                np.testing.assert_array_equal(to_numpy(mine[g][name]["pair"][0]), leaf)
+                np.testing.assert_array_equal(to_numpy(mine[g][name]["pair"][1]), -leaf)
+            for name in rows.keys() - {"obs", "next_obs"}:
+                np.testing.assert_array_equal(to_numpy(mine[g][name]), to_numpy(rows[name]))
+    assert len(ours) == 12 and (carried > 0) == (env_id == "corral/rps")
+
+
+def test_an_observation_laid_out_unlike_the_first_steps_is_refused():
+    venv = corral.make_vec("corral/rps", 2, seed=0)
+    builder = RolloutBuilder(venv, 2)
+    batch = venv.reset(seed=0)
+    actions = {"player": batch.action_mask["player"].argmax(-1)}
+    builder.act(nested(batch), actions)
+    batch = venv.step(actions)
+    builder.observe(batch)
+    venv.close()
+    with pytest.raises(ValueError, match=r"group 'player': obs is laid out unlike its first"):
+        builder.act(batch, actions)
+    with pytest.raises(TypeError, match=r"obs/x must be an array \[E, n, \.\.\.\]"):
+        RolloutBuilder(venv, 2).act(dataclasses.replace(batch, obs={"player": {"x": 1}}), actions)

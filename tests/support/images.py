@@ -21,16 +21,28 @@ class Lights(MultiAgentEnv):
     half, and are rewarded 1 for naming that half (``Discrete(2)``); episodes last 4 steps.
 
     ``kind``: ``uint8`` (pixels 0 or 255), ``float`` (``float32`` 0 or 1) or ``dict`` (the
-    ``uint8`` image under ``image`` and the step's fraction under ``time``).
+    ``uint8`` image under ``image`` and the step's fraction under ``time``). ``sides``:
+    ``random`` (drawn from the env's generator) or ``alternate`` (agent ``i``'s lit half at
+    step ``t`` is ``(i + t) % 2``: episodes that do not depend on how the env was seeded, so
+    a resumed run's envs replay an uninterrupted run's). ``actions``: ``discrete`` or ``box``
+    (a ``Box(-1, 1, (1,))`` action, naming the right half where positive).
     """
 
     metadata = {"render_modes": [], "name": "lights"}
     STEPS = 4
 
-    def __init__(self, kind: str = "uint8") -> None:
+    def __init__(
+        self, kind: str = "uint8", sides: str = "random", actions: str = "discrete"
+    ) -> None:
         if kind not in ("uint8", "float", "dict"):
             raise ValueError(f"kind must be uint8, float or dict, got {kind!r}")
+        if sides not in ("random", "alternate"):
+            raise ValueError(f"sides must be random or alternate, got {sides!r}")
+        if actions not in ("discrete", "box"):
+            raise ValueError(f"actions must be discrete or box, got {actions!r}")
         self.kind = kind
+        self.sides = sides
+        self.actions = actions
         self.possible_agents = ["agent_0", "agent_1"]
         self.agents = []
         high, dtype = (1.0, np.float32) if kind == "float" else (255, np.uint8)
@@ -44,7 +56,9 @@ class Lights(MultiAgentEnv):
     def observation_space(self, agent: AgentID) -> spaces.Space:
         return self._space
 
-    def action_space(self, agent: AgentID) -> spaces.Discrete:
+    def action_space(self, agent: AgentID) -> spaces.Space:
+        if self.actions == "box":
+            return spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
         return spaces.Discrete(2)
 
     def reset(
@@ -57,7 +71,7 @@ class Lights(MultiAgentEnv):
         return self._observe(), {a: {} for a in self.agents}
 
     def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
-        rewards = {a: float(int(actions[a]) == self._sides[a]) for a in self.agents}
+        rewards = {a: float(self._named(actions[a]) == self._sides[a]) for a in self.agents}
         self._step += 1
         done = self._step == self.STEPS
         terms = {a: False for a in self.agents}
@@ -69,8 +83,15 @@ class Lights(MultiAgentEnv):
             return {}, rewards, terms, truncs, infos
         return obs, rewards, terms, truncs, {a: {} for a in self.agents}
 
+    def _named(self, action: Any) -> int:
+        """The half an action names."""
+        return int(np.asarray(action).reshape(-1)[0] > 0) if self.actions == "box" else int(action)
+
     def _observe(self) -> ObsDict:
-        self._sides = {a: int(self._rng.integers(2)) for a in self.agents}
+        if self.sides == "alternate":
+            self._sides = {a: (i + self._step) % 2 for i, a in enumerate(self.agents)}
+        else:
+            self._sides = {a: int(self._rng.integers(2)) for a in self.agents}
         return {a: self._image(side) for a, side in self._sides.items()}
 
     def _image(self, side: int) -> Any:

@@ -69,6 +69,7 @@ from corral.algos.networks import (
 )
 from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
 from corral.arrays import is_tensor
+from corral.arrays.tree import map_tree
 from corral.data.replay import Replay, Transitions
 from corral.data.rollouts import Rollout, decisions
 from corral.errors import UnsupportedEnvError
@@ -325,7 +326,7 @@ class DQNLearner(Learner):
         rows, keep = decisions(rollout, STORED)
         if "learner" in rollout.extras:
             keep = keep & (rollout.extras["learner"] != 0)
-        flat = {name: x.reshape(-1, *x.shape[3:]) for name, x in rows.items()}
+        flat = map_tree(lambda x: x.reshape(-1, *x.shape[3:]), rows)
         self.buffer[g].add(flat, keep.reshape(-1))
 
     def stored(self) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
@@ -140,10 +141,22 @@ def shaped(x: torch.Tensor, space: spaces.Space) -> Any:
     return x
 
 
+@dataclass
+class Parts:
+    """Inputs of an :class:`Encoded` network given apart, without joining them into one
+    tensor: observations ``obs`` as :func:`shaped` lays them out (``[B, ...]`` floats, a dict
+    of them for a ``Dict``) and the extra columns ``extra`` ``[B, k]``."""
+
+    obs: Any
+    extra: torch.Tensor
+
+
 class Encoded(nn.Module):
     """The front of a network whose inputs are ``[..., obs_dim + extra]``: the first
     ``obs_dim`` columns (an observation as ``as_input`` flattens it) through ``encoder``, the
-    ``extra`` ones (an agent's one-hot id, its time) passed on after its features."""
+    ``extra`` ones (an agent's one-hot id, its time) passed on after its features. Inputs
+    given as :class:`Parts` (rows ``[B]``) give the same features without the columns'
+    copies."""
 
     def __init__(self, encoder: nn.Module, space: spaces.Space) -> None:
         super().__init__()
@@ -152,7 +165,9 @@ class Encoded(nn.Module):
         self.obs_dim = flat_dim(space)
         self.out_dim = _out_dim(encoder)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Parts) -> torch.Tensor:
+        if isinstance(x, Parts):
+            return torch.cat([self.encoder(x.obs), x.extra], dim=-1)
         lead = x.shape[:-1]
         obs = x[..., : self.obs_dim].reshape(-1, self.obs_dim)
         features = self.encoder(shaped(obs, self.space)).reshape(*lead, self.out_dim)

@@ -56,7 +56,7 @@ env together with its policy.
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -66,9 +66,11 @@ from gymnasium import spaces
 from torch import nn
 
 from corral.algos.base import AlgoConfig, Algorithm, resolve_device
+from corral.algos.encoders import Encoded, check_setting, encoded_mlp, front, has_image
 from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
 from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
 from corral.arrays import is_tensor
+from corral.arrays.tree import map_tree
 from corral.data.replay import Replay, Transitions
 from corral.data.rollouts import Rollout
 from corral.errors import UnsupportedEnvError
@@ -126,6 +128,34 @@ class Config(AlgoConfig):
     """Also give each agent's critic input its own observation (an agent-specific global
     state): with one critic shared by a group, it need not pick the agent's part out of
     the global input by its index."""
+    encoder: str | Callable[..., Any] = "mlp"
+    """What observations go through before the actors' and critics' MLPs (see
+    :mod:`corral.algos.encoders`): ``mlp`` (none: flattened), ``cnn`` (images), or
+    ``module:attr`` of a factory ``(space) -> nn.Module`` with ``out_dim``. A critic
+    encodes each agent's observation with its own encoder of that agent's group."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_setting(self.encoder)
+
+
+class Critic(nn.Module):
+    """A critic behind encoders: :attr:`encoders` (one per group, shared by its agents, and
+    ``state`` for an image state) give the features it reads; :attr:`head` maps them, the
+    actions and the agent's index to Q."""
+
+    def __init__(self, encoders: Mapping[str, Encoded], head: nn.Module) -> None:
+        super().__init__()
+        self.encoders = nn.ModuleDict(dict(encoders))
+        self.head = head
+
+    def features(self, key: str, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ``[..., flat_dim]`` (observations of group ``key``, or ``state``) through its
+        encoder, where there is one."""
+        return self.encoders[key](x) if key in self.encoders else x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(x)
 
 
 class MADDPGPolicy(Policy):
@@ -156,7 +186,8 @@ class MADDPGPolicy(Policy):
         self.act_dims = {g: _action_dim(self.action_space[g]) for g in self.groups}
         self.discrete = {g: isinstance(self.action_space[g], spaces.Discrete) for g in self.groups}
         self.actor = {
-            g: mlp(
+            g: encoded_mlp(
+                front(config.encoder, self.observation_space[g]),
                 flat_dim(self.observation_space[g]),
                 self.act_dims[g],
                 config.hidden,
@@ -297,21 +328,22 @@ class MADDPGLearner(Learner):
         )
         """The state space the critics see; ``None``: they see every agent's observation."""
         self.uses_state = self.critic_state is not None
-        global_dim = (
-            flat_dim(self.critic_state)
-            if self.critic_state is not None
-            else sum(sizes[g] * flat_dim(policy.observation_space[g]) for g in policy.groups)
-        )
         self.critic: dict[str, nn.Module] = {}
         for g, d in act_dims.items():
+            encoders = self._critic_encoders(policy, g)
+            dims = {h: _features(encoders.get(h), policy.observation_space[h]) for h in sizes}
+            if self.critic_state is not None:
+                global_dim = _features(encoders.get("state"), self.critic_state)
+            else:
+                global_dim = sum(sizes[h] * dims[h] for h in sizes)
             critic_in = global_dim + joint_dim + sizes[g]  # + the agent's index
             if config.critic_own_obs:
-                critic_in += flat_dim(policy.observation_space[g])
+                critic_in += dims[g]
             if policy.discrete[g]:  # a value per own action
-                self.critic[g] = mlp(critic_in, d, config.hidden, activation=config.activation)
+                head = mlp(critic_in, d, config.hidden, activation=config.activation)
             else:  # the own action as input
-                self.critic[g] = mlp(critic_in + d, 1, config.hidden, activation=config.activation)
-            self.critic[g].to(device)
+                head = mlp(critic_in + d, 1, config.hidden, activation=config.activation)
+            self.critic[g] = (Critic(encoders, head) if encoders else head).to(device)
         cfg, actor = config, policy.actor
         self.actor_target = {g: copy.deepcopy(net) for g, net in actor.items()}
         self.critic_target = {g: copy.deepcopy(net) for g, net in self.critic.items()}
@@ -329,6 +361,20 @@ class MADDPGLearner(Learner):
         """Rows in the replay memory (every rollout writes ``T * E`` of them)."""
         self.due = 0
         """Env steps learned from and not yet paid for by gradient steps."""
+
+    def _critic_encoders(self, policy: MADDPGPolicy, g: str) -> dict[str, Encoded]:
+        """The encoders of group ``g``'s critic by the ``encoder`` setting: one per group whose
+        observations it reads (every group's, or with a state only its own where
+        ``critic_own_obs``), and ``state`` for the state (``cnn`` reads a vector state as
+        it is)."""
+        setting = self.config.encoder
+        seen = dict(policy.observation_space)
+        if self.critic_state is not None:
+            seen = {g: seen[g]} if self.config.critic_own_obs else {}
+            if setting != "cnn" or has_image(self.critic_state):
+                seen["state"] = self.critic_state
+        encoded = {key: front(setting, space) for key, space in seen.items()}
+        return {key: e for key, e in encoded.items() if e is not None}
 
     def exploration(self) -> tuple[float, float]:
         """The ``Box`` noise std and ``Discrete`` random-action probability after the env
@@ -374,7 +420,7 @@ class MADDPGLearner(Learner):
         every step, so each step completes everyone's decision)."""
 
         def flat(x: Any) -> Any:
-            return x.reshape(-1, *x.shape[2:])
+            return map_tree(lambda leaf: leaf.reshape(-1, *leaf.shape[2:]), x)
 
         space = self.policy.action_space[g]
         row = {
@@ -433,23 +479,26 @@ class MADDPGLearner(Learner):
             }
         joint = torch.cat([a.flatten(1) for a in actions.values()], 1)
         next_joint = torch.cat([a.flatten(1) for a in next_actions.values()], 1)
-        glob = self._global(data, obs, "state")
-        next_glob = self._global(data, next_obs, "next_state")
         metrics: dict[str, torch.Tensor] = {}
         for g in self.policy.groups:
+            critic = self.critic[g]
             with torch.no_grad():
-                next_q = self._q(
-                    g, self.critic_target[g], next_glob, next_joint, next_actions[g], next_obs[g]
-                )
+                target_critic = self.critic_target[g]
+                next_glob, next_own = self._seen(target_critic, data, next_obs, "next_state", g)
+                next_q = self._q(g, target_critic, next_glob, next_joint, next_actions[g], next_own)
                 bootstrap = 1.0 - self._tensor(data[f"{g}/terminated"]).float()
                 target = self._tensor(data[f"{g}/reward"]) + cfg.gamma * bootstrap * next_q
-            q = self._q(g, self.critic[g], glob, joint, actions[g], obs[g])
+            glob, own_obs = self._seen(critic, data, obs, "state", g)
+            q = self._q(g, critic, glob, joint, actions[g], own_obs)
             critic_loss = nn.functional.mse_loss(q, target)
-            _step(self.critic_opt[g], self.critic[g], critic_loss, cfg.max_grad_norm)
+            _step(self.critic_opt[g], critic, critic_loss, cfg.max_grad_norm)
+            if isinstance(critic, Critic):  # its encoders just stepped: their features anew
+                with torch.no_grad():
+                    glob, own_obs = self._seen(critic, data, obs, "state", g)
 
             raw = self.policy.actor[g](obs[g])
             own = self._train_action(g, raw, data)
-            actor_loss = -self._q(g, self.critic[g], glob, joint, own, obs[g]).mean()
+            actor_loss = -self._q(g, critic, glob, joint, own, own_obs).mean()
             actor_loss = actor_loss + cfg.action_reg * raw.pow(2).mean()
             _step(self.actor_opt[g], self.policy.actor[g], actor_loss, cfg.max_grad_norm)
             metrics |= {
@@ -502,10 +551,28 @@ class MADDPGLearner(Learner):
         hard = nn.functional.one_hot(soft.argmax(-1), raw.shape[-1]).float()
         return hard - soft.detach() + soft
 
-    def _global(self, data: Transitions, obs: Mapping[str, torch.Tensor], key: str) -> torch.Tensor:
+    def _seen(
+        self,
+        critic: nn.Module,
+        data: Transitions,
+        obs: Mapping[str, torch.Tensor],
+        key: str,
+        g: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """What group ``g``'s ``critic`` reads besides the actions: the global part ``[B, ...]``
+        (the state ``data[key]``, or every agent's observation) and each agent's own
+        observation ``[B, n, ...]``, through the critic's encoders where it has them."""
+
+        def features(part: str, x: torch.Tensor) -> torch.Tensor:
+            return critic.features(part, x) if isinstance(critic, Critic) else x
+
         if self.critic_state is not None:
-            return as_input(data[key], self.critic_state, self.policy.device)
-        return torch.cat([o.flatten(1) for o in obs.values()], dim=1)
+            state = as_input(data[key], self.critic_state, self.policy.device)
+            glob = features("state", state)
+        else:
+            glob = torch.cat([features(h, o).flatten(1) for h, o in obs.items()], dim=1)
+        own = features(g, obs[g]) if self.config.critic_own_obs else obs[g]
+        return glob, own
 
     def _obs(self, array: np.ndarray, g: str) -> torch.Tensor:
         return as_input(array, self.policy.observation_space[g], self.policy.device)
@@ -733,6 +800,11 @@ def _lockstep(rollout: Rollout) -> Any:
 
 def _parameters(*nets: Mapping[str, nn.Module]) -> list[nn.Parameter]:
     return [p for per_group in nets for net in per_group.values() for p in net.parameters()]
+
+
+def _features(encoded: Encoded | None, space: spaces.Space) -> int:
+    """The width of what ``encoded`` makes of observations in ``space`` (flattened: none)."""
+    return flat_dim(space) if encoded is None else encoded.out_dim
 
 
 def _step(opt: torch.optim.Optimizer, net: nn.Module, loss: torch.Tensor, clip: float) -> None:

@@ -84,7 +84,9 @@ from corral.algos.networks import (
 )
 from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
 from corral.algos.recurrent import Chunks, RecurrentCore, advanced, chunk_rows, start_hidden
+from corral.algos.row_inputs import RowInputs, StoredRows, minibatches
 from corral.arrays import ops_of, to_numpy
+from corral.arrays.tree import map_tree
 from corral.data.rollouts import Rollout, masked_gae
 from corral.errors import ConfigError, UnsupportedEnvError
 from corral.settings import Range
@@ -504,11 +506,31 @@ class MAPPOPolicy(Policy):
             x = obs_input
         else:
             x = as_input(obs, self.observation_space[g], self.device)
-        parts = [x]
-        if self.config.time_scale is not None:
-            time = torch.as_tensor(decision, device=self.device, dtype=torch.float32)
-            parts.append((time * self.config.time_scale).unsqueeze(-1))
-        return self._with_id(g, parts, agent)
+        return self._with_id(g, [x, *self._time(decision)], agent)
+
+    def _time(self, decision: Any) -> list[torch.Tensor]:
+        """The critic's time column ``[..., 1]`` of ``decision`` (none without ``time_scale``)."""
+        if self.config.time_scale is None:
+            return []
+        time = torch.as_tensor(decision, device=self.device, dtype=torch.float32)
+        return [(time * self.config.time_scale).unsqueeze(-1)]
+
+    def row_inputs(
+        self, g: str, obs: Any, state: Any, decision: Any, agent: Any
+    ) -> tuple[RowInputs, RowInputs]:
+        """The actor's and the critic's inputs of rows (as :meth:`actor_input` and
+        :meth:`critic_input` with ``agent`` given), kept as :class:`RowInputs`: the
+        observations (or states) in their stored dtype, one copy where both networks see
+        them, made into floats a minibatch at a time."""
+        none = torch.zeros(len(agent), 0, device=self.device)
+        nets = self.nets[g]
+        stored = StoredRows(obs, self.observation_space[g], self.device)
+        actor = RowInputs(stored, self._with_id(g, [none], agent), parts=_has_front(nets.actor))
+        if self.uses_state and self.state_space is not None:
+            stored = StoredRows(state, self.state_space, self.device)
+        critic_extra = self._with_id(g, [none, *self._time(decision)], agent)
+        critic = RowInputs(stored, critic_extra, parts=_has_front(nets.critic))
+        return actor, critic
 
     def mask(self, mask: Any) -> torch.Tensor | None:
         """An action mask as a boolean tensor on the policy's device (``None`` stays)."""
@@ -662,7 +684,8 @@ class MAPPOPolicy(Policy):
             decisions = {
                 g: _where_done(done, batch.episode_decisions[g], indices[g]) for g in self.nets
             }
-        obs = {g: _where_done(done, batch.final_obs[g], batch.obs[g]) for g in self.nets}
+        where_done = functools.partial(_where_done, done)
+        obs = {g: map_tree(where_done, batch.final_obs[g], batch.obs[g]) for g in self.nets}
         state = None
         if batch.state is not None:
             state = _where_done(done, batch.final_state, batch.state)
@@ -758,14 +781,25 @@ class MAPPOLearner(Learner):
                 # a decision carried over keeps the state it was made in
                 carried = (step == 0) & rollout.carried[env, agent]
                 state = _where_done(carried, rollout.carried_state[env, agent], state)
-        obs = rollout.obs[at]
-        x = as_input(obs, policy.observation_space[g], policy.device)
+        obs = map_tree(lambda x: x[at], rollout.obs)
         mask = None if rollout.action_mask is None else rollout.action_mask[at]
         decision = rollout.decision if rollout.decision is not None else extras.get("decision")
         decision = None if decision is None else decision[at]
+        actor_in: torch.Tensor | RowInputs
+        critic_in: torch.Tensor | RowInputs
+        seen = [policy.observation_space[g]]
+        if policy.uses_state and policy.state_space is not None:
+            seen.append(policy.state_space)
+        if any(has_image(space) for space in seen) and not cfg.recurrent:
+            # images stay in their dtype (uint8), one copy: floats a minibatch at a time
+            actor_in, critic_in = policy.row_inputs(g, obs, state, decision, agent)
+        else:
+            x = as_input(obs, policy.observation_space[g], policy.device)
+            actor_in = policy.actor_input(g, obs, agent, obs_input=x)
+            critic_in = policy.critic_input(g, obs, state, decision, agent, obs_input=x)
         rows = {
-            "actor_in": policy.actor_input(g, obs, agent, obs_input=x),
-            "critic_in": policy.critic_input(g, obs, state, decision, agent, obs_input=x),
+            "actor_in": actor_in,
+            "critic_in": critic_in,
             "mask": mask,
             "sample": extras["sample"][at],
             "old_log_prob": extras["log_prob"][at],
@@ -796,8 +830,8 @@ class MAPPOLearner(Learner):
         self,
         g: str,
         *,
-        actor_in: torch.Tensor,
-        critic_in: torch.Tensor,
+        actor_in: torch.Tensor | RowInputs,
+        critic_in: torch.Tensor | RowInputs,
         mask: Any,
         sample: Any,
         old_log_prob: Any,
@@ -805,7 +839,8 @@ class MAPPOLearner(Learner):
         returns: Any,
         old_value: Any,
     ) -> dict[str, float]:
-        """PPO epochs over one group's decisions (rows), given their advantages and returns."""
+        """PPO epochs over one group's decisions (rows), given their advantages and returns;
+        the networks' inputs as tensors, or as :class:`RowInputs` made a minibatch at a time."""
         cfg, nets, device = self.config, self.policy.nets[g], self.policy.device
         tensor = functools.partial(torch.as_tensor, device=device, dtype=torch.float32)
         advantage, returns, old_value = tensor(advantage), tensor(returns), tensor(old_value)
@@ -828,7 +863,8 @@ class MAPPOLearner(Learner):
             perm = torch.randperm(len(advantage), generator=self.policy.generator)
             perm = to_device(perm, device)
             # one gather per epoch: its minibatches are contiguous slices of the shuffled rows
-            shuffled = [x.index_select(0, perm).split(size) for x in rows]
+            chunks = perm.split(size)
+            shuffled = [minibatches(x, perm, size, chunks) for x in rows]
             for batch in zip(*shuffled, strict=True):
                 a_in, c_in, smp, old_lp, adv, tgt, old = batch[:7]
                 dist = nets.actor(a_in, batch[7] if mask is not None else None)
@@ -1024,6 +1060,11 @@ def ppo_loss(
         clip_frac = ((ratio - 1).abs() > cfg.clip).float().mean()
         stats = torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_frac])
     return loss, stats
+
+
+def _has_front(net: nn.Module) -> bool:
+    """Whether ``net`` reads its observations through an :class:`Encoded` front."""
+    return any(isinstance(module, Encoded) for module in net.modules())
 
 
 def _where_done(done: Any, final: Any, now: Any) -> Any:

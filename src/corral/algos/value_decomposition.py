@@ -57,6 +57,7 @@ from corral.algos.dqn import (
 from corral.algos.mixers import QMixer, VDNMixer
 from corral.algos.networks import as_input, flat_dim, frozen_copy
 from corral.algos.policy import FirstUpdate
+from corral.arrays.tree import map_tree
 from corral.data.replay import Transitions
 from corral.data.rollouts import Rollout
 from corral.settings import Range
@@ -234,7 +235,7 @@ def joint_steps(rollout: Rollout, *, with_state: bool) -> tuple[dict[str, Any], 
             )
         fields["state"], fields["next_state"] = rollout.state, nxt["state"]
     steps, envs = rollout.acting.shape[:2]
-    rows = {name: x.reshape(steps * envs, *x.shape[2:]) for name, x in fields.items()}
+    rows = map_tree(lambda x: x.reshape(steps * envs, *x.shape[2:]), fields)
     return rows, rollout.acting.any(-1).reshape(-1)
 
 

@@ -18,6 +18,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,10 +26,13 @@ import numpy as np
 
 from corral.arrays import is_tensor, zeros
 from corral.arrays import xp as namespace
+from corral.arrays.tree import first_leaf, leaves_of, map_tree, tree_leaves
 
 Transitions = dict[str, Any]
 """Rows of decisions, one array ``[K, ...]`` per field (``obs``, ``action``, ``reward``,
-``next_obs``...; see :func:`corral.data.rollouts.decisions`): what a :class:`Replay` stores."""
+``next_obs``...; see :func:`corral.data.rollouts.decisions`): what a :class:`Replay` stores.
+A field may be a dict or tuple of such arrays (a ``Dict`` observation): it is stored leaf by
+leaf and sampled as it was written."""
 
 
 class Replay:
@@ -59,7 +63,7 @@ class Replay:
         kept at once, the last ``capacity`` stay."""
         if not rows:
             raise ValueError("no fields to write")
-        first = next(iter(rows.values()))
+        first = first_leaf(next(iter(rows.values())))
         if not self._data:
             self._allocate(rows)
         else:
@@ -77,8 +81,8 @@ class Replay:
         total = rank[-1] + 1 if count else rank.sum() * 0
         stays = keep & (rank >= total - self.capacity)  # the newest `capacity` of them
         index = xp.where(stays, (self._next + rank) % self.capacity, self.capacity)
-        for name, array in self._data.items():
-            array[index] = rows[name]
+        for name, stored in self._data.items():
+            map_tree(functools.partial(_scatter, index), stored, rows[name])
         if xp is np:
             self._next = int((self._next + total) % self.capacity)
             self._size = int(min(self._size + total, self.capacity))
@@ -88,24 +92,32 @@ class Replay:
 
     def _allocate(self, rows: Mapping[str, Any]) -> None:
         self._data = {}
-        for name, x in rows.items():
-            self._data[name] = zeros(x, (self.capacity + 1, *x.shape[1:]))
-        self._follow(next(iter(rows.values())))
+        for name, tree in rows.items():
+            self._data[name] = map_tree(lambda x: zeros(x, (self.capacity + 1, *x.shape[1:])), tree)
+        self._follow(first_leaf(next(iter(rows.values()))))
 
     def _check(self, rows: Mapping[str, Any]) -> None:
         missing = sorted(set(self._data) - set(rows))
         if missing:
             raise ValueError(f"the rows lack the fields {missing} of this replay memory")
-        for name, array in self._data.items():
-            if tuple(rows[name].shape[1:]) != tuple(array.shape[1:]):
+        for name, stored in self._data.items():
+            try:
+                given = leaves_of(stored, rows[name], name)
+            except (KeyError, IndexError, TypeError):
                 raise ValueError(
-                    f"field {name!r}: rows of shape {tuple(rows[name].shape[1:])}, but this "
-                    f"replay memory holds rows of shape {tuple(array.shape[1:])}"
-                )
+                    f"field {name!r}: the rows are laid out unlike this replay memory's"
+                ) from None
+            for (path, array), (_, x) in zip(tree_leaves(stored, name), given, strict=True):
+                if not hasattr(x, "shape") or tuple(x.shape[1:]) != tuple(array.shape[1:]):
+                    got = tuple(x.shape[1:]) if hasattr(x, "shape") else type(x).__name__
+                    raise ValueError(
+                        f"field {path!r}: rows of shape {got}, but this replay memory holds "
+                        f"rows of shape {tuple(array.shape[1:])}"
+                    )
 
     def _follow(self, like: Any) -> None:
         """Move the storage to ``like``'s namespace and device (after a load, say)."""
-        stored = next(iter(self._data.values()))
+        stored = first_leaf(next(iter(self._data.values())))
         if is_tensor(like) == is_tensor(stored) and (
             not is_tensor(like) or like.device == stored.device
         ):
@@ -115,11 +127,11 @@ class Replay:
         if is_tensor(like):
             import torch
 
-            self._data = {k: torch.as_tensor(v).to(like.device) for k, v in self._data.items()}
+            self._data = map_tree(lambda v: torch.as_tensor(v).to(like.device), self._data)
             self._next, self._size = _counters(int(self._next), int(self._size), like.device)
             self._generator = None
         else:
-            self._data = {k: v.cpu().numpy() for k, v in self._data.items()}
+            self._data = map_tree(lambda v: v.cpu().numpy(), self._data)
             self._next, self._size = int(self._next), int(self._size)
 
     # -- reading --------------------------------------------------------------------------
@@ -150,7 +162,7 @@ class Replay:
             index = (draw * self._size).long()
         else:
             index = self.rng.integers(0, self._size, size=batch_size)
-        return {name: array[index] for name, array in self._data.items()}
+        return map_tree(lambda array: array[index], self._data)
 
     def _torch_generator(self, device: Any) -> Any:
         import torch
@@ -170,9 +182,10 @@ class Replay:
         """The stored rows (only the filled ones, on the host), the write position and the
         samplers' states."""
         size = int(self._size)
-        data = {}
-        for name, array in self._data.items():
-            data[name] = array[:size].cpu().clone() if is_tensor(array) else array[:size].copy()
+        data = map_tree(
+            lambda array: array[:size].cpu().clone() if is_tensor(array) else array[:size].copy(),
+            self._data,
+        )
         state: dict[str, Any] = {
             "capacity": self.capacity,
             "data": data,
@@ -193,16 +206,19 @@ class Replay:
                 f"a replay memory of capacity {state['capacity']} cannot be loaded into one of "
                 f"capacity {self.capacity}"
             )
-        self._data = {}
         size = int(state["size"])
-        for name, array in state["data"].items():
+        for path, array in tree_leaves(state["data"]):
             if len(array) != size:
                 raise ValueError(
-                    f"replay field {name!r} holds {len(array)} rows, but the state says {size}"
+                    f"replay field {path[1:]!r} holds {len(array)} rows, but the state says {size}"
                 )
-            stored = zeros(array, (self.capacity + 1, *array.shape[1:]))
-            stored[:size] = array
-            self._data[name] = stored
+
+        def stored(array: Any) -> Any:
+            out = zeros(array, (self.capacity + 1, *array.shape[1:]))
+            out[:size] = array
+            return out
+
+        self._data = map_tree(stored, dict(state["data"]))
         self._size, self._next = size, int(state["next"])
         self.rng.bit_generator.state = state["rng"]
         self._generator = None
@@ -212,6 +228,10 @@ class Replay:
         """Move the stored rows to ``like``'s namespace and device (an array or tensor)."""
         if self._data:
             self._follow(like)
+
+
+def _scatter(index: Any, array: Any, rows: Any) -> None:
+    array[index] = rows
 
 
 def _counters(next_: int, size: int, device: Any) -> tuple[Any, Any]:

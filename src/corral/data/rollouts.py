@@ -42,6 +42,7 @@ arrays, ready to write into a :class:`~corral.data.replay.Replay`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from corral.arrays import ops_of, zeros
+from corral.arrays.tree import leaf_keys, leaves_of, map_tree, tree_leaves
 
 if TYPE_CHECKING:
     from corral.vector.protocols import Batch, Groups
@@ -57,6 +59,9 @@ if TYPE_CHECKING:
 @dataclass
 class Rollout:
     """One group's ``T`` vector steps, time-major: ``[T, E, n, ...]`` unless said otherwise.
+
+    ``obs`` (and ``next["obs"]``) is laid out as the batches' observations: an array, or a
+    dict or tuple of arrays (a ``Dict`` or ``Tuple`` space), stored leaf by leaf.
 
     ``reward[t]`` is what each agent earned in step ``t`` (``Batch.reward``);
     where ``carried``, ``reward[0]`` also holds what the carried decision
@@ -199,26 +204,40 @@ class RolloutBuilder:
         self._carried_state: dict[str, Any] = {}
 
     def _store(self, g: str, name: str, x: Any, store: dict[str, Any] | None = None) -> None:
+        """Write ``x`` (an array ``[E, n, ...]``, or a dict or tuple of them: a ``Dict``
+        observation) at row ``t`` of ``name``, leaf by leaf."""
         store = self._data[g] if store is None else store
         lead = (self.num_envs, len(self.groups[g]))
-        if hasattr(x, "shape") and tuple(x.shape[:2]) != lead:
-            raise ValueError(
-                f"group {g!r}: {name} has shape {tuple(x.shape)}, expected [E, n, ...] with "
-                f"E={self.num_envs} envs and n={lead[1]} agents {self.groups[g]}"
-            )
-        if name not in store:
-            if not hasattr(x, "shape"):
+        leaves = tree_leaves(x, name)
+        for path, leaf in leaves:
+            if not hasattr(leaf, "shape"):
                 raise TypeError(
-                    f"group {g!r}: {name} must be an array [E, n, ...], got {type(x).__name__}"
+                    f"group {g!r}: {path} must be an array [E, n, ...] (or a dict or tuple of "
+                    f"them), got {type(leaf).__name__}"
                 )
-            store[name] = zeros(x, (self.steps, *x.shape))
-        target = store[name]
-        if tuple(x.shape) != tuple(target.shape[1:]):
+            if tuple(leaf.shape[:2]) != lead:
+                raise ValueError(
+                    f"group {g!r}: {path} has shape {tuple(leaf.shape)}, expected [E, n, ...] "
+                    f"with E={self.num_envs} envs and n={lead[1]} agents {self.groups[g]}"
+                )
+        if name not in store:
+            store[name] = map_tree(lambda leaf: zeros(leaf, (self.steps, *leaf.shape)), x)
+        try:
+            targets = [target for _, target in leaves_of(x, store[name])]
+        except (KeyError, IndexError, TypeError):
+            targets = []
+        if not all(hasattr(target, "shape") for target in targets) or len(targets) != len(leaves):
             raise ValueError(
-                f"group {g!r}: {name} has shape {tuple(x.shape)}, expected "
-                f"{tuple(target.shape[1:])} (num_envs={self.num_envs}, agents={self.groups[g]})"
+                f"group {g!r}: {name} is laid out unlike its first step's ({_layout(store[name])})"
             )
-        target[self._t] = x
+        for (path, leaf), target in zip(leaves, targets, strict=True):
+            if tuple(leaf.shape) != tuple(target.shape[1:]):
+                raise ValueError(
+                    f"group {g!r}: {path} has shape {tuple(leaf.shape)}, expected "
+                    f"{tuple(target.shape[1:])} (num_envs={self.num_envs}, "
+                    f"agents={self.groups[g]})"
+                )
+            target[self._t] = leaf
 
     def act(
         self,
@@ -283,9 +302,7 @@ class RolloutBuilder:
         # the fields and the extras apart: an extra may share a field's name ("decision")
         for arrays, kept in ((self._data[g], carry["fields"]), (self._extras[g], carry["extras"])):
             for name, saved in kept.items():
-                row = arrays[name][0]
-                mask = where.reshape(*where.shape, *([1] * (row.ndim - where.ndim)))
-                arrays[name][0] = xp.where(mask, saved, row)
+                map_tree(functools.partial(_write_row0, xp, where), arrays[name], saved)
         self._data[g]["acting"][0] = self._data[g]["acting"][0] | where
         self._carried[g] = where
         self._row[g] = xp.where(where, 0, self._row[g])
@@ -334,9 +351,12 @@ class RolloutBuilder:
         """Step ``t``'s :attr:`Rollout.next` fields of group ``g``, as the assembler's rows."""
         store = self._next.setdefault(g, {})
         xp, done = ops_of(batch.done).xp, batch.done[:, None]
-        obs = batch.obs[g]
-        ended = done.reshape(*done.shape, *([1] * (obs.ndim - 2)))
-        self._store(g, "obs", xp.where(ended, batch.final_obs[g], obs), store)
+        obs = map_tree(
+            lambda x, final: xp.where(_widen(done, x.ndim), final, x),
+            batch.obs[g],
+            batch.final_obs[g],
+        )
+        self._store(g, "obs", obs, store)
         self._store(g, "acting", batch.acting[g] & ~done, store)
         if g in batch.action_mask:
             # no mask comes with a final observation: every action counts as legal there
@@ -356,7 +376,7 @@ class RolloutBuilder:
         out: dict[str, Rollout] = {}
         for g in self.groups:
             data, extras = self._data[g], self._extras[g]
-            cut = {name: x[:t] for name, x in data.items()}
+            cut = {name: map_tree(lambda x: x[:t], tree) for name, tree in data.items()}
             acting = cut["acting"]
             out[g] = Rollout(
                 obs=cut["obs"],
@@ -374,7 +394,7 @@ class RolloutBuilder:
                 state=None if self._state is None else self._state[:t],
                 action_mask=cut.get("action_mask"),
                 decision=cut.get("decision"),
-                extras={name: x[:t] for name, x in extras.items()},
+                extras={name: map_tree(lambda x: x[:t], tree) for name, tree in extras.items()},
                 carried_state=self._carried_state.get(g),
                 next=self._finished_next(g, t),
             )
@@ -388,7 +408,7 @@ class RolloutBuilder:
     def _finished_next(self, g: str, t: int) -> dict[str, Any]:
         if not self.record_next:
             return {}
-        out = {name: x[:t] for name, x in self._next[g].items()}
+        out = {name: map_tree(lambda x: x[:t], tree) for name, tree in self._next[g].items()}
         if self._next_state is not None:
             out["state"] = self._next_state[:t]
         return out
@@ -403,11 +423,27 @@ class RolloutBuilder:
 
         def kept(arrays: Mapping[str, Any]) -> dict[str, Any]:
             names = [name for name in arrays if name not in _STEP_OUTPUTS and name != "acting"]
-            return {name: arrays[name][self._row[g], env, agent] for name in names}
+            at = (self._row[g], env, agent)
+            return {name: map_tree(lambda x: x[at], arrays[name]) for name in names}
 
         state = None if self._state is None else self._state[self._row[g], env]
         fields, extra = kept(data), kept(extras)
         self._carry[g] = {"mask": mask, "fields": fields, "extras": extra, "state": state}
+
+
+def _widen(mask: Any, ndim: int) -> Any:
+    """``mask`` ``[E, n]`` with axes of length 1 appended up to ``ndim`` axes."""
+    return mask.reshape(*mask.shape, *([1] * (ndim - mask.ndim)))
+
+
+def _write_row0(xp: Any, where: Any, array: Any, saved: Any) -> None:
+    """Row 0 of ``array`` ``[T, E, n, ...]`` takes ``saved`` ``[E, n, ...]`` where ``where``."""
+    array[0] = xp.where(_widen(where, array.ndim - 1), saved, array[0])
+
+
+def _layout(tree: Any) -> str:
+    """The keys down to each leaf of ``tree``, for an error message."""
+    return ", ".join("/".join(map(str, keys)) or "an array" for keys in leaf_keys(tree))
 
 
 _STEP_OUTPUTS = ("reward", "terminated", "truncated", "final_value")
@@ -457,7 +493,7 @@ def decisions(
         "obs": lambda: rollout.obs,
         "action": lambda: rollout.action,
         "reward": lambda: _decision_rewards(rollout)[last, env, agent],
-        "next_obs": lambda: nxt["obs"][last, env, agent],
+        "next_obs": lambda: map_tree(lambda x: x[last, env, agent], nxt["obs"]),
         "terminated": lambda: rollout.terminated[last, env, agent],
         "truncated": lambda: rollout.truncated[last, env, agent],
         "next_acting": lambda: nxt["acting"][last, env, agent],
@@ -492,7 +528,7 @@ def decision_rows(
     if keep is not None:
         complete = complete & keep
     at = ops_of(complete).nonzero(complete)
-    out = {name: x[at] for name, x in rows.items()}
+    out = {name: map_tree(lambda x: x[at], tree) for name, tree in rows.items()}
     out["env"], out["agent"] = at[1], at[2]
     return out
 
