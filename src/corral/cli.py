@@ -870,30 +870,19 @@ def _train_help(args: argparse.Namespace) -> str:
         for f in dataclasses.fields(config_cls)
         if f.name in notes or f.name in run_fields
     }
-    return "\n".join(
-        [
-            args.format_help(),
-            *textwrap.wrap(text, width),
-            "",
-            "run settings (corral.training.RunConfig):",
-            list_settings(RunConfig, vars(defaults.run), notes=notes, width=width),
-            "",
-            f"{args.algo} settings ({config_cls.__module__}.{config_cls.__qualname__}):",
-            list_settings(config_cls, vars(defaults.algo_config), notes=algo_notes, width=width),
-        ]
+    return _settings_help(
+        args, text, width, (defaults.run, notes), (args.algo, defaults.algo_config, algo_notes)
     )
 
 
 def _resume_help(args: argparse.Namespace, notes: dict[str, str], width: int) -> str:
     """``corral train --resume RUN --help``: the run's settings as its config.yaml holds
     them, saying which a resume may change."""
-    from corral.settings import list_settings
     from corral.training import RunConfig
     from corral.training.runner import RESUMABLE, read_run_config
 
     with _training_errors():
         config = read_run_config(Path(args.resume), [*args.allow_imports, *args.imports])
-    config_cls = type(config.algo_config)
     run_notes = {
         f.name: "; ".join(
             ([notes[f.name]] if f.name in notes else [])
@@ -906,16 +895,35 @@ def _resume_help(args: argparse.Namespace, notes: dict[str, str], width: int) ->
         f"change those marked so (--set KEY=VALUE); the others, and {config.algo}'s "
         "settings, are fixed by the run."
     )
+    return _settings_help(
+        args, text, width, (config.run, run_notes), (config.algo, config.algo_config, {})
+    )
+
+
+def _settings_help(
+    args: argparse.Namespace,
+    text: str,
+    width: int,
+    run: tuple[Any, dict[str, str]],
+    algo: tuple[str, Any, dict[str, str]],
+) -> str:
+    """argparse's help, ``text``, then the run settings ``run`` (values, notes) and the
+    algorithm's ``algo`` (name, values, notes), each listed with type, range and docstring."""
+    from corral.settings import list_settings
+    from corral.training import RunConfig
+
+    (run_values, run_notes), (name, algo_values, algo_notes) = run, algo
+    cls = type(algo_values)
     return "\n".join(
         [
             args.format_help(),
             *textwrap.wrap(text, width),
             "",
             "run settings (corral.training.RunConfig):",
-            list_settings(RunConfig, vars(config.run), notes=run_notes, width=width),
+            list_settings(RunConfig, vars(run_values), notes=run_notes, width=width),
             "",
-            f"{config.algo} settings ({config_cls.__module__}.{config_cls.__qualname__}):",
-            list_settings(config_cls, vars(config.algo_config), width=width),
+            f"{name} settings ({cls.__module__}.{cls.__qualname__}):",
+            list_settings(cls, vars(algo_values), notes=algo_notes, width=width),
         ]
     )
 
