@@ -843,11 +843,7 @@ class MAPPOLearner(Learner):
         the networks' inputs as tensors, or as :class:`RowInputs` made a minibatch at a time."""
         cfg, nets, device = self.config, self.policy.nets[g], self.policy.device
         tensor = functools.partial(torch.as_tensor, device=device, dtype=torch.float32)
-        advantage, returns, old_value = tensor(advantage), tensor(returns), tensor(old_value)
-        nets.value_norm.update(returns, cast(nn.Linear, nets.critic[-1]))
-        target, old_value = nets.value_norm.normalize(returns), nets.value_norm.normalize(old_value)
-        if cfg.normalize_advantages and len(advantage) > 1:
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        advantage, target, old_value = self._targets(g, advantage, returns, old_value)
         mask = self.policy.mask(mask)
         sample = torch.as_tensor(sample, device=device)
         old_log_prob = tensor(old_log_prob)
@@ -870,15 +866,42 @@ class MAPPOLearner(Learner):
                 dist = nets.actor(a_in, batch[7] if mask is not None else None)
                 value = nets.critic(c_in).squeeze(-1)
                 loss, stats = ppo_loss(cfg, dist, value, smp, old_lp, adv, tgt, old)
-                for p in params:  # the optimiser's zero_grad(), without its per-call overhead
-                    p.grad = None
-                loss.backward()
-                nn.utils.clip_grad_norm_(actor_params, cfg.max_grad_norm, foreach=True)
-                nn.utils.clip_grad_norm_(critic_params, cfg.max_grad_norm, foreach=True)
-                self.optimizers[g].step()
+                self._gradient_step(g, loss, params, actor_params, critic_params)
                 history.append(stats)
         means = torch.stack(history).mean(dim=0).tolist()
         return dict(zip(METRICS, means, strict=True))
+
+    def _targets(
+        self, g: str, advantage: Any, returns: Any, old_value: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Advantages (standardised where the config says), and the value targets and old
+        values normalised by the value normaliser, which is first updated with ``returns``."""
+        cfg, nets = self.config, self.policy.nets[g]
+        tensor = functools.partial(torch.as_tensor, device=self.policy.device, dtype=torch.float32)
+        advantage, returns, old_value = tensor(advantage), tensor(returns), tensor(old_value)
+        nets.value_norm.update(returns, cast(nn.Linear, nets.critic[-1]))
+        target, old_value = nets.value_norm.normalize(returns), nets.value_norm.normalize(old_value)
+        if cfg.normalize_advantages and len(advantage) > 1:
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        return advantage, target, old_value
+
+    def _gradient_step(
+        self,
+        g: str,
+        loss: torch.Tensor,
+        params: list[nn.Parameter],
+        actor_params: list[nn.Parameter],
+        critic_params: list[nn.Parameter],
+    ) -> None:
+        """One optimiser step of ``g`` on ``loss``, actor and critic gradients clipped apart
+        (``params``' gradients cleared first: the optimiser's zero_grad() without its
+        per-call overhead)."""
+        for p in params:
+            p.grad = None
+        loss.backward()
+        nn.utils.clip_grad_norm_(actor_params, self.config.max_grad_norm, foreach=True)
+        nn.utils.clip_grad_norm_(critic_params, self.config.max_grad_norm, foreach=True)
+        self.optimizers[g].step()
 
     def ppo_inputs(
         self,
@@ -895,13 +918,9 @@ class MAPPOLearner(Learner):
         """Recurrent: the rows of :meth:`rollout_rows` as :meth:`chunk_loss` reads them,
         tensors on the policy's device: the value normaliser updated with ``returns``, values
         normalised (``target``, ``old_value``), advantages standardised."""
-        cfg, nets, device = self.config, self.policy.nets[g], self.policy.device
+        device = self.policy.device
         tensor = functools.partial(torch.as_tensor, device=device, dtype=torch.float32)
-        advantage, returns, old_value = tensor(advantage), tensor(returns), tensor(old_value)
-        nets.value_norm.update(returns, cast(nn.Linear, nets.critic[-1]))
-        target, old_value = nets.value_norm.normalize(returns), nets.value_norm.normalize(old_value)
-        if cfg.normalize_advantages and len(advantage) > 1:
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        advantage, target, old_value = self._targets(g, advantage, returns, old_value)
         return {
             **rows,
             "actor_hidden": tensor(rows["actor_hidden"]),
@@ -954,12 +973,9 @@ class MAPPOLearner(Learner):
             perm = torch.randperm(len(chunks), generator=self.policy.generator)
             for take in to_device(perm, self.policy.device).split(size):
                 loss, stats = self.chunk_loss(g, inputs, take)
-                for p in actor_params + critic_params:
-                    p.grad = None
-                loss.backward()
-                nn.utils.clip_grad_norm_(actor_params, cfg.max_grad_norm, foreach=True)
-                nn.utils.clip_grad_norm_(critic_params, cfg.max_grad_norm, foreach=True)
-                self.optimizers[g].step()
+                self._gradient_step(
+                    g, loss, actor_params + critic_params, actor_params, critic_params
+                )
                 history.append(stats)
         means = torch.stack(history).mean(dim=0).tolist()
         return dict(zip(METRICS, means, strict=True))
