@@ -468,6 +468,49 @@ def test_ppo_keeps_image_rows_stored_once_and_learns_the_numbers_of_float_rows(k
         assert torch.equal(value, theirs[name]), name
 
 
+@pytest.mark.parametrize("kind", ["uint8", "float"])
+def test_mappo_encodes_an_image_state_with_the_critics_cnn_and_stores_it_once(kind):
+    venv = corral.make_vec(LIGHTS, 2, seed=0, state=True, env_kwargs={"kind": kind, "state": True})
+    algo = MAPPO(venv, Config(encoder="cnn", rollout_steps=8, epochs=2, minibatches=3, seed=0))
+    ((g, _),) = venv.groups.items()
+    critic = algo.policy.nets[g].critic
+    cnn = [m for m in critic.modules() if isinstance(m, CNN)]
+    # two 3x3 convolutions leave 64 maps of 4 x 12 of the [8, 16] state (4 x 4 of an observation)
+    assert len(cnn) == 1 and cnn[0].linear.in_features == 64 * 4 * 12
+    rollouts = {}
+    algo.learn = rollouts.update
+    Collector(venv, algo, seed=0).run(2 * 8)
+    venv.close()
+    rows = algo.rollout_rows(g, rollouts[g])
+    critic_in = rows["critic_in"]
+    assert critic_in.stored is not rows["actor_in"].stored  # the critic reads the state
+    state = critic_in.stored.obs
+    assert tuple(state.shape[1:]) == (8, 16, 3)
+    assert state.dtype == (torch.float32 if kind == "float" else torch.uint8)
+    index = torch.arange(len(critic_in))
+    floats = {
+        **rows,
+        "actor_in": rows["actor_in"].floats(index),
+        "critic_in": critic_in.floats(index),
+    }
+    twin = copy.deepcopy(algo)
+    assert algo.ppo(g, **rows) == twin.ppo(g, **floats)
+
+
+def test_mappo_with_a_cnn_learns_from_an_image_state(tmp_path):
+    results = corral.train(
+        "mappo",
+        LIGHTS,
+        encoder="cnn",
+        env_kwargs={"state": True},
+        total_steps=384,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        **{**SHORT, "num_envs": 4, "eval_episodes": 8},
+    )
+    assert results.final_eval >= 3.5
+
+
 # -- MADDPG ----------------------------------------------------------------------------------
 
 

@@ -25,14 +25,20 @@ class Lights(MultiAgentEnv):
     ``random`` (drawn from the env's generator) or ``alternate`` (agent ``i``'s lit half at
     step ``t`` is ``(i + t) % 2``: episodes that do not depend on how the env was seeded, so
     a resumed run's envs replay an uninterrupted run's). ``actions``: ``discrete`` or ``box``
-    (a ``Box(-1, 1, (1,))`` action, naming the right half where positive).
+    (a ``Box(-1, 1, (1,))`` action, naming the right half where positive). ``state``: the env
+    has a global state, both agents' images side by side (``[8, 16, 3]``, the image's dtype;
+    ``uint8`` or ``float`` kinds only).
     """
 
     metadata = {"render_modes": [], "name": "lights"}
     STEPS = 4
 
     def __init__(
-        self, kind: str = "uint8", sides: str = "random", actions: str = "discrete"
+        self,
+        kind: str = "uint8",
+        sides: str = "random",
+        actions: str = "discrete",
+        state: bool = False,
     ) -> None:
         if kind not in ("uint8", "float", "dict"):
             raise ValueError(f"kind must be uint8, float or dict, got {kind!r}")
@@ -49,6 +55,10 @@ class Lights(MultiAgentEnv):
         image = spaces.Box(0, high, shape=(SIZE, SIZE, 3), dtype=dtype)
         time = spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
         self._space = spaces.Dict({"image": image, "time": time}) if kind == "dict" else image
+        if state:
+            if kind == "dict":
+                raise ValueError("state needs an image kind (uint8 or float), got 'dict'")
+            self.state_space = spaces.Box(0, high, shape=(SIZE, 2 * SIZE, 3), dtype=dtype)
         self._rng = np.random.default_rng()
         self._sides: dict[str, int] = {}
         self._step = 0
@@ -82,6 +92,12 @@ class Lights(MultiAgentEnv):
             self.agents = []
             return {}, rewards, terms, truncs, infos
         return obs, rewards, terms, truncs, {a: {} for a in self.agents}
+
+    def state(self) -> np.ndarray:
+        """Both agents' current images side by side (blank once the episode ended)."""
+        if not self._sides:
+            return np.zeros(self.state_space.shape, dtype=self.state_space.dtype)
+        return np.concatenate([self._image(self._sides[a]) for a in self.possible_agents], axis=1)
 
     def _named(self, action: Any) -> int:
         """The half an action names."""
