@@ -147,7 +147,8 @@ def test_vdn_chunks_hold_the_team_s_steps_and_give_finite_losses() -> None:
 
 
 @pytest.mark.parametrize(
-    ("cls", "env_id"), [(DQN, "corral/memory-turns"), (VDN, "corral/memory"), (QMIX, "corral/memory")]
+    ("cls", "env_id"),
+    [(DQN, "corral/memory-turns"), (VDN, "corral/memory"), (QMIX, "corral/memory")],
 )
 def test_recurrent_q_learners_update_with_finite_losses(cls: type, env_id: str) -> None:
     venv = corral.make_vec(env_id, 4, seed=0, state=True)
