@@ -36,6 +36,12 @@ Details:
   the learner's transitions (the extra ``learner``) are stored. Self-play plays
   NumPy batches only, of envs that declare ``metadata["zero_sum"] = True``.
 
+* ``recurrent``: the Q-network has a GRU after its first layer, each agent
+  keeps a memory of its episode, and learning samples chunks of ``bptt``
+  consecutive decisions from a :class:`~corral.data.sequence_replay.SequenceReplay`
+  (a stream per env and agent), unrolled from their stored hidden states (see
+  :mod:`corral.algos.recurrent_q`). Off, the numbers are those without the option.
+
 Only ``Discrete`` action spaces are supported. :meth:`DQN.state_dict` holds
 the networks, optimisers, counters (hence the epsilon schedule) and random
 generators; the replay memories are saved apart

@@ -1,7 +1,8 @@
 """Recurrent networks: a GRU after a network's first layer, a memory per agent, and the
 chunks that truncated backpropagation through time (BPTT) learns from.
 
-With ``recurrent=true`` (MAPPO/IPPO), the actor and the critic of a group each
+With ``recurrent=true`` (MAPPO/IPPO; the Q-learners, see :mod:`corral.algos.recurrent_q`,
+keep their memories the same way), the actor and the critic of a group each
 read an observation through their first layer (behind the encoder, where
 there is one) and then a :class:`RecurrentCore`'s GRU cell, whose new hidden
 state is what their heads read. The policy keeps a memory per acting mode

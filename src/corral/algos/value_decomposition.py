@@ -29,6 +29,10 @@ with one replay row per env step and group (not per agent):
 * Huber loss on ``Q_tot``, gradient norm clipping over the agent network and
   the mixer together, target networks (agent and mixer) updated as DQN's.
 
+With ``recurrent``, the agent network has a GRU (see :mod:`corral.algos.recurrent_q`)
+and the replay keeps a stream of joint rows per env, sampled as chunks of ``bptt``
+joint steps of one episode; each row's ``Q_tot`` and target are mixed as above.
+
 Every learned agent must act at every step until its episode ends
 (``needs_lockstep``): a row is one joint step of the team.
 """
