@@ -18,7 +18,7 @@ import corral  # noqa: E402
 from corral.algos.dqn import DQN, Config, masked_huber  # noqa: E402
 from corral.algos.value_decomposition import QMIX, VDN  # noqa: E402
 from corral.data.sequence_replay import SequenceReplay  # noqa: E402
-from corral.errors import ConfigError  # noqa: E402
+from corral.errors import ConfigError, UnsupportedEnvError  # noqa: E402
 from corral.training import Runner  # noqa: E402
 from corral.training import checkpoint as ckpt  # noqa: E402
 from corral.training.collector import Collector, evaluate  # noqa: E402
@@ -169,6 +169,9 @@ def test_bad_recurrent_q_settings_and_batches_are_named() -> None:
     batch.decision = None
     with pytest.raises(ValueError, match=r"Batch\.decision"):
         DQN(venv, RNN).policy.act(batch)
+    # the agents of corral/memory act together (VDN takes it), those of memory-turns do not
+    with pytest.raises(UnsupportedEnvError, match="lockstep=False"):
+        VDN(corral.make_vec("corral/memory-turns", 2, seed=0), VDN.Config(**SETTINGS))
 
 
 @pytest.mark.parametrize("algo", ["dqn", "vdn"])
