@@ -36,6 +36,12 @@ Details:
   the learner's transitions (the extra ``learner``) are stored. Self-play plays
   NumPy batches only, of envs that declare ``metadata["zero_sum"] = True``.
 
+* ``recurrent``: the Q-network has a GRU after its first layer, each agent
+  keeps a memory of its episode, and learning samples chunks of ``bptt``
+  consecutive decisions from a :class:`~corral.data.sequence_replay.SequenceReplay`
+  (a stream per env and agent), unrolled from their stored hidden states (see
+  :mod:`corral.algos.recurrent_q`). Off, the numbers are those without the option.
+
 Only ``Discrete`` action spaces are supported. :meth:`DQN.state_dict` holds
 the networks, optimisers, counters (hence the epsilon schedule) and random
 generators; the replay memories are saved apart
@@ -68,10 +74,13 @@ from corral.algos.networks import (
     masked_logits,
 )
 from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
+from corral.algos.recurrent import RecurrentSettings, advanced, start_hidden
+from corral.algos.recurrent_q import RecurrentQNet
 from corral.arrays import is_tensor
 from corral.arrays.tree import map_tree
 from corral.data.replay import Replay, Transitions
 from corral.data.rollouts import Rollout, decisions
+from corral.data.sequence_replay import SequenceReplay
 from corral.errors import UnsupportedEnvError
 from corral.settings import Range
 from corral.vector.sampling import sample_array
@@ -84,7 +93,7 @@ STORED = ("obs", "action", "reward", "next_obs", "terminated", "next_action_mask
 
 
 @dataclass
-class QConfig(AlgoConfig):
+class QConfig(RecurrentSettings):
     """Settings of the replay Q-learners (DQN, VDN, QMIX)."""
 
     lr: Annotated[float, Range(gt=0)] = 5e-4
@@ -92,7 +101,7 @@ class QConfig(AlgoConfig):
     buffer_size: Annotated[int, Range(ge=1)] = 100_000
     """Replay memory capacity per group, in transitions."""
     batch_size: Annotated[int, Range(ge=1)] = 64
-    """Transitions per gradient step (per group)."""
+    """Transitions per gradient step (per group); recurrent: chunks of ``bptt`` decisions."""
     learning_starts: Annotated[int, Range(ge=0)] = 500
     """Transitions stored (all groups together) before learning starts."""
     train_freq: Annotated[int, Range(ge=1)] = 4
@@ -172,6 +181,9 @@ class DQNPolicy(Policy):
         """Exploration draws on NumPy batches."""
         self.torch_rng = torch.Generator(device).manual_seed(config.seed)
         """Exploration draws on torch batches."""
+        self.memory: dict[bool, dict[str, torch.Tensor]] = {}
+        """Recurrent: per acting mode (``explore``), per group, the hidden states ``[E, n,
+        rnn_hidden]`` after each agent's last decision (see :mod:`corral.algos.recurrent_q`)."""
 
     def input_dim(self, group: str) -> int:
         """The width of ``group``'s network input (see :meth:`q_input`)."""
@@ -185,9 +197,13 @@ class DQNPolicy(Policy):
         """The Q-network of ``group``: its inputs' (:meth:`q_input`) values of ``actions``
         actions, the observation part through the ``encoder`` setting's front."""
         space = self.observation_space[group]
-        net = encoded_mlp(
-            front(self.config.encoder, space), self.input_dim(group), actions, self.config.hidden
-        )
+        encoded = front(self.config.encoder, space)
+        cfg = self.config
+        net: nn.Module
+        if cfg.recurrent:
+            net = RecurrentQNet(encoded, self.input_dim(group), actions, cfg.hidden, cfg.rnn_hidden)
+        else:
+            net = encoded_mlp(encoded, self.input_dim(group), actions, cfg.hidden)
         return net.to(self.device)
 
     def greedy(self, group: str, obs: Any, mask: Any, net: nn.Module | None = None) -> Any:
@@ -196,10 +212,13 @@ class DQNPolicy(Policy):
         observations, else NumPy)."""
         net = self.q[group] if net is None else net
         with torch.no_grad():
-            q = net(self.q_input(group, obs))
-            if mask is not None:
-                q = masked_logits(q, torch.as_tensor(mask, device=self.device))
-            best = q.argmax(-1)
+            return self._best(group, net(self.q_input(group, obs)), obs, mask)
+
+    def _best(self, group: str, q: torch.Tensor, obs: Any, mask: Any) -> Any:
+        """The best legal actions of Q values ``q`` ``[..., A]``, placed as ``obs`` is."""
+        if mask is not None:
+            q = masked_logits(q, torch.as_tensor(mask, device=self.device))
+        best: Any = q.argmax(-1)
         if not is_tensor(obs):
             best = best.cpu().numpy()
         return best + int(self.action_space[group].start)
@@ -209,7 +228,11 @@ class DQNPolicy(Policy):
     ) -> Any:
         """``net``'s greedy legal actions, each replaced with probability ``epsilon`` by a
         uniformly random legal one (drawn from the policy's generators)."""
-        actions = self.greedy(group, obs, mask, net)
+        return self._explore(group, self.greedy(group, obs, mask, net), mask, epsilon)
+
+    def _explore(self, group: str, actions: Any, mask: Any, epsilon: float) -> Any:
+        """``actions``, each replaced with probability ``epsilon`` by a uniformly random legal
+        one."""
         if is_tensor(mask):  # drawn on the device, nothing read back
             lead = tuple(mask.shape[:-1])
             explore = torch.rand(lead, generator=self.torch_rng, device=self.device) < epsilon
@@ -231,14 +254,44 @@ class DQNPolicy(Policy):
         decisions: Mapping[str, Any] | None = None,
     ) -> tuple[Actions, Extras]:
         """Epsilon-greedy legal actions with :attr:`epsilon` (greedy when ``explore`` is
-        false) of every agent of its groups; no extras."""
+        false) of every agent of its groups; no extras. Recurrent: the memories advance
+        where agents act, and the extra ``hidden`` holds each one's state before the step
+        (zero where ``Batch.decision``, or ``decisions``, is 0)."""
         epsilon = self.epsilon if explore else 0.0
         masks = batch.action_mask  # every Discrete group has one
+        if self.config.recurrent:
+            return self._act_recurrent(batch, explore, epsilon, decisions)
         actions = {
             g: self.epsilon_greedy(self.q[g], g, batch.obs[g], masks[g], epsilon)
             for g in self.groups
         }
         return actions, {}
+
+    @torch.no_grad()
+    def _act_recurrent(
+        self, batch: Batch, explore: bool, epsilon: float, decisions: Mapping[str, Any] | None
+    ) -> tuple[Actions, Extras]:
+        if decisions is None:
+            decisions = getattr(batch, "decision", None)
+        if decisions is None:
+            raise ValueError(
+                f"recurrent {type(self).__name__} resets each agent's memory at its episode's "
+                "start, read from Batch.decision (a VectorEnv's batches have it), but the batch "
+                "has none: pass decisions={group: [E, n] indices}"
+            )
+        memory = self.memory.setdefault(explore, {})
+        actions: Actions = {}
+        hidden: dict[str, Any] = {}
+        for g in self.groups:
+            obs, mask = batch.obs[g], batch.action_mask[g]
+            net = self.q[g]
+            assert isinstance(net, RecurrentQNet)
+            h = start_hidden(memory.get(g), decisions[g], net.hidden_size, self.device)
+            q, new = net.step(self.q_input(g, obs), h)
+            actions[g] = self._explore(g, self._best(g, q, obs, mask), mask, epsilon)
+            memory[g] = advanced(batch.acting[g], new, h)
+            hidden[g] = h if is_tensor(obs) else h.cpu().numpy()
+        return actions, {"hidden": hidden}
 
     def weights(self) -> Weights:
         """Every group's online network (CPU copies), :attr:`epsilon` and the version."""
@@ -267,15 +320,21 @@ class DQNLearner(Learner):
 
     policy: DQNPolicy
 
-    def __init__(self, policy: DQNPolicy, config: QConfig) -> None:
+    def __init__(self, policy: DQNPolicy, config: QConfig, *, num_envs: int = 1) -> None:
         super().__init__(policy)
         self.config = config
         self.target = {g: frozen_copy(net) for g, net in policy.q.items()}
         self.optimizer = {g: torch.optim.Adam(self.parameters(g), lr=config.lr) for g in policy.q}
-        self.buffer = {
-            g: Replay(config.buffer_size, seed=config.seed + 1 + i)
-            for i, g in enumerate(policy.groups)
-        }
+        self.buffer: dict[str, Replay | SequenceReplay] = {}
+        """Per group, its replay memory: recurrent, a :class:`SequenceReplay` with a stream per
+        env and row of an env step (:meth:`rows_per_env`)."""
+        for i, g in enumerate(policy.groups):
+            seed = config.seed + 1 + i
+            if config.recurrent:
+                streams = num_envs * self.rows_per_env(g)
+                self.buffer[g] = SequenceReplay(config.buffer_size, streams, seed=seed)
+            else:
+                self.buffer[g] = Replay(config.buffer_size, seed=seed)
         self.gradient_step = 0
         """Gradient steps taken (each of every group whose memory holds rows)."""
         self.pending_steps = 0
@@ -286,6 +345,10 @@ class DQNLearner(Learner):
     def parameters(self, group: str) -> list[nn.Parameter]:
         """What ``group``'s optimiser trains: its online network's parameters."""
         return list(self.policy.q[group].parameters())
+
+    def rows_per_env(self, group: str) -> int:
+        """Replay rows of ``group`` per env step: one per agent (its decision)."""
+        return len(self.policy.groups[group])
 
     def update_targets(self) -> None:
         """Move every target network towards its online one by ``tau``."""
@@ -323,11 +386,23 @@ class DQNLearner(Learner):
         return self._gradient_steps()
 
     def _store(self, g: str, rollout: Rollout) -> None:
-        rows, keep = decisions(rollout, STORED)
+        recurrent = self.config.recurrent
+        if recurrent:
+            check_sequences(type(self).__name__, rollout)
+        rows, keep = decisions(rollout, (*STORED, "hidden", "decision") if recurrent else STORED)
         if "learner" in rollout.extras:
             keep = keep & (rollout.extras["learner"] != 0)
-        flat = map_tree(lambda x: x.reshape(-1, *x.shape[3:]), rows)
-        self.buffer[g].add(flat, keep.reshape(-1))
+        # recurrent: [T, E * n] (a stream per env and agent), else [T * E * n]
+        lead = (keep.shape[0], -1) if recurrent else (-1,)
+        flat = map_tree(lambda x: x.reshape(*lead, *x.shape[3:]), rows)
+        self.buffer[g].add(flat, keep.reshape(lead))
+
+    def _sample(self, g: str) -> Transitions:
+        """A batch of ``g``'s replay: ``batch_size`` rows, or recurrent, chunks of ``bptt``."""
+        buffer = self.buffer[g]
+        if isinstance(buffer, SequenceReplay):
+            return buffer.sample(self.config.batch_size, self.config.bptt)
+        return buffer.sample(self.config.batch_size)
 
     def stored(self) -> int:
         """Transitions in the replay memories, all groups together."""
@@ -340,9 +415,9 @@ class DQNLearner(Learner):
         self.pending_steps -= rounds * cfg.train_freq
         metrics: list[tuple[str, torch.Tensor]] = []
         for _ in range(rounds * cfg.gradient_steps):
-            for g, buffer in self.buffer.items():
+            for g in self.buffer:
                 if self._has_rows(g):
-                    for key, value in self._learn(g, buffer.sample(cfg.batch_size)).items():
+                    for key, value in self._learn(g, self._sample(g)).items():
                         metrics.append((f"{key}/{g}", value))
             self.gradient_step += 1
             if self.gradient_step % cfg.target_update_interval == 0:
@@ -376,7 +451,37 @@ class DQNLearner(Learner):
                 self.config.gamma,
             )
 
+    def sequence_loss(self, group: str, t: Transitions) -> tuple[torch.Tensor, torch.Tensor]:
+        """Recurrent: the Huber loss (mean over the valid rows) of chunks ``t`` (``[B, L]``
+        per field, as :meth:`SequenceReplay.sample` gives them), the online and the target
+        network unrolled from each chunk's stored first hidden state; and the Q values
+        ``[B, L]`` of the actions taken."""
+        policy, device = self.policy, self.policy.device
+        net, target = policy.q[group], self.target[group]
+        assert isinstance(net, RecurrentQNet) and isinstance(target, RecurrentQNet)
+        x, next_x = policy.q_input(group, t["obs"]), policy.q_input(group, t["next_obs"])
+        start = torch.as_tensor(t["hidden"][:, 0], dtype=torch.float32, device=device)
+        q_all, next_q = net.sequence(x, next_x, start)
+        with torch.no_grad():
+            _, next_q_target = target.sequence(x, next_x, start)
+        action = torch.as_tensor(t["action"], dtype=torch.long, device=device)
+        index = action - int(policy.action_space[group].start)
+        q = q_all.gather(-1, index[..., None]).squeeze(-1)
+        goal = double_q_target(
+            torch.as_tensor(t["reward"], dtype=torch.float32, device=device),
+            torch.as_tensor(t["terminated"], dtype=torch.bool, device=device),
+            next_q.detach(),
+            next_q_target,
+            torch.as_tensor(t["next_action_mask"], dtype=torch.bool, device=device),
+            self.config.gamma,
+        )
+        return masked_huber(q, goal, t["valid"], self.config.huber_delta), q
+
     def _learn(self, group: str, t: Transitions) -> dict[str, torch.Tensor]:
+        if self.config.recurrent:
+            loss, q = self.sequence_loss(group, t)
+            self._step(group, loss)
+            return {"loss": loss.detach(), "q": q.detach()[t["valid"]].mean()}
         policy = self.policy
         net = policy.q[group]
         obs = as_input(t["obs"], policy.observation_space[group], policy.device)
@@ -384,12 +489,16 @@ class DQNLearner(Learner):
         index = torch.as_tensor(action, dtype=torch.long, device=policy.device)
         q = net(obs).gather(-1, index[:, None]).squeeze(-1)
         loss = nn.functional.huber_loss(q, self.targets(group, t), delta=self.config.huber_delta)
+        self._step(group, loss)
+        return {"loss": loss.detach(), "q": q.detach().mean()}
+
+    def _step(self, group: str, loss: torch.Tensor) -> None:
+        """One clipped Adam step of ``group``'s parameters down ``loss``."""
         optimizer = self.optimizer[group]
         optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(self.parameters(group), self.config.max_grad_norm)
         optimizer.step()
-        return {"loss": loss.detach(), "q": q.detach().mean()}
 
     def state_dict(self) -> dict[str, Any]:
         """Networks, optimisers, counters (hence epsilon), the policy's version and
@@ -457,7 +566,7 @@ class DQN(DQNLearner, Algorithm):
         policy = DQNPolicy(
             groups, self.observation_space, discrete, self.config, device=self.device
         )
-        DQNLearner.__init__(self, policy, self.config)
+        DQNLearner.__init__(self, policy, self.config, num_envs=self.num_envs)
 
     @property
     def rollout_steps(self) -> int:
@@ -519,6 +628,24 @@ def replay_first_update(learner: DQNLearner, num_envs: int, rows_per_env_step: i
         f"learning at the end of rollouts of {rollout_steps} vector steps"
     )
     return FirstUpdate(vector_steps * num_envs, because)
+
+
+def check_sequences(algo: str, rollout: Rollout) -> None:
+    """A ``ValueError`` unless ``rollout`` holds what a recurrent Q-learner's replay needs: the
+    decision indices and the extra ``hidden``."""
+    if rollout.decision is None or "hidden" not in rollout.extras:
+        raise ValueError(
+            f"recurrent {algo} learns from rollouts that record each agent's decision index "
+            "(Batch.decision) and the hidden states its policy acted from (the extra 'hidden'): "
+            "collect them from a VectorEnv with its policy"
+        )
+
+
+def masked_huber(q: torch.Tensor, target: torch.Tensor, valid: Any, delta: float) -> torch.Tensor:
+    """The Huber loss of ``q`` against ``target``, averaged over where ``valid`` is true."""
+    valid = torch.as_tensor(valid, dtype=torch.bool, device=q.device)
+    loss = nn.functional.huber_loss(q, target, reduction="none", delta=delta)
+    return (loss * valid).sum() / valid.sum().clamp(min=1)
 
 
 def epsilon_at(config: QConfig, env_steps: int) -> float:

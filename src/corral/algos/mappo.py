@@ -83,12 +83,19 @@ from corral.algos.networks import (
     to_device,
 )
 from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
-from corral.algos.recurrent import Chunks, RecurrentCore, advanced, chunk_rows, start_hidden
+from corral.algos.recurrent import (
+    Chunks,
+    RecurrentCore,
+    RecurrentSettings,
+    advanced,
+    chunk_rows,
+    start_hidden,
+)
 from corral.algos.row_inputs import RowInputs, StoredRows, minibatches
 from corral.arrays import ops_of, to_numpy
 from corral.arrays.tree import map_tree
 from corral.data.rollouts import Rollout, masked_gae
-from corral.errors import ConfigError, UnsupportedEnvError
+from corral.errors import UnsupportedEnvError
 from corral.settings import Range
 
 if TYPE_CHECKING:
@@ -99,7 +106,7 @@ METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
 
 
 @dataclass
-class Config(AlgoConfig):
+class Config(RecurrentSettings):
     """MAPPO/IPPO settings; the defaults are MAPPO's for MPE (see the module docstring)."""
 
     lr: Annotated[float, Range(gt=0)] = 7e-4
@@ -150,21 +157,10 @@ class Config(AlgoConfig):
     """What observations go through before the actor's and critic's MLPs (see
     :mod:`corral.algos.encoders`): ``mlp`` (none: flattened), ``cnn`` (images), or
     ``module:attr`` of a factory ``(space) -> nn.Module`` with ``out_dim``."""
-    recurrent: bool = False
-    """A GRU in the actor and the critic after their first layer: each agent keeps a memory
-    of its episode (see :mod:`corral.algos.recurrent`); trained by truncated BPTT."""
-    rnn_hidden: Annotated[int, Range(ge=1)] = 64
-    """Recurrent: the size of each GRU's hidden state."""
-    bptt: Annotated[int, Range(ge=1)] = 16
-    """Recurrent: the most decisions of an agent that one chunk of truncated BPTT spans."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_setting(self.encoder)
-        if self.recurrent and not self.hidden:
-            raise ConfigError(
-                "recurrent=true needs at least one hidden layer (hidden), before the GRU"
-            )
 
 
 class _Categorical:

@@ -1,7 +1,8 @@
 """Recurrent networks: a GRU after a network's first layer, a memory per agent, and the
 chunks that truncated backpropagation through time (BPTT) learns from.
 
-With ``recurrent=true`` (MAPPO/IPPO), the actor and the critic of a group each
+With ``recurrent=true`` (MAPPO/IPPO; the Q-learners, see :mod:`corral.algos.recurrent_q`,
+keep their memories the same way), the actor and the critic of a group each
 read an observation through their first layer (behind the encoder, where
 there is one) and then a :class:`RecurrentCore`'s GRU cell, whose new hidden
 state is what their heads read. The policy keeps a memory per acting mode
@@ -33,14 +34,37 @@ zero memory.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from corral.algos.base import AlgoConfig
 from corral.algos.encoders import Encoded, encoded_mlp
 from corral.arrays import to_numpy
+from corral.errors import ConfigError
+from corral.settings import Range
+
+
+@dataclass
+class RecurrentSettings(AlgoConfig):
+    """The settings of an algorithm whose networks may have a GRU (MAPPO/IPPO, DQN, VDN, QMIX)."""
+
+    recurrent: bool = False
+    """A GRU in each network after its first layer: each agent keeps a memory of its episode
+    (see :mod:`corral.algos.recurrent`); trained by truncated BPTT."""
+    rnn_hidden: Annotated[int, Range(ge=1)] = 64
+    """Recurrent: the size of each GRU's hidden state."""
+    bptt: Annotated[int, Range(ge=1)] = 16
+    """Recurrent: the most decisions of an agent that one chunk of truncated BPTT spans."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.recurrent and not self.hidden:
+            raise ConfigError(
+                "recurrent=true needs at least one hidden layer (hidden), before the GRU"
+            )
 
 
 class RecurrentCore(nn.Module):

@@ -29,6 +29,10 @@ with one replay row per env step and group (not per agent):
 * Huber loss on ``Q_tot``, gradient norm clipping over the agent network and
   the mixer together, target networks (agent and mixer) updated as DQN's.
 
+With ``recurrent``, the agent network has a GRU (see :mod:`corral.algos.recurrent_q`)
+and the replay keeps a stream of joint rows per env, sampled as chunks of ``bptt``
+joint steps of one episode; each row's ``Q_tot`` and target are mixed as above.
+
 Every learned agent must act at every step until its episode ends
 (``needs_lockstep``): a row is one joint step of the team.
 """
@@ -48,8 +52,10 @@ from corral.algos.dqn import (
     DQNLearner,
     DQNPolicy,
     QConfig,
+    check_sequences,
     discrete_spaces,
     double_q_bootstrap,
+    masked_huber,
     replay_first_update,
     replay_rollout_steps,
     soft_update,
@@ -57,6 +63,7 @@ from corral.algos.dqn import (
 from corral.algos.mixers import QMixer, VDNMixer
 from corral.algos.networks import as_input, flat_dim, frozen_copy
 from corral.algos.policy import FirstUpdate
+from corral.algos.recurrent_q import RecurrentQNet
 from corral.arrays.tree import map_tree
 from corral.data.replay import Transitions
 from corral.data.rollouts import Rollout
@@ -115,6 +122,8 @@ class ValueDecompositionLearner(DQNLearner):
         config: Config,
         mixer: Mapping[str, nn.Module],
         state_space: spaces.Space | None,
+        *,
+        num_envs: int = 1,
     ) -> None:
         self.mixer = {g: m.to(policy.device) for g, m in mixer.items()}
         self.target_mixer = {g: frozen_copy(m) for g, m in self.mixer.items()}
@@ -123,11 +132,15 @@ class ValueDecompositionLearner(DQNLearner):
         self.uses_state = mixes_on_state and state_space is not None
         # Without a state, a mixer that needs one mixes on the group's observations joined.
         self.state_from_obs = mixes_on_state and state_space is None
-        super().__init__(policy, config)
+        super().__init__(policy, config, num_envs=num_envs)
 
     def parameters(self, group: str) -> list[nn.Parameter]:
         """The agent network's and the mixer's parameters."""
         return [*super().parameters(group), *self.mixer[group].parameters()]
+
+    def rows_per_env(self, group: str) -> int:
+        """One replay row per env step (the team's joint step)."""
+        return 1
 
     def update_targets(self) -> None:
         super().update_targets()
@@ -135,7 +148,17 @@ class ValueDecompositionLearner(DQNLearner):
             soft_update(self.target_mixer[g], mixer, self.config.tau)
 
     def _store(self, g: str, rollout: Rollout) -> None:
-        rows, keep = joint_steps(rollout, with_state=self.uses_state)
+        if not self.config.recurrent:
+            rows, keep = joint_steps(rollout, with_state=self.uses_state)
+            self.buffer[g].add(rows, keep)
+            return
+        check_sequences(type(self).__name__, rollout)
+        rows, keep = joint_steps(rollout, with_state=self.uses_state, flat=False)
+        rows["hidden"] = rollout.extras["hidden"]
+        # the team's decision index: its acting agents' (they act together)
+        rows["decision"] = torch.where(
+            torch.as_tensor(rollout.acting), torch.as_tensor(rollout.decision), -1
+        ).amax(-1)
         self.buffer[g].add(rows, keep)
 
     def _state(self, group: str, t: Mapping[str, Any], key: str) -> torch.Tensor | None:
@@ -152,38 +175,74 @@ class ValueDecompositionLearner(DQNLearner):
 
     def targets(self, group: str, t: Mapping[str, Any]) -> torch.Tensor:
         """The team's TD targets ``[B]`` of joint rows ``t`` of ``group``."""
-        policy, device = self.policy, self.policy.device
+        policy = self.policy
         with torch.no_grad():
             next_in = policy.q_input(group, t["next_obs"])
-            mask = torch.as_tensor(t["next_action_mask"], dtype=torch.bool, device=device)
-            boot = double_q_bootstrap(policy.q[group](next_in), self.target[group](next_in), mask)
-            live = torch.as_tensor(t["next_live"], dtype=torch.bool, device=device)
-            boot = torch.where(live, boot, 0.0)
-            mixed = self.target_mixer[group](boot, self._state(group, t, "next_state"))
-            terminal = torch.as_tensor(t["terminal"], dtype=torch.bool, device=device)
-            reward = torch.as_tensor(t["reward"], dtype=torch.float32, device=device)
-            return reward + self.config.gamma * torch.where(terminal, 0.0, mixed)
+            next_q, next_q_target = policy.q[group](next_in), self.target[group](next_in)
+            return self.mixed_targets(group, t, next_q, next_q_target)
 
-    def q_tot(self, group: str, t: Mapping[str, Any]) -> torch.Tensor:
-        """``Q_tot`` ``[B]`` of the actions taken in joint rows ``t`` (with gradients)."""
+    def q_tot(
+        self, group: str, t: Mapping[str, Any], q_all: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``Q_tot`` ``[B]`` of the actions taken in joint rows ``t`` (with gradients), of the
+        agent values ``q_all`` ``[B, n, A]`` (default: the online network's of ``obs``)."""
         policy, device = self.policy, self.policy.device
         action = t["action"] - int(policy.action_space[group].start)
         index = torch.as_tensor(action, dtype=torch.long, device=device)
-        q = policy.q[group](policy.q_input(group, t["obs"])).gather(-1, index[..., None])
+        if q_all is None:
+            q_all = policy.q[group](policy.q_input(group, t["obs"]))
+        q = q_all.gather(-1, index[..., None])
         acting = torch.as_tensor(t["acting"], dtype=torch.bool, device=device)
         q = torch.where(acting, q.squeeze(-1), 0.0)
         return self.mixer[group](q, self._state(group, t, "state"))
 
+    def mixed_targets(
+        self, group: str, t: Mapping[str, Any], next_q: torch.Tensor, next_q_target: torch.Tensor
+    ) -> torch.Tensor:
+        """The team's TD targets ``[B]`` of joint rows ``t`` from the online and the target
+        agent values ``[B, n, A]`` of their next observations."""
+        device = self.policy.device
+        mask = torch.as_tensor(t["next_action_mask"], dtype=torch.bool, device=device)
+        boot = double_q_bootstrap(next_q, next_q_target, mask)
+        live = torch.as_tensor(t["next_live"], dtype=torch.bool, device=device)
+        boot = torch.where(live, boot, 0.0)
+        mixed = self.target_mixer[group](boot, self._state(group, t, "next_state"))
+        terminal = torch.as_tensor(t["terminal"], dtype=torch.bool, device=device)
+        reward = torch.as_tensor(t["reward"], dtype=torch.float32, device=device)
+        return reward + self.config.gamma * torch.where(terminal, 0.0, mixed)
+
+    def sequence_loss(self, group: str, t: Transitions) -> tuple[torch.Tensor, torch.Tensor]:
+        """Recurrent: the Huber loss on ``Q_tot`` (mean over the valid rows) of chunks of joint
+        rows ``t`` (``[B, L]`` per field), the online and the target agent network unrolled
+        from each chunk's stored first hidden states; and ``Q_tot`` ``[B, L]``."""
+        policy, device = self.policy, self.policy.device
+        net, target = policy.q[group], self.target[group]
+        assert isinstance(net, RecurrentQNet) and isinstance(target, RecurrentQNet)
+        x, next_x = policy.q_input(group, t["obs"]), policy.q_input(group, t["next_obs"])
+        start = torch.as_tensor(t["hidden"][:, 0], dtype=torch.float32, device=device)
+        q_all, next_q = net.sequence(x, next_x, start)
+        with torch.no_grad():
+            _, next_q_target = target.sequence(x, next_x, start)
+        chunks, length = t["valid"].shape
+        flat = map_tree(lambda v: v.reshape(chunks * length, *v.shape[2:]), dict(t))
+        q_tot = self.q_tot(group, flat, q_all.flatten(0, 1))
+        with torch.no_grad():
+            goal = self.mixed_targets(
+                group, flat, next_q.detach().flatten(0, 1), next_q_target.flatten(0, 1)
+            )
+        loss = masked_huber(q_tot, goal, flat["valid"], self.config.huber_delta)
+        return loss, q_tot.reshape(chunks, length)
+
     def _learn(self, group: str, t: Transitions) -> dict[str, torch.Tensor]:
+        if self.config.recurrent:
+            loss, q_tot = self.sequence_loss(group, t)
+            self._step(group, loss)
+            return {"loss": loss.detach(), "q_tot": q_tot.detach()[t["valid"]].mean()}
         q_tot = self.q_tot(group, t)
         loss = nn.functional.huber_loss(
             q_tot, self.targets(group, t), delta=self.config.huber_delta
         )
-        optimizer = self.optimizer[group]
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.parameters(group), self.config.max_grad_norm)
-        optimizer.step()
+        self._step(group, loss)
         return {"loss": loss.detach(), "q_tot": q_tot.detach().mean()}
 
     def state_dict(self) -> dict[str, Any]:
@@ -201,9 +260,11 @@ class ValueDecompositionLearner(DQNLearner):
         super().load_state_dict(state)
 
 
-def joint_steps(rollout: Rollout, *, with_state: bool) -> tuple[dict[str, Any], Any]:
+def joint_steps(
+    rollout: Rollout, *, with_state: bool, flat: bool = True
+) -> tuple[dict[str, Any], Any]:
     """One row per env step of ``rollout``'s group (``[T * E, n, ...]`` per agent field) and the
-    mask ``[T * E]`` of the steps where an agent acted.
+    mask ``[T * E]`` of the steps where an agent acted (not ``flat``: ``[T, E, ...]``).
 
     Fields: ``obs``, ``action``, ``acting``, ``action_mask``, ``reward`` (the agents' mean),
     ``next_obs`` (final where the env ended), ``next_action_mask``, ``next_live`` (the agent
@@ -234,6 +295,8 @@ def joint_steps(rollout: Rollout, *, with_state: bool) -> tuple[dict[str, Any], 
                 "with state=True"
             )
         fields["state"], fields["next_state"] = rollout.state, nxt["state"]
+    if not flat:
+        return fields, rollout.acting.any(-1)
     steps, envs = rollout.acting.shape[:2]
     rows = map_tree(lambda x: x.reshape(steps * envs, *x.shape[2:]), fields)
     return rows, rollout.acting.any(-1).reshape(-1)
@@ -272,7 +335,9 @@ class ValueDecomposition(ValueDecompositionLearner, Algorithm):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.config.seed + 1)
             mixer = {g: self.make_mixer(g, members) for g, members in groups.items()}
-        ValueDecompositionLearner.__init__(self, policy, self.config, mixer, self.state_space)
+        ValueDecompositionLearner.__init__(
+            self, policy, self.config, mixer, self.state_space, num_envs=self.num_envs
+        )
 
     def make_mixer(self, group: str, agents: Sequence[str]) -> nn.Module:
         """The mixer of ``group``, of ``agents``."""
