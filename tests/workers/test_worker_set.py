@@ -17,7 +17,7 @@ import ray
 
 from corral import cli
 from corral.errors import ConfigError
-from corral.training import checkpoint, load_config
+from corral.training import Runner, checkpoint, load_config
 from corral.training.metrics import read_metrics
 
 CPUS = 4  # of the module's Ray: 2-3 one-CPU workers fit on this 2-core machine
@@ -109,6 +109,20 @@ def test_a_run_with_runners_writes_its_metrics_puts_weights_once_and_resumes(
     assert [r["env_steps"] for r in read_metrics(run_dir)] == [20, 40, 60]
     assert checkpoint.load(run_dir / "checkpoint.pt")["learners"]["main"]["version"] == 3
     assert all_cpus_free_within(10), "an actor outlived the resumed run"
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_an_interrupted_run_ends_every_actor(tmp_path: Path) -> None:
+    config = load_config("mappo", ENV, settings(tmp_path))
+    with pytest.raises(KeyboardInterrupt), Runner(config, progress=False) as runner:
+        assert ray.available_resources().get("CPU", 0) == CPUS - 2  # its two workers
+
+        def interrupted(rollouts: Any) -> Any:
+            raise KeyboardInterrupt  # Ctrl-C while the learner learns
+
+        runner.algo.learn = interrupted  # type: ignore[method-assign]
+        runner.train()
+    assert all_cpus_free_within(10), "an actor outlived the interrupted run"
 
 
 def test_runners_with_the_ray_backend_are_refused() -> None:

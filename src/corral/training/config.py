@@ -137,9 +137,10 @@ class RunConfig:
     """The vector backend of each rollout worker's envs."""
     sample_timeout: Annotated[float, Range(ge=0)] = 300.0
     """Seconds a rollout worker's sample may take before the worker counts as lost; 0: no
-    limit."""
+    limit. So far a lost worker stops the run (``WorkerTimeoutError``, ``WorkerDiedError``)."""
     runner_restarts: bool = True
-    """Restart a rollout worker that is lost (dead, or later than ``sample_timeout``)."""
+    """Restart a rollout worker that is lost (dead, or later than ``sample_timeout``); not
+    implemented yet: a lost worker stops the run."""
     on_env_error: Literal["raise", "restart"] = "raise"
     """When one training env raises, returns a bad value or its worker misses ``timeout``:
     ``raise`` ends the run with that error (naming the env; ``checkpoint.pt`` stays as last
