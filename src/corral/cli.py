@@ -476,7 +476,7 @@ def _add_training_commands(commands: Any) -> None:
         (
             "--runners",
             "N",
-            "rollout workers (Ray actors) that collect for the learners (mappo, ippo)",
+            "rollout workers: Ray actors that collect rollouts for the learners",
         ),
         ("--envs-per-runner", "M", "envs of each rollout worker (default: num_envs split)"),
         ("--ray-address", "ADDRESS", "the Ray cluster to join (backend ray, or runners)"),

@@ -50,7 +50,6 @@ def settings(tmp_path: Path, **more: Any) -> dict[str, Any]:
     base = {
         "num_envs": 4,
         "runners": 2,
-        "rollout_steps": 5,
         "total_steps": 40,
         "eval_every": 0,
         "eval_episodes": 2,
@@ -112,17 +111,49 @@ def test_a_run_with_runners_writes_its_metrics_puts_weights_once_and_resumes(
 
 
 @pytest.mark.usefixtures("local_ray")
-def test_an_interrupted_run_ends_every_actor(tmp_path: Path) -> None:
-    config = load_config("mappo", ENV, settings(tmp_path))
+def test_an_asynchronous_run_drops_stale_rollouts_and_ctrl_c_ends_its_actors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DQN's two workers (one env each) sample 5 steps per rollout while the learner learns
+    from each rollout as it arrives: with max_staleness 0 one that arrives a version late
+    is dropped. Ctrl-C in the learner ends the run and both actors."""
+    more = {"num_envs": 2, "train_freq": 5, "learning_starts": 0, "batch_size": 4}
+    config = load_config("dqn", ENV, settings(tmp_path, max_staleness=0, total_steps=200, **more))
+    put = weights_counter(monkeypatch)
     with pytest.raises(KeyboardInterrupt), Runner(config, progress=False) as runner:
         assert ray.available_resources().get("CPU", 0) == CPUS - 2  # its two workers
+        learn, learned = runner.algo.learn, []
 
         def interrupted(rollouts: Any) -> Any:
-            raise KeyboardInterrupt  # Ctrl-C while the learner learns
+            if len(learned) == 6:
+                raise KeyboardInterrupt  # Ctrl-C while the learner learns
+            learned.append(runner.algo.policy.version)
+            return learn(rollouts)
 
         runner.algo.learn = interrupted  # type: ignore[method-assign]
         runner.train()
+    assert put == sorted(set(put)) and len(put) >= 6  # each version put once
+    rows = read_metrics(tmp_path / "run")
+    assert [r["env_steps"] for r in rows][:2] == [20, 40]
+    assert all(r["runner_version_lag"] == 0 for r in rows)
+    assert sum(r.get("rollouts_dropped", 0) for r in rows) > 0
     assert all_cpus_free_within(10), "an actor outlived the interrupted run"
+
+
+def test_learners_of_both_kinds_are_refused_without_a_run_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "mixed"
+    rc = cli.main(
+        [
+            *("train", "dqn", "--env", "mpe2/simple_adversary_v3", "--runners", "2"),
+            *("--policies", "adversary=mappo", "--device", "cpu"),
+            *("--run-dir", str(run_dir), "--no-progress"),
+        ]
+    )
+    assert rc == 2
+    assert "learners of one kind at a time" in capsys.readouterr().err
+    assert not run_dir.exists()
 
 
 def test_runners_with_the_ray_backend_are_refused() -> None:
@@ -138,18 +169,3 @@ def test_a_negative_count_of_runners_is_refused() -> None:
 def test_fewer_envs_than_runners_are_refused() -> None:
     with pytest.raises(ConfigError, match=r"runners=3 needs at least one env each"):
         load_config("mappo", ENV, {"runners": 3, "num_envs": 2})
-
-
-def test_runners_for_an_off_policy_learner_are_refused_without_a_run_dir(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    run_dir = tmp_path / "dqn"
-    rc = cli.main(
-        [
-            *("train", "dqn", "--env", ENV, "--runners", "2", "--device", "cpu"),
-            *("--run-dir", str(run_dir), "--no-progress"),
-        ]
-    )
-    assert rc == 2
-    assert "runners > 0 is implemented for mappo/ippo so far" in capsys.readouterr().err
-    assert not run_dir.exists()

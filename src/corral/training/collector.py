@@ -61,6 +61,8 @@ class Progress:
     """Envs restarted after a fault (an env that raised, a dead or late worker)."""
     episodes_cut: int = 0
     """Episodes that faults cut, left out of the returns (counted by :func:`evaluate`)."""
+    rollouts_dropped: int = 0
+    """Rollouts of rollout workers not learned from (too stale, see ``max_staleness``)."""
 
 
 class Collector:

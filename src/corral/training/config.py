@@ -128,8 +128,9 @@ class RunConfig:
     runners: Annotated[int, Range(ge=0, le=MAX_RUNNERS)] = 0
     """Rollout workers (Ray actors, one CPU each; see :mod:`corral.workers`) that each step a
     shard of the envs with a copy of the policies and send back whole rollouts, the learners
-    staying in the runner's process; 0: none, the run collects in its own process.
-    MAPPO and IPPO only so far; not with ``backend: ray``."""
+    staying in the runner's process (MAPPO, IPPO synchronously; DQN, MADDPG, VDN, QMIX
+    asynchronously); 0: none, the run collects in its own process. Not with
+    ``backend: ray``."""
     envs_per_runner: Annotated[int | None, Range(ge=1)] = None
     """Envs of each rollout worker (``runners`` of them: ``runners * envs_per_runner`` envs in
     all); ``None``: ``num_envs`` split over the runners."""
@@ -138,6 +139,11 @@ class RunConfig:
     sample_timeout: Annotated[float, Range(ge=0)] = 300.0
     """Seconds a rollout worker's sample may take before the worker counts as lost; 0: no
     limit. So far a lost worker stops the run (``WorkerTimeoutError``, ``WorkerDiedError``)."""
+    max_staleness: Annotated[int, Range(ge=0)] = 16
+    """Asynchronous rollout workers (DQN, MADDPG, VDN/QMIX): the most versions a learner's
+    weights may have moved on since a rollout was collected; older rollouts are dropped
+    and counted in ``rollouts_dropped`` (rollouts arrive about ``runners - 1`` versions
+    late)."""
     runner_restarts: bool = True
     """Restart a rollout worker that is lost (dead, or later than ``sample_timeout``); not
     implemented yet: a lost worker stops the run."""

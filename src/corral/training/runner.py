@@ -124,6 +124,7 @@ RESUMABLE = frozenset(
     | {"on_env_error", "check_finite"}
     | {"checkpoint_every_s", "logger", "wandb_mode"}
     | {"runners", "envs_per_runner", "runner_backend", "sample_timeout", "runner_restarts"}
+    | {"max_staleness"}
 )
 """Run settings that may change when a run is resumed (the schedule, not what is learned)."""
 EVAL_WORKERS = {"num_workers": 1}
@@ -444,6 +445,8 @@ class Runner:
         if result is not None:
             row.update(result.columns())
         row.update(_mean_metrics(part.updates))
+        if part.rollouts_dropped:
+            row["rollouts_dropped"] = part.rollouts_dropped
         if part.env_restarts:
             row["env_restarts"] = part.env_restarts
             log.warning("%s", _restarts_text(part, self.config.run.on_env_error))
