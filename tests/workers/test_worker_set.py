@@ -169,3 +169,19 @@ def test_a_negative_count_of_runners_is_refused() -> None:
 def test_fewer_envs_than_runners_are_refused() -> None:
     with pytest.raises(ConfigError, match=r"runners=3 needs at least one env each"):
         load_config("mappo", ENV, {"runners": 3, "num_envs": 2})
+
+
+def test_runners_without_ray_say_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from corral.errors import MissingDependencyError
+    from corral.workers import worker_set
+
+    def no_ray() -> Any:
+        raise MissingDependencyError("the 'ray' vector backend needs Ray")
+
+    monkeypatch.setattr(worker_set, "import_ray", no_ray)
+    config = load_config("mappo", ENV, settings(tmp_path))
+    with pytest.raises(MissingDependencyError, match=r"rollout workers \(runners > 0\) need Ray"):
+        Runner(config, progress=False)
+    assert not (tmp_path / "run").exists()

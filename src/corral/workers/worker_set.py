@@ -31,7 +31,13 @@ from typing import Any
 from corral.algos.base import Algorithm
 from corral.algos.mappo import MAPPOLearner
 from corral.data.rollouts import concat_envs
-from corral.errors import ConfigError, CorralError, WorkerDiedError, WorkerTimeoutError
+from corral.errors import (
+    ConfigError,
+    CorralError,
+    MissingDependencyError,
+    WorkerDiedError,
+    WorkerTimeoutError,
+)
 from corral.training.collector import Progress, named_metrics
 from corral.training.config import TrainConfig
 from corral.vector.backend import DEFAULT_START_TIMEOUT
@@ -86,7 +92,12 @@ class WorkerSet:
             raise ConfigError(
                 "runners > 0 does not take self_play or a policy_map function yet: set runners=0"
             )
-        self._ray = ray = import_ray()
+        try:
+            self._ray = ray = import_ray()
+        except MissingDependencyError as err:
+            raise MissingDependencyError(
+                "rollout workers (runners > 0) need Ray: pip install 'corral[ray]'"
+            ) from err
         self.learners = dict(learners)
         self.envs = run.runner_envs()
         self.num_envs = sum(len(envs) for envs in self.envs)
