@@ -24,6 +24,8 @@ PACKAGE = "corral"
 
 LAZY = {
     ("corral", "corral.training"): "corral.train imports torch (the train extra) when called",
+    ("corral.training.runner", "corral.workers.worker_set"): "a run starts rollout workers "
+    "(the ray extra) only when runners > 0",
 }
 """Function-level imports allowed to close a circle -> why they are lazy."""
 

@@ -473,6 +473,13 @@ def _add_training_commands(commands: Any) -> None:
         ("--seed", "S", "seed of envs, algorithm and generators"),
         ("--device", "DEVICE", "cpu, cuda or auto"),
         ("--run-dir", "DIR", "where the run writes (default runs/<algo>-<env>-s<seed>-<time>)"),
+        (
+            "--runners",
+            "N",
+            "rollout workers: Ray actors that collect rollouts for the learners",
+        ),
+        ("--envs-per-runner", "M", "envs of each rollout worker (default: num_envs split)"),
+        ("--ray-address", "ADDRESS", "the Ray cluster to join (backend ray, or runners)"),
     ):
         setting = flag[2:].replace("-", "_")
         train.add_argument(flag, dest=setting, metavar=metavar, help=text)
@@ -687,7 +694,18 @@ def _add_allow_import(parser: argparse.ArgumentParser) -> None:
     )
 
 
-_SETTING_FLAGS = ("num_envs", "backend", "total_steps", "seed", "device", "run_dir", "self_play")
+_SETTING_FLAGS = (
+    "num_envs",
+    "backend",
+    "total_steps",
+    "seed",
+    "device",
+    "run_dir",
+    "self_play",
+    "runners",
+    "envs_per_runner",
+    "ray_address",
+)
 SETTING_OPTIONS = {
     "env": "--env",
     "imports": "--import",

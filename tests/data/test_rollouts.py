@@ -284,3 +284,69 @@ def test_each_decision_keeps_its_index_from_the_batch_it_was_made_at(array: str)
             made_at = np.where(made, index, made_at)
     assert carried and checked and made_at.max() >= 1
     venv.close()
+
+
+def _rollouts_of(env_id, envs, steps, actions_of, seed):
+    """The second rollout (``record_next``; decisions carried into it) of ``envs`` envs
+    seeded from ``seed``, acting ``actions_of(t)`` (rows of those envs), valued by a function
+    of the observations."""
+    venv = make_vec(env_id, envs, seed=seed, state=True)
+    builder = RolloutBuilder(venv, steps, record_next=True)
+    batch = venv.reset(seed=seed)
+
+    def value(b):
+        return {
+            g: np.asarray(o, dtype=np.float32).reshape(*o.shape[:2], -1).sum(-1)
+            for g, o in b.obs.items()
+        }
+
+    for t in range(2 * steps):
+        if t == steps:
+            builder.finish(value(batch))
+        actions = actions_of(t)
+        builder.act(
+            batch, actions, value(batch), log_prob={g: v * 0.5 for g, v in value(batch).items()}
+        )
+        batch = venv.step(actions)
+        builder.observe(batch, final_value=value(batch))
+    rollouts = builder.finish(value(batch))
+    venv.close()
+    return rollouts
+
+
+def test_rollouts_of_parts_of_the_envs_joined_are_the_rollout_of_all() -> None:
+    """A turn-based game (decisions carried over, states), two halves of four envs."""
+    pytest.importorskip("pettingzoo")
+    from corral.arrays.tree import map_tree
+    from corral.data.rollouts import Rollout, concat_envs
+
+    env_id, steps = "pettingzoo/classic/connect_four_v3", 5
+    whole = make_vec(env_id, 4, seed=0)
+    rng, batch, moves = np.random.default_rng(0), whole.reset(seed=0), []
+    for _ in range(2 * steps):
+        moves.append(whole.sample_actions(batch, rng))
+        batch = whole.step(moves[-1])
+    whole.close()
+
+    def rows(lo, hi):
+        return lambda t: {g: a[lo:hi] for g, a in moves[t].items()}
+
+    want = _rollouts_of(env_id, 4, steps, rows(0, 4), seed=0)
+    first, second = (_rollouts_of(env_id, 2, steps, rows(i, i + 2), seed=i) for i in (0, 2))
+    for g in want:
+        got = concat_envs([first[g], second[g]])
+        assert np.asarray(want[g].carried).any()  # the per-env fields are exercised
+        for name in Rollout.__dataclass_fields__:
+            a, b = getattr(got, name), getattr(want[g], name)
+            if isinstance(b, dict) and name in ("extras", "next"):
+                assert a.keys() == b.keys()
+                for key in b:
+                    map_tree(np.testing.assert_array_equal, a[key], b[key])
+            elif b is None:
+                assert a is None, name
+            else:
+                map_tree(np.testing.assert_array_equal, a, b)
+        for x, y in zip(masked_gae(got, GAMMA, LAM), masked_gae(want[g], GAMMA, LAM), strict=True):
+            np.testing.assert_array_equal(x, y)
+    with pytest.raises(ValueError, match="at least one"):
+        concat_envs([])

@@ -309,7 +309,7 @@ def test_corral_eval_joins_the_cluster_a_config_names_only_where_the_command_lin
     text = path.read_text()
     assert "backend: sync" in text and "ray_address: null" in text
     path.write_text(
-        text.replace("backend: sync", "backend: ray").replace(
+        text.replace(" backend: sync", " backend: ray").replace(
             "ray_address: null", "ray_address: 127.0.0.1:1"
         )
     )

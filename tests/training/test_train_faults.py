@@ -185,7 +185,7 @@ def test_a_resumed_run_does_not_join_the_cluster_its_config_names(tmp_path: Path
     text = (tmp_path / "config.yaml").read_text()
     (tmp_path / "config.yaml").write_text(
         text.replace("ray_address: null", "ray_address: ray://attacker:10001").replace(
-            "backend: sync", "backend: ray"
+            " backend: sync", " backend: ray"
         )
     )
     with pytest.raises(ConfigError, match="--set ray_address=ray://attacker:10001"):

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -155,6 +155,42 @@ def masked_gae(rollout: Rollout, gamma: float, lam: float) -> tuple[Any, Any, An
         advantage[s] = xp.where(acting[s], delta + gamma * lam * carry, zero)
         complete[s] = acting[s] & ~open_
     return advantage, advantage + value, complete
+
+
+PER_ENV = frozenset({"next_value", "next_acting", "carried", "carried_state"})
+"""The fields of a :class:`Rollout` whose first axis is the envs (the others' is the steps)."""
+
+
+def concat_envs(parts: list[Rollout]) -> Rollout:
+    """The rollouts ``parts`` of the same steps on different envs as one rollout of all their
+    envs, in order (``[T, E1 + E2 + ..., ...]``): what several rollout workers collected
+    with the same weights, as one rollout of one collector that stepped all of their envs.
+
+    Each part was finished on its own envs (bootstrap values, carried decisions), which
+    no other env's rows touch, so the joined rollout holds what a builder of all the envs
+    would have recorded."""
+    if not parts:
+        raise ValueError("concat_envs needs at least one rollout")
+    if len({p.steps for p in parts}) > 1:
+        raise ValueError(f"rollouts of different steps: {[p.steps for p in parts]}")
+    first = parts[0]
+
+    def joined(name: str, values: list[Any]) -> Any:
+        axis = 0 if name in PER_ENV else 1
+        if values[0] is None:
+            return None
+        return map_tree(lambda *leaves: ops_of(leaves[0]).concat(list(leaves), axis), *values)
+
+    changes = {
+        f.name: joined(f.name, [getattr(p, f.name) for p in parts])
+        for f in fields(Rollout)
+        if f.name not in ("extras", "next")
+    }
+    for name in ("extras", "next"):  # per step, each of them
+        changes[name] = {
+            key: joined(key, [getattr(p, name)[key] for p in parts]) for key in getattr(first, name)
+        }
+    return Rollout(**changes)
 
 
 class RolloutBuilder:

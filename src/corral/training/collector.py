@@ -34,7 +34,7 @@ import numpy as np
 
 from corral.algos.base import Algorithm, FixedPolicy
 from corral.arrays import Place, is_tensor, place_of, to_numpy
-from corral.data.rollouts import RolloutBuilder
+from corral.data.rollouts import Rollout, RolloutBuilder
 from corral.training.policy_map import MAIN, FixedPlayer, Seating
 from corral.training.whole_episodes import CutEpisodes, whole_ended
 
@@ -61,6 +61,8 @@ class Progress:
     """Envs restarted after a fault (an env that raised, a dead or late worker)."""
     episodes_cut: int = 0
     """Episodes that faults cut, left out of the returns (counted by :func:`evaluate`)."""
+    rollouts_dropped: int = 0
+    """Rollouts of rollout workers not learned from (too stale, see ``max_staleness``)."""
 
 
 class Collector:
@@ -116,6 +118,8 @@ class Collector:
         self.batch = venv.reset(seed=seed)
         self.builders: dict[str, RolloutBuilder] = {}
         """Each learner's rollout being recorded; made by the first :meth:`run` that learns."""
+        self._taken: dict[str, dict[str, Rollout]] | None = None
+        """While :meth:`sample` collects: the rollouts finished so far, by policy id."""
         self._ended: list[tuple[Any, dict[str, Any], Any, Any]] = []
         """Torch batches: each step's ``done``, ``episode_return``, ``episode_length`` and
         ``episode_cut``, on the device until :meth:`_read_episodes`."""
@@ -223,6 +227,30 @@ class Collector:
         progress.env_restarts += int(self.batch.worker_restarts.sum() - restarts)
         return progress
 
+    def sample(self) -> tuple[dict[str, dict[str, Rollout]], Progress]:
+        """Collect exactly one rollout of every learner, exploring, and return them (by policy
+        id) instead of learning from them, with what the collection produced: a rollout
+        worker's sample (:mod:`corral.workers`), whose learners learn elsewhere.
+
+        Every learner must have the same ``rollout_steps``, so that their rollouts end
+        together; a rollout left open by :meth:`run` is finished first."""
+        builders = self._builders()
+        steps = {b.steps for b in builders.values()}
+        if len(steps) > 1:
+            lengths = {pid: b.steps for pid, b in builders.items()}
+            raise ValueError(
+                f"sampling one rollout of every learner needs them all of the same "
+                f"rollout_steps; these have {lengths}"
+            )
+        left = max(b.steps - b.recorded for b in builders.values())
+        self._taken = {}
+        try:
+            progress = self.run(left * self.venv.num_envs)
+            taken = self._taken
+        finally:
+            self._taken = None
+        return taken, progress
+
     def _builders(self) -> dict[str, RolloutBuilder]:
         """Each learner's rollout builder, made at the first use."""
         for pid, learner in self.learners.items():
@@ -244,10 +272,13 @@ class Collector:
         rollouts = builder.finish(next_value)
         self._read_episodes(progress)
         self._raise_deferred()  # not learning from a bad action's stand-in
+        if self._taken is not None:  # sampled: the learner learns elsewhere
+            self._taken[pid] = rollouts
+            return
         metrics = learner.learn(rollouts)
         told = self.told_learned(learner)
         if metrics:  # a replay learner's rollout that took no gradient step: none
-            progress.updates.append(_named(pid, {**metrics, **told}))
+            progress.updates.append(named_metrics(pid, {**metrics, **told}))
 
     def told_learned(self, learner: Algorithm) -> dict[str, float]:
         """Tell every fixed player that ``learner`` has just learned (self-play's pool then
@@ -420,7 +451,7 @@ def _check_cover(
     return overridden
 
 
-def _named(pid: str, metrics: dict[str, float]) -> dict[str, float]:
+def named_metrics(pid: str, metrics: dict[str, float]) -> dict[str, float]:
     """A learner's metrics as the run logs them: those of the policy :data:`MAIN` as they
     are, others' prefixed ``pid/`` (unless their names already start so)."""
     if pid == MAIN:

@@ -51,6 +51,7 @@ from corral.training.policy_map import (
     written,
 )
 from corral.vector.backend import BACKENDS, backend_options
+from corral.vector.shards import split_envs
 
 DEVICES = ("cpu", "cuda", "auto")
 BACKEND_OPTIONS = {
@@ -70,6 +71,9 @@ WORKERS_PER_CPU, MIN_WORKER_LIMIT = 4, 64
 its machine (see :meth:`RunConfig.check_workers`): more only wait for a CPU."""
 MAX_NUM_ENVS = 2**24
 """The most envs a run steps (a natively batched env's copies included)."""
+MAX_RUNNERS = 4096
+"""The most rollout workers (``runners``) a run starts."""
+RUNNER_BACKENDS = ("sync", "subproc")
 RENAMED = {"worker_timeout": "timeout"}
 """Former names of run settings, still read from a run's ``config.yaml``."""
 HOW_TO_RUN = {
@@ -121,6 +125,28 @@ class RunConfig:
     """Seconds to wait for the workers (``subproc``) or Ray actors (``ray``) to start and
     build their envs, at the start and when one is replaced, before the run fails (on Ray
     saying which CPUs are short); ``None``: the backend's default (60); 0: no limit."""
+    runners: Annotated[int, Range(ge=0, le=MAX_RUNNERS)] = 0
+    """Rollout workers (Ray actors, one CPU each; see :mod:`corral.workers`) that each step a
+    shard of the envs with a copy of the policies and send back whole rollouts, the learners
+    staying in the runner's process (MAPPO, IPPO synchronously; DQN, MADDPG, VDN, QMIX
+    asynchronously); 0: none, the run collects in its own process. Not with
+    ``backend: ray``."""
+    envs_per_runner: Annotated[int | None, Range(ge=1)] = None
+    """Envs of each rollout worker (``runners`` of them: ``runners * envs_per_runner`` envs in
+    all); ``None``: ``num_envs`` split over the runners."""
+    runner_backend: Literal["sync", "subproc"] = "sync"
+    """The vector backend of each rollout worker's envs."""
+    sample_timeout: Annotated[float, Range(ge=0)] = 300.0
+    """Seconds a rollout worker's sample may take before the worker counts as lost; 0: no
+    limit. So far a lost worker stops the run (``WorkerTimeoutError``, ``WorkerDiedError``)."""
+    max_staleness: Annotated[int, Range(ge=0)] = 16
+    """Asynchronous rollout workers (DQN, MADDPG, VDN/QMIX): the most versions a learner's
+    weights may have moved on since a rollout was collected; older rollouts are dropped
+    and counted in ``rollouts_dropped`` (rollouts arrive about ``runners - 1`` versions
+    late)."""
+    runner_restarts: bool = True
+    """Restart a rollout worker that is lost (dead, or later than ``sample_timeout``); not
+    implemented yet: a lost worker stops the run."""
     on_env_error: Literal["raise", "restart"] = "raise"
     """When one training env raises, returns a bad value or its worker misses ``timeout``:
     ``raise`` ends the run with that error (naming the env; ``checkpoint.pt`` stays as last
@@ -234,12 +260,15 @@ class RunConfig:
             # written to config.yaml as an absolute path, so a resumed run finds it from anywhere
             self.eval_opponent = os.path.abspath(self.eval_opponent)
         self._check_backend_options()
+        self._check_runners()
 
     def _check_backend_options(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
         taken = backend_options(self.backend)
         for name, option in BACKEND_OPTIONS.items():
+            if name == "ray_address" and self.runners > 0:
+                continue  # the cluster the rollout workers start on
             if getattr(self, name) is not None and option not in taken:
                 takers = [b for b in BACKENDS if option in backend_options(b)]
                 owners = " and ".join(takers) + (" backends" if len(takers) > 1 else " backend")
@@ -247,6 +276,36 @@ class RunConfig:
                     f"{name} is an option of the {owners}, not of backend {self.backend!r}: "
                     f"choose the backend or leave {name} unset"
                 )
+
+    def _check_runners(self) -> None:
+        if self.runners == 0:
+            return
+        if self.backend == "ray":
+            raise ConfigError(
+                f"runners={self.runners} with backend 'ray': rollout workers already spread the "
+                "envs over Ray actors; leave backend at 'sync' (runner_backend chooses the "
+                "backend inside each worker)"
+            )
+        if self.envs_per_runner is None and self.num_envs < self.runners:
+            raise ConfigError(
+                f"runners={self.runners} needs at least one env each, but num_envs is "
+                f"{self.num_envs}: raise num_envs or set envs_per_runner"
+            )
+        if self.runner_backend not in RUNNER_BACKENDS:  # from Python, unchecked by the type
+            raise ConfigError(
+                f"runner_backend must be one of {list(RUNNER_BACKENDS)}, got "
+                f"{self.runner_backend!r}"
+            )
+
+    def runner_envs(self) -> list[range]:
+        """The envs of each rollout worker, as indices into the run's envs (empty: no
+        ``runners``): ``envs_per_runner`` each, else ``num_envs`` split over them."""
+        if self.runners == 0:
+            return []
+        if self.envs_per_runner is not None:
+            per = self.envs_per_runner
+            return [range(i * per, (i + 1) * per) for i in range(self.runners)]
+        return split_envs(self.num_envs, num_workers=self.runners)
 
     def check_workers(self) -> None:
         """Refuse training envs that would start more worker processes on this machine than
@@ -275,9 +334,10 @@ class RunConfig:
         """The backend options of the training envs that this run sets, by the backend's names
         (a timeout of 0 as ``None``, the backend's "no limit")."""
         options = {}
+        taken = backend_options(self.backend)
         for name, option in BACKEND_OPTIONS.items():
             value = getattr(self, name)
-            if value is not None:
+            if value is not None and option in taken:
                 options[option] = None if name in TIMEOUTS and value == 0 else value
         return options
 

@@ -110,6 +110,7 @@ from corral.vector.sampling import sample_array
 
 if TYPE_CHECKING:
     from corral.vector.protocols import Batch
+    from corral.workers.worker_set import WorkerSet
 
 log = logging.getLogger("corral.training")
 
@@ -122,6 +123,8 @@ RESUMABLE = frozenset(
     | {"backend", "tensorboard", "checkpoint_replay", "torch_threads", *BACKEND_OPTIONS}
     | {"on_env_error", "check_finite"}
     | {"checkpoint_every_s", "logger", "wandb_mode"}
+    | {"runners", "envs_per_runner", "runner_backend", "sample_timeout", "runner_restarts"}
+    | {"max_staleness"}
 )
 """Run settings that may change when a run is resumed (the schedule, not what is learned)."""
 EVAL_WORKERS = {"num_workers": 1}
@@ -203,7 +206,16 @@ class Runner:
         self.torch_threads: int | None = None
         """torch's CPU threads while the run is open (``None``: the algorithm uses no torch)."""
         self._threads_before: int | None = None
-        self.venv = build_venv(run, state=uses_state(config))
+        self.workers: WorkerSet | None = None
+        """The rollout workers that collect for the learners (``runners > 0``), else ``None``:
+        the collector collects in this process."""
+        # with rollout workers, this process's envs only describe the env to the learners
+        if run.runners:
+            self.venv = build_venv(
+                run, num_envs=1, backend="sync", array="numpy", state=uses_state(config)
+            )
+        else:
+            self.venv = build_venv(run, state=uses_state(config))
         try:
             threads = torch_threads(run.torch_threads)
             self._threads_before = set_torch_threads(threads)
@@ -213,6 +225,10 @@ class Runner:
                 config, self.venv, self.learners, allow_imports=self.allow_imports
             )
             saved = {} if restore is None else restored(restore, self.run_dir / LATEST)
+            if run.runners:
+                self.workers = start_workers(
+                    config, self.learners, seed=run.seed + int(saved.get("env_steps", 0))
+                )
             # the run is usable as configured: only now is its directory made or rewritten
             check_run_files(self.run_dir)
             run_files.make_run_dir(self.run_dir)
@@ -253,6 +269,11 @@ class Runner:
         if len(self.learners) == 1:
             return next(iter(self.learners.values()))
         raise ValueError(f"this run has several learners: {sorted(self.learners)}")
+
+    @property
+    def num_envs(self) -> int:
+        """The training envs: those of this process, or of every rollout worker."""
+        return self.venv.num_envs if self.workers is None else self.workers.num_envs
 
     @property
     def device(self) -> str:
@@ -354,7 +375,8 @@ class Runner:
                 self.elapsed = elapsed + time.perf_counter() - started
                 self._save_latest()
 
-        part = self.collector.run(stop - before, on_step=stepped)
+        collecting = self.workers if self.workers is not None else self.collector
+        part = collecting.run(stop - before, on_step=stepped)
         self.env_steps = before + part.env_steps
         seconds = time.perf_counter() - started
         self.elapsed = elapsed + seconds
@@ -384,7 +406,8 @@ class Runner:
     def _warn_learner(self, pid: str, learner: Algorithm, left: int) -> None:
         wait = learner.first_update()
         # The collector steps every env at once: a run takes whole vector steps.
-        collected = -(-left // self.venv.num_envs) * self.venv.num_envs
+        envs = self.num_envs
+        collected = -(-left // envs) * envs
         if wait is None or left <= 0 or collected >= wait.env_steps:
             return
         log.warning(
@@ -422,6 +445,8 @@ class Runner:
         if result is not None:
             row.update(result.columns())
         row.update(_mean_metrics(part.updates))
+        if part.rollouts_dropped:
+            row["rollouts_dropped"] = part.rollouts_dropped
         if part.env_restarts:
             row["env_restarts"] = part.env_restarts
             log.warning("%s", _restarts_text(part, self.config.run.on_env_error))
@@ -519,6 +544,9 @@ class Runner:
         """Close the envs and the metrics log, give torch its thread count back; the run
         directory stays as it is."""
         try:  # the training envs last: they may raise an invalid action (deferred_checks)
+            workers = getattr(self, "workers", None)
+            if workers is not None:
+                workers.close()
             for venv in (getattr(self, "eval_venv", None), getattr(self, "venv", None)):
                 if venv is not None:
                     venv.close()
@@ -544,9 +572,10 @@ class Runner:
     def _header(self) -> str:
         run = self.config.run
         threads = "" if self.torch_threads is None else f", torch threads {self.torch_threads}"
+        runners = f" in {run.runners} rollout workers ({run.runner_backend})" if run.runners else ""
         return (
             f"run {self.run_dir}: {self.config.algo} on {run.env}; backend {run.backend}, "
-            f"{run.num_envs} envs, device {self.device}{threads}"
+            f"{self.num_envs} envs{runners}, device {self.device}{threads}"
         )
 
     @contextlib.contextmanager
@@ -700,6 +729,19 @@ def _algorithm_class(name: str) -> type:
         return algorithm_spec(name)[1]
     except ValueError as err:  # an unknown algorithm in policies
         raise ConfigError(f"policies: {err}") from err
+
+
+def start_workers(
+    config: TrainConfig, learners: Mapping[str, Algorithm], *, seed: int
+) -> WorkerSet:
+    """The run's rollout workers (``runners``) collecting for ``learners``, their envs seeded
+    from ``seed`` (see :mod:`corral.workers`); the learners' ``num_envs`` become theirs."""
+    from corral.workers.worker_set import WorkerSet  # Ray, only for runs with runners
+
+    workers = WorkerSet(config, learners, seed=seed)
+    for learner in learners.values():
+        learner.num_envs = workers.num_envs  # what first_update counts in
+    return workers
 
 
 def build_algorithm(

@@ -276,6 +276,18 @@ class _RaySession:
             raise
 
 
+def join_ray(address: str | None, num_cpus: int) -> bool:
+    """Make sure this process runs on Ray as the backend starts it: the cluster at
+    ``address``, else a local Ray of ``num_cpus`` CPUs of its own on loopback (with its
+    reaper), else the Ray already running; ``True`` if the caller must :func:`leave_ray`."""
+    return _RaySession.acquire(import_ray(), address, num_cpus)
+
+
+def leave_ray() -> None:
+    """Let go of a Ray that :func:`join_ray` said to leave: shut down when no one else uses it."""
+    _RaySession.release(import_ray())
+
+
 @contextlib.contextmanager
 def _node_address_on_loopback(ray: Any) -> Iterator[None]:
     """Have ``ray.init`` keep a loopback node address while it starts Ray.

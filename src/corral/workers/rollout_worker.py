@@ -1,0 +1,135 @@
+"""One rollout worker: a shard of a run's envs, a copy of the policies acting there and one
+:class:`~corral.training.collector.Collector` that samples rollouts without learning.
+
+A :class:`RolloutWorker` is a plain class (it imports no Ray): the worker set
+(:mod:`corral.workers.worker_set`) runs it in a Ray actor, a test in its own process.
+Worker ``i`` of envs ``start .. start + M - 1`` (their indices among the run's envs)
+resets them with the seeds those envs have in a single process run of the same
+seed, and samples actions from a stream derived from ``(seed, i)``: worker 0 keeps the
+run's own, so that one worker collects exactly the first rollout of a run without
+workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from corral.algos.policy import Weights
+from corral.data.rollouts import Rollout
+from corral.training.collector import Collector, Progress
+from corral.training.config import BACKEND_OPTIONS, TrainConfig, replace_run
+from corral.training.runner import build_players, build_venv, uses_state
+from corral.training.threads import set_torch_threads
+
+
+@dataclass
+class Sample:
+    """What one :meth:`RolloutWorker.sample` sends back: small and picklable."""
+
+    index: int
+    """The worker's index."""
+    rollouts: dict[str, dict[str, Rollout]]
+    """One rollout per group of each learned policy, by policy id (NumPy arrays)."""
+    versions: dict[str, int]
+    """The weights version each learned policy acted with, by policy id."""
+    progress: Progress
+    """Its env steps and the episodes that ended in it (no updates: nothing learned)."""
+
+
+def policy_seed(seed: int, index: int) -> int:
+    """The seed of worker ``index``'s policies' random streams in a run of ``seed``: the run's
+    own for worker 0, one drawn from ``(seed, index)`` for the others.
+
+    Examples:
+        >>> policy_seed(7, 0)
+        7
+        >>> policy_seed(7, 1) != policy_seed(7, 2)
+        True
+    """
+    if index == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, index]).generate_state(1, np.uint64)[0])
+
+
+class RolloutWorker:
+    """Steps the envs ``envs`` (indices among ``config``'s envs) of a run with copies of its
+    policies and sends back one rollout per learned policy per :meth:`sample`.
+
+    ``seed``: the seed the run's envs start from (``run.seed``, or where a resumed run
+    starts its new episodes); env ``k`` of the shard is reset with ``seed + envs[k]``.
+    The envs run on ``runner_backend``, NumPy arrays; the policies act on the CPU with one
+    torch thread, and hold no weights until the first :meth:`sample` gives them some.
+    """
+
+    def __init__(self, config: TrainConfig, index: int, envs: range, seed: int) -> None:
+        self.index = index
+        self._threads = set_torch_threads(1)
+        run = config.run
+        local = replace_run(
+            run,
+            num_envs=len(envs),
+            backend=run.runner_backend,
+            runners=0,
+            envs_per_runner=None,
+            device="cpu",
+            array="numpy",
+            **dict.fromkeys(BACKEND_OPTIONS),  # the run's backend's, not the worker's
+        )
+        own = policy_seed(config.algo_config.seed, index)
+        self.config = dataclasses.replace(
+            config,
+            run=local,
+            algo_config=config.algo_config.replace(seed=own),
+            policy_configs={
+                pid: c.replace(seed=policy_seed(c.seed, index))
+                for pid, c in config.policy_configs.items()
+            },
+        )
+        self.venv = build_venv(local, options={}, state=uses_state(self.config))
+        try:
+            self.learners, fixed = build_players(self.config, self.venv)
+            self.collector = Collector(self.venv, self.learners, fixed, seed=seed + envs.start)
+        except BaseException:
+            self.close()
+            raise
+        self.versions: dict[str, int | None] = {pid: None for pid in self.learners}
+        """The weights version each learned policy holds (``None``: none given yet)."""
+
+    @property
+    def policy_ids(self) -> list[str]:
+        """The learned policies, in the order :meth:`sample` takes their weights."""
+        return list(self.learners)
+
+    @property
+    def num_envs(self) -> int:
+        return self.venv.num_envs
+
+    def sample(self, *weights: Weights) -> Sample:
+        """Act with ``weights`` (one per learned policy, in :attr:`policy_ids`' order; a
+        version no newer than the one held is not loaded again) and collect one rollout
+        of every learned policy."""
+        if len(weights) != len(self.learners):
+            raise ValueError(
+                f"sample() takes the weights of the learned policies {self.policy_ids}, one "
+                f"each; got {len(weights)}"
+            )
+        for (pid, learner), given in zip(self.learners.items(), weights, strict=True):
+            held, version = self.versions[pid], int(given["version"])
+            if held is None or version > held:
+                learner.policy.load_weights(given)
+                self.versions[pid] = version
+        rollouts, progress = self.collector.sample()
+        versions = {pid: int(v) for pid, v in self.versions.items() if v is not None}
+        return Sample(self.index, rollouts, versions, progress)
+
+    def close(self) -> None:
+        """Close its envs and give torch its thread count back."""
+        venv = getattr(self, "venv", None)
+        if venv is not None:  # closing twice is a no-op
+            venv.close()
+        if self._threads is not None:
+            set_torch_threads(self._threads)
+            self._threads = None

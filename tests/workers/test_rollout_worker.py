@@ -1,0 +1,124 @@
+"""A rollout worker in the test's own process (no Ray): the same first rollout as the
+single-process collector, envs seeded as the run's, weights loaded only when newer."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="rollout workers act with torch policies")
+pytest.importorskip("mpe2", reason="the differential tests run mpe2's simple_spread")
+
+from corral.arrays.tree import map_tree
+from corral.data.rollouts import Rollout, concat_envs
+from corral.training import load_config
+from corral.training.collector import Collector
+from corral.training.policy_map import MAIN
+from corral.training.runner import build_players, build_venv, uses_state
+from corral.workers.rollout_worker import RolloutWorker, policy_seed
+
+ENV = "mpe2/simple_spread_v3"
+T = 5  # rollout_steps
+
+
+def mappo(num_envs: int, **settings: Any) -> Any:
+    base = {"num_envs": num_envs, "rollout_steps": T, "device": "cpu", "seed": 3}
+    return load_config("mappo", ENV, {**base, **settings})
+
+
+def first_rollout(config: Any) -> tuple[dict[str, Rollout], Any]:
+    """The first rollout the single-process path learns from (today's Collector.run), and
+    the weights it acted with."""
+    venv = build_venv(config.run, state=uses_state(config))
+    try:
+        learners, fixed = build_players(config, venv)
+        learner = learners[MAIN]
+        weights = learner.policy.weights()
+        seen: list[dict[str, Rollout]] = []
+        learner.learn = lambda rollouts: seen.append(rollouts) or {}  # type: ignore[method-assign]
+        collector = Collector(venv, learners, fixed, seed=config.run.seed)
+        collector.run(T * venv.num_envs)
+    finally:
+        venv.close()
+    (rollouts,) = seen
+    return rollouts, weights
+
+
+def assert_rollouts_equal(got: Rollout, want: Rollout, where: str) -> None:
+    for f in fields(Rollout):
+        a, b = getattr(got, f.name), getattr(want, f.name)
+        if f.name in ("extras", "next"):
+            assert a.keys() == b.keys(), f"{where}.{f.name}"
+            for key in a:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=f"{where}.{f.name}.{key}")
+        elif b is None:
+            assert a is None, f"{where}.{f.name}"
+        else:
+            map_tree(lambda x, y, n=f.name: np.testing.assert_array_equal(x, y, err_msg=n), a, b)
+
+
+def test_one_worker_collects_exactly_the_single_process_first_rollout() -> None:
+    config = mappo(4)
+    want, weights = first_rollout(config)
+    worker = RolloutWorker(config, 0, range(4), seed=config.run.seed)
+    try:
+        sample = worker.sample(weights)
+    finally:
+        worker.close()
+    assert sample.versions == {MAIN: 0}
+    assert sample.progress.env_steps == T * 4
+    got = sample.rollouts[MAIN]
+    assert got.keys() == want.keys()
+    for g in want:
+        assert_rollouts_equal(got[g], want[g], g)
+    assert "log_prob" in got["agent"].extras  # log-probs and values compared too
+    assert got["agent"].value is not None
+
+
+def test_two_workers_observe_what_one_process_of_all_their_envs_observes() -> None:
+    config = mappo(4, runners=2)
+    want, weights = first_rollout(mappo(4))
+    samples = []
+    for i, envs in enumerate(config.run.runner_envs()):
+        worker = RolloutWorker(config, i, envs, seed=config.run.seed)
+        try:
+            samples.append(worker.sample(weights))
+        finally:
+            worker.close()
+    for g in want:
+        joined = concat_envs([s.rollouts[MAIN][g] for s in samples])
+        # worker 1 samples its actions from a stream of its own, so after the first step
+        # its envs' states differ from the single process's: the first observations agree
+        np.testing.assert_array_equal(joined.obs[0], want[g].obs[0])
+        assert joined.obs.shape == want[g].obs.shape
+        assert joined.next_value.shape == want[g].next_value.shape
+
+
+def test_a_worker_loads_only_weights_newer_than_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = mappo(2)
+    worker = RolloutWorker(config, 0, range(2), seed=0)
+    try:
+        policy = worker.learners[MAIN].policy
+        loaded: list[int] = []
+        original = policy.load_weights
+        monkeypatch.setattr(
+            policy, "load_weights", lambda w: loaded.append(w["version"]) or original(w)
+        )
+        weights = policy.weights()
+        for version in (0, 0, 2, 1, 2, 3):
+            worker.sample({**weights, "version": version})
+        assert loaded == [0, 2, 3]
+        assert worker.versions == {MAIN: 3}
+        with pytest.raises(ValueError, match=r"one each; got 2"):
+            worker.sample(weights, weights)
+    finally:
+        worker.close()
+
+
+def test_worker_policy_streams_differ_but_worker_zero_keeps_the_runs() -> None:
+    seeds = [policy_seed(3, i) for i in range(4)]
+    assert seeds[0] == 3
+    assert len(set(seeds)) == 4

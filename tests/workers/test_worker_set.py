@@ -1,0 +1,187 @@
+"""Rollout workers on a local Ray: a run with ``--runners`` writes its metrics as any run,
+puts the weights into the object store once per update, ends every actor and resumes with
+the saved version; and what runners refuse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch", reason="rollout workers act with torch policies")
+pytest.importorskip("mpe2", reason="the runs train on mpe2's simple_spread")
+pytest.importorskip("ray", reason="rollout workers are Ray actors")
+
+import ray
+
+from corral import cli
+from corral.errors import ConfigError
+from corral.training import Runner, checkpoint, load_config
+from corral.training.metrics import read_metrics
+
+CPUS = 4  # of the module's Ray: 2-3 one-CPU workers fit on this 2-core machine
+ENV = "mpe2/simple_spread_v3"
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray for the module's tests that need one."""
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=CPUS, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def all_cpus_free_within(seconds: float) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ray.available_resources().get("CPU", 0) == CPUS:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def settings(tmp_path: Path, **more: Any) -> dict[str, Any]:
+    base = {
+        "num_envs": 4,
+        "runners": 2,
+        "total_steps": 40,
+        "eval_every": 0,
+        "eval_episodes": 2,
+        "log_every": 20,
+        "checkpoint_every": 0,
+        "device": "cpu",
+        "run_dir": str(tmp_path / "run"),
+        "tensorboard": False,
+    }
+    return {**base, **more}
+
+
+def weights_counter(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The version of each policy's weights put into Ray's object store from now on."""
+    put = ray.put
+    versions: list[int] = []
+
+    def counting_put(value: Any, **kwargs: Any) -> Any:
+        if isinstance(value, dict) and "params" in value:
+            versions.append(value["version"])
+        return put(value, **kwargs)
+
+    monkeypatch.setattr(ray, "put", counting_put)
+    return versions
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_a_run_with_runners_writes_its_metrics_puts_weights_once_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "run"
+    put = weights_counter(monkeypatch)
+    rc = cli.main(
+        [
+            *("train", "mappo", "--env", ENV, "--runners", "2", "--num-envs", "4"),
+            *("--total-steps", "40", "--device", "cpu", "--run-dir", str(run_dir)),
+            *("--no-progress", "--set", "rollout_steps=5", "eval_every=0", "eval_episodes=2"),
+            "log_every=20",
+        ]
+    )
+    assert rc == 0
+    assert put == [0, 1]  # once per update, the one reference shared by both workers
+    rows = read_metrics(run_dir)
+    assert [r["env_steps"] for r in rows] == [20, 40]  # 2 workers x 2 envs x 5 steps each
+    for row in rows:
+        assert row["runner_version_lag"] == 0
+        assert row["rollout_bytes"] > 1000
+        assert 0 < row["learner_wait_share"] <= 1
+        assert "agent/policy_loss" in row
+    assert "eval_return" in rows[-1]
+    assert all_cpus_free_within(10), "an actor outlived the run"
+    # resumed: new workers act with the saved version, which the learner continues
+    rc = cli.main(["train", "--resume", str(run_dir), "--total-steps", "60", "--no-progress"])
+    assert rc == 0
+    assert put == [0, 1, 2]
+    assert [r["env_steps"] for r in read_metrics(run_dir)] == [20, 40, 60]
+    assert checkpoint.load(run_dir / "checkpoint.pt")["learners"]["main"]["version"] == 3
+    assert all_cpus_free_within(10), "an actor outlived the resumed run"
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_an_asynchronous_run_drops_stale_rollouts_and_ctrl_c_ends_its_actors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DQN's two workers (one env each) sample 5 steps per rollout while the learner learns
+    from each rollout as it arrives: with max_staleness 0 one that arrives a version late
+    is dropped. Ctrl-C in the learner ends the run and both actors."""
+    more = {"num_envs": 2, "train_freq": 5, "learning_starts": 0, "batch_size": 4}
+    config = load_config("dqn", ENV, settings(tmp_path, max_staleness=0, total_steps=200, **more))
+    put = weights_counter(monkeypatch)
+    with pytest.raises(KeyboardInterrupt), Runner(config, progress=False) as runner:
+        assert ray.available_resources().get("CPU", 0) == CPUS - 2  # its two workers
+        learn, learned = runner.algo.learn, []
+
+        def interrupted(rollouts: Any) -> Any:
+            if len(learned) == 6:
+                raise KeyboardInterrupt  # Ctrl-C while the learner learns
+            learned.append(runner.algo.policy.version)
+            return learn(rollouts)
+
+        runner.algo.learn = interrupted  # type: ignore[method-assign]
+        runner.train()
+    assert put == sorted(set(put)) and len(put) >= 6  # each version put once
+    rows = read_metrics(tmp_path / "run")
+    assert [r["env_steps"] for r in rows][:2] == [20, 40]
+    assert all(r["runner_version_lag"] == 0 for r in rows)
+    assert sum(r.get("rollouts_dropped", 0) for r in rows) > 0
+    assert all_cpus_free_within(10), "an actor outlived the interrupted run"
+
+
+def test_learners_of_both_kinds_are_refused_without_a_run_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "mixed"
+    rc = cli.main(
+        [
+            *("train", "dqn", "--env", "mpe2/simple_adversary_v3", "--runners", "2"),
+            *("--policies", "adversary=mappo", "--device", "cpu"),
+            *("--run-dir", str(run_dir), "--no-progress"),
+        ]
+    )
+    assert rc == 2
+    assert "learners of one kind at a time" in capsys.readouterr().err
+    assert not run_dir.exists()
+
+
+def test_runners_with_the_ray_backend_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"runners=2 with backend 'ray'.*leave backend"):
+        load_config("mappo", ENV, {"runners": 2, "backend": "ray"})
+
+
+def test_a_negative_count_of_runners_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"runners"):
+        load_config("mappo", ENV, {"runners": -1})
+
+
+def test_fewer_envs_than_runners_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"runners=3 needs at least one env each"):
+        load_config("mappo", ENV, {"runners": 3, "num_envs": 2})
+
+
+def test_runners_without_ray_say_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from corral.errors import MissingDependencyError
+    from corral.workers import worker_set
+
+    def no_ray() -> Any:
+        raise MissingDependencyError("the 'ray' vector backend needs Ray")
+
+    monkeypatch.setattr(worker_set, "import_ray", no_ray)
+    config = load_config("mappo", ENV, settings(tmp_path))
+    with pytest.raises(MissingDependencyError, match=r"rollout workers \(runners > 0\) need Ray"):
+        Runner(config, progress=False)
+    assert not (tmp_path / "run").exists()
