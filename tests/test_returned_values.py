@@ -105,6 +105,11 @@ def test_finite_means_neither_nan_nor_inf() -> None:
     np.testing.assert_array_equal(rv.not_finite(np.array([3, 4])), [False, False])
 
 
+def test_a_python_int_past_float64_is_not_finite_rather_than_an_overflow_error() -> None:
+    assert rv.is_finite(2**1000) and rv.is_finite(-(2**1000))  # within float64
+    assert not rv.is_finite(10**400) and not rv.is_finite(-(10**400))
+
+
 def test_has_dtype_compares_numpy_dtypes_and_their_torch_equivalents() -> None:
     assert rv.has_dtype(np.zeros(2, np.float32), np.dtype(np.float32))
     assert not rv.has_dtype(np.zeros(2), np.dtype(np.float32))
@@ -128,6 +133,24 @@ def test_a_finite_float_that_an_integer_dtype_cannot_hold_overflows_as_an_intege
     assert rv.finite_problem(value, np.uint8).endswith("which overflows uint8")
     rv.store_exactly(target, slice(None), np.array([1.0, 254.9]))  # rounding stays
     assert target.tolist() == [1, 254]
+
+
+def test_two_to_the_63_overflows_int64_though_int64s_max_rounds_to_it_as_a_float() -> None:
+    target = np.zeros(2, np.int64)
+    with pytest.raises(OverflowError, match="beyond the range of int64"):
+        rv.store_exactly(target, slice(None), np.array([1.0, 2.0**63]))
+    assert target.tolist() == [0, 0]
+    assert rv.finite_problem(2.0**63, np.int64).endswith("which overflows int64")
+    assert rv.overflow_flags(np.array([2.0**63, 2.0**63 - 1024]), target).tolist() == [True, False]
+    rv.store_exactly(target, slice(None), np.array([-(2.0**63), 2.0**63 - 1024]))  # the edges
+    assert target.tolist() == [-(2**63), 2**63 - 1024]
+
+
+def test_a_float32_tensor_at_two_to_the_31_overflows_int32() -> None:
+    torch = pytest.importorskip("torch")
+    rows = torch.zeros(2, dtype=torch.int32)
+    over = rv.overflow_flags(torch.tensor([2.0**31, 2.0**30]), rows)
+    assert over.tolist() == [True, False]
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])

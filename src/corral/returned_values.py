@@ -108,8 +108,14 @@ def holds_numbers(array: Any) -> bool:
 
 def is_finite(value: Any) -> bool:
     """Whether every number of ``value`` (a number, or a numpy array of numbers) is finite:
-    neither NaN nor inf."""
-    if isinstance(value, (float, int)):
+    neither NaN nor inf; a Python int too large for a float64 counts as inf (what storing it
+    as a reward makes of it)."""
+    if isinstance(value, int):
+        try:
+            return math.isfinite(float(value))
+        except OverflowError:
+            return False
+    if isinstance(value, float):
         return math.isfinite(value)
     return bool(np.isfinite(value).all())
 
@@ -142,7 +148,7 @@ def finite_problem(value: Any, dtype: np.dtype) -> str | None:
         return None
     info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
     wide = array.astype(np.float64) if array.dtype.kind in "biu" else array
-    over = (wide > info.max) | (wide < info.min)
+    over = _above(wide, info.max) | (wide < info.min)
     if not over.any():
         return None
     return (
@@ -174,7 +180,7 @@ def exactly_as(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         if finite is not None and not finite.all():
             raise OverflowError(f"{values[~finite][0]} stored as {dtype}, which has no NaN or inf")
         info = np.iinfo(dtype)
-        if values.min() < info.min or values.max() > info.max:
+        if values.min() < info.min or _above(np.asarray(values.max()), info.max):
             raise OverflowError(f"values beyond the range of {dtype}")
     try:
         return _cast_raising(values, dtype)
@@ -254,13 +260,27 @@ def overflow_flags(value: Any, rows: Any) -> Any | None:
     limits = None if _dtype_holds(rows, value) else _dtype_limits(rows)
     if limits is None:
         return None
-    over = (value < limits[0]) | (value > limits[1])
+    over = (value < limits[0]) | _above(value, limits[1])
     if _is_float(value):
         if _is_float(rows):
             over &= _finite(value)
         else:
             over |= value != value  # NaN has no integer
     return over
+
+
+def _above(values: Any, maximum: Any) -> Any:
+    """Where ``values`` (numpy or torch) exceed ``maximum`` exactly: an integer maximum
+    may round up in the values' float dtype (int64's ``2**63 - 1`` is ``2**63`` as a
+    float64, where ``2.0**63 > maximum`` would be false), and the integer lower bounds are
+    powers of two, which need no such care."""
+    if not _is_float(values) or not isinstance(maximum, (int, np.integer)):
+        return values > maximum
+    if isinstance(values, np.ndarray):
+        rounded = float(values.dtype.type(maximum))
+    else:
+        rounded = import_torch().tensor(int(maximum), dtype=values.dtype).item()
+    return values >= rounded if rounded > int(maximum) else values > rounded
 
 
 def _finite(array: Any) -> Any:
