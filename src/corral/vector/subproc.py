@@ -354,7 +354,10 @@ def _serve(
         try:
             reply = ("ok", getattr(server, command)(*args))
         except Exception as err:
-            reply = ("error", env_error(offset, f"{command}()", err))
+            # call() and set_attr() guard the envs' own code (an EnvError): anything else
+            # they raise is the caller's mistake, raised as it is, as sync and ray raise it
+            mine = command in ("call", "set_attr") and not isinstance(err, EnvError)
+            reply = ("error", err if mine else env_error(offset, f"{command}()", err))
         try:
             if reply[1] is None and reply[0] == "ok":
                 conn.send_bytes(_OK)
