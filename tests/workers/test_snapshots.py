@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("torch", reason="rollout workers act with torch policies")
 pytest.importorskip("pettingzoo", reason="the games are PettingZoo's tic-tac-toe")
 
+from support.players import seats
 from support.rollouts import assert_rollouts_equal
 
 from corral.algos.selfplay import SnapshotPool
@@ -148,11 +149,6 @@ def test_a_worker_s_sample_counts_the_snapshots_among_its_weights() -> None:
         worker.close()
 
 
-def seats(agent: str, episode: int) -> str:
-    """Tic-tac-toe's learner moves first in even episodes, second in odd ones."""
-    return "learner" if agent == f"player_{episode % 2 + 1}" else "opponent"
-
-
 def test_a_policy_map_function_seats_and_counts_a_worker_s_envs_as_one_process_does() -> None:
     policies = {"learner": "dqn", "opponent": "fixed:random"}
     config = dqn(policies=policies, policy_map=seats, learning_starts=10_000)
@@ -179,10 +175,26 @@ def test_a_policy_map_function_seats_and_counts_a_worker_s_envs_as_one_process_d
     # a worker's shard is seated as those envs are in one collector of all the run's envs
     shard = RolloutWorker(config, 1, range(2, 4), seed=0)
     try:
-        np.testing.assert_array_equal(shard.collector.seating.episode, [2, 3])
-        assert shard.collector.seating.owned["learner"]["player"].tolist() == [
+        seated = shard.collector.seating
+        assert seated is not None
+        np.testing.assert_array_equal(seated.episode, [2, 3])
+        assert seated.owned["learner"]["player"].tolist() == [
             [True, False],
             [False, True],
         ]
     finally:
         shard.close()
+
+
+def test_fixed_and_scripted_policies_play_in_a_worker_as_in_one_process() -> None:
+    policies = {"player_2": "fixed:support.players:first_legal"}
+    config = dqn(group_map="agent", policies=policies, learning_starts=10_000)
+    want, (weights, progress) = single_process_rollout(config, [])
+    worker = RolloutWorker(config, 0, range(E), seed=config.run.seed)
+    try:
+        sample = worker.sample(weights)
+    finally:
+        worker.close()
+    assert list(sample.rollouts) == [MAIN] and list(want) == ["player_1"]
+    assert_rollouts_equal(sample.rollouts[MAIN]["player_1"], want["player_1"], "player_1")
+    assert sample.progress.agent_returns == progress.agent_returns
