@@ -19,6 +19,7 @@ from support.rollouts import assert_rollouts_equal
 
 from corral.algos.selfplay import SnapshotPool
 from corral.data.rollouts import Rollout
+from corral.errors import ConfigError
 from corral.training import load_config
 from corral.training.collector import Collector
 from corral.training.policy_map import MAIN
@@ -198,3 +199,14 @@ def test_fixed_and_scripted_policies_play_in_a_worker_as_in_one_process() -> Non
     assert list(sample.rollouts) == [MAIN] and list(want) == ["player_1"]
     assert_rollouts_equal(sample.rollouts[MAIN]["player_1"], want["player_1"], "player_1")
     assert sample.progress.agent_returns == progress.agent_returns
+
+
+def test_learners_of_different_rollout_steps_are_refused_in_a_worker() -> None:
+    policies = {"learner": "dqn", "opponent": "dqn"}
+    config = dqn(policies=policies, policy_map=seats)
+    other = config.algo_config.replace(train_freq=2 * T * E)  # as a learner of its own
+    config = dataclasses.replace(
+        config, policy_configs={**config.policy_configs, "opponent": other}
+    )
+    with pytest.raises(ConfigError, match=r"same rollout_steps.*\{'learner': 8, 'opponent': 16\}"):
+        RolloutWorker(config, 0, range(E), seed=0)

@@ -17,9 +17,11 @@ pytest.importorskip("ray", reason="rollout workers are Ray actors")
 import ray
 
 from corral import cli
+from corral.errors import ConfigError
 from corral.training import Runner, load_config
 from corral.training.metrics import read_metrics
 from corral.training.self_play import OPPONENT
+from corral.workers.worker_set import WorkerActor
 
 CPUS = 4
 TICTACTOE = "pettingzoo/classic/tictactoe_v3"
@@ -147,3 +149,19 @@ def test_a_scripted_opponent_seated_by_a_policy_map_function_plays_in_the_worker
     rows = read_metrics(run_dir)
     assert [r["env_steps"] for r in rows] == [32, 64]
     assert {"learner/loss/player", "train_return"} <= columns(rows)
+
+
+def test_a_worker_that_cannot_import_the_config_s_policy_map_says_so_when_ready() -> None:
+    """Built in a Ray actor, a worker keeps the error of building it for ``ready()`` (Ray
+    would report it as the actor's death, with the traceback as text)."""
+    policies = {"learner": "dqn", "opponent": "fixed:random"}
+    config = load_config("dqn", TICTACTOE, {"num_envs": 2, "device": "cpu", "policies": policies})
+    config.run.policy_map = "not_on_this_node:seats"  # importable on the driver only
+    worker = WorkerActor(config, 0, range(2), seed=0)
+    try:
+        with pytest.raises(
+            ConfigError, match=r"policy_map 'not_on_this_node:seats' is no function"
+        ):
+            worker.ready()
+    finally:
+        worker.close()

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from corral.algos.base import Algorithm
 from corral.algos.policy import Weights
 from corral.data.rollouts import Rollout
+from corral.errors import ConfigError
 from corral.training.collector import Collector, Progress
 from corral.training.config import BACKEND_OPTIONS, TrainConfig, replace_run
 from corral.training.runner import build_players, build_venv, seating, uses_state
@@ -54,6 +56,19 @@ def policy_seed(seed: int, index: int) -> int:
     if index == 0:
         return seed
     return int(np.random.SeedSequence([seed, index]).generate_state(1, np.uint64)[0])
+
+
+def check_rollout_steps(learners: Mapping[str, Algorithm], num_envs: int) -> None:
+    """Refuse learners of different ``rollout_steps`` on a worker of ``num_envs`` envs (a
+    :class:`~corral.errors.ConfigError`): a sample holds one rollout of each, ending
+    together."""
+    steps = {pid: learner.rollout_steps for pid, learner in learners.items()}
+    if len(set(steps.values())) > 1:
+        raise ConfigError(
+            f"runners > 0 samples one rollout of every learner at once, so they need the same "
+            f"rollout_steps (vector steps); on a worker of {num_envs} envs these have {steps}: "
+            "set rollout_steps (train_freq for learners from replay) alike, or runners=0"
+        )
 
 
 class RolloutWorker:
@@ -114,6 +129,7 @@ class RolloutWorker:
             )
             self.snapshots = SnapshotCopies(snapshot_pools(self.collector.fixed))
             """Its copies of self-play's pools, kept to the driver's members."""
+            check_rollout_steps(self.learners, len(envs))
         except BaseException:
             self.close()
             raise

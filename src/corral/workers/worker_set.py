@@ -82,6 +82,25 @@ def is_asynchronous(learners: Mapping[str, Algorithm]) -> bool:
     return "async" in kinds.values()
 
 
+class WorkerActor(RolloutWorker):
+    """A :class:`RolloutWorker` as a Ray actor: a :class:`~corral.errors.CorralError` of
+    building it (a ``module:attr`` of the config that this node cannot import) is kept for
+    :meth:`ready` to raise, so that it reaches the run as itself; Ray would report it raised
+    by the constructor as the actor's death, its traceback as text."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.failed: CorralError | None = None
+        try:
+            super().__init__(*args, **kwargs)
+        except CorralError as err:
+            self.failed = err
+
+    def ready(self) -> None:
+        """Raise the error of building the worker, if any."""
+        if self.failed is not None:
+            raise self.failed
+
+
 class WorkerSet:
     """``config.run.runners`` rollout workers in Ray actors (one CPU each), serving
     ``learners`` (by policy id, as the run builds them).
@@ -128,13 +147,13 @@ class WorkerSet:
         """Asynchronous: each learner's newest weights in the object store (version, ref)."""
         self._owns_ray = join_ray(run.ray_address, max(os.cpu_count() or 1, len(self.envs)))
         try:
-            remote = ray.remote(num_cpus=1)(RolloutWorker)
+            remote = ray.remote(num_cpus=1)(WorkerActor)
             self.handles = [
                 remote.remote(config, i, envs, seed, allow_imports=tuple(allow_imports))
                 for i, envs in enumerate(self.envs)
             ]
             limit = DEFAULT_START_TIMEOUT if run.start_timeout is None else run.start_timeout
-            self._get([h.__ray_ready__.remote() for h in self.handles], limit or None, "start")
+            self._get([h.ready.remote() for h in self.handles], limit or None, "start")
         except BaseException:
             self.close()
             raise
