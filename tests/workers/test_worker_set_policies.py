@@ -39,7 +39,7 @@ def local_ray():
         tests = str(Path(__file__).parents[1])
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (tests, before) if p)
         try:
-            ray.init(num_cpus=CPUS, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=CPUS, include_dashboard=False, log_to_driver=False)
         finally:
             if before is None:
                 del os.environ["PYTHONPATH"]
