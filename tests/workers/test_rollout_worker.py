@@ -3,7 +3,6 @@ single-process collector, envs seeded as the run's, weights loaded only when new
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -12,7 +11,8 @@ import pytest
 pytest.importorskip("torch", reason="rollout workers act with torch policies")
 pytest.importorskip("mpe2", reason="the differential tests run mpe2's simple_spread")
 
-from corral.arrays.tree import map_tree
+from support.rollouts import assert_rollouts_equal
+
 from corral.data.rollouts import Rollout, concat_envs
 from corral.training import load_config
 from corral.training.collector import Collector
@@ -45,19 +45,6 @@ def first_rollout(config: Any) -> tuple[dict[str, Rollout], Any]:
         venv.close()
     (rollouts,) = seen
     return rollouts, weights
-
-
-def assert_rollouts_equal(got: Rollout, want: Rollout, where: str) -> None:
-    for f in fields(Rollout):
-        a, b = getattr(got, f.name), getattr(want, f.name)
-        if f.name in ("extras", "next"):
-            assert a.keys() == b.keys(), f"{where}.{f.name}"
-            for key in a:
-                np.testing.assert_array_equal(a[key], b[key], err_msg=f"{where}.{f.name}.{key}")
-        elif b is None:
-            assert a is None, f"{where}.{f.name}"
-        else:
-            map_tree(lambda x, y, n=f.name: np.testing.assert_array_equal(x, y, err_msg=n), a, b)
 
 
 def test_one_worker_collects_exactly_the_single_process_first_rollout() -> None:

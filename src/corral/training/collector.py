@@ -283,10 +283,7 @@ class Collector:
     def told_learned(self, learner: Algorithm) -> dict[str, float]:
         """Tell every fixed player that ``learner`` has just learned (self-play's pool then
         adds a snapshot when due); returns the metrics they report."""
-        told: dict[str, float] = {}
-        for player in self.fixed.values():
-            told.update(player.learned(learner))
-        return told
+        return tell_learned(self.fixed, learner)
 
     def _raise_deferred(self) -> None:
         """Raise an invalid action that the vector env checked on its device
@@ -449,6 +446,15 @@ def _check_cover(
     if missing:
         raise ValueError(f"the agents {missing} have neither a learner nor a fixed policy")
     return overridden
+
+
+def tell_learned(players: Mapping[str, FixedPlayer], learner: Algorithm) -> dict[str, float]:
+    """Tell every player of ``players`` that ``learner`` has just learned (see
+    :meth:`~corral.training.policy_map.FixedPlayer.learned`); the metrics they report."""
+    told: dict[str, float] = {}
+    for player in players.values():
+        told.update(player.learned(learner))
+    return told
 
 
 def named_metrics(pid: str, metrics: dict[str, float]) -> dict[str, float]:

@@ -126,16 +126,24 @@ class Seating:
     next seat at every episode, and the envs start in different seats (the
     numbers are not unique across envs). :attr:`owned` holds, per policy id
     and group, the ``[E, n]`` agents it plays; :meth:`begin` seats the envs whose
-    episode starts at a batch.
+    episode starts at a batch. ``first``: the index of the first env among a run's envs
+    (a rollout worker's shard starts there), so that its envs are numbered as they are in
+    one collector of all the run's envs.
     """
 
     def __init__(
-        self, groups: Mapping[str, Sequence[str]], by: AgentMap, ids: Sequence[str], num_envs: int
+        self,
+        groups: Mapping[str, Sequence[str]],
+        by: AgentMap,
+        ids: Sequence[str],
+        num_envs: int,
+        *,
+        first: int = 0,
     ) -> None:
         self.groups = {g: tuple(agents) for g, agents in groups.items()}
         self.by = by
         self.ids = tuple(ids)
-        self.episode = np.arange(num_envs, dtype=np.int64)
+        self.episode = np.arange(first, first + num_envs, dtype=np.int64)
         """The number of the episode running in each env."""
         self.owned = {
             pid: {g: np.zeros((num_envs, len(a)), dtype=bool) for g, a in self.groups.items()}

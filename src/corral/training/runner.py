@@ -227,7 +227,11 @@ class Runner:
             saved = {} if restore is None else restored(restore, self.run_dir / LATEST)
             if run.runners:
                 self.workers = start_workers(
-                    config, self.learners, seed=run.seed + int(saved.get("env_steps", 0))
+                    config,
+                    self.learners,
+                    seed=run.seed + int(saved.get("env_steps", 0)),
+                    players=self.fixed,
+                    allow_imports=self.allow_imports,
                 )
             # the run is usable as configured: only now is its directory made or rewritten
             check_run_files(self.run_dir)
@@ -732,13 +736,20 @@ def _algorithm_class(name: str) -> type:
 
 
 def start_workers(
-    config: TrainConfig, learners: Mapping[str, Algorithm], *, seed: int
+    config: TrainConfig,
+    learners: Mapping[str, Algorithm],
+    *,
+    seed: int,
+    players: Mapping[str, FixedPlayer] | None = None,
+    allow_imports: Collection[str] = (),
 ) -> WorkerSet:
     """The run's rollout workers (``runners``) collecting for ``learners``, their envs seeded
-    from ``seed`` (see :mod:`corral.workers`); the learners' ``num_envs`` become theirs."""
+    from ``seed`` (see :mod:`corral.workers`); the learners' ``num_envs`` become theirs.
+    ``players``: the run's fixed players (self-play's pool is told of the learners' updates
+    and sent to the workers); ``allow_imports``: as :class:`Runner`'s."""
     from corral.workers.worker_set import WorkerSet  # Ray, only for runs with runners
 
-    workers = WorkerSet(config, learners, seed=seed)
+    workers = WorkerSet(config, learners, seed=seed, players=players, allow_imports=allow_imports)
     for learner in learners.values():
         learner.num_envs = workers.num_envs  # what first_update counts in
     return workers
@@ -926,15 +937,18 @@ def _plan(config: TrainConfig, venv: VectorEnv) -> tuple[PolicyMap, dict[str, An
     return PolicyMap(groups, {}, by=by, named=tuple(policies)), policies
 
 
-def seating(config: TrainConfig, venv: VectorEnv, *, learning: bool = False) -> Seating | None:
+def seating(
+    config: TrainConfig, venv: VectorEnv, *, learning: bool = False, first: int = 0
+) -> Seating | None:
     """Who plays which agents when, for a run whose ``policy_map`` is a function, and for a
-    self-play run while ``learning`` (its evaluations play the learner in every seat)."""
+    self-play run while ``learning`` (its evaluations play the learner in every seat);
+    ``first``: the index of ``venv``'s first env among the run's (a rollout worker's shard)."""
     if config.run.self_play and not learning:
         return None
     pmap, _ = _plan(config, venv)
     if pmap.by is None:
         return None
-    return Seating(venv.groups, pmap.by, pmap.ids, venv.num_envs)
+    return Seating(venv.groups, pmap.by, pmap.ids, venv.num_envs, first=first)
 
 
 def fixed_policy(

@@ -13,16 +13,20 @@ workers.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from corral.algos.base import Algorithm
 from corral.algos.policy import Weights
 from corral.data.rollouts import Rollout
+from corral.errors import ConfigError
 from corral.training.collector import Collector, Progress
 from corral.training.config import BACKEND_OPTIONS, TrainConfig, replace_run
-from corral.training.runner import build_players, build_venv, uses_state
+from corral.training.runner import build_players, build_venv, seating, uses_state
 from corral.training.threads import set_torch_threads
+from corral.workers.snapshots import PoolSync, SnapshotCopies, snapshot_pools
 
 
 @dataclass
@@ -54,9 +58,29 @@ def policy_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, index]).generate_state(1, np.uint64)[0])
 
 
+def check_rollout_steps(learners: Mapping[str, Algorithm], num_envs: int) -> None:
+    """Refuse learners of different ``rollout_steps`` on a worker of ``num_envs`` envs (a
+    :class:`~corral.errors.ConfigError`): a sample holds one rollout of each, ending
+    together."""
+    steps = {pid: learner.rollout_steps for pid, learner in learners.items()}
+    if len(set(steps.values())) > 1:
+        raise ConfigError(
+            f"runners > 0 samples one rollout of every learner at once, so they need the same "
+            f"rollout_steps (vector steps); on a worker of {num_envs} envs these have {steps}: "
+            "set rollout_steps (train_freq for learners from replay) alike, or runners=0"
+        )
+
+
 class RolloutWorker:
     """Steps the envs ``envs`` (indices among ``config``'s envs) of a run with copies of its
     policies and sends back one rollout per learned policy per :meth:`sample`.
+
+    The policies that are not learned (``policies``' fixed, scripted and other runs' ones,
+    self-play's pool of past copies) are built here from ``config`` and play in the worker's
+    collector as in a single process; a ``policy_map`` function (and self-play's seat swap)
+    seats them in the worker, its envs' episodes numbered as in a collector of all the run's
+    envs. ``allow_imports``: what the configs of other runs whose policies play here may
+    import (see :func:`~corral.training.runner.read_run_config`).
 
     ``seed``: the seed the run's envs start from (``run.seed``, or where a resumed run
     starts its new episodes); env ``k`` of the shard is reset with ``seed + envs[k]``.
@@ -64,7 +88,15 @@ class RolloutWorker:
     torch thread, and hold no weights until the first :meth:`sample` gives them some.
     """
 
-    def __init__(self, config: TrainConfig, index: int, envs: range, seed: int) -> None:
+    def __init__(
+        self,
+        config: TrainConfig,
+        index: int,
+        envs: range,
+        seed: int,
+        *,
+        allow_imports: Collection[str] = (),
+    ) -> None:
         self.index = index
         self._threads = set_torch_threads(1)
         run = config.run
@@ -90,8 +122,14 @@ class RolloutWorker:
         )
         self.venv = build_venv(local, options={}, state=uses_state(self.config))
         try:
-            self.learners, fixed = build_players(self.config, self.venv)
-            self.collector = Collector(self.venv, self.learners, fixed, seed=seed + envs.start)
+            self.learners, fixed = build_players(self.config, self.venv, allow_imports)
+            seats = seating(self.config, self.venv, learning=True, first=envs.start)
+            self.collector = Collector(
+                self.venv, self.learners, fixed, seed=seed + envs.start, seating=seats
+            )
+            self.snapshots = SnapshotCopies(snapshot_pools(self.collector.fixed))
+            """Its copies of self-play's pools, kept to the driver's members."""
+            check_rollout_steps(self.learners, len(envs))
         except BaseException:
             self.close()
             raise
@@ -107,16 +145,25 @@ class RolloutWorker:
     def num_envs(self) -> int:
         return self.venv.num_envs
 
-    def sample(self, *weights: Weights) -> Sample:
+    def sample(self, *weights: Weights, pools: Mapping[str, PoolSync] | None = None) -> Sample:
         """Act with ``weights`` (one per learned policy, in :attr:`policy_ids`' order; a
         version no newer than the one held is not loaded again) and collect one rollout
-        of every learned policy."""
-        if len(weights) != len(self.learners):
+        of every learned policy.
+
+        ``pools``: per self-play pool (by policy id), its members for this sample; the
+        snapshots it names as ``new`` follow the learned policies' weights in ``weights``
+        (see :mod:`corral.workers.snapshots`)."""
+        sent = sum(len(sync.new) for sync in (pools or {}).values())
+        if len(weights) != len(self.learners) + sent:
+            then = f", then the {sent} new snapshot(s) its pools name" if sent else ""
             raise ValueError(
                 f"sample() takes the weights of the learned policies {self.policy_ids}, one "
-                f"each; got {len(weights)}"
+                f"each{then}; got {len(weights)}"
             )
-        for (pid, learner), given in zip(self.learners.items(), weights, strict=True):
+        learned, snapshots = weights[: len(self.learners)], weights[len(self.learners) :]
+        if pools:
+            self.snapshots.load(pools, snapshots)
+        for (pid, learner), given in zip(self.learners.items(), learned, strict=True):
             held, version = self.versions[pid], int(given["version"])
             if held is None or version > held:
                 learner.policy.load_weights(given)

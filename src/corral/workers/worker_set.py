@@ -18,6 +18,13 @@ sample (put into the object store once per version). A rollout collected with we
 than ``max_staleness`` versions behind the learner's is dropped and counted in
 ``rollouts_dropped``; ``runner_version_lag`` records the lag of each rollout learned from.
 Samples in flight when a run checkpoints are not part of the checkpoint.
+
+Policies that are not learned play in the workers (built there from the run's config), and
+a ``policy_map`` function seats them there. Self-play's pool of past copies lives with the
+learner: after each update the learner tells the run's players it learned, as in a single
+process (the pool adds a snapshot when due and reports ``selfplay/pool``), and each
+snapshot goes into the object store once; every worker's copy of the pool loads the
+snapshots it lacks before its next sample (:mod:`corral.workers.snapshots`).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 import os
 import pickle
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from corral.algos.base import Algorithm
@@ -38,11 +45,13 @@ from corral.errors import (
     WorkerDiedError,
     WorkerTimeoutError,
 )
-from corral.training.collector import Progress, named_metrics
+from corral.training.collector import Progress, named_metrics, tell_learned
 from corral.training.config import TrainConfig
+from corral.training.policy_map import FixedPlayer
 from corral.vector.backend import DEFAULT_START_TIMEOUT
 from corral.vector.ray_backend import import_ray, join_ray, leave_ray
 from corral.workers.rollout_worker import RolloutWorker, Sample
+from corral.workers.snapshots import SnapshotSender, snapshot_pools
 
 CLOSE_TIMEOUT = 10.0
 """Most seconds :meth:`WorkerSet.close` waits for the workers to close their envs."""
@@ -73,25 +82,50 @@ def is_asynchronous(learners: Mapping[str, Algorithm]) -> bool:
     return "async" in kinds.values()
 
 
+class WorkerActor(RolloutWorker):
+    """A :class:`RolloutWorker` as a Ray actor: a :class:`~corral.errors.CorralError` of
+    building it (a ``module:attr`` of the config that this node cannot import) is kept for
+    :meth:`ready` to raise, so that it reaches the run as itself; Ray would report it raised
+    by the constructor as the actor's death, its traceback as text."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.failed: CorralError | None = None
+        try:
+            super().__init__(*args, **kwargs)
+        except CorralError as err:
+            self.failed = err
+
+    def ready(self) -> None:
+        """Raise the error of building the worker, if any."""
+        if self.failed is not None:
+            raise self.failed
+
+
 class WorkerSet:
     """``config.run.runners`` rollout workers in Ray actors (one CPU each), serving
     ``learners`` (by policy id, as the run builds them).
 
-    ``seed``: where the workers' envs start their seeds (see :class:`RolloutWorker`). Ray
+    ``seed``: where the workers' envs start their seeds (see :class:`RolloutWorker`).
+    ``players``: the run's players that are not learned, as the runner built them; those
+    that listen (self-play's pool) are told after each update, and the pools' snapshots
+    sent to the workers. ``allow_imports``: what the configs of other runs whose policies
+    play in the workers may import. Ray
     is joined as the ``ray`` backend joins it (``ray_address``, else a local Ray with a
     reaper, or the one already running); workers that do not start within
     ``start_timeout`` raise :class:`~corral.errors.WorkerStartError`.
     """
 
     def __init__(
-        self, config: TrainConfig, learners: Mapping[str, Algorithm], *, seed: int
+        self,
+        config: TrainConfig,
+        learners: Mapping[str, Algorithm],
+        *,
+        seed: int,
+        players: Mapping[str, FixedPlayer] | None = None,
+        allow_imports: Collection[str] = (),
     ) -> None:
         self.asynchronous = is_asynchronous(learners)
         run = config.run
-        if run.self_play or run.policy_map is not None:
-            raise ConfigError(
-                "runners > 0 does not take self_play or a policy_map function yet: set runners=0"
-            )
         try:
             self._ray = ray = import_ray()
         except MissingDependencyError as err:
@@ -99,6 +133,9 @@ class WorkerSet:
                 "rollout workers (runners > 0) need Ray: pip install 'corral[ray]'"
             ) from err
         self.learners = dict(learners)
+        self.players = dict(players or {})
+        self.snapshots = SnapshotSender(snapshot_pools(self.players), lambda w: self._ray.put(w))
+        """Self-play's snapshots in the object store, and which each worker holds."""
         self.envs = run.runner_envs()
         self.num_envs = sum(len(envs) for envs in self.envs)
         self.sample_timeout = run.sample_timeout or None
@@ -110,12 +147,13 @@ class WorkerSet:
         """Asynchronous: each learner's newest weights in the object store (version, ref)."""
         self._owns_ray = join_ray(run.ray_address, max(os.cpu_count() or 1, len(self.envs)))
         try:
-            remote = ray.remote(num_cpus=1)(RolloutWorker)
+            remote = ray.remote(num_cpus=1)(WorkerActor)
             self.handles = [
-                remote.remote(config, i, envs, seed) for i, envs in enumerate(self.envs)
+                remote.remote(config, i, envs, seed, allow_imports=tuple(allow_imports))
+                for i, envs in enumerate(self.envs)
             ]
             limit = DEFAULT_START_TIMEOUT if run.start_timeout is None else run.start_timeout
-            self._get([h.__ray_ready__.remote() for h in self.handles], limit or None, "start")
+            self._get([h.ready.remote() for h in self.handles], limit or None, "start")
         except BaseException:
             self.close()
             raise
@@ -154,7 +192,10 @@ class WorkerSet:
             if lag > self.max_staleness:
                 progress.rollouts_dropped += 1
                 continue
-            metrics = learner.learn(sample.rollouts[pid])
+            metrics = {
+                **learner.learn(sample.rollouts[pid]),
+                **tell_learned(self.players, learner),
+            }
             extra = {"runner_version_lag": lag, "rollout_bytes": size, "learner_wait_s": waited}
             learned.append(named_metrics(pid, {**metrics, **extra}))
         self._send(index)
@@ -172,7 +213,9 @@ class WorkerSet:
             if self._weights.get(pid, (None,))[0] != version:
                 self._weights[pid] = (version, self._ray.put(learner.policy.weights()))
             refs.append(self._weights[pid][1])
-        self._in_flight[self.handles[index].sample.remote(*refs)] = index
+        pools, snapshots = self.snapshots.for_worker(index)
+        call = self.handles[index].sample.remote(*refs, *snapshots, pools=pools)
+        self._in_flight[call] = index
 
     def update(self, progress: Progress) -> int:
         """One synchronous update: broadcast the weights, gather a sample of every worker,
@@ -180,7 +223,10 @@ class WorkerSet:
         ray = self._ray
         started = time.perf_counter()
         refs = [ray.put(learner.policy.weights()) for learner in self.learners.values()]
-        calls = [h.sample.remote(*refs) for h in self.handles]
+        calls = []
+        for index, handle in enumerate(self.handles):
+            pools, snapshots = self.snapshots.for_worker(index)
+            calls.append(handle.sample.remote(*refs, *snapshots, pools=pools))
         samples: list[Sample] = self._get(calls, self.sample_timeout, "sample")
         waited = time.perf_counter() - started
         size = len(pickle.dumps(samples[0], protocol=pickle.HIGHEST_PROTOCOL))
@@ -191,7 +237,7 @@ class WorkerSet:
             rollouts = {
                 g: concat_envs([s.rollouts[pid][g] for s in samples]) for g in learner.groups
             }
-            metrics = learner.learn(rollouts)
+            metrics = {**learner.learn(rollouts), **tell_learned(self.players, learner)}
             extra = {"runner_version_lag": lag, "rollout_bytes": size, "learner_wait_s": waited}
             learned.append(named_metrics(pid, {**metrics, **extra}))
         share = waited / (time.perf_counter() - started)
@@ -224,6 +270,7 @@ class WorkerSet:
         seconds) and let go of Ray; calling it again does nothing."""
         ray, handles, self.handles = self._ray, self.handles, []
         self._in_flight, self._weights = {}, {}  # no reference outlives the actors
+        self.snapshots.close()
         try:
             if handles and ray.is_initialized():
                 closing = [h.close.remote() for h in handles]
