@@ -49,7 +49,7 @@ def ray_session() -> Iterator[Callable[[], None]]:
         import ray
 
         if not ray.is_initialized():
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
             started.append(ray)
 
     yield start

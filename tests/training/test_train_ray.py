@@ -36,7 +36,7 @@ def local_ray():
     """One local Ray of CPUS CPUs for the whole module, started as a user would."""
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=CPUS, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=CPUS, include_dashboard=False, log_to_driver=False)
     yield
     if started:
         ray.shutdown()

@@ -35,7 +35,7 @@ def local_ray():
     """One local Ray for the whole module; envs defined here travel by value."""
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     # Ray workers cannot import this test module, so pickle its classes by value.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield

@@ -173,7 +173,7 @@ def _start_ray() -> None:
     ray = pytest.importorskip("ray")
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         _STARTED_RAY.append(ray)
 
 

@@ -29,7 +29,7 @@ def local_ray():
     """One local Ray for the module's tests that need one."""
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=CPUS, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=CPUS, include_dashboard=False, log_to_driver=False)
     yield
     if started:
         ray.shutdown()
