@@ -16,11 +16,12 @@ ENTRY = "support.faulty_envs:FaultyEnv"
 
 
 class FaultyEnv:
-    """The env ``env`` that writes its process's pid as a file into ``pids`` (when given) and
-    at its ``at``-th step does ``fault``: ``hang`` sleeps ``seconds``, ``die`` ends the
-    process at once, ``raise`` raises a ``RuntimeError``. ``marker``: a path that the first
-    env to fault creates, so that only that one faults (every env faults each time where
-    ``marker`` is ``None``)."""
+    """The env ``env`` that writes its process's pid as a file into ``pids`` (when given;
+    the file holds the id of the Ray node the process runs on, if it joined Ray) and at its
+    ``at``-th step does ``fault``: ``hang`` sleeps ``seconds``, ``die`` ends the process at
+    once, ``raise`` raises a ``RuntimeError``. ``marker``: a path that the first env to fault
+    creates, so that only that one faults (every env faults each time where ``marker`` is
+    ``None``)."""
 
     def __init__(
         self,
@@ -35,7 +36,7 @@ class FaultyEnv:
         self.fault, self.at, self.seconds, self.marker = fault, at, seconds, marker
         self.steps = 0
         if pids is not None:
-            (Path(pids) / str(os.getpid())).touch()
+            (Path(pids) / str(os.getpid())).write_text(_node_id())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.env, name)
@@ -65,3 +66,17 @@ class FaultyEnv:
 
     def close(self) -> None:
         self.env.close()
+
+
+def _node_id() -> str:
+    """The id of the Ray node this process runs on, or ``""`` outside Ray."""
+    try:
+        import ray
+    except ImportError:
+        return ""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+
+
+def noted_pids(pids: Path) -> dict[int, str]:
+    """The pids that :class:`FaultyEnv` noted in ``pids``, each with its Ray node's id."""
+    return {int(path.name): path.read_text() for path in pids.iterdir()}
