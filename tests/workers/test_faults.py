@@ -78,6 +78,7 @@ def total(rows: list[dict[str, float]], column: str) -> float:
     return sum(r.get(column, 0) for r in rows)
 
 
+@pytest.mark.slow  # two runs and a replacement: 40 s here; the cluster tests kill a worker in CI
 def test_a_worker_dying_mid_rollout_is_replaced_and_a_resume_keeps_the_counts(
     tmp_path: Path,
 ) -> None:
@@ -109,6 +110,7 @@ def test_a_worker_dying_mid_rollout_is_replaced_and_a_resume_keeps_the_counts(
     assert all_cpus_free_within(ray, 10), "an actor outlived the resumed run"
 
 
+@pytest.mark.slow  # a 10 s sample_timeout and a replacement: 25 s here
 def test_a_hung_worker_is_killed_at_sample_timeout_and_replaced(tmp_path: Path) -> None:
     config = load_config(
         "mappo", ENTRY, settings(tmp_path, "hang", total_steps=60, sample_timeout=10)
@@ -140,6 +142,7 @@ def test_without_restarts_a_lost_worker_stops_the_run_naming_it(tmp_path: Path) 
     assert all_cpus_free_within(ray, 10), "an actor outlived the run"
 
 
+@pytest.mark.slow  # three replacements: 30 s here
 def test_a_worker_lost_again_and_again_stops_the_run_naming_it_and_the_cause(
     tmp_path: Path,
 ) -> None:
