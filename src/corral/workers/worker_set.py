@@ -355,7 +355,7 @@ class WorkerSet:
             return ray.get(refs, timeout=timeout)
         except ray.exceptions.GetTimeoutError as err:
             raise WorkerTimeoutError(
-                f"rollout workers did not {what} within {timeout}s (sample_timeout, start_timeout)"
+                f"rollout workers did not {what} within {timeout}s (start_timeout)"
             ) from err
         except ray.exceptions.RayActorError as err:
             raise WorkerDiedError(f"a rollout worker died in {what}(): {err}") from err
