@@ -350,3 +350,38 @@ def test_rollouts_of_parts_of_the_envs_joined_are_the_rollout_of_all() -> None:
             np.testing.assert_array_equal(x, y)
     with pytest.raises(ValueError, match="at least one"):
         concat_envs([])
+
+
+def test_a_part_that_carried_no_decision_joins_one_that_did() -> None:
+    """A rollout worker whose envs just started (a replacement) carried no decision over:
+    its ``carried_state`` is ``None`` while the others' is not; joined, its rows are zeros,
+    masked by its ``carried`` (all false)."""
+    pytest.importorskip("pettingzoo")
+    import dataclasses
+
+    from corral.data.rollouts import concat_envs
+
+    env_id, steps = "pettingzoo/classic/connect_four_v3", 5
+    venv = make_vec(env_id, 4, seed=0)
+    rng, batch, moves = np.random.default_rng(0), venv.reset(seed=0), []
+    for _ in range(2 * steps):
+        moves.append(venv.sample_actions(batch, rng))
+        batch = venv.step(moves[-1])
+    venv.close()
+    whole = _rollouts_of(env_id, 4, steps, lambda t: moves[t], seed=0)
+    for played in whole.values():
+        carried = np.asarray(played.carried)
+        assert carried.any()
+        # a carried decision's env state (connect four has none: one of 3 numbers per env)
+        states = np.arange(4 * 3, dtype=np.float32).reshape(4, 3) + 1
+        rollout = dataclasses.replace(played, carried_state=states)
+        fresh = dataclasses.replace(
+            rollout, carried=np.zeros_like(rollout.carried), carried_state=None
+        )
+        for parts, rows in (([rollout, fresh], slice(4, 8)), ([fresh, rollout], slice(0, 4))):
+            got = concat_envs(parts)
+            assert got.carried_state.shape[0] == 8
+            np.testing.assert_array_equal(got.carried_state[rows], 0)
+            kept = slice(0, 4) if rows.start else slice(4, 8)
+            np.testing.assert_array_equal(got.carried_state[kept], rollout.carried_state)
+        assert concat_envs([fresh, fresh]).carried_state is None

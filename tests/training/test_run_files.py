@@ -150,6 +150,11 @@ def metrics_with(run_dir: Path, **row: Any) -> list[dict[str, Any]]:
         ("env_steps", "its env_steps is '80', not a count (an int at least 0)"),
         ("best_eval", "its best_eval is [1], not a number or None"),
         ("select_by", "its select_by is 'a\\nb', not a column name"),
+        (
+            "runner_counts",
+            "its runner_counts is {'rollouts_lost': -1}, not counts (ints at least 0) of "
+            "['runner_restarts', 'rollouts_lost', 'rollouts_dropped']",
+        ),
     ],
 )
 def test_resume_refuses_a_crafted_checkpoint_s_counters_and_rows(
@@ -164,6 +169,7 @@ def test_resume_refuses_a_crafted_checkpoint_s_counters_and_rows(
         "env_steps": {"env_steps": "80"},
         "best_eval": {"best_eval": [1]},
         "select_by": {"select_by": "a\nb"},
+        "runner_counts": {"runner_counts": {"rollouts_lost": -1}},
     }[change]
     crafted(run_dir / LATEST, **changes)
     metrics = (run_dir / "metrics.csv").read_bytes()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from support import paths
+from support.processes import command_line, descendants, kill_all, wait_until_gone
 
 from corral.vector import reaper
 from corral.vector.subproc import REAP_AFTER_S
@@ -103,55 +104,6 @@ if __name__ == "__main__":
 """
 
 
-# -- the process table ------------------------------------------------------------------
-
-
-def _stat(pid: int) -> tuple[str, int] | None:
-    """The state and parent pid of process ``pid``, or ``None`` if there is none."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
-    except (OSError, ValueError):  # no such process, or it ended while being read
-        return None
-    return state, int(ppid)
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    stat = _stat(pid)
-    return stat is not None and stat[0] != "Z"
-
-
-def descendants(root: int) -> set[int]:
-    """The live processes below ``root`` in the process tree."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := _stat(int(entry))) is not None and stat[0] != "Z":
-            children.setdefault(stat[1], []).append(int(entry))
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def command_line(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return " ".join(f.read().decode(errors="replace").replace("\0", " ").split())
-    except OSError:
-        return "(gone)"
-
-
-def wait_until_gone(pids: set[int], seconds: float) -> set[int]:
-    """``pids`` still alive after waiting up to ``seconds`` for them to exit."""
-    deadline = time.monotonic() + seconds
-    while (left := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return left
-
-
 def start_driver(tmp_path: Path, script: str, *args: str) -> tuple[subprocess.Popen, str]:
     """Run ``script`` in its own session; return it and its first line of output."""
     path = tmp_path / "driver.py"
@@ -170,13 +122,6 @@ def start_driver(tmp_path: Path, script: str, *args: str) -> tuple[subprocess.Po
         proc.kill()
         pytest.fail(f"the driver exited (code {proc.wait()}) before it was ready")
     return proc, line
-
-
-def kill_all(pids: set[int]) -> None:
-    """Clean up after a failed test: SIGKILL whatever of ``pids`` is left."""
-    for pid in pids:
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
 
 
 # -- subproc ------------------------------------------------------------------------------

@@ -109,3 +109,23 @@ def test_worker_policy_streams_differ_but_worker_zero_keeps_the_runs() -> None:
     seeds = [policy_seed(3, i) for i in range(4)]
     assert seeds[0] == 3
     assert len(set(seeds)) == 4
+
+
+def test_a_replacement_starts_new_episodes_from_seeds_of_its_restart_number() -> None:
+    """A lost worker's replacement does not replay its predecessor's episodes: its envs and
+    policies start from seeds drawn from (seed, index, restart), the same each time."""
+    config = mappo(2, runners=2)
+    weights = first_rollout(mappo(2))[1]
+
+    def first_obs(restart: int) -> np.ndarray:
+        worker = RolloutWorker(config, 1, range(1, 2), seed=config.run.seed, restart=restart)
+        try:
+            return worker.sample(weights).rollouts[MAIN]["agent"].obs[0]
+        finally:
+            worker.close()
+
+    original, replaced = first_obs(0), first_obs(1)
+    assert not np.array_equal(original, replaced)
+    np.testing.assert_array_equal(first_obs(1), replaced)
+    assert not np.array_equal(first_obs(2), replaced)
+    assert policy_seed(3, 0, restart=1) != 3

@@ -177,6 +177,8 @@ def concat_envs(parts: list[Rollout]) -> Rollout:
 
     def joined(name: str, values: list[Any]) -> Any:
         axis = 0 if name in PER_ENV else 1
+        if name == "carried_state":
+            values = _carried_states(parts)
         if values[0] is None:
             return None
         return map_tree(lambda *leaves: ops_of(leaves[0]).concat(list(leaves), axis), *values)
@@ -191,6 +193,22 @@ def concat_envs(parts: list[Rollout]) -> Rollout:
             key: joined(key, [getattr(p, name)[key] for p in parts]) for key in getattr(first, name)
         }
     return Rollout(**changes)
+
+
+def _carried_states(parts: list[Rollout]) -> list[Any]:
+    """The parts' ``carried_state``; where some carried no decision (``None``: a worker
+    whose envs just started) and others did, zeros in its place, which its ``carried``
+    (all false) masks."""
+    states = [p.carried_state for p in parts]
+    present = next((s for s in states if s is not None), None)
+    if present is None:
+        return states
+    return [
+        map_tree(lambda a, p=p: zeros(a, (p.carried.shape[0], *a.shape[1:])), present)
+        if s is None
+        else s
+        for p, s in zip(parts, states, strict=True)
+    ]
 
 
 class RolloutBuilder:

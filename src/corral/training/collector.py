@@ -63,6 +63,10 @@ class Progress:
     """Episodes that faults cut, left out of the returns (counted by :func:`evaluate`)."""
     rollouts_dropped: int = 0
     """Rollouts of rollout workers not learned from (too stale, see ``max_staleness``)."""
+    runner_restarts: int = 0
+    """Rollout workers replaced after they were lost (died, or missed ``sample_timeout``)."""
+    rollouts_lost: int = 0
+    """Samples of rollout workers lost with their worker (their partial rollouts dropped)."""
 
 
 class Collector:

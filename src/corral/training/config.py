@@ -137,16 +137,19 @@ class RunConfig:
     runner_backend: Literal["sync", "subproc"] = "sync"
     """The vector backend of each rollout worker's envs."""
     sample_timeout: Annotated[float, Range(ge=0)] = 300.0
-    """Seconds a rollout worker's sample may take before the worker counts as lost; 0: no
-    limit. So far a lost worker stops the run (``WorkerTimeoutError``, ``WorkerDiedError``)."""
+    """Seconds a rollout worker's sample may take before the worker counts as lost (it is
+    killed, and replaced as ``runner_restarts`` says); 0: no limit."""
     max_staleness: Annotated[int, Range(ge=0)] = 16
     """Asynchronous rollout workers (DQN, MADDPG, VDN/QMIX): the most versions a learner's
     weights may have moved on since a rollout was collected; older rollouts are dropped
     and counted in ``rollouts_dropped`` (rollouts arrive about ``runners - 1`` versions
     late)."""
     runner_restarts: bool = True
-    """Restart a rollout worker that is lost (dead, or later than ``sample_timeout``); not
-    implemented yet: a lost worker stops the run."""
+    """Replace a rollout worker that is lost (its process died, its node left, or it missed
+    ``sample_timeout``), its partial rollout dropped and counted in ``rollouts_lost``, the
+    replacements in the metrics column ``runner_restarts``; a worker lost 3 times in a row
+    stops the run. ``False``: the first lost worker stops the run (``WorkerDiedError``,
+    ``WorkerTimeoutError``)."""
     on_env_error: Literal["raise", "restart"] = "raise"
     """When one training env raises, returns a bad value or its worker misses ``timeout``:
     ``raise`` ends the run with that error (naming the env; ``checkpoint.pt`` stays as last

@@ -239,6 +239,8 @@ class Runner:
             run_files.write_text(self.run_dir, CONFIG, write_yaml(config.to_dict()))
             self.constant = ConstantWatch(self.selection)
             self.env_steps = int(saved.get("env_steps", 0))
+            self.runner_counts = {**dict.fromkeys(RUNNER_COUNTS, 0), **saved.get(RUNNER_KEY, {})}
+            """The run's rollout worker faults so far (cumulative, restored on resume)."""
             self.elapsed = float(saved.get("elapsed", 0.0))
             self.best_eval: float | None = None
             self.best_steps: int | None = None
@@ -451,6 +453,14 @@ class Runner:
         row.update(_mean_metrics(part.updates))
         if part.rollouts_dropped:
             row["rollouts_dropped"] = part.rollouts_dropped
+        for key in RUNNER_COUNTS:
+            self.runner_counts[key] += getattr(part, key)
+        if self.workers is not None:
+            row["runner_restarts"] = self.runner_counts["runner_restarts"]
+        if part.rollouts_lost:
+            row["rollouts_lost"] = part.rollouts_lost
+        if part.runner_restarts or part.rollouts_lost:
+            log.warning("%s", _runner_faults_text(part, self.runner_counts))
         if part.env_restarts:
             row["env_restarts"] = part.env_restarts
             log.warning("%s", _restarts_text(part, self.config.run.on_env_error))
@@ -520,6 +530,7 @@ class Runner:
             "best_eval": self.best_eval,
             "best_steps": self.best_steps,
             "select_by": self.selection.metric,
+            RUNNER_KEY: dict(self.runner_counts),
             "metrics": list(self.metrics.rows),
             "rng": checkpoint.rng_state(),
             "collector_rng": self.collector.rng.bit_generator.state,
@@ -571,7 +582,15 @@ class Runner:
     def _summary(self) -> str:
         best = "none" if self.best_eval is None else f"{self.best_eval:.4g} at {self.best_steps}"
         metric = self.selection.metric
-        return f"done: {self.env_steps} env steps in {self.elapsed:.1f}s; best {metric} {best}"
+        done = f"done: {self.env_steps} env steps in {self.elapsed:.1f}s; best {metric} {best}"
+        counts = self.runner_counts
+        if any(counts.values()):
+            done += (
+                f"; {counts['runner_restarts']} rollout worker restart(s), "
+                f"{counts['rollouts_lost']} rollout(s) lost with their worker, "
+                f"{counts['rollouts_dropped']} dropped as stale"
+            )
+        return done
 
     def _header(self) -> str:
         run = self.config.run
@@ -1324,6 +1343,16 @@ def restored(saved: Mapping[str, Any], path: Path) -> dict[str, Any]:
             raise CheckpointError(f"{path}: its {key} is {repr(saved[key])[:60]}, not {kind}")
     if "metrics" not in saved:
         raise CheckpointError(f"{path}: it lacks the entry 'metrics', which every run writes")
+    counts = saved.get(RUNNER_KEY, {})  # older runs' checkpoints have none
+    if not (
+        isinstance(counts, dict)
+        and set(counts) <= set(RUNNER_COUNTS)
+        and all(_count(v) for v in counts.values())
+    ):
+        raise CheckpointError(
+            f"{path}: its {RUNNER_KEY} is {repr(counts)[:60]}, not counts (ints at least 0) "
+            f"of {list(RUNNER_COUNTS)}"
+        )
     return {**saved, "metrics": checked_rows(saved["metrics"], str(path))}
 
 
@@ -1343,6 +1372,12 @@ RESTORED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "select_by": (is_column, "a column name"),
 }
 """The counters a checkpoint restores into a run, and what each must be."""
+
+RUNNER_KEY = "runner_counts"
+"""The checkpoint's entry of the run's rollout worker faults so far (by count name)."""
+
+RUNNER_COUNTS = ("runner_restarts", "rollouts_lost", "rollouts_dropped")
+"""The counts of rollout worker faults that a run keeps across resumes."""
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -1379,6 +1414,16 @@ def _device(device: str) -> str:
 def _eval_seed(run: RunConfig) -> int:
     """Every evaluation of a run plays the same seeds, apart from the training envs' seeds."""
     return run.seed + 1_000_003
+
+
+def _runner_faults_text(part: Progress, totals: Mapping[str, int]) -> str:
+    """What the rollout worker faults of ``part`` were, with the run's ``totals``."""
+    return (
+        f"{part.runner_restarts} rollout worker restart(s) and {part.rollouts_lost} rollout(s) "
+        f"lost in the last {part.env_steps} env steps ({totals['runner_restarts']} and "
+        f"{totals['rollouts_lost']} in all): a worker died, lost its node or missed "
+        "sample_timeout; its partial rollout was dropped and a new worker took its place"
+    )
 
 
 def _restarts_text(part: Progress, on_env_error: str) -> str:

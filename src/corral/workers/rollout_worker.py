@@ -43,19 +43,36 @@ class Sample:
     """Its env steps and the episodes that ended in it (no updates: nothing learned)."""
 
 
-def policy_seed(seed: int, index: int) -> int:
+def policy_seed(seed: int, index: int, restart: int = 0) -> int:
     """The seed of worker ``index``'s policies' random streams in a run of ``seed``: the run's
-    own for worker 0, one drawn from ``(seed, index)`` for the others.
+    own for worker 0, one drawn from ``(seed, index)`` for the others; the replacement
+    number ``restart`` of a lost worker draws one from ``(seed, index, restart)``.
 
     Examples:
         >>> policy_seed(7, 0)
         7
         >>> policy_seed(7, 1) != policy_seed(7, 2)
         True
+        >>> policy_seed(7, 0, restart=1) != 7
+        True
     """
-    if index == 0:
+    if index == 0 and restart == 0:
         return seed
-    return int(np.random.SeedSequence([seed, index]).generate_state(1, np.uint64)[0])
+    entropy = [seed, index] if restart == 0 else [seed, index, restart]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0])
+
+
+def restart_seed(seed: int, index: int, restart: int) -> int:
+    """Where the envs of worker ``index``'s replacement number ``restart`` (1, 2, ...) start
+    their seeds in a run whose envs start from ``seed``: drawn from ``(seed, index,
+    restart)``, so that a replacement does not replay its predecessor's episodes.
+
+    Examples:
+        >>> restart_seed(7, 1, 1) != restart_seed(7, 1, 2)
+        True
+    """
+    state = np.random.SeedSequence([seed, index, restart]).generate_state(1, np.uint32)
+    return int(state[0])
 
 
 def check_rollout_steps(learners: Mapping[str, Algorithm], num_envs: int) -> None:
@@ -84,6 +101,8 @@ class RolloutWorker:
 
     ``seed``: the seed the run's envs start from (``run.seed``, or where a resumed run
     starts its new episodes); env ``k`` of the shard is reset with ``seed + envs[k]``.
+    ``restart``: the replacement number of a lost worker, whose envs and policies start
+    from seeds drawn from ``(seed, index, restart)`` (:func:`restart_seed`) instead.
     The envs run on ``runner_backend``, NumPy arrays; the policies act on the CPU with one
     torch thread, and hold no weights until the first :meth:`sample` gives them some.
     """
@@ -94,10 +113,13 @@ class RolloutWorker:
         index: int,
         envs: range,
         seed: int,
+        restart: int = 0,
         *,
         allow_imports: Collection[str] = (),
     ) -> None:
         self.index = index
+        self.restart = restart
+        """Which replacement of a lost worker this is (0: the first of its index)."""
         self._threads = set_torch_threads(1)
         run = config.run
         local = replace_run(
@@ -110,13 +132,13 @@ class RolloutWorker:
             array="numpy",
             **dict.fromkeys(BACKEND_OPTIONS),  # the run's backend's, not the worker's
         )
-        own = policy_seed(config.algo_config.seed, index)
+        own = policy_seed(config.algo_config.seed, index, restart)
         self.config = dataclasses.replace(
             config,
             run=local,
             algo_config=config.algo_config.replace(seed=own),
             policy_configs={
-                pid: c.replace(seed=policy_seed(c.seed, index))
+                pid: c.replace(seed=policy_seed(c.seed, index, restart))
                 for pid, c in config.policy_configs.items()
             },
         )
@@ -124,9 +146,8 @@ class RolloutWorker:
         try:
             self.learners, fixed = build_players(self.config, self.venv, allow_imports)
             seats = seating(self.config, self.venv, learning=True, first=envs.start)
-            self.collector = Collector(
-                self.venv, self.learners, fixed, seed=seed + envs.start, seating=seats
-            )
+            start = seed + envs.start if restart == 0 else restart_seed(seed, index, restart)
+            self.collector = Collector(self.venv, self.learners, fixed, seed=start, seating=seats)
             self.snapshots = SnapshotCopies(snapshot_pools(self.collector.fixed))
             """Its copies of self-play's pools, kept to the driver's members."""
             check_rollout_steps(self.learners, len(envs))

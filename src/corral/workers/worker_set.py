@@ -24,7 +24,24 @@ a ``policy_map`` function seats them there. Self-play's pool of past copies live
 learner: after each update the learner tells the run's players it learned, as in a single
 process (the pool adds a snapshot when due and reports ``selfplay/pool``), and each
 snapshot goes into the object store once; every worker's copy of the pool loads the
-snapshots it lacks before its next sample (:mod:`corral.workers.snapshots`).
+snapshots it lacks before its next sample (:mod:`corral.workers.snapshots`); a replacement
+of a lost worker is sent the whole pool again.
+
+Faults (``runner_restarts``, on by default): a worker whose sample fails because its
+process died or its node left the cluster, or that has not sent its sample within
+``sample_timeout`` seconds (it is killed), is lost: its sample, with the partial rollout in
+it, is dropped and counted in ``rollouts_lost``, and a new actor of the same index takes its
+place (counted in ``runner_restarts``), with the current weights and envs that start new
+episodes from seeds drawn from ``(seed, index, restart)``
+(:func:`~corral.workers.rollout_worker.restart_seed`). Ray places it on any node with a CPU
+free. Synchronously, the update waits for the replacement's sample, so that every update
+learns from all the envs; asynchronously, the replacement gets a sample in flight at once. A
+worker lost :data:`MAX_LOSSES_IN_ROW` times without a sample in between (its replacement
+does not start within ``start_timeout``, or dies again) stops the run with a
+:class:`~corral.errors.WorkerDiedError` naming it and the cause. ``runner_restarts=False``:
+the first lost worker stops the run. An env that raises inside a worker follows the run's
+``on_env_error`` as in a single process (its worker's backend restarts it, or the run stops
+with its error).
 """
 
 from __future__ import annotations
@@ -33,6 +50,7 @@ import os
 import pickle
 import time
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from corral.algos.base import Algorithm
@@ -52,6 +70,9 @@ from corral.vector.backend import DEFAULT_START_TIMEOUT
 from corral.vector.ray_backend import import_ray, join_ray, leave_ray
 from corral.workers.rollout_worker import RolloutWorker, Sample
 from corral.workers.snapshots import SnapshotSender, snapshot_pools
+
+MAX_LOSSES_IN_ROW = 3
+"""A rollout worker lost this many times in a row (no sample in between) stops the run."""
 
 CLOSE_TIMEOUT = 10.0
 """Most seconds :meth:`WorkerSet.close` waits for the workers to close their envs."""
@@ -101,6 +122,15 @@ class WorkerActor(RolloutWorker):
             raise self.failed
 
 
+@dataclass
+class Lost:
+    """Why a worker's call gave no answer: ``died`` (its process or node is gone) or
+    ``late`` (past the timeout); ``cause`` says it in words."""
+
+    kind: str
+    cause: str
+
+
 class WorkerSet:
     """``config.run.runners`` rollout workers in Ray actors (one CPU each), serving
     ``learners`` (by policy id, as the run builds them).
@@ -109,10 +139,11 @@ class WorkerSet:
     ``players``: the run's players that are not learned, as the runner built them; those
     that listen (self-play's pool) are told after each update, and the pools' snapshots
     sent to the workers. ``allow_imports``: what the configs of other runs whose policies
-    play in the workers may import. Ray
-    is joined as the ``ray`` backend joins it (``ray_address``, else a local Ray with a
-    reaper, or the one already running); workers that do not start within
-    ``start_timeout`` raise :class:`~corral.errors.WorkerStartError`.
+    play in the workers may import. Ray is joined as the ``ray`` backend joins it
+    (``ray_address``, else a local Ray with a reaper, or the one already running); workers
+    that do not start within ``start_timeout`` raise :class:`~corral.errors.WorkerTimeoutError`
+    (one that cannot be built, its :class:`~corral.errors.CorralError`). Lost workers are
+    replaced (``runner_restarts``, see :mod:`corral.workers.worker_set`).
     """
 
     def __init__(
@@ -140,20 +171,26 @@ class WorkerSet:
         self.num_envs = sum(len(envs) for envs in self.envs)
         self.sample_timeout = run.sample_timeout or None
         self.max_staleness = run.max_staleness
+        self.restart_lost = run.runner_restarts
+        limit = DEFAULT_START_TIMEOUT if run.start_timeout is None else run.start_timeout
+        self.start_timeout = limit or None
         self.handles: list[Any] = []
+        self.restarts = [0] * len(self.envs)
+        """How many times each worker (by index) was replaced."""
+        self._losses = [0] * len(self.envs)
+        """Each worker's losses since its last sample."""
+        self._config, self._seed, self._allow_imports = config, seed, tuple(allow_imports)
         self._in_flight: dict[Any, int] = {}
         """Asynchronous: each sample in flight (its ObjectRef) -> the worker's index."""
+        self._sent_at: dict[Any, float] = {}
+        """Asynchronous: when each sample in flight was asked for (``time.monotonic``)."""
         self._weights: dict[str, tuple[int, Any]] = {}
         """Asynchronous: each learner's newest weights in the object store (version, ref)."""
         self._owns_ray = join_ray(run.ray_address, max(os.cpu_count() or 1, len(self.envs)))
         try:
-            remote = ray.remote(num_cpus=1)(WorkerActor)
-            self.handles = [
-                remote.remote(config, i, envs, seed, allow_imports=tuple(allow_imports))
-                for i, envs in enumerate(self.envs)
-            ]
-            limit = DEFAULT_START_TIMEOUT if run.start_timeout is None else run.start_timeout
-            self._get([h.ready.remote() for h in self.handles], limit or None, "start")
+            self._remote = ray.remote(num_cpus=1)(WorkerActor)
+            self.handles = [self._spawn(i) for i in range(len(self.envs))]
+            self._get([h.ready.remote() for h in self.handles], self.start_timeout, "start")
         except BaseException:
             self.close()
             raise
@@ -171,19 +208,14 @@ class WorkerSet:
     def take(self, progress: Progress) -> int:
         """Asynchronous: learn from the next sample to arrive (unless too stale) and send its
         worker the newest weights; adds to ``progress``, returns the sample's env steps."""
-        ray = self._ray
         started = time.perf_counter()
         if not self._in_flight:
             for index in range(len(self.handles)):
                 self._send(index)
-        ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=self.sample_timeout)
-        if not ready:
-            raise WorkerTimeoutError(
-                f"no rollout worker finished a sample within {self.sample_timeout}s "
-                "(sample_timeout)"
-            )
-        index = self._in_flight.pop(ready[0])
-        (sample,) = self._get(ready, self.sample_timeout, "sample")
+        sample = None
+        while sample is None:
+            sample = self._next_sample(progress)
+        index = sample.index
         waited = time.perf_counter() - started
         size = len(pickle.dumps(sample, protocol=pickle.HIGHEST_PROTOCOL))
         learned: list[dict[str, float]] = []
@@ -213,9 +245,38 @@ class WorkerSet:
             if self._weights.get(pid, (None,))[0] != version:
                 self._weights[pid] = (version, self._ray.put(learner.policy.weights()))
             refs.append(self._weights[pid][1])
-        pools, snapshots = self.snapshots.for_worker(index)
-        call = self.handles[index].sample.remote(*refs, *snapshots, pools=pools)
+        call = self._sample_call(index, refs)
         self._in_flight[call] = index
+        self._sent_at[call] = time.monotonic()
+
+    def _next_sample(self, progress: Progress) -> Sample | None:
+        """Asynchronous: the first sample in flight to arrive, or ``None`` where a worker was
+        lost instead (replaced, with a new sample in flight)."""
+        ray = self._ray
+        timeout = None
+        if self.sample_timeout is not None:
+            first = min(self._sent_at.values()) + self.sample_timeout
+            timeout = max(0.0, first - time.monotonic())
+        ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=timeout)
+        if ready:
+            index = self._in_flight.pop(ready[0])
+            del self._sent_at[ready[0]]
+            answer = self._answer(ready[0])
+            if isinstance(answer, Sample):
+                self._losses[index] = 0
+                return answer
+            self._lose(index, answer, progress)
+            self._send(index)
+            return None
+        now = time.monotonic()
+        assert self.sample_timeout is not None  # ray.wait waits for ever without one
+        for call, sent in list(self._sent_at.items()):
+            if now - sent >= self.sample_timeout:
+                index = self._in_flight.pop(call)
+                del self._sent_at[call]
+                self._lose(index, self._late(), progress)
+                self._send(index)
+        return None
 
     def update(self, progress: Progress) -> int:
         """One synchronous update: broadcast the weights, gather a sample of every worker,
@@ -223,11 +284,7 @@ class WorkerSet:
         ray = self._ray
         started = time.perf_counter()
         refs = [ray.put(learner.policy.weights()) for learner in self.learners.values()]
-        calls = []
-        for index, handle in enumerate(self.handles):
-            pools, snapshots = self.snapshots.for_worker(index)
-            calls.append(handle.sample.remote(*refs, *snapshots, pools=pools))
-        samples: list[Sample] = self._get(calls, self.sample_timeout, "sample")
+        samples = self._sample_all(refs, progress)
         waited = time.perf_counter() - started
         size = len(pickle.dumps(samples[0], protocol=pickle.HIGHEST_PROTOCOL))
         learned: list[dict[str, float]] = []
@@ -248,6 +305,102 @@ class WorkerSet:
             add_progress(progress, s.progress)
         return steps
 
+    def _sample_all(self, refs: list[Any], progress: Progress) -> list[Sample]:
+        """Synchronous: a sample of every worker (by index) acting with the weights ``refs``;
+        a lost worker's replacement samples with them in its place."""
+        calls = {i: self._sample_call(i, refs) for i in range(len(self.handles))}
+        samples: dict[int, Sample] = {}
+        while calls:
+            answers = self._gather(calls)
+            calls = {}
+            for index, answer in answers.items():
+                if isinstance(answer, Sample):
+                    samples[index] = answer
+                    self._losses[index] = 0
+                else:
+                    self._lose(index, answer, progress)
+                    calls[index] = self._sample_call(index, refs)
+        return [samples[i] for i in sorted(samples)]
+
+    def _sample_call(self, index: int, refs: list[Any]) -> Any:
+        """Worker ``index``'s ``sample`` call with the learners' weights ``refs`` and the
+        self-play snapshots it lacks."""
+        pools, snapshots = self.snapshots.for_worker(index)
+        return self.handles[index].sample.remote(*refs, *snapshots, pools=pools)
+
+    def _gather(self, calls: dict[int, Any]) -> dict[int, Sample | Lost]:
+        """The answer of each call (by worker index) within ``sample_timeout``, or why there
+        is none."""
+        ready, _ = self._ray.wait(
+            list(calls.values()), num_returns=len(calls), timeout=self.sample_timeout
+        )
+        done = set(ready)
+        return {
+            index: self._answer(call) if call in done else self._late()
+            for index, call in calls.items()
+        }
+
+    def _late(self) -> Lost:
+        return Lost("late", f"no sample within {self.sample_timeout}s (sample_timeout)")
+
+    def _answer(self, call: Any) -> Sample | Lost:
+        """The sample that the finished ``call`` returned, or :class:`Lost` where its worker
+        died; an error the worker raised (an env's, under ``on_env_error=raise``) is raised."""
+        ray = self._ray
+        try:
+            sample: Sample = ray.get(call)
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as err:
+            return Lost("died", f"{type(err).__name__}: {str(err).splitlines()[0]}")
+        except ray.exceptions.RayTaskError as err:
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, CorralError):
+                raise cause from err
+            raise
+        return sample
+
+    def _lose(self, index: int, lost: Lost, progress: Progress) -> None:
+        """Drop worker ``index``'s sample (counted in ``progress.rollouts_lost``) and put a
+        new worker in its place, or raise where the run does not restart workers or this
+        one was lost :data:`MAX_LOSSES_IN_ROW` times in a row."""
+        progress.rollouts_lost += 1
+        self._ray.kill(self.handles[index])
+        if not self.restart_lost:
+            error = WorkerTimeoutError if lost.kind == "late" else WorkerDiedError
+            raise error(
+                f"rollout worker {index} was lost in sample(): {lost.cause} "
+                "(runner_restarts=False stops the run)"
+            )
+        while True:
+            self._losses[index] += 1
+            if self._losses[index] >= MAX_LOSSES_IN_ROW:
+                raise WorkerDiedError(
+                    f"rollout worker {index} was lost {self._losses[index]} times in a row, "
+                    f"the last: {lost.cause}"
+                )
+            self.restarts[index] += 1
+            progress.runner_restarts += 1
+            self.handles[index] = handle = self._spawn(index)
+            self.snapshots.forget(index)  # the replacement holds no snapshot yet
+            try:
+                self._ray.get(handle.ready.remote(), timeout=self.start_timeout)
+                return
+            except self._ray.exceptions.GetTimeoutError:
+                lost = Lost("late", f"its replacement did not start within {self.start_timeout}s")
+            except self._ray.exceptions.RayActorError as err:
+                lost = Lost("died", f"its replacement died: {str(err).splitlines()[0]}")
+            self._ray.kill(handle)
+
+    def _spawn(self, index: int) -> Any:
+        """A new actor for worker ``index`` (its replacement number ``restarts[index]``)."""
+        return self._remote.remote(
+            self._config,
+            index,
+            self.envs[index],
+            self._seed,
+            self.restarts[index],
+            allow_imports=self._allow_imports,
+        )
+
     def _get(self, refs: list[Any], timeout: float | None, what: str) -> Any:
         """``ray.get`` of the workers' calls ``refs``, their failures as corral's errors."""
         ray = self._ray
@@ -255,7 +408,7 @@ class WorkerSet:
             return ray.get(refs, timeout=timeout)
         except ray.exceptions.GetTimeoutError as err:
             raise WorkerTimeoutError(
-                f"rollout workers did not {what} within {timeout}s (sample_timeout, start_timeout)"
+                f"rollout workers did not {what} within {timeout}s (start_timeout)"
             ) from err
         except ray.exceptions.RayActorError as err:
             raise WorkerDiedError(f"a rollout worker died in {what}(): {err}") from err
@@ -269,7 +422,7 @@ class WorkerSet:
         """End every worker (after it closed its envs, for at most :data:`CLOSE_TIMEOUT`
         seconds) and let go of Ray; calling it again does nothing."""
         ray, handles, self.handles = self._ray, self.handles, []
-        self._in_flight, self._weights = {}, {}  # no reference outlives the actors
+        self._in_flight, self._sent_at, self._weights = {}, {}, {}  # no reference outlives them
         self.snapshots.close()
         try:
             if handles and ray.is_initialized():
@@ -294,3 +447,5 @@ def add_progress(total: Progress, part: Progress) -> None:
     total.env_restarts += part.env_restarts
     total.episodes_cut += part.episodes_cut
     total.rollouts_dropped += part.rollouts_dropped
+    total.runner_restarts += part.runner_restarts
+    total.rollouts_lost += part.rollouts_lost
