@@ -25,7 +25,13 @@ from corral.workers.worker_set import WorkerActor
 
 CPUS = 4
 TICTACTOE = "pettingzoo/classic/tictactoe_v3"
-WORKER_COLUMNS = {"runner_version_lag", "rollout_bytes", "learner_wait_s", "learner_wait_share"}
+WORKER_COLUMNS = {
+    "runner_version_lag",
+    "rollout_bytes",
+    "learner_wait_s",
+    "learner_wait_share",
+    "runner_restarts",
+}
 """The columns a run with rollout workers adds to a single-process run's."""
 
 
