@@ -19,6 +19,7 @@ pytest.importorskip("torch")
 pytest.importorskip("ray")
 
 import ray
+from support.actors import all_cpus_free_within
 
 import corral
 from corral import cli
@@ -40,16 +41,6 @@ def local_ray():
     yield
     if started:
         ray.shutdown()
-
-
-def free_cpus_within(seconds: float) -> bool:
-    """Whether every CPU of the module's Ray is free again within ``seconds`` (kills are async)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if ray.available_resources().get("CPU", 0) == CPUS:
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def tiny_mappo(tmp_path: Path, **settings: Any) -> Any:
@@ -84,7 +75,7 @@ def test_a_run_whose_envs_hold_every_cpu_evaluates_and_completes(tmp_path: Path)
     assert results.env_steps == 64
     evals = [r["env_steps"] for r in read_metrics(tmp_path / "run") if "eval_return" in r]
     assert evals == [0, 32, 64]
-    assert free_cpus_within(30)
+    assert all_cpus_free_within(ray, 30)
 
 
 def test_backend_settings_from_the_command_line_reach_the_workers(
@@ -126,7 +117,7 @@ def test_more_workers_than_cpus_fail_saying_what_is_short(
     assert f"they need {CPUS + 1} CPUs; the Ray cluster has {CPUS} CPUs" in err
     assert "num_workers=" in err and "envs_per_worker" in err and "ray_address" in err
     assert "Traceback" not in err
-    assert free_cpus_within(30)  # the workers that did start are gone
+    assert all_cpus_free_within(ray, 30)  # the workers that did start are gone
 
 
 def test_a_ray_of_our_own_that_cannot_hold_the_workers_fails_at_once(
@@ -171,7 +162,7 @@ def test_ctrl_c_while_workers_wait_for_cpus_kills_them_at_once(ctrl_c) -> None:
     finally:
         interrupt.join()
     assert time.monotonic() - started < 10
-    assert free_cpus_within(30)
+    assert all_cpus_free_within(ray, 30)
 
 
 def heed_ctrl_c() -> None:

@@ -14,6 +14,7 @@ pytest.importorskip("mpe2", reason="the runs train on mpe2's simple_spread")
 pytest.importorskip("ray", reason="rollout workers are Ray actors")
 
 import ray
+from support.actors import all_cpus_free_within
 
 from corral import cli
 from corral.errors import ConfigError
@@ -33,17 +34,6 @@ def local_ray():
     yield
     if started:
         ray.shutdown()
-
-
-def all_cpus_free_within(seconds: float) -> bool:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if ray.available_resources().get("CPU", 0) == CPUS:
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def settings(tmp_path: Path, **more: Any) -> dict[str, Any]:
@@ -100,14 +90,14 @@ def test_a_run_with_runners_writes_its_metrics_puts_weights_once_and_resumes(
         assert 0 < row["learner_wait_share"] <= 1
         assert "agent/policy_loss" in row
     assert "eval_return" in rows[-1]
-    assert all_cpus_free_within(10), "an actor outlived the run"
+    assert all_cpus_free_within(ray, 10), "an actor outlived the run"
     # resumed: new workers act with the saved version, which the learner continues
     rc = cli.main(["train", "--resume", str(run_dir), "--total-steps", "60", "--no-progress"])
     assert rc == 0
     assert put == [0, 1, 2]
     assert [r["env_steps"] for r in read_metrics(run_dir)] == [20, 40, 60]
     assert checkpoint.load(run_dir / "checkpoint.pt")["learners"]["main"]["version"] == 3
-    assert all_cpus_free_within(10), "an actor outlived the resumed run"
+    assert all_cpus_free_within(ray, 10), "an actor outlived the resumed run"
 
 
 @pytest.mark.usefixtures("local_ray")
@@ -137,7 +127,7 @@ def test_an_asynchronous_run_drops_stale_rollouts_and_ctrl_c_ends_its_actors(
     assert [r["env_steps"] for r in rows][:2] == [20, 40]
     assert all(r["runner_version_lag"] == 0 for r in rows)
     assert sum(r.get("rollouts_dropped", 0) for r in rows) > 0
-    assert all_cpus_free_within(10), "an actor outlived the interrupted run"
+    assert all_cpus_free_within(ray, 10), "an actor outlived the interrupted run"
 
 
 def test_learners_of_both_kinds_are_refused_without_a_run_dir(
