@@ -194,6 +194,8 @@ def test_the_wall_clock_benchmark_runs_a_config_file_per_seed_and_writes_the_cur
         {"algo": "ippo", "target": -1000},
         ["num_envs=4", "rollout_steps=5", "hidden=[16]", "env_kwargs.N=2"],
     )
+    packaged = learn_wallclock.config_settings(BENCHMARKS / "spread_10min.yaml")
+    assert packaged[0] == {"algo": "mappo", "target": -10.5}
     monkeypatch.setattr(learn_wallclock, "reference_scores", lambda *a, **k: {})
     commands = []
 
