@@ -1,23 +1,33 @@
-"""MAPPO on mpe2 simple_spread_v3 against the wall clock: when does it reach a target?
+"""A learner on mpe2 simple_spread_v3 against the wall clock: when does it reach a target?
 
-Runs ``corral train mappo`` once per seed, one seed at a time (each alone on
-the machine), and notes when each evaluation line reaches the process's
-output, counted from the moment the process was started: the clock includes
-importing corral and torch, building the envs and the evaluations. Then it
+Runs ``corral train ALGO`` (MAPPO unless ``--algo`` or the config says) once
+per seed, one seed at a time (each alone on the machine), and notes when each
+evaluation line reaches the process's output, counted from the moment the
+process was started: the clock includes importing corral and torch, building
+the envs and the evaluations. Then it
 prints, per seed and averaged over seeds, each evaluation's return against
 env steps and seconds, the first time the mean over seeds reaches the target,
-and draws both curves with the random and scripted-heuristic baselines.
+and draws both curves with the random and scripted-heuristic baselines. The
+curves are also written as a table, ``<out>/curve.csv`` (one row per seed and
+evaluation, and the mean's rows with seed ``mean``).
+
+``--config FILE`` names a YAML mapping of settings (``algo`` and ``target``
+among them, if it likes; any other key is a ``--set`` setting, a nested
+mapping such as ``env_kwargs`` dotted), applied before ``--set``'s:
+``benchmarks/spread_10min.yaml`` holds the settings of issue 27's target.
 
 The measure is the issue's: greedy evaluation, per-agent episode return
 averaged over agents, N=3, max_cycles=25, local_ratio=0.5.
 
     python benchmarks/learn_wallclock.py [--seeds 0 1 2] [--seconds 90] [--target -13]
-        [--out runs/wallclock] [--set KEY=VALUE ...]
+        [--algo mappo] [--config FILE] [--out runs/wallclock] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import os
 import re
 import subprocess
@@ -27,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from corral.training.baselines import reference_scores
 from corral.training.metrics import read_metrics
 
 ENV = "mpe2/simple_spread_v3"
@@ -34,22 +45,20 @@ ENV_SETTINGS = ["env_kwargs.N=3", "env_kwargs.max_cycles=25", "env_kwargs.local_
 EVAL_LINE = re.compile(r"steps ([\d,]+)/[\d,]+ .*\| eval (-?[\d.]+)")
 
 
-def train(args: argparse.Namespace, seed: int) -> list[tuple[int, float, float]]:
-    """``(env steps, seconds since the process started, eval return)`` of each evaluation
-    of one seed's run (its log goes to ``<out>/s<seed>.log``)."""
-    run_dir = args.out / f"s{seed}"
-    command = [
+def command(args: argparse.Namespace, seed: int) -> list[str]:
+    """The ``corral train`` command line of one seed, its run directory ``<out>/s<seed>``."""
+    return [
         sys.executable,
         "-m",
         "corral",
         "train",
-        "mappo",
+        args.algo,
         "--env",
         ENV,
         "--seed",
         str(seed),
         "--run-dir",
-        str(run_dir),
+        str(args.out / f"s{seed}"),
         "--total-steps",
         str(int(args.total_steps)),
         "--no-progress",
@@ -60,13 +69,23 @@ def train(args: argparse.Namespace, seed: int) -> list[tuple[int, float, float]]
         f"log_every={args.eval_every}",
         *args.set,
     ]
+
+
+def train(args: argparse.Namespace, seed: int) -> list[tuple[int, float, float]]:
+    """``(env steps, seconds since the process started, eval return)`` of each evaluation
+    of one seed's run (its log goes to ``<out>/s<seed>.log``)."""
+    run_dir = args.out / f"s{seed}"
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     evaluations = []
     start = time.perf_counter()
     with (
         open(args.out / f"s{seed}.log", "w") as log,
         subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+            command(args, seed),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
         ) as proc,
     ):
         for line in proc.stdout:
@@ -85,17 +104,60 @@ def train(args: argparse.Namespace, seed: int) -> list[tuple[int, float, float]]
     return [(steps, seconds, exact.get(steps, value)) for steps, seconds, value in evaluations]
 
 
+def config_settings(path: Path) -> tuple[dict[str, object], list[str]]:
+    """``algo`` and ``target`` of a ``--config`` file (those it names), and its other keys as
+    ``--set`` items (nested mappings dotted: ``env_kwargs.N=3``)."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        sys.exit(f"--config {path}: expected a mapping of settings, got {type(data).__name__}")
+    chosen = {key: data.pop(key) for key in ("algo", "target") if key in data}
+
+    def items(prefix: str, mapping: dict) -> list[str]:
+        out = []
+        for key, value in mapping.items():
+            if isinstance(value, dict):
+                out += items(f"{prefix}{key}.", value)
+            else:
+                out.append(f"{prefix}{key}={json.dumps(value)}")
+        return out
+
+    return chosen, items("", data)
+
+
+def write_curve(path: Path, runs: dict[int, list[tuple[int, float, float]]], shared: int) -> None:
+    """Every seed's evaluations, then the mean over seeds (the slowest seed's seconds) at
+    the evaluations all seeds reached, as ``seed,env_steps,seconds,eval_return`` rows."""
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["seed", "env_steps", "seconds", "eval_return"])
+        for seed, evals in runs.items():
+            writer.writerows([seed, s, f"{t:.2f}", v] for s, t, v in evals)
+        for i in range(shared):
+            steps = next(iter(runs.values()))[i][0]
+            seconds = max(e[i][1] for e in runs.values())
+            mean = float(np.mean([e[i][2] for e in runs.values()]))
+            writer.writerow(["mean", steps, f"{seconds:.2f}", mean])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algo", default=None, help="mappo (default), ippo, maddpg, ...")
+    parser.add_argument("--config", type=Path, help="a YAML file of settings (see above)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--seconds", type=float, default=90.0, help="stop a seed after this")
     parser.add_argument("--total-steps", type=float, default=5e6)
-    parser.add_argument("--target", type=float, default=-13.0)
+    parser.add_argument("--target", type=float, default=None, help="default -13")
     parser.add_argument("--eval-every", type=int, default=50_000)
     parser.add_argument("--eval-episodes", type=int, default=32)
     parser.add_argument("--out", type=Path, default=Path("runs/wallclock"))
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
+    chosen, settings = config_settings(args.config) if args.config else ({}, [])
+    args.algo = args.algo or str(chosen.get("algo", "mappo"))
+    args.target = args.target if args.target is not None else float(chosen.get("target", -13))
+    args.set = [*settings, *args.set]
     args.out.mkdir(parents=True, exist_ok=True)
 
     runs = {seed: train(args, seed) for seed in args.seeds}
@@ -108,6 +170,8 @@ def main() -> None:
             f"{best[1]:.1f} s"
         )
     shared = min(len(e) for e in runs.values())
+    write_curve(args.out / "curve.csv", runs, shared)
+    print(f"curve: {args.out / 'curve.csv'}")
     steps = np.array([s for s, _, _ in runs[args.seeds[0]][:shared]])
     seconds = np.array([[t for _, t, _ in e[:shared]] for e in runs.values()])
     returns = np.array([[v for _, _, v in e[:shared]] for e in runs.values()])
@@ -132,8 +196,6 @@ def plot(args: argparse.Namespace, steps: np.ndarray, seconds: np.ndarray, retur
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from corral.training.baselines import reference_scores
 
     kwargs = {"N": 3, "max_cycles": 25, "local_ratio": 0.5}
     baselines = reference_scores(ENV, kwargs, episodes=1000)

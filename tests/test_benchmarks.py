@@ -8,6 +8,7 @@ and a local absolute path in a script or doc.
 
 from __future__ import annotations
 
+import csv
 import importlib
 import importlib.util
 import os
@@ -158,6 +159,7 @@ def test_the_wall_clock_benchmark_times_each_evaluation_from_process_start(
     pytest.importorskip("torch")
     learn_wallclock = script("learn_wallclock", monkeypatch)
     args = learn_wallclock.argparse.Namespace(
+        algo="mappo",
         out=tmp_path,
         total_steps=1600,
         seconds=600,
@@ -174,6 +176,55 @@ def test_the_wall_clock_benchmark_times_each_evaluation_from_process_start(
 
     exact = [r["eval_return"] for r in read_metrics(tmp_path / "s0") if "eval_return" in r]
     assert [value for _, _, value in evaluations] == exact
+
+
+def test_the_wall_clock_benchmark_runs_a_config_file_per_seed_and_writes_the_curve(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("mpe2")
+    pytest.importorskip("torch")
+    pytest.importorskip("matplotlib")
+    learn_wallclock = script("learn_wallclock", monkeypatch)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(
+        "algo: ippo\ntarget: -1000\nnum_envs: 4\nrollout_steps: 5\nhidden: [16]\n"
+        "env_kwargs: {N: 2}\n"
+    )
+    assert learn_wallclock.config_settings(config) == (
+        {"algo": "ippo", "target": -1000},
+        ["num_envs=4", "rollout_steps=5", "hidden=[16]", "env_kwargs.N=2"],
+    )
+    packaged = learn_wallclock.config_settings(BENCHMARKS / "spread_10min.yaml")
+    assert packaged[0] == {"algo": "mappo", "target": -10.5}
+    monkeypatch.setattr(learn_wallclock, "reference_scores", lambda *a, **k: {})
+    commands = []
+
+    def train(args, seed):  # two seeds' evaluations, without their processes
+        commands.append(learn_wallclock.command(args, seed))
+        return [(0, 2.0 + seed, -50.0 + seed), (400, 3.0 + seed, -20.0), (800, 5.0, -9.0 - seed)]
+
+    monkeypatch.setattr(learn_wallclock, "train", train)
+    out = tmp_path / "out"
+    argv = ["learn_wallclock.py", "--config", str(config), "--seeds", "0", "1", "--out", str(out)]
+    argv += ["--set", "lr=0.002", "--target", "-9.5"]
+    monkeypatch.setattr(sys, "argv", argv)
+    learn_wallclock.main()
+    settings = ["num_envs=4", "rollout_steps=5", "hidden=[16]", "env_kwargs.N=2", "lr=0.002"]
+    for seed, line in enumerate(commands):
+        assert line[line.index("train") + 1] == "ippo"
+        assert line[line.index("--seed") + 1] == str(seed)
+        assert line[-5:] == settings
+    printed = capsys.readouterr().out
+    assert "the mean over seeds reaches -9.5 at 800 env steps, 5.0 s" in printed
+    with open(out / "curve.csv") as file:
+        rows = list(csv.DictReader(file))
+    assert [(r["seed"], int(r["env_steps"])) for r in rows] == [
+        (seed, steps) for seed in ("0", "1", "mean") for steps in (0, 400, 800)
+    ]
+    for i, mean in enumerate(rows[6:]):
+        values = [float(rows[k]["eval_return"]) for k in (i, i + 3)]
+        assert float(mean["eval_return"]) == pytest.approx(sum(values) / 2)
+        assert float(mean["seconds"]) == max(float(rows[k]["seconds"]) for k in (i, i + 3))
 
 
 def test_the_learner_benchmark_times_the_runner_and_splits_a_rollout(

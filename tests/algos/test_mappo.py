@@ -18,7 +18,7 @@ import corral  # noqa: E402
 from corral.algos import algorithm_class  # noqa: E402
 from corral.algos.mappo import IPPO, MAPPO, Config, policy_head  # noqa: E402
 from corral.data.rollouts import decision_rows, masked_gae  # noqa: E402
-from corral.errors import UnsupportedEnvError  # noqa: E402
+from corral.errors import ConfigError, UnsupportedEnvError  # noqa: E402
 from corral.training.collector import Collector, evaluate  # noqa: E402
 from corral.training.policy_map import MAIN  # noqa: E402
 from corral.training.self_play import OPPONENT, self_play  # noqa: E402
@@ -341,6 +341,27 @@ def test_state_dict_round_trip_acts_and_continues_identically() -> None:
         strict=True,
     ):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_the_learning_rate_falls_linearly_and_resumes_with_the_step_count() -> None:
+    venv = corral.make_vec("mdp/one_round_dmdp", 4, seed=0)
+    config = Config(lr=1e-2, rollout_steps=5, epochs=1, lr_decay_steps=100, lr_final_frac=0.2)
+    algo = MAPPO(venv, config)
+    # rollouts of 20 env steps: the rate at each update is that of the steps learned from
+    updates = Collector(venv, algo, seed=0).run(4 * 5 * 7).updates
+    expected = [1 - min(1, 20 * k / 100) * 0.8 for k in range(1, 8)]
+    assert [u["lr_scale"] for u in updates] == pytest.approx(expected)
+    assert algo.optimizers["agent"].param_groups[0]["lr"] == pytest.approx(1e-2 * 0.2)
+    restored = MAPPO(venv, config)
+    restored.load_state_dict(algo.state_dict())
+    assert restored.lr_scale() == pytest.approx(0.2)
+    # off (the default): the rate stays and no lr_scale metric is written
+    steady = MAPPO(venv, Config(lr=1e-2, rollout_steps=5, epochs=1))
+    updates = Collector(venv, steady, seed=0).run(4 * 5 * 2).updates
+    assert all("lr_scale" not in u for u in updates)
+    assert steady.optimizers["agent"].param_groups[0]["lr"] == 1e-2
+    with pytest.raises(ConfigError, match="lr_final_frac"):
+        Config(lr_final_frac=1.5)
 
 
 @needs_cuda

@@ -111,6 +111,11 @@ class Config(RecurrentSettings):
 
     lr: Annotated[float, Range(gt=0)] = 7e-4
     """Adam learning rate of actor and critic."""
+    lr_decay_steps: Annotated[int, Range(ge=0)] = 0
+    """Env steps over which ``lr`` falls linearly to ``lr_final_frac`` of itself, then
+    stays; 0 keeps it constant."""
+    lr_final_frac: Annotated[float, Range(ge=0, le=1)] = 0.1
+    """The fraction of ``lr`` reached after ``lr_decay_steps``."""
     rollout_steps: Annotated[int, Range(ge=1)] = 128
     """Vector steps collected between updates (``rollout_steps * num_envs`` env steps)."""
     epochs: Annotated[int, Range(ge=1)] = 10
@@ -746,10 +751,25 @@ class MAPPOLearner(Learner):
             for g, nets in policy.nets.items()
         }
 
+    def lr_scale(self) -> float:
+        """The factor on ``lr`` after the env steps learned from (1 without
+        ``lr_decay_steps``)."""
+        cfg = self.config
+        if cfg.lr_decay_steps <= 0:
+            return 1.0
+        frac = min(1.0, self.env_steps / cfg.lr_decay_steps)
+        return 1.0 - frac * (1.0 - cfg.lr_final_frac)
+
     def update(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
         """PPO epochs over each group's complete decisions in ``rollouts`` (with self-play,
-        the learner's); metrics are named ``group/metric``."""
+        the learner's) at the learning rate of :meth:`lr_scale`; metrics are named
+        ``group/metric``, plus ``lr_scale`` when the learning rate decays."""
         metrics: dict[str, float] = {}
+        if self.config.lr_decay_steps > 0:
+            scale = metrics["lr_scale"] = self.lr_scale()
+            for opt in self.optimizers.values():
+                for param_group in opt.param_groups:
+                    param_group["lr"] = self.config.lr * scale
         for g, rollout in rollouts.items():
             rows = self.rollout_rows(g, rollout)
             if rows is not None:
