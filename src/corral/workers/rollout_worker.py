@@ -13,6 +13,7 @@ workers.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +38,9 @@ class Sample:
     """The weights version each learned policy acted with, by policy id."""
     progress: Progress
     """Its env steps and the episodes that ended in it (no updates: nothing learned)."""
+    seconds: float = 0.0
+    """The worker's wall clock inside :meth:`RolloutWorker.sample` (loading weights and
+    collecting): the rest of what the learner waited was transfer and scheduling."""
 
 
 def policy_seed(seed: int, index: int) -> int:
@@ -116,6 +120,7 @@ class RolloutWorker:
                 f"sample() takes the weights of the learned policies {self.policy_ids}, one "
                 f"each; got {len(weights)}"
             )
+        started = time.perf_counter()
         for (pid, learner), given in zip(self.learners.items(), weights, strict=True):
             held, version = self.versions[pid], int(given["version"])
             if held is None or version > held:
@@ -123,7 +128,7 @@ class RolloutWorker:
                 self.versions[pid] = version
         rollouts, progress = self.collector.sample()
         versions = {pid: int(v) for pid, v in self.versions.items() if v is not None}
-        return Sample(self.index, rollouts, versions, progress)
+        return Sample(self.index, rollouts, versions, progress, time.perf_counter() - started)
 
     def close(self) -> None:
         """Close its envs and give torch its thread count back."""
