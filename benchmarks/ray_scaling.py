@@ -16,9 +16,10 @@ each one's median is printed:
   waited: putting the weights, scheduling, moving and unpickling the rollouts),
   ``join`` (joining the workers' rollouts), ``learn`` (the learner's update);
 - ``wait``: the share of the wall clock the learner waited for the workers
-  (``learner_wait_share``), ``learn``: the share it learned (the serial part), and
-  the Amdahl ceiling it implies for N workers against one (sampling spread over N
-  workers, learning from N times the data alone);
+  (``learner_wait_share``), ``learned``: the share it learned (the serial part), and
+  ``ceiling``: the ratio N workers would reach against one if sampling spread over
+  them at no cost (one worker's wall clock but its update, plus the N workers'
+  measured update: Amdahl's bound with the learner as the serial part);
 - the pickled bytes of one worker's rollout (``rollout_bytes``) and of a weights update.
 
     python benchmarks/ray_scaling.py [--runners 1 2] [--envs-per-runner 16] [--updates 5]
@@ -137,6 +138,7 @@ def measure(runners: int, envs: int, updates: int, native: bool) -> dict[str, fl
     else:
         seconds["transfer"] = waited - seconds["sample"]
     result.update({part: seconds[part] / updates * 1e3 for part in PARTS})
+    result["wall"] = wall / updates * 1e3
     return result
 
 
@@ -174,11 +176,10 @@ def medians(results: dict[int, list[dict[str, float]]]) -> dict[int, dict[str, f
     }
 
 
-def amdahl(n: int, one: dict[str, float]) -> float:
-    """The ratio of N workers to one when the sampling of one worker's update spreads over
-    N workers at no cost and the learner learns from N times the data alone."""
-    wall = sum(one[part] for part in PARTS)
-    return n * wall / (wall + (n - 1) * one["learn"])
+def ceiling(n: int, one: dict[str, float], many: dict[str, float]) -> float:
+    """The ratio of ``n`` workers (``many``) to one (``one``) if everything but the update
+    took one worker's time: the learner's update is the serial part."""
+    return n * one["wall"] / (one["wall"] - one["learn"] + many["learn"])
 
 
 def report(results: dict[int, list[dict[str, float]]], envs: int) -> str:
@@ -195,14 +196,14 @@ def report(results: dict[int, list[dict[str, float]]], envs: int) -> str:
     for n, row in table.items():
         name = "1 process" if n == 0 else f"{n} worker" + "s" * (n > 1)
         versus_one = f"{row['rate'] / one['rate']:.2f}" if n and one else "-"
-        ceiling = f"{amdahl(n, one):.2f}" if n and one else "-"
+        bound = f"{ceiling(n, one, row):.2f}" if n and one else "-"
         rollout = f"{row['rollout bytes'] / 1e3:.0f}" if n else "-"
         wait = f"{row['wait share']:.2f}" if n else "-"
         lines.append(
             f"{name:<10} {envs * max(n, 1):>5} {row['rate']:>11,.0f} {versus_one:>10}"
             f" {row['rate'] / single:>11.2f} {row['sample']:>7.0f} {row['transfer']:>8.1f}"
             f" {row['join']:>5.1f} {row['learn']:>6.0f} {wait:>5}"
-            f" {row['learn share']:>7.2f} {ceiling:>7} {rollout:>10}"
+            f" {row['learn share']:>7.2f} {bound:>7} {rollout:>10}"
         )
     lines.append(f"weights update: {table[0]['weights bytes'] / 1e3:.0f} KB per put")
     return "\n".join(lines)
