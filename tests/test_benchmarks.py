@@ -351,3 +351,30 @@ def test_ab_steps_prints_each_paths_fastest_step_in_both_trees() -> None:
                       done.stdout, re.MULTILINE)  # fmt: skip
     assert [row[0] for row in rows] == ["rps dict copy=False", "climbing native"]
     assert all(float(before.replace(",", "")) > 0 for _, before, _, _ in rows)
+
+
+def test_ray_scaling_times_one_process_and_the_workers_side_by_side(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("mpe2")
+    pytest.importorskip("torch")
+    pytest.importorskip("ray")
+    ray_scaling = script("ray_scaling", monkeypatch)
+    ray_scaling.main(["--runners", "1", "--envs-per-runner", "2", "--updates", "1", "--rounds=1"])
+    out = capsys.readouterr().out
+    number = r"([\d,.]+|-)"
+    rows = re.findall(rf"^(1 process|1 worker) +(\d+) +{' +'.join([number] * 11)}$",
+                      out, re.MULTILINE)  # fmt: skip
+    assert [(path, envs) for path, envs, *_ in rows] == [("1 process", "2"), ("1 worker", "2")]
+    single, worker = ({k: v for k, v in zip(HEADS, row[2:], strict=True)} for row in rows)
+    assert float(single["rate"].replace(",", "")) > 0 and single["x single"] == "1.00"
+    assert worker["x one"] == "1.00" and worker["ceiling"] == "1.00"
+    assert single["wait"] == single["rollout"] == "-"
+    assert 0 < float(worker["wait"]) < 1 and float(worker["rollout"]) > 0
+    assert float(worker["sample"]) > 0 and float(worker["learn"]) > 0
+    assert re.search(r"^weights update: \d+ KB per put$", out, re.MULTILINE)
+
+
+HEADS = ("rate", "x one", "x single", "sample", "transfer", "join", "learn", "wait", "learned",
+         "ceiling", "rollout")  # fmt: skip
+"""The columns of ray_scaling.py's table after the path and its envs."""

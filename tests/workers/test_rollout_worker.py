@@ -57,6 +57,7 @@ def test_one_worker_collects_exactly_the_single_process_first_rollout() -> None:
         worker.close()
     assert sample.versions == {MAIN: 0}
     assert sample.progress.env_steps == T * 4
+    assert sample.seconds > 0  # the worker's own time, apart from the transfer
     got = sample.rollouts[MAIN]
     assert got.keys() == want.keys()
     for g in want:

@@ -13,6 +13,7 @@ workers.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -41,6 +42,9 @@ class Sample:
     """The weights version each learned policy acted with, by policy id."""
     progress: Progress
     """Its env steps and the episodes that ended in it (no updates: nothing learned)."""
+    seconds: float = 0.0
+    """The worker's wall clock inside :meth:`RolloutWorker.sample` (loading weights and
+    collecting): the rest of what the learner waited was transfer and scheduling."""
 
 
 def policy_seed(seed: int, index: int, restart: int = 0) -> int:
@@ -181,6 +185,7 @@ class RolloutWorker:
                 f"sample() takes the weights of the learned policies {self.policy_ids}, one "
                 f"each{then}; got {len(weights)}"
             )
+        started = time.perf_counter()
         learned, snapshots = weights[: len(self.learners)], weights[len(self.learners) :]
         if pools:
             self.snapshots.load(pools, snapshots)
@@ -191,7 +196,7 @@ class RolloutWorker:
                 self.versions[pid] = version
         rollouts, progress = self.collector.sample()
         versions = {pid: int(v) for pid, v in self.versions.items() if v is not None}
-        return Sample(self.index, rollouts, versions, progress)
+        return Sample(self.index, rollouts, versions, progress, time.perf_counter() - started)
 
     def close(self) -> None:
         """Close its envs and give torch its thread count back."""
