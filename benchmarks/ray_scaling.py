@@ -100,15 +100,14 @@ def measure(runners: int, envs: int, updates: int, native: bool) -> dict[str, fl
 
             else:
                 steps = runners * envs * ROLLOUT_STEPS
-                get = workers._get
+                sample_all = workers._sample_all
 
-                def timed_get(refs: Any, timeout: Any, what: str) -> Any:
-                    got = get(refs, timeout, what)
-                    if what == "sample":
-                        seconds["sample"] += max(sample.seconds for sample in got)
+                def timed_sample_all(refs: Any, progress: Any) -> Any:
+                    got = sample_all(refs, progress)
+                    seconds["sample"] += max(sample.seconds for sample in got)
                     return got
 
-                workers._get = timed_get  # type: ignore[method-assign]
+                workers._sample_all = timed_sample_all  # type: ignore[method-assign]
                 worker_set.concat_envs = timed_concat
 
                 def update() -> None:
