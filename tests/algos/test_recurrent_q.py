@@ -215,12 +215,15 @@ def success(cls: type, recurrent: bool, env_steps: int, **env_kwargs) -> float:
 
 
 @pytest.mark.skipif(os.environ.get("CI") == "true", reason="slow learning runs")
-@pytest.mark.parametrize("cls", [DQN, VDN])
-def test_recurrent_q_learners_solve_the_memory_env_and_the_mlp_stays_at_chance(cls) -> None:
+@pytest.mark.parametrize(("cls", "env_steps"), [(DQN, 20_000), (VDN, 20_000), (QMIX, 40_000)])
+def test_recurrent_q_learners_solve_the_memory_env_and_the_mlp_stays_at_chance(
+    cls, env_steps: int
+) -> None:
     """Four cues, three blank decisions: chance is 0.25; 400 episodes put the MLP's success
-    within 0.07 of it (over 3 standard errors)."""
+    within 0.07 of it (over 3 standard errors). QMIX, whose mixer learns too, takes twice the
+    env steps (0.75 at 20k, 1.00 at 40k)."""
     start = time.perf_counter()
-    recurrent = success(cls, True, 20_000, num_cues=4)
+    recurrent = success(cls, True, env_steps, num_cues=4)
     mlp = success(cls, False, 20_000, num_cues=4)
     took = time.perf_counter() - start
     print(f"{cls.__name__}: {recurrent:.2f} / {mlp:.2f} in {took:.0f} s")  # with pytest -s

@@ -172,6 +172,35 @@ def test_joint_steps_hold_one_row_per_env_step_with_the_mean_reward_and_bootstra
     venv.close()
 
 
+def test_a_truncated_row_bootstraps_from_the_final_observation_and_state() -> None:
+    """simple_spread's observation starts with the agent's velocity and position, and mpe2
+    moves an agent by the velocity it had (dt 0.1): every row's next position, the truncated
+    rows' final one included, is its position plus 0.1 times its velocity, which a reset's
+    observation is not; the state is the observations joined, so next_state is the final
+    state."""
+    pytest.importorskip("mpe2")
+    kwargs = {"N": 3, "max_cycles": 3}
+    venv = corral.make_vec("mpe2/simple_spread_v3", 2, seed=0, state=True, env_kwargs=kwargs)
+    builder = RolloutBuilder(venv, steps=6, record_next=True)
+    batch = venv.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        actions = venv.sample_actions(batch, rng)
+        builder.act(batch, actions)
+        batch = venv.step(actions)
+        builder.observe(batch)
+    (rollout,) = builder.finish().values()
+    rows, _ = joint_steps(rollout, with_state=True, flat=False)
+    obs, nxt = rows["obs"], rows["next_obs"]
+    np.testing.assert_allclose(nxt[..., 2:4], obs[..., 2:4] + 0.1 * obs[..., 0:2], atol=1e-5)
+    truncated = np.asarray(rollout.truncated).all(-1)
+    assert truncated[2].all() and truncated[5].all() and truncated.sum() == 4
+    assert not np.allclose(nxt[2], obs[3])  # the final observation, not the reset's
+    np.testing.assert_allclose(rows["next_state"], nxt.reshape(6, 2, -1))
+    np.testing.assert_allclose(rows["state"], obs.reshape(6, 2, -1))
+    venv.close()
+
+
 def test_qmix_without_a_state_mixes_on_the_groups_observations_joined() -> None:
     venv = corral.make_vec("mdp/two_round_dmdp", 4, seed=0)  # no state=True: no state
     assert venv.state_space is None
