@@ -550,3 +550,19 @@ def test_output_cut_short_by_its_reader_ends_quietly() -> None:
         os.close(write)
     assert done.stderr == ""
     assert done.returncode == cli.BROKEN_PIPE
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "mappo", "--env", "corral/rps", "--envs", "8"],  # not --envs-per-runner
+        ["check", "corral/rps", "--step", "5"],  # not --steps
+    ],
+)
+def test_a_flag_abbreviated_is_refused_not_taken_for_the_longer_one(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli._parser().parse_args(argv)
+    assert exited.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err

@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="corral", description="Multi-agent RL envs under one contract."
+        prog="corral", description="Multi-agent RL envs under one contract.", allow_abbrev=False
     )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
@@ -172,6 +172,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     play.set_defaults(run=_play)
     _add_training_commands(commands)
+    for command in commands.choices.values():
+        # a prefix is no flag: `--envs 8` would set --envs-per-runner
+        command.allow_abbrev = False
     return parser
 
 
