@@ -451,19 +451,30 @@ class DQNLearner(Learner):
                 self.config.gamma,
             )
 
+    def unrolled(
+        self, group: str, t: Transitions
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Recurrent: the online network's Q values of chunks ``t``'s observations and next
+        observations (with gradients) and the target network's of the next observations,
+        each ``[B, L, actions]``, both networks unrolled from each chunk's stored first
+        hidden state."""
+        policy = self.policy
+        net, target = policy.q[group], self.target[group]
+        assert isinstance(net, RecurrentQNet) and isinstance(target, RecurrentQNet)
+        x, next_x = policy.q_input(group, t["obs"]), policy.q_input(group, t["next_obs"])
+        start = torch.as_tensor(t["hidden"][:, 0], dtype=torch.float32, device=policy.device)
+        q_all, next_q = net.sequence(x, next_x, start)
+        with torch.no_grad():
+            _, next_q_target = target.sequence(x, next_x, start)
+        return q_all, next_q, next_q_target
+
     def sequence_loss(self, group: str, t: Transitions) -> tuple[torch.Tensor, torch.Tensor]:
         """Recurrent: the Huber loss (mean over the valid rows) of chunks ``t`` (``[B, L]``
         per field, as :meth:`SequenceReplay.sample` gives them), the online and the target
         network unrolled from each chunk's stored first hidden state; and the Q values
         ``[B, L]`` of the actions taken."""
         policy, device = self.policy, self.policy.device
-        net, target = policy.q[group], self.target[group]
-        assert isinstance(net, RecurrentQNet) and isinstance(target, RecurrentQNet)
-        x, next_x = policy.q_input(group, t["obs"]), policy.q_input(group, t["next_obs"])
-        start = torch.as_tensor(t["hidden"][:, 0], dtype=torch.float32, device=device)
-        q_all, next_q = net.sequence(x, next_x, start)
-        with torch.no_grad():
-            _, next_q_target = target.sequence(x, next_x, start)
+        q_all, next_q, next_q_target = self.unrolled(group, t)
         action = torch.as_tensor(t["action"], dtype=torch.long, device=device)
         index = action - int(policy.action_space[group].start)
         q = q_all.gather(-1, index[..., None]).squeeze(-1)

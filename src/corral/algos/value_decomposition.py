@@ -63,7 +63,6 @@ from corral.algos.dqn import (
 from corral.algos.mixers import QMixer, VDNMixer
 from corral.algos.networks import as_input, flat_dim, frozen_copy
 from corral.algos.policy import FirstUpdate
-from corral.algos.recurrent_q import RecurrentQNet
 from corral.arrays.tree import map_tree
 from corral.data.replay import Transitions
 from corral.data.rollouts import Rollout
@@ -215,14 +214,7 @@ class ValueDecompositionLearner(DQNLearner):
         """Recurrent: the Huber loss on ``Q_tot`` (mean over the valid rows) of chunks of joint
         rows ``t`` (``[B, L]`` per field), the online and the target agent network unrolled
         from each chunk's stored first hidden states; and ``Q_tot`` ``[B, L]``."""
-        policy, device = self.policy, self.policy.device
-        net, target = policy.q[group], self.target[group]
-        assert isinstance(net, RecurrentQNet) and isinstance(target, RecurrentQNet)
-        x, next_x = policy.q_input(group, t["obs"]), policy.q_input(group, t["next_obs"])
-        start = torch.as_tensor(t["hidden"][:, 0], dtype=torch.float32, device=device)
-        q_all, next_q = net.sequence(x, next_x, start)
-        with torch.no_grad():
-            _, next_q_target = target.sequence(x, next_x, start)
+        q_all, next_q, next_q_target = self.unrolled(group, t)
         chunks, length = t["valid"].shape
         flat = map_tree(lambda v: v.reshape(chunks * length, *v.shape[2:]), dict(t))
         q_tot = self.q_tot(group, flat, q_all.flatten(0, 1))
