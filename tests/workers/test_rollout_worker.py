@@ -66,6 +66,35 @@ def test_one_worker_collects_exactly_the_single_process_first_rollout() -> None:
     assert got["agent"].value is not None
 
 
+def test_a_recurrent_policy_keeps_its_memories_in_the_worker_as_in_one_process() -> None:
+    # corral/memory-turns: the memories advance only where an agent acts, over several episodes
+    config = load_config(
+        "mappo",
+        "corral/memory-turns",
+        {"num_envs": 2, "rollout_steps": 12, "device": "cpu", "seed": 5, "recurrent": True},
+    )
+    T_ = config.algo_config.rollout_steps
+    venv = build_venv(config.run, state=uses_state(config))
+    try:
+        learners, fixed = build_players(config, venv)
+        learner = learners[MAIN]
+        weights = learner.policy.weights()
+        seen: list[dict[str, Rollout]] = []
+        learner.learn = lambda rollouts: seen.append(rollouts) or {}  # type: ignore[method-assign]
+        Collector(venv, learners, fixed, seed=config.run.seed).run(T_ * venv.num_envs)
+    finally:
+        venv.close()
+    (want,) = seen
+    worker = RolloutWorker(config, 0, range(2), seed=config.run.seed)
+    try:
+        got = worker.sample(weights).rollouts[MAIN]
+    finally:
+        worker.close()
+    for g in want:
+        assert "actor_hidden" in got[g].extras  # the memories each decision started from
+        assert_rollouts_equal(got[g], want[g], g)
+
+
 def test_two_workers_observe_what_one_process_of_all_their_envs_observes() -> None:
     config = mappo(4, runners=2)
     want, weights = first_rollout(mappo(4))
