@@ -40,7 +40,7 @@ def first_rollout(config: Any) -> tuple[dict[str, Rollout], Any]:
         seen: list[dict[str, Rollout]] = []
         learner.learn = lambda rollouts: seen.append(rollouts) or {}  # type: ignore[method-assign]
         collector = Collector(venv, learners, fixed, seed=config.run.seed)
-        collector.run(T * venv.num_envs)
+        collector.run(config.algo_config.rollout_steps * venv.num_envs)
     finally:
         venv.close()
     (rollouts,) = seen
@@ -73,18 +73,7 @@ def test_a_recurrent_policy_keeps_its_memories_in_the_worker_as_in_one_process()
         "corral/memory-turns",
         {"num_envs": 2, "rollout_steps": 12, "device": "cpu", "seed": 5, "recurrent": True},
     )
-    T_ = config.algo_config.rollout_steps
-    venv = build_venv(config.run, state=uses_state(config))
-    try:
-        learners, fixed = build_players(config, venv)
-        learner = learners[MAIN]
-        weights = learner.policy.weights()
-        seen: list[dict[str, Rollout]] = []
-        learner.learn = lambda rollouts: seen.append(rollouts) or {}  # type: ignore[method-assign]
-        Collector(venv, learners, fixed, seed=config.run.seed).run(T_ * venv.num_envs)
-    finally:
-        venv.close()
-    (want,) = seen
+    want, weights = first_rollout(config)
     worker = RolloutWorker(config, 0, range(2), seed=config.run.seed)
     try:
         got = worker.sample(weights).rollouts[MAIN]
