@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import corral
+from corral.errors import ConfigError
 
 ENTRY = "support.faulty_envs:FaultyEnv"
 """The env id (an entry point) of :class:`FaultyEnv`."""
@@ -21,7 +22,8 @@ class FaultyEnv:
     ``at``-th step does ``fault``: ``hang`` sleeps ``seconds``, ``die`` ends the process at
     once, ``raise`` raises a ``RuntimeError``. ``marker``: a path that the first env to fault
     creates, so that only that one faults (every env faults each time where ``marker`` is
-    ``None``)."""
+    ``None``). ``refuse_after``: a path whose existence makes building the env raise a
+    :class:`~corral.errors.ConfigError` (a replacement worker built after the fault)."""
 
     def __init__(
         self,
@@ -31,7 +33,10 @@ class FaultyEnv:
         seconds: float = 600.0,
         marker: str | None = None,
         pids: str | None = None,
+        refuse_after: str | None = None,
     ) -> None:
+        if refuse_after is not None and Path(refuse_after).exists():
+            raise ConfigError(f"this env is not built after {refuse_after} exists")
         self.env = corral.make(env)
         self.fault, self.at, self.seconds, self.marker = fault, at, seconds, marker
         self.steps = 0

@@ -142,6 +142,19 @@ def test_without_restarts_a_lost_worker_stops_the_run_naming_it(tmp_path: Path) 
     assert all_cpus_free_within(ray, 10), "an actor outlived the run"
 
 
+def test_a_replacement_that_cannot_be_built_stops_the_run_with_its_error(tmp_path: Path) -> None:
+    """A worker dies; its replacement's envs refuse to be built (as on a node without a
+    module): the run stops with the worker's EnvError naming the env and the cause, not
+    Ray's wrapper of it."""
+    given = settings(tmp_path, "die")
+    given["env_kwargs"]["refuse_after"] = str(tmp_path / "faulted")
+    config = load_config("mappo", ENTRY, given)
+    with pytest.raises(EnvError, match="env 0: building the env raised ConfigError: this env") as e:
+        run(config)
+    assert not isinstance(e.value, ray.exceptions.RayError)
+    assert all_cpus_free_within(ray, 10), "an actor outlived the run"
+
+
 @pytest.mark.slow  # three replacements: 30 s here
 def test_a_worker_lost_again_and_again_stops_the_run_naming_it_and_the_cause(
     tmp_path: Path,

@@ -51,7 +51,7 @@ import pickle
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from corral.algos.base import Algorithm
 from corral.algos.mappo import MAPPOLearner
@@ -352,10 +352,7 @@ class WorkerSet:
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as err:
             return Lost("died", f"{type(err).__name__}: {str(err).splitlines()[0]}")
         except ray.exceptions.RayTaskError as err:
-            cause = getattr(err, "cause", None)
-            if isinstance(cause, CorralError):
-                raise cause from err
-            raise
+            raise_worker_error(err)
         return sample
 
     def _lose(self, index: int, lost: Lost, progress: Progress) -> None:
@@ -388,6 +385,9 @@ class WorkerSet:
                 lost = Lost("late", f"its replacement did not start within {self.start_timeout}s")
             except self._ray.exceptions.RayActorError as err:
                 lost = Lost("died", f"its replacement died: {str(err).splitlines()[0]}")
+            except self._ray.exceptions.RayTaskError as err:
+                self._ray.kill(handle)  # it could not be built (a setting its node refuses)
+                raise_worker_error(err)
             self._ray.kill(handle)
 
     def _spawn(self, index: int) -> Any:
@@ -413,10 +413,7 @@ class WorkerSet:
         except ray.exceptions.RayActorError as err:
             raise WorkerDiedError(f"a rollout worker died in {what}(): {err}") from err
         except ray.exceptions.RayTaskError as err:
-            cause = getattr(err, "cause", None)
-            if isinstance(cause, CorralError):
-                raise cause from err
-            raise
+            raise_worker_error(err)
 
     def close(self) -> None:
         """End every worker (after it closed its envs, for at most :data:`CLOSE_TIMEOUT`
@@ -435,6 +432,15 @@ class WorkerSet:
             if self._owns_ray:
                 self._owns_ray = False
                 leave_ray()
+
+
+def raise_worker_error(err: Exception) -> NoReturn:
+    """Raise the :class:`~corral.errors.CorralError` that a worker raised, out of the
+    ``RayTaskError`` Ray wraps it in; any other error as it is."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, CorralError):
+        raise cause from err
+    raise err
 
 
 def add_progress(total: Progress, part: Progress) -> None:
