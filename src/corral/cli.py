@@ -194,6 +194,19 @@ def _add_env_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_settings(parser: argparse.ArgumentParser, text: str) -> None:
+    """``--set KEY=VALUE ...`` (repeatable), read into ``settings``."""
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help=text,
+    )
+
+
 def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
     """The env's keyword arguments given as ``--set key=value``
     (see :mod:`corral.settings.grammar`)."""
@@ -500,14 +513,8 @@ def _add_training_commands(commands: Any) -> None:
         help="which policy plays which group or agent, e.g. 'adversary=mappo,agent=ippo' or "
         "'agent=fixed:random' (agents named nowhere are learned by ALGO)",
     )
-    train.add_argument(
-        "--set",
-        dest="settings",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="any run or algorithm setting (env_kwargs.N=3 sets one env keyword argument)",
+    _add_settings(
+        train, "any run or algorithm setting (env_kwargs.N=3 sets one env keyword argument)"
     )
     train.add_argument("--no-progress", action="store_true", help="log lines, no progress bar")
     _add_imports(train)
@@ -556,15 +563,7 @@ def _add_training_commands(commands: Any) -> None:
         ("--device", "DEVICE", "cpu, cuda or auto"),
     ):
         sweep.add_argument(flag, dest=flag[2:].replace("-", "_"), metavar=metavar, help=text)
-    sweep.add_argument(
-        "--set",
-        dest="settings",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a run or algorithm setting of every trial",
-    )
+    _add_settings(sweep, "a run or algorithm setting of every trial")
     _add_imports(sweep)
     _add_allow_import(sweep)
     sweep.set_defaults(run=_sweep)
