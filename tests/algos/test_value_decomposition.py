@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import gymnasium
 import numpy as np
 import pytest
 
@@ -12,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 import corral  # noqa: E402
 from corral.algos import algorithm_class  # noqa: E402
-from corral.algos.mixers import QMixer, VDNMixer  # noqa: E402
+from corral.algos.mixers import QMixer, VDNMixer, box_bounds, unit_bounds  # noqa: E402
 from corral.algos.value_decomposition import QMIX, VDN, Config, joint_steps  # noqa: E402
 from corral.data.rollouts import RolloutBuilder  # noqa: E402
 from corral.errors import UnsupportedEnvError  # noqa: E402
@@ -63,6 +64,37 @@ def test_qmix_is_monotonic_in_every_agents_value() -> None:
     assert grad.shape == (256, 4)
     assert (grad >= 0).all()
     assert (grad > 0).any()  # not a constant mixer
+
+
+def test_unit_bounds_map_wide_finite_bounds_onto_minus_one_to_one_and_leave_the_rest() -> None:
+    low = np.array([-1.0, 0.0, -np.inf, -0.5, 2.0])
+    high = np.array([7.0, 4.0, np.inf, 1.0, 2.0])  # wide, wide, unbounded, narrow, empty
+    offset, scale = unit_bounds((low, high), 5)
+    x = torch.tensor([[-1.0, 0.0, 123.0, -0.5, 2.0], [7.0, 4.0, -9.0, 1.0, 2.0]])
+    torch.testing.assert_close(
+        (x - offset) * scale,
+        torch.tensor([[-1.0, -1.0, 123.0, -0.5, 2.0], [1.0, 1.0, -9.0, 1.0, 2.0]]),
+    )
+    torch.testing.assert_close(unit_bounds(None, 3), (torch.zeros(3), torch.ones(3)))
+    with pytest.raises(ValueError, match="expected"):
+        unit_bounds((low, high), 4)
+
+
+def test_qmix_on_a_bounded_state_mixes_as_on_the_state_rescaled() -> None:
+    """Differential: a mixer given LBF-like bounds (coordinates -1..7, levels 0..4) gives,
+    on a raw state, what the same weights give without bounds on the rescaled state."""
+    space = gymnasium.spaces.Box(np.float32([-1, -1, 0]), np.float32([7, 7, 4]))
+    bounds = box_bounds(space, copies=2)
+    assert bounds is not None and bounds[0].shape == (6,)
+    torch.manual_seed(0)
+    bounded = QMixer(2, 6, 8, 16, bounds)
+    plain = QMixer(2, 6, 8, 16)
+    plain.load_state_dict(bounded.state_dict())  # the bounds are not part of the weights
+    state = torch.tensor([[3.0, 7.0, 4.0, -1.0, 0.0, 1.0]])
+    rescaled = torch.tensor([[0.0, 1.0, 1.0, -1.0, -0.75, -0.5]])
+    q = torch.randn(1, 2)
+    torch.testing.assert_close(bounded(q, state), plain(q, rescaled))
+    assert box_bounds(gymnasium.spaces.Discrete(3)) is None
 
 
 def test_qmix_needs_a_state_and_vdn_sums() -> None:
@@ -209,6 +241,10 @@ def test_qmix_without_a_state_mixes_on_the_groups_observations_joined() -> None:
     obs_dim = int(np.prod(algo.observation_space[group].shape))
     mixer = algo.mixer[group]
     assert mixer.hyper_b1.in_features == len(agents) * obs_dim  # the observations joined
+    # the mixer reads them rescaled by the observation space's bounds, once per agent
+    space = algo.observation_space[group]
+    expected_bounds = unit_bounds(box_bounds(space, copies=len(agents)), len(agents) * obs_dim)
+    torch.testing.assert_close((mixer.state_offset, mixer.state_scale), expected_bounds)
     Collector(venv, algo, seed=0).run(200)
     assert algo.gradient_step > 0
     # the mixer's input is each row's observations, flattened: a state made from them

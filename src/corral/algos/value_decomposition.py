@@ -60,7 +60,7 @@ from corral.algos.dqn import (
     replay_rollout_steps,
     soft_update,
 )
-from corral.algos.mixers import QMixer, VDNMixer
+from corral.algos.mixers import QMixer, VDNMixer, box_bounds
 from corral.algos.networks import as_input, flat_dim, frozen_copy
 from corral.algos.policy import FirstUpdate
 from corral.arrays.tree import map_tree
@@ -366,6 +366,9 @@ class QMIX(ValueDecomposition):
     def make_mixer(self, group: str, agents: Sequence[str]) -> nn.Module:
         if self.state_space is not None:
             state_dim = flat_dim(self.state_space)
+            bounds = box_bounds(self.state_space)
         else:
             state_dim = len(agents) * flat_dim(self.observation_space[group])
-        return QMixer(len(agents), state_dim, self.config.mixing_embed, self.config.hypernet_hidden)
+            bounds = box_bounds(self.observation_space[group], copies=len(agents))
+        cfg = self.config
+        return QMixer(len(agents), state_dim, cfg.mixing_embed, cfg.hypernet_hidden, bounds)
