@@ -52,6 +52,8 @@ class QMixer(nn.Module):
         self.n_agents, self.embed = int(n_agents), int(embed)
         # the state's affine map onto [-1, 1] where bounded beyond it (not saved: the space's)
         offset, scale = unit_bounds(bounds, state_dim)
+        self.state_offset: torch.Tensor
+        self.state_scale: torch.Tensor
         self.register_buffer("state_offset", offset, persistent=False)
         self.register_buffer("state_scale", scale, persistent=False)
 
