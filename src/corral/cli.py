@@ -570,8 +570,13 @@ def _add_training_commands(commands: Any) -> None:
 
     evaluate = commands.add_parser("eval", help="evaluate a run's best (or latest) checkpoint")
     evaluate.add_argument("run_dir", metavar="RUN", help="a run directory")
+    evaluate.add_argument("--episodes", type=_int(AT_LEAST_1), default=20, help="episodes to play")
     evaluate.add_argument(
-        "--episodes", type=_int(AT_LEAST_1), default=20, help="greedy episodes to play"
+        "--explore",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="play the policies exploring, as in training (default: the run's eval_explore, "
+        "greedy unless set)",
     )
     evaluate.add_argument("--checkpoint", choices=("best", "latest"), default="best")
     evaluate.add_argument(
@@ -1001,6 +1006,8 @@ def _eval(args: argparse.Namespace) -> int:
         check_cluster(config, Path(args.run_dir), named, "corral eval", "--ray-address ")
         if named:
             config.run = replace_run(config.run, ray_address=args.ray_address)
+        if args.explore is not None:
+            config.run = replace_run(config.run, eval_explore=args.explore)
     set_torch_threads(torch_threads(config.run.torch_threads))
     try:
         result = evaluate_policy(

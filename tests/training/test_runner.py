@@ -3,6 +3,7 @@ metrics, evaluation, best checkpoint, resume, configs, plots and GIFs."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 import sys
@@ -213,6 +214,24 @@ def test_evaluation_is_deterministic_and_greedy(tmp_path: Path) -> None:
     assert evaluate_policy(cfg, algo, 6).returns == first.returns
     assert len(first.returns) == 6
     assert first.std == pytest.approx(np.std(first.returns))
+
+
+def test_eval_explore_evaluates_the_policies_as_they_act_in_training(tmp_path: Path) -> None:
+    """The climbing game is one deterministic step: greedy episodes all return the same; with
+    ``eval_explore`` the epsilon-greedy tables play (epsilon 0.3) and the returns spread, in
+    the run's evaluations and in ``evaluate_policy``."""
+    train(config(tmp_path, eval_episodes=40))
+    train(config(tmp_path, "exploring", eval_episodes=40, eval_explore=True))
+    cfg, algo, _ = load_run(tmp_path / "run", allow_imports=[TINY])
+    greedy = evaluate_policy(cfg, algo, 40)
+    assert len(set(greedy.returns)) == 1
+    exploring_cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, eval_explore=True))
+    exploring = evaluate_policy(exploring_cfg, algo, 40)
+    assert len(set(exploring.returns)) > 1
+    evaluations = [r for r in read_metrics(tmp_path / "run") if "eval_return_std" in r]
+    assert evaluations and {r["eval_return_std"] for r in evaluations} == {0.0}
+    explored = [r for r in read_metrics(tmp_path / "exploring") if "eval_return_std" in r]
+    assert max(r["eval_return_std"] for r in explored) > 0
 
 
 def test_progress_lines_are_logged_without_a_bar(

@@ -340,3 +340,30 @@ def test_games_against_an_opponent_play_as_stepping_the_envs_directly(seat, oppo
     assert len(returns[0]) == 7 and len(set(returns[0])) > 1
     assert returns[0] == returns[1]
     venv.close()
+
+
+class _Asked(_Drawing):
+    """:class:`_Drawing` that notes the ``explore`` of every call."""
+
+    def __init__(self, venv, groups: list[str], seed: int) -> None:
+        super().__init__(venv, groups, seed)
+        self.asked: list[bool] = []
+
+    def act(self, batch, *, explore: bool = True):
+        self.asked.append(explore)
+        return super().act(batch, explore=explore)
+
+
+@pytest.mark.parametrize("explore", [False, True])
+def test_games_against_an_opponent_explore_only_where_asked(explore: bool) -> None:
+    """``eval_explore``'s path: the learner acts exploring where asked, the reference
+    opponent greedily either way."""
+    from corral.training.selfplay_eval import play_against
+
+    venv = corral.make_vec("corral/rps4", 2, seed=0, group_map="agent")
+    learner = _Asked(venv, list(venv.groups), seed=1)
+    other = _Asked(venv, ["player_1", "player_3"], seed=2)
+    play_against(learner, venv, 3, "player_0", other, seed=5, explore=explore)
+    assert learner.asked and set(learner.asked) == {explore}
+    assert other.asked and set(other.asked) == {False}
+    venv.close()

@@ -252,6 +252,30 @@ def test_eval_prints_each_measure_with_its_standard_error(
     assert " +- n/a (selects best.pt)" in out  # one episode has no standard error
 
 
+def test_eval_explore_plays_the_policies_as_in_training_and_no_explore_greedily(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The climbing game is one deterministic step: greedy episodes have no spread; with
+    ``--explore`` (epsilon-greedy tables) they do; ``--no-explore`` overrides a run whose
+    config says ``eval_explore``."""
+    spread = re.compile(r"eval_return \S+ \+- (\S+)")
+    assert train(capsys, tmp_path / "g")[0] == 0
+    assert train(capsys, tmp_path / "e", "eval_explore=true")[0] == 0
+    for run_dir, flags, spreads in (
+        ("g", [], False),
+        ("g", ["--explore"], True),
+        ("e", [], True),
+        ("e", ["--no-explore"], False),
+    ):
+        code, out, err = run(
+            capsys, "eval", str(tmp_path / run_dir), "--episodes", "30", *flags, *ALLOW
+        )
+        assert code == 0, err
+        found = spread.search(out)
+        assert found is not None, out
+        assert (float(found.group(1)) > 0) == spreads, (run_dir, flags, out)
+
+
 def test_eval_plays_with_the_run_s_torch_threads(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -192,11 +192,12 @@ class Collector:
         env_steps: int,
         *,
         learn: bool = True,
+        explore: bool | None = None,
         on_step: Callable[[int], None] | None = None,
     ) -> Progress:
         """Collect at least ``env_steps`` env steps; ``learn``: exploring, each learner
         learning at the end of each of its rollouts, else acting greedily and recording
-        nothing.
+        nothing. ``explore`` (default: ``learn``): act exploring all the same.
 
         ``on_step`` is called after every vector step with the env steps it took.
         """
@@ -213,7 +214,9 @@ class Collector:
         # worker_restarts only grows: the restarts of the run are its growth over the run
         restarts = self.batch.worker_restarts.sum()
         while progress.env_steps < env_steps:
-            actions, extras = self.actions(self.batch, explore=learn)
+            actions, extras = self.actions(
+                self.batch, explore=learn if explore is None else explore
+            )
             for pid, builder in builders.items():
                 own = extras[pid]
                 value = own.pop("value", None)
@@ -366,9 +369,10 @@ def evaluate(
     seed: int | None = None,
     *,
     seating: Seating | None = None,
+    explore: bool = False,
 ) -> Progress:
-    """Play ``episodes`` whole episodes greedily (no exploration, no learning); ``seating``:
-    as the :class:`Collector`'s.
+    """Play ``episodes`` whole episodes greedily (``explore``: exploring as in training),
+    learning nothing; ``seating``: as the :class:`Collector`'s.
 
     Episodes that a fault cut are left out and replaced, and counted in
     ``episodes_cut``; past ``episodes`` of them it raises
@@ -378,7 +382,7 @@ def evaluate(
     progress = Progress()
     cut = CutEpisodes(episodes)
     while len(progress.episode_returns) < episodes:
-        part = collector.run(venv.num_envs, learn=False)  # one vector step
+        part = collector.run(venv.num_envs, learn=False, explore=explore)  # one vector step
         cut.see(collector.batch, played=len(progress.episode_returns) + len(part.episode_returns))
         progress.episodes_cut = cut.count
         progress.env_steps += part.env_steps

@@ -203,6 +203,10 @@ class RunConfig:
     """Env steps between greedy evaluations (0: only at the end)."""
     eval_episodes: Annotated[int, Range(ge=1)] = 10
     """Episodes per evaluation (and games against ``eval_opponent``, shared by the seats)."""
+    eval_explore: bool = False
+    """Evaluate the exploring policies (sampled actions, epsilon-greedy Q-learners, fixed
+    players as in training) instead of greedy ones: a memoryless greedy policy can stand
+    still forever where its observation does not change (LBF)."""
     eval_opponent: str = "random"
     """Reference opponent of evaluations in two-player zero-sum games and self-play runs:
     ``random`` (uniformly random legal play), or a run directory (its ``best.pt``) or a

@@ -1085,7 +1085,8 @@ def evaluate_policy(
     allow_imports: Collection[str] = (),
 ) -> Evaluation:
     """``episodes`` whole greedy episodes of ``algo`` (a learner, or the learners by policy
-    id), the other agents played as in training.
+    id; exploring where the run's ``eval_explore`` says), the other agents played as in
+    training.
 
     Measures the columns of :mod:`corral.training.scoring`: the learned
     agents' mean return and each group's and agent's; in two-player zero-sum
@@ -1105,7 +1106,16 @@ def evaluate_policy(
         learners = as_learners(algo)
         selection = _selection(config, venv, learners, versus=opponent is not None)
         fixed = fixed_players(config, venv, allow_imports)
-        done = evaluate(venv, learners, episodes, fixed, seed=seed, seating=seating(config, venv))
+        explore = config.run.eval_explore
+        done = evaluate(
+            venv,
+            learners,
+            episodes,
+            fixed,
+            seed=seed,
+            seating=seating(config, venv),
+            explore=explore,
+        )
         returns = [float(r) for r in done.episode_returns]
         result = Evaluation({RETURN: returns}, metric=selection.metric, cut=done.episodes_cut)
         result.episodes.update(episode_columns(RETURN, done.agent_returns, venv.groups))
@@ -1116,7 +1126,7 @@ def evaluate_policy(
             player = _only(learners, "playing against eval_opponent (select_by eval_vs_opponent)")
             opponent_policy = None if reference is None else reference.policy
             found = versus_columns(
-                player.policy, venv, selection.seats, episodes, opponent_policy, seed, cut
+                player.policy, venv, selection.seats, episodes, opponent_policy, seed, cut, explore
             )
             result.episodes.update(found)
             result.cut += cut.count

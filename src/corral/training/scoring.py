@@ -163,17 +163,21 @@ def versus_columns(
     opponent: Player | None,
     seed: int,
     cut: CutEpisodes | None = None,
+    explore: bool = False,
 ) -> dict[str, list[float]]:
     """``eval_vs_opponent/<seat>`` and ``eval_vs_opponent``: ``algo``'s returns against
     ``opponent`` (``None``: uniformly random legal play), ``episodes`` whole games shared by
     the seats; the games that faults cut are counted in ``cut`` (by default one
-    :class:`CutEpisodes` of ``episodes`` for all seats)."""
+    :class:`CutEpisodes` of ``episodes`` for all seats). ``explore``: ``algo`` explores (the
+    reference opponent stays greedy)."""
     out: dict[str, list[float]] = {VERSUS: []}
     cut = CutEpisodes(episodes) if cut is None else cut
     for k, seat in enumerate(seats):
         games = episodes // len(seats) + (k < episodes % len(seats))
         if games:
-            returns = play_against(algo, venv, games, seat, opponent, seed=seed, cut=cut)
+            returns = play_against(
+                algo, venv, games, seat, opponent, seed=seed, cut=cut, explore=explore
+            )
             out[f"{VERSUS}/{seat}"] = returns
             out[VERSUS] += returns
     return out

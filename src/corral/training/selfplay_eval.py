@@ -37,8 +37,9 @@ class Player(Protocol):
 
 
 class _Seated(Policy):
-    """Every agent of ``venv``: ``learner``'s action for agent ``j`` of group ``g``,
-    ``opponent``'s (greedy) for its groups, uniformly random legal actions elsewhere."""
+    """Every agent of ``venv``: ``learner``'s action for agent ``j`` of group ``g`` (exploring
+    where ``act`` is asked to), ``opponent``'s (greedy) for its groups, uniformly random
+    legal actions elsewhere."""
 
     def __init__(
         self, venv: VecEnv, learner: Player, g: str, j: int, opponent: Player | None, seed: int
@@ -58,7 +59,7 @@ class _Seated(Policy):
         if self.opponent is not None:
             theirs, _ = self.opponent.act(batch, explore=False)
             actions.update({group: np.array(a) for group, a in theirs.items()})
-        mine, _ = self.learner.act(batch, explore=False)
+        mine, _ = self.learner.act(batch, explore=explore)
         actions[self.g][:, self.j] = mine[self.g][:, self.j]
         return actions, {}
 
@@ -72,9 +73,10 @@ def play_against(
     *,
     seed: int = 0,
     cut: CutEpisodes | None = None,
+    explore: bool = False,
 ) -> list[float]:
-    """The returns of ``learner`` playing agent ``seat`` greedily in ``games`` episodes of
-    ``venv`` against ``opponent``.
+    """The returns of ``learner`` playing agent ``seat`` greedily (``explore``: exploring)
+    in ``games`` episodes of ``venv`` against ``opponent``.
 
     ``learner`` acts (``act(batch, explore=False)``) for the group of ``seat``
     and only its action for ``seat`` is used; ``opponent`` plays greedily for
@@ -98,7 +100,7 @@ def play_against(
     every = {group: np.ones(len(agents), dtype=bool) for group, agents in venv.groups.items()}
     collector = Collector(venv, {}, {"seated": FixedPlayer(seated, every)}, seed=seed)
     while (played < quota).any():
-        collector.run(num_envs, learn=False)  # one vector step
+        collector.run(num_envs, learn=False, explore=explore)  # one vector step
         batch = collector.batch
         cut.see(batch, played < quota, played=len(returns))
         counted = whole_ended(batch) & (played < quota)
