@@ -115,14 +115,14 @@ def test_an_asynchronous_run_drops_stale_rollouts_and_ctrl_c_ends_its_actors(
         learn, learned = runner.algo.learn, []
 
         def interrupted(rollouts: Any) -> Any:
-            if len(learned) == 6:
+            if len(learned) == 10:  # 50 env steps learned from, more with those dropped
                 raise KeyboardInterrupt  # Ctrl-C while the learner learns
             learned.append(runner.algo.policy.version)
             return learn(rollouts)
 
         runner.algo.learn = interrupted  # type: ignore[method-assign]
         runner.train()
-    assert put == sorted(set(put)) and len(put) >= 6  # each version put once
+    assert put == sorted(set(put)) and len(put) >= 10  # each version put once
     rows = read_metrics(tmp_path / "run")
     assert [r["env_steps"] for r in rows][:2] == [20, 40]
     assert all(r["runner_version_lag"] == 0 for r in rows)
