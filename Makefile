@@ -51,10 +51,13 @@ lint: install
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
 
+# The suite in TEST_WORKERS processes (pytest-xdist); the tests that start Ray run one after
+# another in one of them (conftest.py groups them), as two Rays on 2 cores would starve.
+TEST_WORKERS ?= 2
 test: install
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import Callable, Iterator
 
@@ -57,8 +58,21 @@ def ray_session() -> Iterator[Callable[[], None]]:
         ray.shutdown()
 
 
+RAY_TEST = re.compile(r"(?<![a-z])ray(?![a-z])|^tests/workers/")
+"""A test that starts Ray: ``ray`` as a word of its id (``test_train_ray``, ``[ray-3]``,
+``docs/ray.md``), or one of the rollout workers' tests."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip tests marked ``slow`` (long learning runs) when ``CI=true``."""
+    """Put the tests that start Ray in one group, which ``pytest -n N --dist loadgroup``
+    (``make test``) runs in one process, one after another: two Rays at once on 2 cores
+    would starve each other's start. Skip tests marked ``slow`` (long learning runs) when
+    ``CI=true``."""
+    ray_group = pytest.mark.xdist_group("ray")
+    for item in items:
+        uses_ray = "ray_session" in getattr(item, "fixturenames", ())
+        if uses_ray or RAY_TEST.search(item.nodeid.lower()):
+            item.add_marker(ray_group)
     if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
         return
     skip = pytest.mark.skip(reason="slow learning run: skipped under CI=true, run it by hand")

@@ -283,8 +283,16 @@ def test_keyboard_interrupt_while_waiting_closes_the_workers(ctrl_c) -> None:
 # -- shutdown -------------------------------------------------------------------------------
 
 
+def corral_shm() -> set[str]:
+    """corral's files in /dev/shm (blocks where ``memfd_create`` is missing, Python's
+    shared memory): other processes' files (another test process, Ray) are not ours."""
+    if not os.path.isdir("/dev/shm"):
+        return set()
+    return {n for n in os.listdir("/dev/shm") if n.startswith(("corral-", "psm_"))}
+
+
 def test_close_is_idempotent_and_leaves_no_process_or_shared_memory() -> None:
-    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    shm_before = corral_shm()
     venv = subproc(count_envs(5))
     venv.reset(seed=0)
     venv.step(zero_actions(venv))
@@ -294,8 +302,7 @@ def test_close_is_idempotent_and_leaves_no_process_or_shared_memory() -> None:
     venv.close()
     assert all(process_gone(pid) for pid in pids)
     assert not {p.pid for p in mp.active_children()} & set(pids)
-    shm_after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    assert shm_after <= shm_before
+    assert corral_shm() <= shm_before
     with pytest.raises(VectorStateError):
         venv.step(zero_actions(venv))
 
