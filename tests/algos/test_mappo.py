@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import threading
 import warnings
 
 import numpy as np
@@ -559,13 +560,27 @@ def textbook_ppo(learner, g: str, rows: dict) -> dict[str, float]:
     ],
     ids=["discrete", "continuous", "masked"],
 )
+@pytest.mark.parametrize("helper", [False, True], ids=["one-thread", "critic-thread"])
 def test_the_update_gives_the_numbers_of_the_textbook_minibatch_loop(
-    env_id, settings, minibatches
+    env_id, settings, minibatches, helper: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # bit for bit: the learner's shortcuts (one gather per epoch, its own gradient clearing
-    # and clipping) must leave the networks, the optimiser and the draws as they were
+    # and clipping, the critic's half of each step in a thread of its own) must leave the
+    # networks, the optimiser and the draws as they were
     pytest.importorskip(env_id.split("/")[0] if env_id.startswith("mpe2") else "pettingzoo")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from corral.algos import mappo
     from corral.training.collector import Collector
+
+    class Counting(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            submitted.append(threading.current_thread().name)
+            return super().submit(fn, *args, **kwargs)
+
+    submitted: list[str] = []
+    pool = Counting(1) if helper else None
+    monkeypatch.setattr(mappo, "critic_helper", lambda device: pool)
 
     venv = corral.make_vec(env_id, 8, seed=0, state=True, env_kwargs=settings)
     config = Config(rollout_steps=10, epochs=3, minibatches=minibatches, seed=0)
@@ -581,6 +596,8 @@ def test_the_update_gives_the_numbers_of_the_textbook_minibatch_loop(
         assert not rows["mask"].all()  # some actions are illegal
     twin = copy.deepcopy(algo)
     metrics = algo.ppo(g, **rows)
+    # the critic's half of every minibatch step went to the helper thread, where there is one
+    assert len(submitted) == (config.epochs * minibatches if helper else 0)
     assert metrics == textbook_ppo(twin, g, rows)
     mine, theirs = algo.state_dict(), twin.state_dict()
     for name, value in mine["nets"][g].items():

@@ -63,7 +63,9 @@ steps) differs, set for 8 to 32 envs rather than the paper's 128 threads.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, cast
 
@@ -879,13 +881,36 @@ class MAPPOLearner(Learner):
             shuffled = [minibatches(x, perm, size, chunks) for x in rows]
             for batch in zip(*shuffled, strict=True):
                 a_in, c_in, smp, old_lp, adv, tgt, old = batch[:7]
+                for p in params:
+                    p.grad = None  # the optimiser's zero_grad() without its per-call overhead
+                critic = functools.partial(self._critic_half, nets, c_in, tgt, old, critic_params)
+                helper = critic_helper(device)
+                pending = None if helper is None else helper.submit(critic)
                 dist = nets.actor(a_in, batch[7] if mask is not None else None)
-                value = nets.critic(c_in).squeeze(-1)
-                loss, stats = ppo_loss(cfg, dist, value, smp, old_lp, adv, tgt, old)
-                self._gradient_step(g, loss, params, actor_params, critic_params)
-                history.append(stats)
+                loss, stats = actor_loss(cfg, dist, smp, old_lp, adv)
+                loss.backward()
+                nn.utils.clip_grad_norm_(actor_params, cfg.max_grad_norm, foreach=True)
+                value_loss = critic() if pending is None else pending.result()
+                self.optimizers[g].step()
+                history.append(torch.stack([stats[0], value_loss, *stats[1:]]))
         means = torch.stack(history).mean(dim=0).tolist()
         return dict(zip(METRICS, means, strict=True))
+
+    def _critic_half(
+        self,
+        nets: GroupNets,
+        critic_in: Any,
+        target: torch.Tensor,
+        old_value: torch.Tensor,
+        critic_params: list[nn.Parameter],
+    ) -> torch.Tensor:
+        """The critic's half of a minibatch's gradient step: its loss backpropagated and its
+        gradients clipped; the (unweighted) value loss, without gradient."""
+        value = nets.critic(critic_in).squeeze(-1)
+        loss, value_loss = critic_loss(self.config, value, target, old_value)
+        loss.backward()
+        nn.utils.clip_grad_norm_(critic_params, self.config.max_grad_norm, foreach=True)
+        return value_loss
 
     def _targets(
         self, g: str, advantage: Any, returns: Any, old_value: Any
@@ -1075,23 +1100,68 @@ def ppo_loss(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's loss (clipped policy loss, clipped value loss, entropy bonus) of rows whose
     policy is ``dist`` and (normalised) value ``value``, and its statistics (:data:`METRICS`,
-    no gradient)."""
+    no gradient): :func:`actor_loss` plus :func:`critic_loss`."""
+    policy, stats = actor_loss(cfg, dist, sample, old_log_prob, advantage)
+    critic, value_loss = critic_loss(cfg, value, target, old_value)
+    return policy + critic, torch.stack([stats[0], value_loss, *stats[1:]])
+
+
+def actor_loss(
+    cfg: Config,
+    dist: Any,
+    sample: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantage: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The actor's part of PPO's loss, the clipped policy loss less the entropy bonus, and
+    its statistics ``[policy_loss, entropy, approx_kl, clip_frac]`` (no gradient)."""
     log_ratio = dist.log_prob(sample) - old_log_prob
     ratio = log_ratio.exp()
     clipped = ratio.clamp(1 - cfg.clip, 1 + cfg.clip)
     policy_loss = -torch.min(ratio * advantage, clipped * advantage).mean()
+    entropy = dist.entropy().mean()
+    loss = policy_loss - cfg.ent_coef * entropy
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clip_frac = ((ratio - 1).abs() > cfg.clip).float().mean()
+        stats = torch.stack([policy_loss, entropy, approx_kl, clip_frac])
+    return loss, stats
+
+
+def critic_loss(
+    cfg: Config, value: torch.Tensor, target: torch.Tensor, old_value: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The critic's part of PPO's loss, ``vf_coef`` times the (clipped) value loss, and the
+    value loss itself (no gradient)."""
     value_loss = (value - target) ** 2
     if cfg.value_clip is not None:
         value_clipped = old_value + (value - old_value).clamp(-cfg.value_clip, cfg.value_clip)
         value_loss = torch.max(value_loss, (value_clipped - target) ** 2)
     value_loss = 0.5 * value_loss.mean()
-    entropy = dist.entropy().mean()
-    loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-    with torch.no_grad():
-        approx_kl = ((ratio - 1) - log_ratio).mean()
-        clip_frac = ((ratio - 1).abs() > cfg.clip).float().mean()
-        stats = torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_frac])
-    return loss, stats
+    return cfg.vf_coef * value_loss, value_loss.detach()
+
+
+_CRITIC_HELPER: list[ThreadPoolExecutor] = []
+"""The process's one thread for :func:`critic_helper`, once started."""
+
+
+def critic_helper(device: str | torch.device) -> ThreadPoolExecutor | None:
+    """A thread of its own for the critic's half of each PPO minibatch, where that uses a
+    core that would idle: on the CPU, with one torch thread per op and a second core for the
+    process; else ``None`` (the halves run one after the other). The actor and critic share
+    no parameter, so their gradients are the same either way."""
+    if torch.device(device).type != "cpu" or torch.get_num_threads() != 1 or _cores() < 2:
+        return None
+    if not _CRITIC_HELPER:
+        _CRITIC_HELPER.append(ThreadPoolExecutor(1, thread_name_prefix="corral-critic"))
+    return _CRITIC_HELPER[0]
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _has_front(net: nn.Module) -> bool:
