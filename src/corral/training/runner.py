@@ -504,7 +504,8 @@ class Runner:
     # -- evaluation and checkpoints ---------------------------------------------------------
 
     def evaluate(self, episodes: int | None = None) -> Evaluation:
-        """Greedy episodes of the current policy (``eval_episodes`` by default)."""
+        """Greedy episodes of the current policy (``eval_episodes`` by default; exploring
+        ones with ``eval_explore``)."""
         run = self.config.run
         if self.eval_venv is None:
             self.eval_venv = build_eval_venv(self.config)
