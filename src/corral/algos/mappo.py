@@ -872,6 +872,7 @@ class MAPPOLearner(Learner):
             rows.append(mask)
         actor_params, critic_params = list(nets.actor.parameters()), list(nets.critic.parameters())
         params = [p for group in self.optimizers[g].param_groups for p in group["params"]]
+        helper = critic_helper(device)
         history = []
         for _ in range(cfg.epochs):
             perm = torch.randperm(len(advantage), generator=self.policy.generator)
@@ -884,7 +885,6 @@ class MAPPOLearner(Learner):
                 for p in params:
                     p.grad = None  # the optimiser's zero_grad() without its per-call overhead
                 critic = functools.partial(self._critic_half, nets, c_in, tgt, old, critic_params)
-                helper = critic_helper(device)
                 pending = None if helper is None else helper.submit(critic)
                 dist = nets.actor(a_in, batch[7] if mask is not None else None)
                 loss, stats = actor_loss(cfg, dist, smp, old_lp, adv)
