@@ -34,6 +34,7 @@ import pickle
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 ENV = "mpe2/simple_spread_v3"
@@ -59,6 +60,19 @@ def settings(runners: int, envs: int, native: bool, run_dir: str) -> dict[str, A
     }
 
 
+def timed(call: Callable[..., Any], seconds: dict[str, float], part: str) -> Callable[..., Any]:
+    """``call``, its seconds added to ``seconds[part]``."""
+
+    def wrapper(*args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            seconds[part] += time.perf_counter() - start
+
+    return wrapper
+
+
 def measure(runners: int, envs: int, updates: int, native: bool) -> dict[str, float]:
     """One path's env steps/s over ``updates`` updates after a warm-up one, its
     milliseconds per update by part (:data:`PARTS`), shares and bytes."""
@@ -72,23 +86,8 @@ def measure(runners: int, envs: int, updates: int, native: bool) -> dict[str, fl
         with Runner(config, progress=False) as runner:
             learners = list(runner.learners.values())
             learner = learners[0]
-            learn, concat = learner.learn, worker_set.concat_envs
-
-            def timed_learn(rollouts: Any) -> Any:
-                start = time.perf_counter()
-                try:
-                    return learn(rollouts)
-                finally:
-                    seconds["learn"] += time.perf_counter() - start
-
-            def timed_concat(parts: Any) -> Any:
-                start = time.perf_counter()
-                try:
-                    return concat(parts)
-                finally:
-                    seconds["join"] += time.perf_counter() - start
-
-            learner.learn = timed_learn  # type: ignore[method-assign]
+            concat = worker_set.concat_envs
+            learner.learn = timed(learner.learn, seconds, "learn")  # type: ignore[method-assign]
             weights = sum(len(pickle.dumps(a.policy.weights(), 5)) for a in learners)
             workers = runner.workers
             progress = Progress()
@@ -108,7 +107,7 @@ def measure(runners: int, envs: int, updates: int, native: bool) -> dict[str, fl
                     return got
 
                 workers._sample_all = timed_sample_all  # type: ignore[method-assign]
-                worker_set.concat_envs = timed_concat
+                worker_set.concat_envs = timed(concat, seconds, "join")
 
                 def update() -> None:
                     workers.update(progress)
