@@ -1141,10 +1141,6 @@ def critic_loss(
     return cfg.vf_coef * value_loss, value_loss.detach()
 
 
-_CRITIC_HELPER: list[ThreadPoolExecutor] = []
-"""The process's one thread for :func:`critic_helper`, once started."""
-
-
 def critic_helper(device: str | torch.device) -> ThreadPoolExecutor | None:
     """A thread of its own for the critic's half of each PPO minibatch, where that uses a
     core that would idle: on the CPU, with one torch thread per op and a second core for the
@@ -1152,9 +1148,13 @@ def critic_helper(device: str | torch.device) -> ThreadPoolExecutor | None:
     no parameter, so their gradients are the same either way."""
     if torch.device(device).type != "cpu" or torch.get_num_threads() != 1 or _cores() < 2:
         return None
-    if not _CRITIC_HELPER:
-        _CRITIC_HELPER.append(ThreadPoolExecutor(1, thread_name_prefix="corral-critic"))
-    return _CRITIC_HELPER[0]
+    return _helper_thread()
+
+
+@functools.cache
+def _helper_thread() -> ThreadPoolExecutor:
+    """The process's one helper thread, started at the first call."""
+    return ThreadPoolExecutor(1, thread_name_prefix="corral-critic")
 
 
 def _cores() -> int:

@@ -12,8 +12,8 @@ and return ``[B]``.
 
 QMIX's hypernetworks read the state rescaled where its space bounds it beyond
 ``[-1, 1]`` (:func:`unit_bounds`): the mixing weights grow with the state's
-scale; on raw grid coordinates (LBF's 0-7) a new mixer's ``Q_tot`` moved 16-19
-times as much as the agents' values summed, and rose far above any return.
+scale, and on raw grid coordinates (LBF's) ``Q_tot`` rose far above any return
+(benchmarks/JOURNAL.md, "QMIX on LBF").
 """
 
 from __future__ import annotations

@@ -213,10 +213,9 @@ class Collector:
                 builder.reset()  # a rollout never spans acting without learning
         # worker_restarts only grows: the restarts of the run are its growth over the run
         restarts = self.batch.worker_restarts.sum()
+        explore = learn if explore is None else explore
         while progress.env_steps < env_steps:
-            actions, extras = self.actions(
-                self.batch, explore=learn if explore is None else explore
-            )
+            actions, extras = self.actions(self.batch, explore=explore)
             for pid, builder in builders.items():
                 own = extras[pid]
                 value = own.pop("value", None)
