@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -239,3 +241,21 @@ def test_rgb_array_frames_draw_walls_and_follow_the_agents() -> None:
         assert (before != frame).any() == moved
         moves += moved
     assert moves > 10
+
+
+@pytest.mark.parametrize("max_cycles", [2.5, 0, True])
+def test_a_max_cycles_that_is_no_step_count_is_refused_by_both_implementations(
+    max_cycles: object,
+) -> None:
+    """2.5 would end the dict env's episodes after 3 steps and report a limit of 2."""
+    expected = (
+        f"max_cycles must be an int of at least 1 (the steps of an episode), got {max_cycles!r}"
+    )
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        Tag(max_cycles=max_cycles)
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        corral.make_vec("corral/tag", 2, native=True, env_kwargs={"max_cycles": max_cycles})
+    env = Tag(max_cycles=4)
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        env.max_cycles = max_cycles
+    assert env.max_cycles == 4 and env.max_episode_steps == 4

@@ -214,8 +214,8 @@ def test_set_attr_reaches_a_corral_env(backend: str, options: Any) -> None:
 def test_set_attr_of_a_natively_batched_env_takes_effect(
     backend: str, id: str, options: Any
 ) -> None:
-    """``max_cycles`` is settable, one value for all copies; other attributes and several
-    values are refused, naming what can be set."""
+    """``max_cycles`` is settable, one value for all copies; other attributes, several
+    values and a value that is no step count are refused, naming what can be set."""
     kwargs = {"size": 15} if id == "corral/tag" else {}  # no prey caught in two steps
     with _make_vec(id, 4, backend, options, env_kwargs=kwargs) as venv:
         assert venv.native
@@ -228,7 +228,12 @@ def test_set_attr_of_a_natively_batched_env_takes_effect(
         assert refused.value.env_index == 0 and "native=False" in str(refused.value)
         with pytest.raises(ValueError, match="one value of 'max_cycles' for all its copies"):
             venv.set_attr("max_cycles", [2, 2, 3, 2])
-        assert venv.get_attr("max_cycles") == [2] * 4
+        for wrong in (2.5, 0, True):  # what building the env refuses, set_attr refuses too
+            with pytest.raises(
+                EnvError, match=rf"max_cycles must be an int of at least 1.*{wrong}"
+            ):
+                venv.set_attr("max_cycles", wrong)
+        assert venv.get_attr("max_cycles") == [2] * 4 and venv.max_episode_steps == 2
 
 
 def test_a_write_goes_where_the_read_comes_from() -> None:

@@ -14,6 +14,7 @@ from gymnasium import spaces
 
 from corral.env import AgentID, InfoDict, MultiAgentEnv, ObsDict, StepResult, validate_actions
 from corral.envs.canvas import blank, fill_disc, fill_rect
+from corral.envs.step_count import StepCount
 from corral.registry import register
 
 Cell = tuple[int, int]
@@ -75,6 +76,7 @@ class Tag(MultiAgentEnv):
 
     metadata = {"render_modes": ["ansi", "rgb_array"], "name": "tag", "lockstep": False}
     simultaneous = True
+    max_cycles = StepCount()
 
     def __init__(
         self,
@@ -89,8 +91,8 @@ class Tag(MultiAgentEnv):
             raise ValueError(
                 f"need at least one predator and one prey, got {num_predators} and {num_prey}"
             )
-        if size < 2 or max_cycles < 1:
-            raise ValueError(f"need size >= 2 and max_cycles >= 1, got {size} and {max_cycles}")
+        if size < 2:
+            raise ValueError(f"need size >= 2, got {size}")
         self.check_render_mode(render_mode)
         self.num_predators, self.num_prey = num_predators, num_prey
         self.size, self.max_cycles, self.render_mode = size, max_cycles, render_mode

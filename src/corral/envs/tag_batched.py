@@ -18,6 +18,7 @@ from corral.arrays import CopyStreams, Place, import_torch, ops_in, place_of, to
 from corral.batched_env import Array, BatchedEnv, BatchedStep, CopyGenerators, Seed, copy_seeds
 from corral.batched_env import selected as selected_copies
 from corral.envs.choices import Choices, StreamChoices
+from corral.envs.step_count import StepCount
 from corral.envs.tag import CATCH_REWARD, PREDATOR_MOVES, PREY_MOVES, Tag, mask_table
 from corral.groups import group_agents
 
@@ -65,6 +66,7 @@ class BatchedTag(BatchedEnv):
     metadata = {**Tag.metadata, "render_modes": []}
     simultaneous = True
     settable_attributes = ("max_cycles",)  # read at every step, as the dict env reads it
+    max_cycles = StepCount()
     keeps_masks = True  # an agent not alive (not acting) has every action legal
 
     def __init__(
@@ -244,7 +246,7 @@ class BatchedTag(BatchedEnv):
     @property
     def max_episode_steps(self) -> int:  # type: ignore[override]
         """``max_cycles``: every live agent is truncated then."""
-        return int(self.max_cycles)
+        return self.max_cycles
 
     def observation_space(self, agent: str) -> spaces.Box:
         return self._obs_spaces[agent]

@@ -9,9 +9,10 @@ same way by both.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping
 from typing import Any
+
+from corral.envs.step_count import check_step_count
 
 STEP_COUNTS = ("max_cycles",)
 """The arguments that count steps: an int of at least 1."""
@@ -23,8 +24,4 @@ def check_arguments(kwargs: Mapping[str, Any]) -> None:
     for name in STEP_COUNTS:
         if name not in kwargs:
             continue
-        value = kwargs[name]
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-            raise ValueError(
-                f"{name} must be an int of at least 1 (the steps of an episode), got {value!r}"
-            )
+        check_step_count(name, kwargs[name])

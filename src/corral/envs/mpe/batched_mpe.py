@@ -26,6 +26,7 @@ from corral.arrays import CopyStreams, Place, to_numpy
 from corral.batched_env import Array, BatchedEnv, BatchedStep, Seed, copy_seeds
 from corral.envs.mpe.arguments import check_arguments
 from corral.envs.mpe.world import BatchedWorld, Bodies
+from corral.envs.step_count import StepCount
 from corral.errors import MissingDependencyError
 from corral.groups import group_agents
 
@@ -59,6 +60,7 @@ class BatchedMPE(BatchedEnv):
     metadata: dict[str, Any] = {"render_modes": ["rgb_array"]}  # and mpe2's, once built
     simultaneous = True
     settable_attributes = ("max_cycles",)  # read at every step, as mpe2 reads it
+    max_cycles = StepCount()
 
     def __init__(
         self,
@@ -96,7 +98,7 @@ class BatchedMPE(BatchedEnv):
         self._obs_spaces = {a: raw.observation_space(a) for a in self.possible_agents}
         self._action_spaces = {a: raw.action_space(a) for a in self.possible_agents}
         self.state_space = raw.state_space
-        self.max_cycles = int(raw.max_cycles)
+        self.max_cycles = raw.max_cycles
         self.continuous_actions = bool(raw.continuous_actions)
         self.local_ratio = raw.local_ratio
         self.dynamic_rescaling = raw.dynamic_rescaling
@@ -254,7 +256,7 @@ class BatchedMPE(BatchedEnv):
     @property
     def max_episode_steps(self) -> int:  # type: ignore[override]
         """``max_cycles``: every copy is truncated then."""
-        return int(self.max_cycles)
+        return self.max_cycles
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self._obs_spaces[agent]
