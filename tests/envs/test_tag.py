@@ -247,7 +247,7 @@ def test_rgb_array_frames_draw_walls_and_follow_the_agents() -> None:
 def test_a_max_cycles_that_is_no_step_count_is_refused_by_both_implementations(
     max_cycles: object,
 ) -> None:
-    """2.5 would end the dict env's episodes after 3 steps and report a limit of 2."""
+    """2.5 would end the episodes after 3 steps, under a limit that is no step count."""
     expected = (
         f"max_cycles must be an int of at least 1 (the steps of an episode), got {max_cycles!r}"
     )
