@@ -3,6 +3,7 @@ other seats, snapshots every ``snapshot_interval``, and the pool in checkpoints.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +161,64 @@ def test_the_seat_swap_sends_one_seat_per_episode_to_the_learner() -> None:
     ]
     with pytest.raises(ValueError, match="at least two seats"):
         SeatSwap(["a"])
+
+
+def test_an_env_restarted_mid_game_starts_a_new_seating(
+    tmp_path: Path, isolated_registry: None
+) -> None:
+    """A game cut by its env's restart ends there: the restarted env's next game is a new
+    episode of the seating (the learner moves seat), and the learner's seat holds within
+    every game, as without faults."""
+    pytest.importorskip("pettingzoo")
+    import corral
+
+    steps_taken = [0]
+
+    def flaky_tictactoe() -> Any:
+        env = corral.make(TICTACTOE)
+        step = env.step
+
+        def flaky_step(actions: dict) -> Any:
+            steps_taken[0] += 1
+            if steps_taken[0] % 23 == 0:
+                raise RuntimeError("the simulator lost its connection")
+            return step(actions)
+
+        env.step = flaky_step
+        return env
+
+    corral.register("test/flaky_tictactoe", flaky_tictactoe)
+    config = self_play_config(
+        tmp_path, "flaky", env="test/flaky_tictactoe", total_steps=4 * 4 * 12,
+        on_env_error="restart",
+    )  # fmt: skip
+    with pytest.warns(UserWarning, match="lost its connection"):
+        with Runner(config, progress=False) as runner:
+            collector, seating = runner.collector, runner.collector.seating
+            steps, actions_of = [], collector.actions
+
+            def acting(batch: Any, explore: bool) -> Any:
+                actions, extras = actions_of(batch, explore)
+                steps.append(
+                    {
+                        "episode": seating.episode.copy(),
+                        "learner": seating.owned[MAIN]["player"].copy(),
+                        "cut": batch.done & batch.episode_cut,
+                        "decision": batch.decision["player"].copy(),
+                    }
+                )
+                return actions, extras
+
+            collector.actions = acting
+            results = runner.train()
+    restarts = sum(r.get("env_restarts", 0) for r in results.metrics)
+    assert restarts >= 4
+    cut = 0
+    for before, after in itertools.pairwise(steps):
+        seat = after["episode"] % 2  # the learner in seat k mod 2 of episode k, cut or not
+        assert (after["learner"] == (np.arange(2) == seat[:, None])).all()
+        restarted = after["cut"]
+        assert (after["episode"][restarted] == before["episode"][restarted] + 1).all()
+        assert (after["decision"][restarted] == 0).all()  # a new game, from its first move
+        cut += int(restarted.sum())
+    assert restarts - 1 <= cut <= restarts  # the last step's restart has no next acting
