@@ -10,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from support.q_settings import FAST_TABLES  # noqa: E402
+
 import corral  # noqa: E402
 from corral.algos.dqn import DQN, Config, double_q_target  # noqa: E402
 from corral.algos.networks import as_input  # noqa: E402
@@ -27,16 +29,7 @@ ROCK, PAPER = 0, 1
 # Small tables learn fast with a big step size. gamma 1: optimal_return is undiscounted.
 # huber_delta 10: with the usual 1, rewards spread over more than 2 (one_round_nmdp pays 2 or
 # -0.5) leave a flat stretch of the loss around the mean, and the estimate stops anywhere on it.
-FAST = Config(
-    gamma=1.0,
-    lr=3e-3,
-    hidden=(32,),
-    learning_starts=100,
-    train_freq=4,
-    target_update_interval=50,
-    epsilon_decay_steps=2_000,
-    huber_delta=10.0,
-)
+FAST = Config(**FAST_TABLES)
 
 
 @pytest.fixture(autouse=True)

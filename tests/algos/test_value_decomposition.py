@@ -11,6 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from support.q_settings import FAST_TABLES  # noqa: E402
+
 import corral  # noqa: E402
 from corral.algos import algorithm_class  # noqa: E402
 from corral.algos.mixers import QMixer, VDNMixer, box_bounds, unit_bounds  # noqa: E402
@@ -22,17 +24,7 @@ from corral.training.collector import Collector, evaluate  # noqa: E402
 
 slow = pytest.mark.skipif(os.environ.get("CI") == "true", reason="slow: a learning run")
 
-# As tests/algos/test_dqn.py's FAST: small tables learn fast with a big step size.
-FAST = Config(
-    gamma=1.0,
-    lr=3e-3,
-    hidden=(32,),
-    learning_starts=100,
-    train_freq=4,
-    target_update_interval=50,
-    epsilon_decay_steps=2_000,
-    huber_delta=10.0,
-)
+FAST = Config(**FAST_TABLES)
 
 
 @pytest.fixture(autouse=True)
