@@ -4,9 +4,11 @@ refusals of other Tuple envs."""
 
 from __future__ import annotations
 
+import importlib.util
 import pickle
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from gymnasium import spaces
 from gymnasium.wrappers import OrderEnforcing
 
 import corral
+from corral.adapters import grid_frames
 from corral.adapters.gymnasium_multi import MultiAgentGymnasiumAdapter
 from corral.errors import MissingDependencyError, UnsupportedEnvError
 
@@ -432,6 +435,8 @@ def test_invalid_actions_raise_and_leave_the_env_usable() -> None:
 
 
 def test_trains_mappo_from_the_cli(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """MAPPO on LBF from the CLI, and a GIF of it recorded without a display (corral draws
+    the frames)."""
     pytest.importorskip("lbforaging")
     pytest.importorskip("torch")
     pytest.importorskip("yaml")
@@ -443,3 +448,97 @@ def test_trains_mappo_from_the_cli(capsys: pytest.CaptureFixture[str], tmp_path:
     out, err = capsys.readouterr()
     assert code == 0, err
     assert f"run {tmp_path / 'run'}: 2000 env steps" in out
+    if importlib.util.find_spec("imageio") is None and importlib.util.find_spec("PIL") is None:
+        return
+    gif = tmp_path / "episode.gif"
+    code = cli.main(["eval", str(tmp_path / "run"), "--episodes", "2", "--gif", str(gif)])
+    out, err = capsys.readouterr()
+    assert code == 0 and "no GIF written" not in err, err
+    assert gif.read_bytes()[:6] == b"GIF89a"
+
+
+def _centre(row: int, col: int) -> tuple[int, int]:
+    return int((row + 0.5) * grid_frames.CELL), int((col + 0.5) * grid_frames.CELL)
+
+
+def test_lbf_renders_frames_of_its_state_without_a_display() -> None:
+    """LBF has no rgb_array mode and draws with pyglet: corral draws its frames (headless
+    here), food and agents where the state has them, a pip per level."""
+    pytest.importorskip("lbforaging")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "render_mode not in the possible render_modes"
+        env = corral.make("lbf/Foraging-8x8-2p-3f-v3", render_mode="rgb_array")
+    assert "rgb_array" in env.metadata["render_modes"]
+    env.reset(seed=3)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        lbf = env.unwrapped
+        frame = env.render()
+        assert frame.shape == (8 * 24, 8 * 24, 3) and frame.dtype == np.uint8
+        players = {
+            tuple(int(x) for x in p.position): (i, int(p.level)) for i, p in enumerate(lbf.players)
+        }
+        for row, col in zip(*np.nonzero(lbf.field), strict=True):
+            level = int(lbf.field[row, col])
+            assert tuple(frame[_centre(row, col)]) == grid_frames.FOOD
+            pips = [
+                tuple(frame[tuple(int(v) for v in grid_frames.pip_centre(row, col, k))])
+                for k in range(level + 1)
+            ]
+            assert pips == [grid_frames.PIP] * level + [grid_frames.FOOD]
+        for (row, col), (i, level) in players.items():
+            y, x = _centre(row, col)
+            assert tuple(frame[y - 2, x]) == grid_frames.AGENTS[i]
+            pips = [
+                tuple(frame[tuple(int(v) for v in grid_frames.pip_centre(row, col, k))])
+                for k in range(level)
+            ]
+            assert pips == [grid_frames.PIP] * level
+        empty = [
+            (r, c)
+            for r in range(8)
+            for c in range(8)
+            if not lbf.field[r, c] and (r, c) not in players
+        ]
+        assert all(tuple(frame[_centre(r, c)]) == grid_frames.FLOOR for r, c in empty)
+        env.step({a: int(rng.integers(6)) for a in env.agents})
+
+
+@pytest.mark.parametrize("backend", ["sync", "subproc"])
+def test_rware_renders_frames_of_its_state_without_a_display(backend: str) -> None:
+    """RWARE's own rgb_array frames need a display (pyglet): corral draws them, through the
+    vector env too: goals, shelves (requested ones apart), agents loaded or not."""
+    pytest.importorskip("rware")
+    env = corral.make("rware/rware-tiny-2ag-v2", render_mode="rgb_array")
+    env.reset(seed=1)
+    rng = np.random.default_rng(0)
+    drawn_loaded = False
+    for _ in range(12):
+        warehouse = env.unwrapped
+        frame = env.render()
+        rows, cols = warehouse.grid_size
+        assert frame.shape == (rows * 24, cols * 24, 3) and frame.dtype == np.uint8
+        robots = {(int(a.y), int(a.x)): a for a in warehouse.agents}
+        for (row, col), agent in robots.items():
+            loaded = agent.carrying_shelf is not None
+            colour = grid_frames.LOADED if loaded else grid_frames.ROBOT
+            assert tuple(frame[_centre(row, col)]) == colour
+            drawn_loaded |= loaded
+        requested = {id(s) for s in warehouse.request_queue}
+        for shelf in warehouse.shelfs:
+            corner = int(shelf.y) * 24 + 4, int(shelf.x) * 24 + 4
+            expected = grid_frames.REQUESTED if id(shelf) in requested else grid_frames.SHELF
+            assert tuple(frame[corner]) == expected
+        for x, y in warehouse.goals:
+            if (y, x) not in robots:
+                assert tuple(frame[_centre(y, x)]) == grid_frames.GOAL
+        # forward mostly, and toggle load now and then, so that agents pick shelves up
+        env.step({a: int(rng.choice(5, p=[0.05, 0.6, 0.1, 0.1, 0.15])) for a in env.agents})
+    assert drawn_loaded  # an agent carried a shelf in one of the frames
+    drawn = {"render_mode": "rgb_array"}
+    with corral.make_vec("rware/rware-tiny-2ag-v2", 2, backend=backend, env_kwargs=drawn) as venv:
+        venv.reset(seed=1)
+        frames = venv.render()
+    env.reset(seed=1)
+    np.testing.assert_array_equal(frames[0], env.render())
+    assert frames[0].shape == frames[1].shape and not np.array_equal(frames[0], frames[1])

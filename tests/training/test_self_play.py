@@ -192,25 +192,27 @@ def test_an_env_restarted_mid_game_starts_a_new_seating(
         tmp_path, "flaky", env="test/flaky_tictactoe", total_steps=4 * 4 * 12,
         on_env_error="restart",
     )  # fmt: skip
-    with pytest.warns(UserWarning, match="lost its connection"):
-        with Runner(config, progress=False) as runner:
-            collector, seating = runner.collector, runner.collector.seating
-            steps, actions_of = [], collector.actions
+    with (
+        pytest.warns(UserWarning, match="lost its connection"),
+        Runner(config, progress=False) as runner,
+    ):
+        collector, seating = runner.collector, runner.collector.seating
+        steps, actions_of = [], collector.actions
 
-            def acting(batch: Any, explore: bool) -> Any:
-                actions, extras = actions_of(batch, explore)
-                steps.append(
-                    {
-                        "episode": seating.episode.copy(),
-                        "learner": seating.owned[MAIN]["player"].copy(),
-                        "cut": batch.done & batch.episode_cut,
-                        "decision": batch.decision["player"].copy(),
-                    }
-                )
-                return actions, extras
+        def acting(batch: Any, explore: bool) -> Any:
+            actions, extras = actions_of(batch, explore)
+            steps.append(
+                {
+                    "episode": seating.episode.copy(),
+                    "learner": seating.owned[MAIN]["player"].copy(),
+                    "cut": batch.done & batch.episode_cut,
+                    "decision": batch.decision["player"].copy(),
+                }
+            )
+            return actions, extras
 
-            collector.actions = acting
-            results = runner.train()
+        collector.actions = acting
+        results = runner.train()
     restarts = sum(r.get("env_restarts", 0) for r in results.metrics)
     assert restarts >= 4
     cut = 0

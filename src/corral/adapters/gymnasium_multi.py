@@ -34,6 +34,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.adapters import SourceAdapter, register_adapter
+from corral.adapters.grid_frames import FRAMES
 from corral.adapters.gymnasium import declares_agents, make_gymnasium, time_limit
 from corral.env import AgentID, InfoDict, ObsDict, StepResult, validate_actions
 from corral.errors import UnsupportedEnvError
@@ -64,6 +65,9 @@ class MultiAgentGymnasiumAdapter(SourceAdapter):
     env's class (LBF's and RWARE's), if any; with none, ``terminated`` is
     reported as the env gives it. A picklable rule (a module-level function)
     keeps the adapter picklable.
+
+    The envs of a package with a drawing in :mod:`corral.adapters.grid_frames` (LBF's
+    and RWARE's) render ``rgb_array`` frames drawn by corral, without a display.
     """
 
     simultaneous = True  # every agent acts at every step
@@ -85,6 +89,12 @@ class MultiAgentGymnasiumAdapter(SourceAdapter):
         self._action_spaces = dict(zip(self.possible_agents, action_spaces, strict=True))
         self.metadata = dict(env.metadata)
         self.render_mode = env.render_mode
+        self._frame = FRAMES.get(_package(env))
+        if self._frame is not None:
+            modes = list(self.metadata.get("render_modes") or [])
+            if "rgb_array" not in modes:
+                modes.append("rgb_array")
+            self.metadata["render_modes"] = modes
         self.agents = []
         self._step = 0
         if time_limit_reached is None:
@@ -140,6 +150,8 @@ class MultiAgentGymnasiumAdapter(SourceAdapter):
         )
 
     def render(self) -> Any:
+        if self.render_mode == "rgb_array" and self._frame is not None:
+            return self._frame(self.env.unwrapped)
         return self.env.render()
 
     def close(self) -> None:
@@ -183,7 +195,13 @@ def make_from_package(package: str, name: str, **kwargs: Any) -> SourceAdapter:
     """
     importlib.import_module(package)
     kwargs.setdefault("disable_env_checker", True)
-    return make_gymnasium(name, **kwargs)
+    drawn = package in FRAMES and kwargs.get("render_mode") == "rgb_array"
+    if drawn:  # corral draws the frames: the env itself need not know (LBF has no such mode)
+        del kwargs["render_mode"]
+    env = make_gymnasium(name, **kwargs)
+    if drawn:
+        env.render_mode = "rgb_array"
+    return env
 
 
 def _lbf_food_left(env: Any) -> bool:
