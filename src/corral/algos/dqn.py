@@ -71,7 +71,9 @@ from corral.algos.networks import (
     as_input,
     flat_dim,
     frozen_copy,
+    gradient_step,
     masked_logits,
+    soft_update,
 )
 from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
 from corral.algos.recurrent import RecurrentSettings, advanced, start_hidden
@@ -353,7 +355,7 @@ class DQNLearner(Learner):
     def update_targets(self) -> None:
         """Move every target network towards its online one by ``tau``."""
         for g, net in self.policy.q.items():
-            soft_update(self.target[g], net, self.config.tau)
+            soft_update(self.target[g].parameters(), net.parameters(), self.config.tau)
 
     def epsilon(self) -> float:
         """The exploration rate after the env steps learned from."""
@@ -505,11 +507,8 @@ class DQNLearner(Learner):
 
     def _step(self, group: str, loss: torch.Tensor) -> None:
         """One clipped Adam step of ``group``'s parameters down ``loss``."""
-        optimizer = self.optimizer[group]
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.parameters(group), self.config.max_grad_norm)
-        optimizer.step()
+        max_norm = self.config.max_grad_norm
+        gradient_step(self.optimizer[group], loss, self.parameters(group), max_norm=max_norm)
 
     def state_dict(self) -> dict[str, Any]:
         """Networks, optimisers, counters (hence epsilon), the policy's version and
@@ -692,10 +691,3 @@ def double_q_bootstrap(
     legal = next_mask | ~next_mask.any(-1, keepdim=True)
     best = masked_logits(next_q, legal).argmax(-1, keepdim=True)
     return next_q_target.gather(-1, best).squeeze(-1)
-
-
-def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """``target <- tau * online + (1 - tau) * target``, parameter by parameter."""
-    with torch.no_grad():
-        for t, o in zip(target.parameters(), online.parameters(), strict=True):
-            t.lerp_(o, tau)

@@ -67,7 +67,14 @@ from torch import nn
 
 from corral.algos.base import AlgoConfig, Algorithm, resolve_device
 from corral.algos.encoders import Encoded, check_setting, encoded_mlp, front, has_image
-from corral.algos.networks import as_input, flat_dim, masked_logits, mlp
+from corral.algos.networks import (
+    as_input,
+    flat_dim,
+    gradient_step,
+    masked_logits,
+    mlp,
+    soft_update,
+)
 from corral.algos.policy import Actions, Extras, FirstUpdate, Learner, Policy, Weights
 from corral.arrays import is_tensor
 from corral.arrays.tree import map_tree
@@ -491,7 +498,9 @@ class MADDPGLearner(Learner):
             glob, own_obs = self._seen(critic, data, obs, "state", g)
             q = self._q(g, critic, glob, joint, actions[g], own_obs)
             critic_loss = nn.functional.mse_loss(q, target)
-            _step(self.critic_opt[g], critic, critic_loss, cfg.max_grad_norm)
+            gradient_step(
+                self.critic_opt[g], critic_loss, critic.parameters(), max_norm=cfg.max_grad_norm
+            )
             if isinstance(critic, Critic):  # its encoders just stepped: their features anew
                 with torch.no_grad():
                     glob, own_obs = self._seen(critic, data, obs, "state", g)
@@ -500,15 +509,16 @@ class MADDPGLearner(Learner):
             own = self._train_action(g, raw, data)
             actor_loss = -self._q(g, critic, glob, joint, own, own_obs).mean()
             actor_loss = actor_loss + cfg.action_reg * raw.pow(2).mean()
-            _step(self.actor_opt[g], self.policy.actor[g], actor_loss, cfg.max_grad_norm)
+            actor = self.policy.actor[g]
+            gradient_step(
+                self.actor_opt[g], actor_loss, actor.parameters(), max_norm=cfg.max_grad_norm
+            )
             metrics |= {
                 f"critic_loss/{g}": critic_loss.detach(),
                 f"actor_loss/{g}": actor_loss.detach(),
                 f"q/{g}": q.detach().mean(),
             }
-        with torch.no_grad():
-            for target_param, param in zip(self._target_params, self._online_params, strict=True):
-                target_param.lerp_(param, cfg.tau)
+        soft_update(self._target_params, self._online_params, cfg.tau)
         return metrics
 
     def _q(
@@ -805,10 +815,3 @@ def _parameters(*nets: Mapping[str, nn.Module]) -> list[nn.Parameter]:
 def _features(encoded: Encoded | None, space: spaces.Space) -> int:
     """The width of what ``encoded`` makes of observations in ``space`` (flattened: none)."""
     return flat_dim(space) if encoded is None else encoded.out_dim
-
-
-def _step(opt: torch.optim.Optimizer, net: nn.Module, loss: torch.Tensor, clip: float) -> None:
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    nn.utils.clip_grad_norm_(net.parameters(), clip, foreach=True)
-    opt.step()

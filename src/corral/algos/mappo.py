@@ -80,6 +80,7 @@ from corral.algos.encoders import Encoded, check_setting, encoded_mlp, front, ha
 from corral.algos.networks import (
     as_input,
     flat_dim,
+    gradient_step,
     masked_logits,
     mlp,
     to_device,
@@ -926,24 +927,6 @@ class MAPPOLearner(Learner):
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
         return advantage, target, old_value
 
-    def _gradient_step(
-        self,
-        g: str,
-        loss: torch.Tensor,
-        params: list[nn.Parameter],
-        actor_params: list[nn.Parameter],
-        critic_params: list[nn.Parameter],
-    ) -> None:
-        """One optimiser step of ``g`` on ``loss``, actor and critic gradients clipped apart
-        (``params``' gradients cleared first: the optimiser's zero_grad() without its
-        per-call overhead)."""
-        for p in params:
-            p.grad = None
-        loss.backward()
-        nn.utils.clip_grad_norm_(actor_params, self.config.max_grad_norm, foreach=True)
-        nn.utils.clip_grad_norm_(critic_params, self.config.max_grad_norm, foreach=True)
-        self.optimizers[g].step()
-
     def ppo_inputs(
         self,
         g: str,
@@ -1009,13 +992,14 @@ class MAPPOLearner(Learner):
         chunks: Chunks = inputs["chunks"]
         size = -(-len(chunks) // cfg.minibatches)
         actor_params, critic_params = nets.actor_parameters(), nets.critic_parameters()
+        max_norm = cfg.max_grad_norm
         history = []
         for _ in range(cfg.epochs):
             perm = torch.randperm(len(chunks), generator=self.policy.generator)
             for take in to_device(perm, self.policy.device).split(size):
                 loss, stats = self.chunk_loss(g, inputs, take)
-                self._gradient_step(
-                    g, loss, actor_params + critic_params, actor_params, critic_params
+                gradient_step(
+                    self.optimizers[g], loss, actor_params, critic_params, max_norm=max_norm
                 )
                 history.append(stats)
         means = torch.stack(history).mean(dim=0).tolist()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -106,3 +106,28 @@ def frozen_copy(net: nn.Module) -> nn.Module:
     clone = copy.deepcopy(net)
     clone.requires_grad_(False)
     return clone
+
+
+def soft_update(
+    targets: Iterable[torch.Tensor], onlines: Iterable[torch.Tensor], tau: float
+) -> None:
+    """Polyak averaging of target networks: ``target <- tau * online + (1 - tau) * target``
+    for each pair of ``targets`` and ``onlines`` (parameters, in the same order)."""
+    with torch.no_grad():
+        for target, online in zip(targets, onlines, strict=True):
+            target.lerp_(online, tau)
+
+
+def gradient_step(
+    optimizer: torch.optim.Optimizer,
+    loss: torch.Tensor,
+    *clipped: Iterable[nn.Parameter],
+    max_norm: float,
+) -> None:
+    """One step of ``optimizer`` down ``loss``: its gradients cleared, ``loss``
+    backpropagated, each of the parameter sets ``clipped`` clipped to ``max_norm`` apart."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    for params in clipped:
+        nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+    optimizer.step()

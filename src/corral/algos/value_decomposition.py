@@ -58,10 +58,9 @@ from corral.algos.dqn import (
     masked_huber,
     replay_first_update,
     replay_rollout_steps,
-    soft_update,
 )
 from corral.algos.mixers import QMixer, VDNMixer, box_bounds
-from corral.algos.networks import as_input, flat_dim, frozen_copy
+from corral.algos.networks import as_input, flat_dim, frozen_copy, soft_update
 from corral.algos.policy import FirstUpdate
 from corral.arrays.tree import map_tree
 from corral.data.replay import Transitions
@@ -144,7 +143,7 @@ class ValueDecompositionLearner(DQNLearner):
     def update_targets(self) -> None:
         super().update_targets()
         for g, mixer in self.mixer.items():
-            soft_update(self.target_mixer[g], mixer, self.config.tau)
+            soft_update(self.target_mixer[g].parameters(), mixer.parameters(), self.config.tau)
 
     def _store(self, g: str, rollout: Rollout) -> None:
         if not self.config.recurrent:
