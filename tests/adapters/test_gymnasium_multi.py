@@ -275,6 +275,17 @@ def test_an_rware_episode_ends_truncated(kwargs: dict[str, Any]) -> None:
         np.testing.assert_array_equal(infos[agent]["final_obs"], raw_obs[i])
     restored = pickle.loads(pickle.dumps(env))  # the rule is a module-level function
     assert restored.time_limit_reached is env.time_limit_reached is not None
+    # RWARE keeps its limit in max_steps (no TimeLimit wrapper): the adapter reads it there
+    assert env.max_episode_steps == restored.max_episode_steps == kwargs["max_steps"]
+
+
+def test_rware_s_step_limit_is_the_adapter_s_and_the_checker_holds_episodes_to_it() -> None:
+    pytest.importorskip("rware")
+    env = corral.make("rware/rware-tiny-2ag-v2")
+    assert env.max_episode_steps == 500 == env.unwrapped.max_steps
+    with corral.make_vec("rware/rware-tiny-2ag-v2", 2, env_kwargs={"max_steps": 7}) as venv:
+        assert venv.max_episode_steps == 7
+    corral.check_env(corral.make("rware/rware-tiny-2ag-v2", max_steps=7), episodes=2)
 
 
 def test_adapt_gets_the_rule_before_any_corral_make() -> None:

@@ -5,7 +5,7 @@ which needs a display (and LBF offers no ``rgb_array`` mode at all), so recordin
 an episode on a headless machine failed. These functions draw a frame with numpy
 alone from the unwrapped env's state, ``CELL`` pixels per grid cell; the
 :class:`~corral.adapters.gymnasium_multi.MultiAgentGymnasiumAdapter` returns them
-in ``rgb_array`` mode, by the package that defines the env.
+in ``rgb_array`` mode (``gymnasium_multi.KNOWN`` says which package draws how).
 
 * LBF: food as green squares, agents as discs of their own colour; a row of
   pips along the bottom of a cell shows the level of the food or agent there.
@@ -15,7 +15,6 @@ in ``rgb_array`` mode, by the package that defines the env.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -99,7 +98,3 @@ def rware_frame(env: Any) -> np.ndarray:
 def _pips(frame: np.ndarray, row: int, col: int, level: int) -> None:
     for k in range(level):
         fill_disc(frame, *pip_centre(row, col, k), PIP_RADIUS, PIP)
-
-
-FRAMES: dict[str, Callable[[Any], np.ndarray]] = {"lbforaging": lbf_frame, "rware": rware_frame}
-"""The frame of an unwrapped env, by the top-level package that defines its class."""

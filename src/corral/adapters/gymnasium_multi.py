@@ -13,9 +13,11 @@ reads it) or ``truncated`` is true. Gymnasium's ``info`` dict is every agent's
 LBF and RWARE end at their own step limit with the same ``terminated`` flag as
 at a real end. A *time-limit rule*, ``rule(env.unwrapped) -> bool`` asked after
 a step that the env calls done, tells the two apart: where it is true the end
-is reported as a truncation. This module holds the rules of LBF and RWARE, by
-package; an env of another package has its ``terminated`` reported as is unless
-the adapter is given a rule.
+is reported as a truncation. What this module knows of LBF and RWARE beyond the
+convention, by package (:data:`KNOWN`): that rule, RWARE's step limit (its own
+``max_steps``, not a ``TimeLimit`` wrapper), and their ``rgb_array`` frames
+(:mod:`corral.adapters.grid_frames`). An env of another package has its
+``terminated`` reported as is unless the adapter is given a rule.
 
 ``corral.adapt(gymnasium.make("Foraging-8x8-2p-3f-v3"))`` picks this adapter;
 a Gymnasium env that declares several agents without following the convention
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium
@@ -34,7 +37,7 @@ import numpy as np
 from gymnasium import spaces
 
 from corral.adapters import SourceAdapter, register_adapter
-from corral.adapters.grid_frames import FRAMES
+from corral.adapters.grid_frames import lbf_frame, rware_frame
 from corral.adapters.gymnasium import declares_agents, make_gymnasium, time_limit
 from corral.env import AgentID, InfoDict, ObsDict, StepResult, validate_actions
 from corral.errors import UnsupportedEnvError
@@ -89,7 +92,8 @@ class MultiAgentGymnasiumAdapter(SourceAdapter):
         self._action_spaces = dict(zip(self.possible_agents, action_spaces, strict=True))
         self.metadata = dict(env.metadata)
         self.render_mode = env.render_mode
-        self._frame = FRAMES.get(_package(env))
+        known = KNOWN.get(_package(env), Known())
+        self._frame, self._step_limit = known.frame, known.step_limit
         if self._frame is not None:
             modes = list(self.metadata.get("render_modes") or [])
             if "rgb_array" not in modes:
@@ -98,13 +102,17 @@ class MultiAgentGymnasiumAdapter(SourceAdapter):
         self.agents = []
         self._step = 0
         if time_limit_reached is None:
-            time_limit_reached = _TIME_LIMIT_RULES.get(_package(env))
+            time_limit_reached = known.time_limit_reached
         self.time_limit_reached = time_limit_reached
 
     @property
     def max_episode_steps(self) -> int | None:  # type: ignore[override]
-        """The Gymnasium env's time limit (its ``TimeLimit`` wrapper), or ``None``."""
-        return time_limit(self.env)
+        """The Gymnasium env's time limit (its ``TimeLimit`` wrapper), else its package's own
+        (RWARE's ``max_steps``), or ``None``."""
+        limit = time_limit(self.env)
+        if limit is None and self._step_limit is not None:
+            limit = self._step_limit(self.env.unwrapped)
+        return limit
 
     def observation_space(self, agent: AgentID) -> spaces.Space:
         return self._observation_spaces[agent]
@@ -195,7 +203,8 @@ def make_from_package(package: str, name: str, **kwargs: Any) -> SourceAdapter:
     """
     importlib.import_module(package)
     kwargs.setdefault("disable_env_checker", True)
-    drawn = package in FRAMES and kwargs.get("render_mode") == "rgb_array"
+    drawn = package in KNOWN and KNOWN[package].frame is not None
+    drawn = drawn and kwargs.get("render_mode") == "rgb_array"
     if drawn:  # corral draws the frames: the env itself need not know (LBF has no such mode)
         del kwargs["render_mode"]
     env = make_gymnasium(name, **kwargs)
@@ -214,11 +223,28 @@ def _rware_no_terminal_state(env: Any) -> bool:
     return True
 
 
-# Whether a done env stopped at a time limit, by the top-level package of its class.
-_TIME_LIMIT_RULES: dict[str, TimeLimitRule] = {
-    "lbforaging": _lbf_food_left,
-    "rware": _rware_no_terminal_state,
+def _rware_max_steps(env: Any) -> int | None:
+    """RWARE 2.0's step limit, its ``max_steps`` (``None``: none)."""
+    return None if env.max_steps is None else int(env.max_steps)
+
+
+@dataclass(frozen=True)
+class Known:
+    """What corral knows of one package's envs beyond the convention."""
+
+    time_limit_reached: TimeLimitRule | None = None
+    """Whether a done env stopped at a time limit (see the module's docstring)."""
+    step_limit: Callable[[Any], int | None] | None = None
+    """The env's own step limit, where no ``TimeLimit`` wrapper holds it."""
+    frame: Callable[[Any], np.ndarray] | None = None
+    """An ``rgb_array`` frame of the env's state, drawn by corral."""
+
+
+KNOWN: dict[str, Known] = {
+    "lbforaging": Known(_lbf_food_left, frame=lbf_frame),
+    "rware": Known(_rware_no_terminal_state, _rware_max_steps, rware_frame),
 }
+"""What corral knows of the envs of a package, by the top-level package of their class."""
 
 
 def _package(env: gymnasium.Env) -> str:
