@@ -553,3 +553,19 @@ def test_rware_renders_frames_of_its_state_without_a_display(backend: str) -> No
     env.reset(seed=1)
     np.testing.assert_array_equal(frames[0], env.render())
     assert frames[0].shape == frames[1].shape and not np.array_equal(frames[0], frames[1])
+
+
+@pytest.mark.filterwarnings("ignore:.*Box high's precision lowered")
+def test_lbf_grid_observations_are_refused_saying_why_where_lbforaging_cannot_build_them() -> None:
+    pytest.importorskip("lbforaging")
+    try:
+        raw_env("lbf", "Foraging-8x8-2p-3f-v3", grid_observation=True)
+    except ValueError:
+        with pytest.raises(UnsupportedEnvError, match="with grid_observation=True: lbforaging"):
+            corral.make("lbf/Foraging-8x8-2p-3f-v3", grid_observation=True)
+    else:  # a fixed lbforaging: its grid observations are played as they are
+        env = corral.make("lbf/Foraging-8x8-2p-3f-v3", grid_observation=True)
+        obs, _ = env.reset(seed=0)
+        assert all(env.observation_space(a).contains(o) for a, o in obs.items())
+    with pytest.raises(TypeError):  # another argument's error stays as it was
+        corral.make("lbf/Foraging-8x8-2p-3f-v3", no_such_argument=1)

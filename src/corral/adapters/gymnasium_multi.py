@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium
@@ -199,15 +199,26 @@ def make_from_package(package: str, name: str, **kwargs: Any) -> SourceAdapter:
     """The Gymnasium env ``name`` that importing ``package`` registers, as a corral env.
 
     Gymnasium's env checker is off unless ``disable_env_checker=False`` is given:
-    it expects a single agent, and warns at the first list of rewards.
+    it expects a single agent, and warns at the first list of rewards. An argument
+    known to break the package's constructor (:attr:`Known.broken`) that makes it fail
+    is an :class:`~corral.errors.UnsupportedEnvError` saying so.
     """
     importlib.import_module(package)
     kwargs.setdefault("disable_env_checker", True)
-    drawn = package in KNOWN and KNOWN[package].frame is not None
-    drawn = drawn and kwargs.get("render_mode") == "rgb_array"
+    known = KNOWN.get(package, Known())
+    drawn = known.frame is not None and kwargs.get("render_mode") == "rgb_array"
     if drawn:  # corral draws the frames: the env itself need not know (LBF has no such mode)
         del kwargs["render_mode"]
-    env = make_gymnasium(name, **kwargs)
+    try:
+        env = make_gymnasium(name, **kwargs)
+    except ValueError as err:
+        given = [arg for arg in known.broken if kwargs.get(arg)]
+        if not given:
+            raise
+        raise UnsupportedEnvError(
+            f"{package} could not build {name} with {given[0]}={kwargs[given[0]]!r}: "
+            f"{known.broken[given[0]]} ({err}); leave {given[0]} out"
+        ) from err
     if drawn:
         env.render_mode = "rgb_array"
     return env
@@ -238,10 +249,19 @@ class Known:
     """The env's own step limit, where no ``TimeLimit`` wrapper holds it."""
     frame: Callable[[Any], np.ndarray] | None = None
     """An ``rgb_array`` frame of the env's state, drawn by corral."""
+    broken: Mapping[str, str] = field(default_factory=dict)
+    """Arguments known to break the package's constructor, and why."""
 
 
 KNOWN: dict[str, Known] = {
-    "lbforaging": Known(_lbf_food_left, frame=lbf_frame),
+    "lbforaging": Known(
+        _lbf_food_left,
+        frame=lbf_frame,
+        broken={
+            "grid_observation": "lbforaging 2.0.0 declares the grid observations' space with "
+            "the shape of one axis, and Gymnasium refuses it"
+        },
+    ),
     "rware": Known(_rware_no_terminal_state, _rware_max_steps, rware_frame),
 }
 """What corral knows of the envs of a package, by the top-level package of their class."""
