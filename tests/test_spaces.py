@@ -11,39 +11,55 @@ from gymnasium import spaces
 from corral.spaces import action_problem, action_rule, device_suspect, group_problem
 
 E, N = 5, 3
-RNG = np.random.default_rng(26)
+SPECIAL = ((0, 1), (2, 2), (1, 1))
+"""The entries the Box cases make NaN, inf and 1e300: acting in every test."""
 
 
-def _discrete(start: int, masked: bool) -> tuple[spaces.Space, np.ndarray, np.ndarray | None]:
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A generator of its own per test, so that no test's data hangs on the order they run."""
+    return np.random.default_rng(26)
+
+
+def _acting(rng: np.random.Generator) -> np.ndarray:
+    acting = rng.random((E, N)) < 0.7
+    for entry in SPECIAL:
+        acting[entry] = True
+    return acting
+
+
+def _discrete(
+    rng: np.random.Generator, start: int, masked: bool
+) -> tuple[spaces.Space, np.ndarray, np.ndarray | None]:
     space = spaces.Discrete(4, start=start)
-    actions = RNG.integers(start - 2, start + 6, size=(E, N))
+    actions = rng.integers(start - 2, start + 6, size=(E, N))
     mask = None
     if masked:
-        mask = RNG.random((E, N, 4)) < 0.6
+        mask = rng.random((E, N, 4)) < 0.6
         mask[..., 1] = True
     return space, actions, mask
 
 
-def _box() -> tuple[spaces.Space, np.ndarray, None]:
+def _box(rng: np.random.Generator) -> tuple[spaces.Space, np.ndarray, None]:
     space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
-    actions = RNG.uniform(-1.5, 1.5, size=(E, N, 2)).astype(np.float32)
+    actions = rng.uniform(-1.5, 1.5, size=(E, N, 2)).astype(np.float32)
     actions[0, 1, 0] = np.nan
     actions[2, 2, 1] = np.inf
     return space, actions, None
 
 
-def _box_wide() -> tuple[spaces.Space, np.ndarray, None]:
+def _box_wide(rng: np.random.Generator) -> tuple[spaces.Space, np.ndarray, None]:
     space = spaces.Box(-np.inf, np.inf, shape=(), dtype=np.float32)
-    actions = RNG.uniform(-2, 2, size=(E, N))
+    actions = rng.uniform(-2, 2, size=(E, N))
     actions[1, 1] = 1e300  # float64: beyond float32
     return space, actions, None
 
 
 CASES = {
-    "discrete": lambda: _discrete(0, masked=False),
-    "discrete-start": lambda: _discrete(2, masked=False),
-    "discrete-masked": lambda: _discrete(0, masked=True),
-    "discrete-start-masked": lambda: _discrete(1, masked=True),
+    "discrete": lambda rng: _discrete(rng, 0, masked=False),
+    "discrete-start": lambda rng: _discrete(rng, 2, masked=False),
+    "discrete-masked": lambda rng: _discrete(rng, 0, masked=True),
+    "discrete-start-masked": lambda rng: _discrete(rng, 1, masked=True),
     "box": _box,
     "box-wide": _box_wide,
 }
@@ -71,9 +87,9 @@ def _box_entry_problem(space: spaces.Box, action: np.ndarray) -> bool:
 
 @pytest.mark.parametrize("legal", [False, True], ids=["with-illegal", "legal"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_host_array_mode_agrees_with_the_single_action_mode(case, legal):
-    space, actions, mask = CASES[case]()
-    acting = RNG.random((E, N)) < 0.7
+def test_the_host_array_mode_agrees_with_the_single_action_mode(case, legal, rng):
+    space, actions, mask = CASES[case](rng)
+    acting = _acting(rng)
     rule = action_rule(space)
     if legal:
         actions = _legal_everywhere(rule, actions, mask)
@@ -93,10 +109,10 @@ def test_the_host_array_mode_agrees_with_the_single_action_mode(case, legal):
 
 @pytest.mark.parametrize("clip", [False, True])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_device_mode_flags_exactly_the_entries_the_single_mode_refuses(case, clip):
+def test_the_device_mode_flags_exactly_the_entries_the_single_mode_refuses(case, clip, rng):
     torch = pytest.importorskip("torch")
-    space, actions, mask = CASES[case]()
-    acting = RNG.random((E, N)) < 0.7
+    space, actions, mask = CASES[case](rng)
+    acting = _acting(rng)
     rule = action_rule(space)
     t = torch.as_tensor
     checked = rule.device_check(t(actions), t(acting), None if mask is None else t(mask), clip)
@@ -119,10 +135,10 @@ def test_the_device_mode_flags_exactly_the_entries_the_single_mode_refuses(case,
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_group_problem_on_tensors_names_what_the_host_mode_names(case):
+def test_group_problem_on_tensors_names_what_the_host_mode_names(case, rng):
     torch = pytest.importorskip("torch")
-    space, actions, mask = CASES[case]()
-    acting = RNG.random((E, N)) < 0.7
+    space, actions, mask = CASES[case](rng)
+    acting = _acting(rng)
     rule = action_rule(space)
     t = torch.as_tensor
     tmask = None if mask is None else t(mask)

@@ -382,7 +382,9 @@ class BoxRule(ActionRule):
         def agents(flags: Any) -> Any:
             return flags.reshape(*per_agent, -1).any(-1) if space.shape else flags
 
-        faults = [("finite", agents(lead & ~torch.isfinite(value)))]
+        # clipping comes first, as on the host: inf is clipped to a finite bound, NaN stays
+        kept = value.clamp(low, high) if clip else value
+        faults = [("finite", agents(lead & ~torch.isfinite(kept)))]
         outside = (value < low) | (value > high)
         counts = None
         if clip:
@@ -390,7 +392,6 @@ class BoxRule(ActionRule):
         else:
             faults.append(("bounds", agents(lead & outside)))
         if space.dtype.kind == "f" and array.dtype.itemsize > np.dtype(space.dtype).itemsize:
-            kept = value.clamp(low, high) if clip else value  # clipping comes first
             over = kept.abs() > float(_limits(space.dtype)[1])
             faults.append(("limit", agents(lead & over)))
         safe = value.where(~value.isnan(), least).clamp(least, most)

@@ -560,12 +560,13 @@ def test_clipped_actions_are_counted_not_reported():
     rng = np.random.default_rng(0)
     for _ in range(12):
         actions = {"agent": torch.from_numpy(rng.uniform(-0.5, 1.5, (6, 3, 5)))}
+        actions["agent"][0, 0, 1], actions["agent"][3, 2, 4] = np.inf, -np.inf  # clipped too
         batches = [venv.step(actions) for venv in venvs]
         want, got = (fields(batch) for batch in batches)
         for path in want:
             np.testing.assert_array_equal(got[path], want[path], err_msg=path)
     assert want["clipped_actions/agent"].sum() > 0
-    venvs[1].raise_deferred()  # clipping is no problem
+    venvs[1].raise_deferred()  # clipping is no problem, inf included (NaN is)
     for venv in venvs:
         venv.close()
 
