@@ -30,11 +30,10 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import Place, to_numpy
+from corral.arrays import Array, Place, to_numpy
 from corral.env import check_render_mode
 from corral.groups import group_agents
 
-Array = Any  # a numpy array or a torch tensor
 Seed = int | Sequence[int | None] | None
 
 

@@ -3,6 +3,7 @@ op set that computes on either, and numpy's per-copy random streams as arrays of
 
 from corral.arrays.ops import Ops, TorchOps, ops_for, ops_in, ops_of, xp, zeros
 from corral.arrays.place import (
+    Array,
     Place,
     default_host_views,
     device_path,
@@ -18,6 +19,7 @@ from corral.arrays.place import (
 from corral.arrays.streams import CopyStreams
 
 __all__ = [
+    "Array",
     "CopyStreams",
     "Ops",
     "Place",

@@ -31,9 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from corral.arrays.place import Place, import_torch, is_tensor, torch_dtype
-
-Array = Any  # a numpy array or a torch tensor
+from corral.arrays.place import Array, Place, import_torch, is_tensor, torch_dtype
 
 # Up to this many rows, numpy's reduction along the short axis beats one ``|=`` per column.
 _FEW_ROWS = 32

@@ -23,6 +23,9 @@ import numpy.typing as npt
 from corral.arrays.tree import map_tree
 from corral.errors import MissingDependencyError
 
+Array = Any
+"""A numpy array or a torch tensor (the arrays corral's batches and batched envs hold)."""
+
 ARRAYS = ("numpy", "torch")
 
 _HOST_VIEWS: ContextVar[bool] = ContextVar("corral_host_views", default=True)

@@ -17,13 +17,11 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import numpy as np
 
-from corral.arrays.place import Place, import_torch, to_numpy
-
-Array = Any  # a numpy array or a torch tensor
+from corral.arrays.place import Array, Place, import_torch, to_numpy
 
 MULTIPLIER = 0x2360ED051FC65DA44385DF649FCCF645  # PCG64's 128-bit LCG multiplier
 _MASK32, _MASK64, _MASK128 = (1 << 32) - 1, (1 << 64) - 1, (1 << 128) - 1

@@ -33,11 +33,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from corral.arrays import CopyStreams, Place, ops_in, to_numpy
+from corral.arrays import Array, CopyStreams, Place, ops_in, to_numpy
 from corral.batched_env import BatchedEnv, BatchedStep, CopyGenerators, Seed, copy_seeds
 from corral.envs.mdp import MatrixGame, TabularMDP
-
-Array = Any  # a numpy array or a torch tensor
 
 # How many of its longest episodes a copy's row of uniforms holds: a copy draws from its
 # generator (a Python call) about once in this many episodes.

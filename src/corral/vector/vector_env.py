@@ -11,7 +11,7 @@ from typing import Any, Literal
 import numpy as np
 
 from corral.adapters import adapt
-from corral.arrays import Place, to_numpy, tree_to_numpy
+from corral.arrays import Array, Place, to_numpy, tree_to_numpy
 from corral.arrays.tree import map_tree
 from corral.errors import (
     EnvError,
@@ -31,9 +31,6 @@ from corral.vector.sampling import sample_array
 from corral.vector.shards import envs_text
 from corral.vector.sources import NativeSource, Source, as_source
 from corral.vector.validation import clip_to_space
-
-Array = Any
-"""A NumPy array or a torch tensor (``VectorEnv(array="torch")``), on the batch's device."""
 
 
 @dataclass

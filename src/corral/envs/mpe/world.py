@@ -16,9 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from corral.arrays import Place, ops_in
-
-Array = Any  # a numpy array or a torch tensor
+from corral.arrays import Array, Place, ops_in
 
 
 @dataclass(frozen=True)
