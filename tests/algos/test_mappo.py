@@ -583,7 +583,7 @@ def test_the_update_gives_the_numbers_of_the_textbook_minibatch_loop(
     monkeypatch.setattr(mappo, "critic_helper", lambda device: pool)
 
     venv = corral.make_vec(env_id, 8, seed=0, state=True, env_kwargs=settings)
-    config = Config(rollout_steps=10, epochs=3, minibatches=minibatches, seed=0)
+    config = Config(rollout_steps=10, epochs=3, minibatches=minibatches, seed=0, max_grad_norm=0.05)
     algo = MAPPO(venv, config)
     rollouts = {}
     algo.learn = rollouts.update  # keep the first rollout instead of learning from it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from support.runs import Killed, kill_after_checkpoint, train, without_time  # n
 from support.runs import config as run_config  # noqa: E402
 
 import corral  # noqa: E402
-from corral.algos.mappo import IPPO, MAPPO, Config, ppo_loss  # noqa: E402
+from corral.algos.mappo import IPPO, MAPPO, Config, actor_loss, critic_loss  # noqa: E402
 from corral.algos.recurrent import chunk_rows  # noqa: E402
 from corral.data.rollouts import RolloutBuilder, masked_gae  # noqa: E402
 from corral.errors import ConfigError  # noqa: E402
@@ -178,16 +179,16 @@ def test_chunked_bptt_gradient_equals_the_full_sequence_one_when_chunks_hold_epi
     at = chunks.index[chunks.valid]
     actor = full_sequence_features(algo, rollout, "actor_core", made[at.numpy()])
     critic = full_sequence_features(algo, rollout, "critic_core", made[at.numpy()])
-    reference, _ = ppo_loss(
+    policy, _ = actor_loss(
         algo.config,
         nets.actor(actor, None),
-        nets.critic(critic).squeeze(-1),
         inputs["sample"][at],
         inputs["old_log_prob"][at],
         inputs["advantage"][at],
-        inputs["target"][at],
-        inputs["old_value"][at],
     )
+    value = nets.critic(critic).squeeze(-1)
+    value_part, _ = critic_loss(algo.config, value, inputs["target"][at], inputs["old_value"][at])
+    reference = policy + value_part
     full = torch.autograd.grad(reference, params, allow_unused=True)
     torch.testing.assert_close(loss, reference)
     close = [
@@ -196,6 +197,90 @@ def test_chunked_bptt_gradient_equals_the_full_sequence_one_when_chunks_hold_epi
         if a is not None
     ]
     assert all(close) if equal else not all(close)
+
+
+def textbook_chunk_ppo(learner, inputs: dict) -> dict[str, float]:
+    """Recurrent PPO epochs written plainly: each minibatch of chunks unrolled from its stored
+    hidden states, one loss, the optimiser's ``zero_grad``, one backward pass and torch's
+    ``clip_grad_norm_``; what :meth:`MAPPOLearner.ppo_chunks` must equal."""
+    cfg, nets = learner.config, learner.policy.nets[G]
+    chunks, optimizer, history = inputs["chunks"], learner.optimizers[G], []
+    size = -(-len(chunks) // cfg.minibatches)
+    for _ in range(cfg.epochs):
+        for take in torch.randperm(len(chunks), generator=learner.policy.generator).split(size):
+            index, valid, first = chunks.index[take], chunks.valid[take], chunks.first[take]
+            at = index[valid]
+            h_actor, h_critic = inputs["actor_hidden"][first], inputs["critic_hidden"][first]
+            actor = nets.actor_core.unroll(inputs["actor_in"][index], h_actor)[valid]
+            critic = nets.critic_core.unroll(inputs["critic_in"][index], h_critic)[valid]
+            mask = inputs["mask"]
+            dist = nets.actor(actor, None if mask is None else mask[at])
+            log_ratio = dist.log_prob(inputs["sample"][at]) - inputs["old_log_prob"][at]
+            ratio, adv = log_ratio.exp(), inputs["advantage"][at]
+            clipped = ratio.clamp(1 - cfg.clip, 1 + cfg.clip)
+            policy_loss = -torch.min(ratio * adv, clipped * adv).mean()
+            value, old, target = (
+                nets.critic(critic).squeeze(-1),
+                inputs["old_value"][at],
+                inputs["target"][at],
+            )
+            value_clipped = old + (value - old).clamp(-cfg.value_clip, cfg.value_clip)
+            value_loss = (
+                0.5 * torch.max((value - target) ** 2, (value_clipped - target) ** 2).mean()
+            )
+            entropy = dist.entropy().mean()
+            loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(nets.actor_parameters(), cfg.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(nets.critic_parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            with torch.no_grad():
+                approx_kl = ((ratio - 1) - log_ratio).mean()
+                clip_frac = ((ratio - 1).abs() > cfg.clip).float().mean()
+                history.append(
+                    torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_frac])
+                )
+    means = torch.stack(history).mean(dim=0).tolist()
+    return dict(
+        zip(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac"), means, strict=True)
+    )
+
+
+@pytest.mark.parametrize("helper", [False, True], ids=["one-thread", "critic-thread"])
+def test_the_recurrent_update_gives_the_numbers_of_the_textbook_chunk_loop(
+    helper: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bit for bit, with the critic's half of each step in a thread of its own or not."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from corral.algos import mappo
+
+    class Counting(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            submitted.append(threading.current_thread().name)
+            return super().submit(fn, *args, **kwargs)
+
+    submitted: list[str] = []
+    monkeypatch.setattr(mappo, "critic_helper", lambda device: Counting(1) if helper else None)
+    venv = corral.make_vec("corral/memory", 4, seed=0, state=True, env_kwargs={"delay": 2})
+    algo = MAPPO(venv, RNN.replace(bptt=3, minibatches=2, max_grad_norm=0.05))  # clips
+    rollout, _ = collect(venv, algo, 8)
+    rows = algo.rollout_rows(G, rollout)
+    twin = copy.deepcopy(algo)
+    metrics = algo.ppo_chunks(G, **rows)
+    assert len(submitted) == (2 * 2 if helper else 0)  # epochs x minibatches, each a half
+    assert metrics == textbook_chunk_ppo(twin, twin.ppo_inputs(G, **rows))
+    mine, theirs = algo.state_dict(), twin.state_dict()
+    for name, value in mine["nets"][G].items():
+        assert torch.equal(value, theirs["nets"][G][name]), name
+    for state, other in zip(
+        mine["optimizers"][G]["state"].values(),
+        theirs["optimizers"][G]["state"].values(),
+        strict=True,
+    ):
+        assert all(torch.equal(state[k], other[k]) for k in state)
 
 
 def test_chunks_hold_one_agent_s_consecutive_decisions_of_one_episode_up_to_bptt() -> None:

@@ -80,7 +80,6 @@ from corral.algos.encoders import Encoded, check_setting, encoded_mlp, front, ha
 from corral.algos.networks import (
     as_input,
     flat_dim,
-    gradient_step,
     masked_logits,
     mlp,
     to_device,
@@ -873,7 +872,7 @@ class MAPPOLearner(Learner):
             rows.append(mask)
         actor_params, critic_params = list(nets.actor.parameters()), list(nets.critic.parameters())
         params = [p for group in self.optimizers[g].param_groups for p in group["params"]]
-        helper = critic_helper(device)
+        step = SplitStep(self.optimizers[g], params, actor_params, critic_params, cfg, device)
         history = []
         for _ in range(cfg.epochs):
             perm = torch.randperm(len(advantage), generator=self.policy.generator)
@@ -883,35 +882,12 @@ class MAPPOLearner(Learner):
             shuffled = [minibatches(x, perm, size, chunks) for x in rows]
             for batch in zip(*shuffled, strict=True):
                 a_in, c_in, smp, old_lp, adv, tgt, old = batch[:7]
-                for p in params:
-                    p.grad = None  # the optimiser's zero_grad() without its per-call overhead
-                critic = functools.partial(self._critic_half, nets, c_in, tgt, old, critic_params)
-                pending = None if helper is None else helper.submit(critic)
-                dist = nets.actor(a_in, batch[7] if mask is not None else None)
-                loss, stats = actor_loss(cfg, dist, smp, old_lp, adv)
-                loss.backward()
-                nn.utils.clip_grad_norm_(actor_params, cfg.max_grad_norm, foreach=True)
-                value_loss = critic() if pending is None else pending.result()
-                self.optimizers[g].step()
-                history.append(torch.stack([stats[0], value_loss, *stats[1:]]))
+                legal = batch[7] if mask is not None else None
+                actor = functools.partial(_actor_loss, cfg, nets, a_in, legal, smp, old_lp, adv)
+                critic = functools.partial(_critic_loss, cfg, nets, c_in, tgt, old)
+                history.append(step(actor, critic))
         means = torch.stack(history).mean(dim=0).tolist()
         return dict(zip(METRICS, means, strict=True))
-
-    def _critic_half(
-        self,
-        nets: GroupNets,
-        critic_in: Any,
-        target: torch.Tensor,
-        old_value: torch.Tensor,
-        critic_params: list[nn.Parameter],
-    ) -> torch.Tensor:
-        """The critic's half of a minibatch's gradient step: its loss backpropagated and its
-        gradients clipped; the (unweighted) value loss, without gradient."""
-        value = nets.critic(critic_in).squeeze(-1)
-        loss, value_loss = critic_loss(self.config, value, target, old_value)
-        loss.backward()
-        nn.utils.clip_grad_norm_(critic_params, self.config.max_grad_norm, foreach=True)
-        return value_loss
 
     def _targets(
         self, g: str, advantage: Any, returns: Any, old_value: Any
@@ -962,46 +938,53 @@ class MAPPOLearner(Learner):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Recurrent: the PPO loss of the chunks ``take`` (indices; default all) of
         :meth:`ppo_inputs`' ``rows``, each unrolled from its first decision's stored hidden
-        states, and its statistics (:data:`METRICS`)."""
-        nets, chunks = self.policy.nets[g], rows["chunks"]
-        index, valid, first = chunks.index, chunks.valid, chunks.first
-        if take is not None:
-            index, valid, first = index[take], valid[take], first[take]
+        states, and its statistics (:data:`METRICS`): :meth:`chunk_actor_loss` plus
+        :meth:`chunk_critic_loss`."""
+        policy, stats = self.chunk_actor_loss(g, rows, take)
+        critic, value_loss = self.chunk_critic_loss(g, rows, take)
+        return policy + critic, step_stats(stats, value_loss)
+
+    def chunk_actor_loss(
+        self, g: str, rows: Mapping[str, Any], take: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Recurrent: the actor's part of :meth:`chunk_loss` (:func:`actor_loss`)."""
+        nets = self.policy.nets[g]
+        index, valid, first, at = _chunk_rows(rows["chunks"], take)
         actor = nets.actor_core.unroll(rows["actor_in"][index], rows["actor_hidden"][first])
-        critic = nets.critic_core.unroll(rows["critic_in"][index], rows["critic_hidden"][first])
-        at = index[valid]
         mask = rows["mask"]
         dist = nets.actor(actor[valid], None if mask is None else mask[at])
-        value = nets.critic(critic[valid]).squeeze(-1)
-        return ppo_loss(
-            self.config,
-            dist,
-            value,
-            rows["sample"][at],
-            rows["old_log_prob"][at],
-            rows["advantage"][at],
-            rows["target"][at],
-            rows["old_value"][at],
+        advantage = rows["advantage"][at]
+        return actor_loss(
+            self.config, dist, rows["sample"][at], rows["old_log_prob"][at], advantage
         )
+
+    def chunk_critic_loss(
+        self, g: str, rows: Mapping[str, Any], take: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Recurrent: the critic's part of :meth:`chunk_loss` (:func:`critic_loss`)."""
+        nets = self.policy.nets[g]
+        index, valid, first, at = _chunk_rows(rows["chunks"], take)
+        critic = nets.critic_core.unroll(rows["critic_in"][index], rows["critic_hidden"][first])
+        value = nets.critic(critic[valid]).squeeze(-1)
+        return critic_loss(self.config, value, rows["target"][at], rows["old_value"][at])
 
     def ppo_chunks(self, g: str, **rows: Any) -> dict[str, float]:
         """Recurrent: PPO epochs over one group's decisions by truncated BPTT, minibatches of
         whole chunks (see :mod:`corral.algos.recurrent`)."""
-        cfg, nets = self.config, self.policy.nets[g]
+        cfg, nets, device = self.config, self.policy.nets[g], self.policy.device
         inputs = self.ppo_inputs(g, **rows)
         chunks: Chunks = inputs["chunks"]
         size = -(-len(chunks) // cfg.minibatches)
         actor_params, critic_params = nets.actor_parameters(), nets.critic_parameters()
-        max_norm = cfg.max_grad_norm
+        params = [p for group in self.optimizers[g].param_groups for p in group["params"]]
+        step = SplitStep(self.optimizers[g], params, actor_params, critic_params, cfg, device)
         history = []
         for _ in range(cfg.epochs):
             perm = torch.randperm(len(chunks), generator=self.policy.generator)
-            for take in to_device(perm, self.policy.device).split(size):
-                loss, stats = self.chunk_loss(g, inputs, take)
-                gradient_step(
-                    self.optimizers[g], loss, actor_params, critic_params, max_norm=max_norm
-                )
-                history.append(stats)
+            for take in to_device(perm, device).split(size):
+                actor = functools.partial(self.chunk_actor_loss, g, inputs, take)
+                critic = functools.partial(self.chunk_critic_loss, g, inputs, take)
+                history.append(step(actor, critic))
         means = torch.stack(history).mean(dim=0).tolist()
         return dict(zip(METRICS, means, strict=True))
 
@@ -1072,22 +1055,10 @@ class IPPO(MAPPO):
     uses_state: bool = False
 
 
-def ppo_loss(
-    cfg: Config,
-    dist: Any,
-    value: torch.Tensor,
-    sample: torch.Tensor,
-    old_log_prob: torch.Tensor,
-    advantage: torch.Tensor,
-    target: torch.Tensor,
-    old_value: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's loss (clipped policy loss, clipped value loss, entropy bonus) of rows whose
-    policy is ``dist`` and (normalised) value ``value``, and its statistics (:data:`METRICS`,
-    no gradient): :func:`actor_loss` plus :func:`critic_loss`."""
-    policy, stats = actor_loss(cfg, dist, sample, old_log_prob, advantage)
-    critic, value_loss = critic_loss(cfg, value, target, old_value)
-    return policy + critic, torch.stack([stats[0], value_loss, *stats[1:]])
+def step_stats(actor_stats: torch.Tensor, value_loss: torch.Tensor) -> torch.Tensor:
+    """A step's statistics in the order of :data:`METRICS`, from :func:`actor_loss`'s and
+    :func:`critic_loss`'s."""
+    return torch.stack([actor_stats[0], value_loss, *actor_stats[1:]])
 
 
 def actor_loss(
@@ -1123,6 +1094,81 @@ def critic_loss(
         value_loss = torch.max(value_loss, (value_clipped - target) ** 2)
     value_loss = 0.5 * value_loss.mean()
     return cfg.vf_coef * value_loss, value_loss.detach()
+
+
+def _actor_loss(
+    cfg: Config,
+    nets: GroupNets,
+    x: Any,
+    mask: Any,
+    sample: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantage: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`actor_loss` of a minibatch of rows whose actor inputs are ``x``."""
+    return actor_loss(cfg, nets.actor(x, mask), sample, old_log_prob, advantage)
+
+
+def _critic_loss(
+    cfg: Config, nets: GroupNets, x: Any, target: torch.Tensor, old_value: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`critic_loss` of a minibatch of rows whose critic inputs are ``x``."""
+    return critic_loss(cfg, nets.critic(x).squeeze(-1), target, old_value)
+
+
+def _chunk_rows(chunks: Chunks, take: torch.Tensor | None) -> tuple[Any, Any, Any, Any]:
+    """The chunks ``take`` (default all): their rows' indices, which are valid, each chunk's
+    first row, and the valid rows' indices."""
+    index, valid, first = chunks.index, chunks.valid, chunks.first
+    if take is not None:
+        index, valid, first = index[take], valid[take], first[take]
+    return index, valid, first, index[valid]
+
+
+class SplitStep:
+    """One PPO gradient step in two halves: the actor's (its loss, backpropagated, its
+    gradients clipped) in the calling thread, the critic's in the helper thread of
+    :func:`critic_helper` where there is one (else after the actor's), then one optimiser
+    step. Actor and critic share no parameter, so the gradients are those of the summed
+    loss backpropagated once."""
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        params: list[nn.Parameter],
+        actor_params: list[nn.Parameter],
+        critic_params: list[nn.Parameter],
+        cfg: Config,
+        device: str | torch.device,
+    ) -> None:
+        self.optimizer, self.params = optimizer, params
+        self.actor_params, self.critic_params = actor_params, critic_params
+        self.max_norm = cfg.max_grad_norm
+        self.helper = critic_helper(device)
+
+    def __call__(
+        self,
+        actor: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+        critic: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
+        """The step on the losses ``actor()`` (with its statistics) and ``critic()`` (with
+        the value loss); the step's statistics (:data:`METRICS`)."""
+        for p in self.params:
+            p.grad = None  # the optimiser's zero_grad() without its per-call overhead
+        helper, critic_params = self.helper, self.critic_params
+        pending = None if helper is None else helper.submit(self._half, critic, critic_params)
+        stats = self._half(actor, self.actor_params)
+        value_loss = self._half(critic, critic_params) if pending is None else pending.result()
+        self.optimizer.step()
+        return step_stats(stats, value_loss)
+
+    def _half(
+        self, loss_of: Callable[[], tuple[torch.Tensor, torch.Tensor]], params: list[nn.Parameter]
+    ) -> torch.Tensor:
+        loss, out = loss_of()
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, self.max_norm, foreach=True)
+        return out
 
 
 def critic_helper(device: str | torch.device) -> ThreadPoolExecutor | None:
