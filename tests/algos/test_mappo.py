@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import io
-import threading
 import warnings
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from oracles.decisions import DecisionCounter  # noqa: E402
+from support.learners import textbook_metrics, textbook_step  # noqa: E402
 from support.marks import needs_cuda  # noqa: E402
 
 import corral  # noqa: E402
@@ -523,32 +523,17 @@ def textbook_ppo(learner, g: str, rows: dict) -> dict[str, float]:
     for _ in range(cfg.epochs):
         for index in torch.randperm(len(advantage), generator=learner.policy.generator).split(size):
             dist = nets.actor(rows["actor_in"][index], None if mask is None else mask[index])
-            log_ratio = dist.log_prob(sample[index]) - old_log_prob[index]
-            ratio, adv = log_ratio.exp(), advantage[index]
-            clipped = ratio.clamp(1 - cfg.clip, 1 + cfg.clip)
-            policy_loss = -torch.min(ratio * adv, clipped * adv).mean()
             value = nets.critic(rows["critic_in"][index]).squeeze(-1)
-            old = old_value[index]
-            value_clipped = old + (value - old).clamp(-cfg.value_clip, cfg.value_clip)
-            value_loss = torch.max(
-                (value - target[index]) ** 2, (value_clipped - target[index]) ** 2
-            )
-            value_loss = 0.5 * value_loss.mean()
-            entropy = dist.entropy().mean()
-            loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(nets.actor.parameters(), cfg.max_grad_norm)
-            torch.nn.utils.clip_grad_norm_(nets.critic.parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            with torch.no_grad():
-                approx_kl = ((ratio - 1) - log_ratio).mean()
-                clip_frac = ((ratio - 1).abs() > cfg.clip).float().mean()
-                history.append(
-                    torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_frac])
-                )
-    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
-    return dict(zip(names, torch.stack(history).mean(dim=0).tolist(), strict=True))
+            minibatch = {
+                "sample": sample[index],
+                "old_log_prob": old_log_prob[index],
+                "advantage": advantage[index],
+                "target": target[index],
+                "old_value": old_value[index],
+            }
+            params = nets.actor.parameters(), nets.critic.parameters()
+            history.append(textbook_step(cfg, optimizer, dist, value, minibatch, *params))
+    return textbook_metrics(history)
 
 
 @pytest.mark.parametrize(
@@ -568,18 +553,12 @@ def test_the_update_gives_the_numbers_of_the_textbook_minibatch_loop(
     # and clipping, the critic's half of each step in a thread of its own) must leave the
     # networks, the optimiser and the draws as they were
     pytest.importorskip(env_id.split("/")[0] if env_id.startswith("mpe2") else "pettingzoo")
-    from concurrent.futures import ThreadPoolExecutor
+    from support.learners import CountingExecutor, assert_same_state
 
     from corral.algos import mappo
     from corral.training.collector import Collector
 
-    class Counting(ThreadPoolExecutor):
-        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
-            submitted.append(threading.current_thread().name)
-            return super().submit(fn, *args, **kwargs)
-
-    submitted: list[str] = []
-    pool = Counting(1) if helper else None
+    pool = CountingExecutor() if helper else None
     monkeypatch.setattr(mappo, "critic_helper", lambda device: pool)
 
     venv = corral.make_vec(env_id, 8, seed=0, state=True, env_kwargs=settings)
@@ -597,17 +576,10 @@ def test_the_update_gives_the_numbers_of_the_textbook_minibatch_loop(
     twin = copy.deepcopy(algo)
     metrics = algo.ppo(g, **rows)
     # the critic's half of every minibatch step went to the helper thread, where there is one
-    assert len(submitted) == (config.epochs * minibatches if helper else 0)
+    assert pool is None or pool.submitted == ["MainThread"] * config.epochs * minibatches
     assert metrics == textbook_ppo(twin, g, rows)
     mine, theirs = algo.state_dict(), twin.state_dict()
-    for name, value in mine["nets"][g].items():
-        assert torch.equal(value, theirs["nets"][g][name]), name
-    for state, other in zip(
-        mine["optimizers"][g]["state"].values(),
-        theirs["optimizers"][g]["state"].values(),
-        strict=True,
-    ):
-        assert all(torch.equal(state[k], other[k]) for k in state)
+    assert_same_state(mine, theirs, g)
     assert torch.equal(mine["generator"], theirs["generator"])
 
 

@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from support.learners import textbook_metrics, textbook_step  # noqa: E402
 from support.runs import Killed, kill_after_checkpoint, train, without_time  # noqa: E402
 from support.runs import config as run_config  # noqa: E402
 
@@ -215,36 +216,12 @@ def textbook_chunk_ppo(learner, inputs: dict) -> dict[str, float]:
             critic = nets.critic_core.unroll(inputs["critic_in"][index], h_critic)[valid]
             mask = inputs["mask"]
             dist = nets.actor(actor, None if mask is None else mask[at])
-            log_ratio = dist.log_prob(inputs["sample"][at]) - inputs["old_log_prob"][at]
-            ratio, adv = log_ratio.exp(), inputs["advantage"][at]
-            clipped = ratio.clamp(1 - cfg.clip, 1 + cfg.clip)
-            policy_loss = -torch.min(ratio * adv, clipped * adv).mean()
-            value, old, target = (
-                nets.critic(critic).squeeze(-1),
-                inputs["old_value"][at],
-                inputs["target"][at],
-            )
-            value_clipped = old + (value - old).clamp(-cfg.value_clip, cfg.value_clip)
-            value_loss = (
-                0.5 * torch.max((value - target) ** 2, (value_clipped - target) ** 2).mean()
-            )
-            entropy = dist.entropy().mean()
-            loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(nets.actor_parameters(), cfg.max_grad_norm)
-            torch.nn.utils.clip_grad_norm_(nets.critic_parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            with torch.no_grad():
-                approx_kl = ((ratio - 1) - log_ratio).mean()
-                clip_frac = ((ratio - 1).abs() > cfg.clip).float().mean()
-                history.append(
-                    torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_frac])
-                )
-    means = torch.stack(history).mean(dim=0).tolist()
-    return dict(
-        zip(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac"), means, strict=True)
-    )
+            value = nets.critic(critic).squeeze(-1)
+            names = ("sample", "old_log_prob", "advantage", "target", "old_value")
+            minibatch = {name: inputs[name][at] for name in names}
+            params = nets.actor_parameters(), nets.critic_parameters()
+            history.append(textbook_step(cfg, optimizer, dist, value, minibatch, *params))
+    return textbook_metrics(history)
 
 
 @pytest.mark.parametrize("helper", [False, True], ids=["one-thread", "critic-thread"])
@@ -252,35 +229,21 @@ def test_the_recurrent_update_gives_the_numbers_of_the_textbook_chunk_loop(
     helper: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Bit for bit, with the critic's half of each step in a thread of its own or not."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
+    from support.learners import CountingExecutor, assert_same_state
 
     from corral.algos import mappo
 
-    class Counting(ThreadPoolExecutor):
-        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
-            submitted.append(threading.current_thread().name)
-            return super().submit(fn, *args, **kwargs)
-
-    submitted: list[str] = []
-    monkeypatch.setattr(mappo, "critic_helper", lambda device: Counting(1) if helper else None)
+    pool = CountingExecutor() if helper else None
+    monkeypatch.setattr(mappo, "critic_helper", lambda device: pool)
     venv = corral.make_vec("corral/memory", 4, seed=0, state=True, env_kwargs={"delay": 2})
     algo = MAPPO(venv, RNN.replace(bptt=3, minibatches=2, max_grad_norm=0.05))  # clips
     rollout, _ = collect(venv, algo, 8)
     rows = algo.rollout_rows(G, rollout)
     twin = copy.deepcopy(algo)
     metrics = algo.ppo_chunks(G, **rows)
-    assert len(submitted) == (2 * 2 if helper else 0)  # epochs x minibatches, each a half
+    assert pool is None or pool.submitted == ["MainThread"] * 2 * 2  # epochs x minibatches
     assert metrics == textbook_chunk_ppo(twin, twin.ppo_inputs(G, **rows))
-    mine, theirs = algo.state_dict(), twin.state_dict()
-    for name, value in mine["nets"][G].items():
-        assert torch.equal(value, theirs["nets"][G][name]), name
-    for state, other in zip(
-        mine["optimizers"][G]["state"].values(),
-        theirs["optimizers"][G]["state"].values(),
-        strict=True,
-    ):
-        assert all(torch.equal(state[k], other[k]) for k in state)
+    assert_same_state(algo.state_dict(), twin.state_dict(), G)
 
 
 def test_chunks_hold_one_agent_s_consecutive_decisions_of_one_episode_up_to_bptt() -> None:
