@@ -155,7 +155,7 @@ def run(
     started = not ray.is_initialized()
     if started:
         cpus = max(os.cpu_count() or 1, *runners)
-        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     results: dict[int, list[dict[str, float]]] = {n: [] for n in paths(runners)}
     try:
         for _ in range(rounds):

@@ -427,7 +427,7 @@ def main() -> None:
         # Ray's daemons use CPU while Ray runs, so its column is measured alone, last.
         import ray
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         results["ray"] = {n: bench_corral("ray", n, args.seconds) for n in args.num_envs}
         ray.shutdown()
     raw_after = bench_raw(args.seconds)

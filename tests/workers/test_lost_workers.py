@@ -32,6 +32,7 @@ def local_ray():
     if ray.is_initialized():
         pytest.skip("another Ray is running in this process: these tests start their own")
     ray.init(
+        address="local",  # a Ray of its own, even where another runs on this machine
         num_cpus=CPUS,
         include_dashboard=False,
         log_to_driver=False,
