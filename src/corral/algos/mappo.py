@@ -870,9 +870,8 @@ class MAPPOLearner(Learner):
         rows = [actor_in, critic_in, sample, old_log_prob, advantage, target, old_value]
         if mask is not None:
             rows.append(mask)
-        actor_params, critic_params = list(nets.actor.parameters()), list(nets.critic.parameters())
-        params = [p for group in self.optimizers[g].param_groups for p in group["params"]]
-        step = SplitStep(self.optimizers[g], params, actor_params, critic_params, cfg, device)
+        actor_params, critic_params = nets.actor_parameters(), nets.critic_parameters()
+        step = SplitStep(self.optimizers[g], actor_params, critic_params, cfg, device)
         history = []
         for _ in range(cfg.epochs):
             perm = torch.randperm(len(advantage), generator=self.policy.generator)
@@ -976,8 +975,7 @@ class MAPPOLearner(Learner):
         chunks: Chunks = inputs["chunks"]
         size = -(-len(chunks) // cfg.minibatches)
         actor_params, critic_params = nets.actor_parameters(), nets.critic_parameters()
-        params = [p for group in self.optimizers[g].param_groups for p in group["params"]]
-        step = SplitStep(self.optimizers[g], params, actor_params, critic_params, cfg, device)
+        step = SplitStep(self.optimizers[g], actor_params, critic_params, cfg, device)
         history = []
         for _ in range(cfg.epochs):
             perm = torch.randperm(len(chunks), generator=self.policy.generator)
@@ -1135,13 +1133,13 @@ class SplitStep:
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,
-        params: list[nn.Parameter],
         actor_params: list[nn.Parameter],
         critic_params: list[nn.Parameter],
         cfg: Config,
         device: str | torch.device,
     ) -> None:
-        self.optimizer, self.params = optimizer, params
+        self.optimizer = optimizer
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.actor_params, self.critic_params = actor_params, critic_params
         self.max_norm = cfg.max_grad_norm
         self.helper = critic_helper(device)
