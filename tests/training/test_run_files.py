@@ -92,6 +92,34 @@ def test_resume_refuses_a_tensorboard_directory_that_links_outside_the_run(
     assert list(elsewhere.iterdir()) == []
 
 
+@pytest.mark.parametrize("planted", ["link", "file"])
+def test_resume_refuses_an_entry_where_its_tensorboard_event_file_goes(
+    run_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    planted: str,
+) -> None:
+    pytest.importorskip("tensorboard")
+    from corral.training import event_file
+
+    name = "events.out.tfevents.0000000001.host.1.0"
+    monkeypatch.setattr(event_file, "event_file_name", lambda: name)
+    victim = tmp_path / "victim"
+    victim.write_text("the victim's own text\n")
+    if planted == "link":
+        (run_dir / "tb" / name).symlink_to(victim)
+    else:
+        shutil.copy(victim, run_dir / "tb" / name)
+    code, err = resume(capsys, run_dir, "--set", "tensorboard=true")
+    assert code == 2
+    line = one_error(err)
+    why = "is a symbolic link" if planted == "link" else "File exists"
+    assert f"{run_dir / 'tb' / name}" in line and why in line
+    assert victim.read_text() == "the victim's own text\n"
+    assert (run_dir / "tb" / name).read_text() == "the victim's own text\n"
+
+
 def test_resume_refuses_a_file_with_another_hard_link(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -89,6 +89,13 @@ def open_file(run_dir: str | Path, name: str, mode: str = "w") -> IO[str]:
     return os.fdopen(fd, mode, newline="", encoding="utf-8")
 
 
+def create_file(run_dir: str | Path, name: str) -> IO[bytes]:
+    """A new binary file ``name`` of the run (or of a directory of it, ``tb``), opened for
+    writing; anything already there under that name is refused."""
+    fd = _open(Path(run_dir), name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    return os.fdopen(fd, "wb")
+
+
 def write_text(run_dir: str | Path, name: str, text: str) -> None:
     """Write ``text`` to the run's file ``name``, replacing what it held."""
     with open_file(run_dir, name) as file:

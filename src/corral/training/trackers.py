@@ -2,7 +2,8 @@
 
 A tracker receives each row as :class:`~corral.training.metrics.MetricsLog` writes it to
 the CSV (the same keys and values; ``env_steps`` is the step) and is closed with the run.
-TensorBoard writes events to ``run_dir/tb`` when ``tensorboard`` is installed. wandb
+TensorBoard events go to a new file of ``run_dir/tb`` when ``tensorboard`` is installed,
+opened as every file of the run is (:mod:`corral.training.event_file`). wandb
 (``logger=wandb``, ``pip install 'corral[track]'``) gets the run's config as
 ``config.yaml`` holds it once, then every row, in a wandb run whose files stay in
 ``run_dir/wandb``: offline (``wandb sync run_dir/wandb/offline-run-*`` uploads it later)
@@ -55,9 +56,11 @@ class TensorBoardTracker:
         """The tracker writing to ``run_dir/tb``; ``None`` where tensorboard is not installed."""
         try:
             from tensorboard.summary import Writer
+
+            from corral.training.event_file import RunEventFile
         except ModuleNotFoundError:
             return None
-        return cls(Writer(str(run_files.make_subdir(run_dir, TENSORBOARD))))
+        return cls(Writer(RunEventFile(run_files.make_subdir(run_dir, TENSORBOARD))))
 
     def add(self, row: Mapping[str, float]) -> None:
         step = int(row["env_steps"])
