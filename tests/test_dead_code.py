@@ -15,6 +15,7 @@ DOCS = ("*.md", "docs/**/*.md")
 USED_OUTSIDE = {
     "num_agents": "PettingZoo's API, which MultiAgentEnv keeps for its users",
     "max_num_agents": "PettingZoo's API, which MultiAgentEnv keeps for its users",
+    "emit_scalar": "TensorBoard's Output API, which its summary Writer calls",
 }
 
 
