@@ -174,3 +174,70 @@ def _legal_everywhere(rule, actions, mask):
     return np.clip(out, np.maximum(space.low, -1e30), np.minimum(space.high, 1e30)).astype(
         actions.dtype
     )
+
+
+@pytest.mark.parametrize("tensor", [False, True], ids=["host", "tensor"])
+def test_a_nan_where_no_agent_acts_hides_no_acting_agent_s_problem(tensor):
+    space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+    rule = action_rule(space)
+    actions = np.zeros((2, 2, 2), np.float32)
+    acting = np.array([[True, False], [True, True]])
+    actions[0, 1] = np.nan  # not acting: ignored
+    torch = pytest.importorskip("torch") if tensor else None
+
+    def problem(a: np.ndarray):
+        if torch is None:
+            return rule.array_problem(a, acting)
+        t = torch.as_tensor
+        return group_problem(rule, t(a), t(acting), None, host_views=False)
+
+    assert problem(actions) is None
+    actions[1, 0, 1] = 5.0  # acting, out of bounds
+    assert problem(actions) == (1, 0, rule.kinds["bounds"])
+    actions[1, 1, 0] = np.inf  # acting, not finite: named first
+    assert problem(actions) == (1, 1, rule.kinds["finite"])
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+def test_an_integer_box_judges_the_value_given_not_its_wrapped_cast(dtype):
+    space = spaces.Box(0, 10, shape=(1,), dtype=dtype)
+    for value in range(-300, 301):
+        problem = action_problem(space, np.array([value]))
+        assert (problem is None) == (0 <= value <= 10), value
+
+
+DISCRETE_DTYPES = [
+    (spaces.Discrete(200), np.int8),  # beyond int8: negative int8 read as unsigned is below n
+    (spaces.Discrete(5, start=-1000), np.int8),  # a start that int8 cannot hold
+    (spaces.Discrete(3, start=-2), np.uint8),  # a negative start with unsigned actions
+    (spaces.Discrete(4, start=120), np.int8),  # the last actions at int8's edge
+    (spaces.Discrete(300), np.int16),
+]
+
+
+@pytest.mark.parametrize("tensor", [False, True], ids=["host", "tensor"])
+@pytest.mark.parametrize(("space", "dtype"), DISCRETE_DTYPES, ids=str)
+def test_narrow_integer_actions_of_many_envs_are_judged_as_one_by_one(space, dtype, tensor):
+    """Past a few entries the one-look fast path judges a group's actions; each verdict must
+    be the single-action mode's, whatever the actions' integer width."""
+    rng = np.random.default_rng(3)
+    rule = action_rule(space)
+    info = np.iinfo(dtype)
+    low, high = int(space.start), int(space.start) + space.n - 1
+    legal = np.clip(np.arange(40) % space.n + low, info.min, info.max).astype(dtype)
+    acting = np.ones((8, 5), bool)
+    for trial in range(60):
+        actions = legal[rng.permutation(40)].reshape(8, 5)
+        if trial % 2:  # one entry anywhere in the dtype's range
+            actions[rng.integers(8), rng.integers(5)] = rng.integers(info.min, info.max + 1)
+        expected = any(not low <= int(a) <= high for a in actions.ravel())
+        assert _single(space, actions, None, acting).any() == expected
+        if tensor:
+            torch = pytest.importorskip("torch")
+            t = torch.as_tensor
+            found = group_problem(rule, t(actions), t(acting), None, host_views=False)
+            assert (found is not None) == expected, actions
+            continue
+        if rule.fine(actions, acting, None):  # the fast path may decline, never let one pass
+            assert not expected, actions
+        assert (rule.array_problem(actions, acting) is not None) == expected

@@ -209,6 +209,9 @@ class DiscreteRule(ActionRule):
         elif not (_is_tensor(array) and _is_tensor(acting)) or array.shape != acting.shape:
             return False
         low, n = self.low, self.n
+        if isinstance(array, np.ndarray) and array.dtype.kind in "iu":
+            if not _holds(array.dtype.kind, array.dtype.itemsize, low, n):
+                return False  # shifting by low could wrap: array_problem checks exactly
         if isinstance(array, np.ndarray) and array.dtype.kind == "i" and array.size:
             if array.size <= _FEW_ACTIONS and (mask is None or isinstance(mask, np.ndarray)):
                 return _few_legal(array.ravel().tolist(), low, n, mask)
@@ -222,6 +225,8 @@ class DiscreteRule(ActionRule):
         if _is_tensor(array):
             if array.is_floating_point() or array.is_complex() or array.dtype == acting.dtype:
                 return False  # float, complex or bool: array_problem says what is wrong
+            if not _holds("i" if array.dtype.is_signed else "u", array.itemsize, low, n):
+                return False
             if array.numel() == 0:
                 return True
             least, most = import_torch().stack(import_torch().aminmax(array)).tolist()
@@ -304,6 +309,15 @@ def _mask_rows(mask: Any, n: int) -> Any:
 _MASK_ROWS: dict[tuple, Any] = {}
 
 
+def _holds(kind: str, itemsize: int, low: int, n: int) -> bool:
+    """Whether integers of ``kind`` (``"i"`` or ``"u"``) and ``itemsize`` bytes hold every
+    action ``low .. low + n - 1``."""
+    bits = 8 * itemsize
+    if kind == "u":
+        return low >= 0 and low + n <= 1 << bits
+    return -(1 << (bits - 1)) <= low and low + n <= 1 << (bits - 1)
+
+
 class BoxRule(ActionRule):
     """Numbers of the space's shape, castable to its dtype, finite, within its bounds, and
     (from a wider dtype) that its dtype holds."""
@@ -335,8 +349,9 @@ class BoxRule(ActionRule):
             return f"an integer array of dtype {space.dtype}, got dtype {arr.dtype}"
         if not np.all(np.isfinite(arr)):
             return f"finite values in [{space.low.min()}, {space.high.max()}], got {arr.tolist()}"
-        cast = arr.astype(space.dtype)
-        if np.any(cast < space.low) or np.any(cast > space.high):
+        # a float is read as the space's dtype holds it; an integer as it is (a cast could wrap)
+        value = arr if space.dtype.kind in "iu" else arr.astype(space.dtype)
+        if np.any(value < space.low) or np.any(value > space.high):
             return f"values within the bounds of {space}, got {arr.tolist()}"
         return None
 
@@ -349,8 +364,11 @@ class BoxRule(ActionRule):
         if not np.can_cast(array.dtype, space.dtype, casting="same_kind"):
             return -1, -1, f"actions castable to {space.dtype}, got dtype {array.dtype}"
         live = acting.reshape(*acting.shape, *([1] * len(space.shape)))
-        if not np.isfinite(array).all():
-            return _first(live & ~np.isfinite(array), self.kinds["finite"])
+        finite = np.isfinite(array)
+        if not finite.all():  # NaN where no agent acts is ignored: the checks below go on
+            problem = _first(live & ~finite, self.kinds["finite"])
+            if problem is not None:
+                return problem
         outside = (array < space.low) | (array > space.high)
         if outside.any():
             problem = _first(live & outside, self.kinds["bounds"])

@@ -285,3 +285,50 @@ def test_episode_limit_of_a_sisl_env_is_found_inside_its_wrappers() -> None:
     except MissingDependencyError as err:
         pytest.skip(str(err))
     assert env.max_episode_steps == 40  # kept by pursuit's inner game, under raw_env
+
+
+class ReportsTheDead(pettingzoo.ParallelEnv):
+    """Agent ``b`` dies at step 1 and is reported as terminated at every step after, as some
+    envs do (PettingZoo's parallel API test only warns); ``a`` ends at step 4."""
+
+    metadata = {"name": "reports_the_dead"}
+    possible_agents = ["a", "b"]
+
+    def __init__(self) -> None:
+        self.agents: list[str] = []
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return spaces.Box(0, 9, (1,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(2)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple:
+        self.t, self.agents = 0, ["a", "b"]
+        return {x: np.zeros(1, np.float32) for x in self.agents}, {}
+
+    def step(self, actions: dict) -> tuple:
+        self.t += 1
+        self.agents = ["a"] if self.t < 4 else []
+        obs = {x: np.full(1, self.t, np.float32) for x in self.possible_agents}
+        terms = {"a": self.t >= 4, "b": True}
+        return obs, {"a": 1.0, "b": 0.0}, terms, {"a": False, "b": False}, {}
+
+
+def test_only_an_agent_alive_before_a_step_ends_in_it() -> None:
+    env = adapt(ReportsTheDead())
+    env.reset(seed=0)
+    _, _, terms, _, _ = env.step({"a": 0, "b": 0})
+    assert terms == {"a": False, "b": True}
+    for _ in range(2):
+        _, _, terms, _, _ = env.step({"a": 0})
+        assert terms == {"a": False, "b": False}
+    _, _, terms, _, _ = env.step({"a": 0})
+    assert terms == {"a": True, "b": False}
+    vec = corral.VectorEnv([ReportsTheDead])
+    vec.reset(seed=0)
+    ended = []
+    for _ in range(4):
+        batch = vec.step({g: np.zeros((1, 1), np.int64) for g in vec.groups})
+        ended.append(batch.terminated["b"][0, 0].item())
+    assert ended == [True, False, False, False]  # the autoreset at step 4 keeps b's flag down

@@ -183,9 +183,12 @@ class ParallelEnvAdapter(PettingZooAdapter):
         reward_of, term_of, trunc_of = raw_rewards.get, raw_terms.get, raw_truncs.get
         for k, agent in enumerate(keys):
             rewards[agent] = reward_of(agent, 0.0)
-            term = terms[agent] = bool(term_of(agent, False))
-            trunc = truncs[agent] = bool(trunc_of(agent, False))
-            if (term or trunc) and k < len(alive):
+            # only an agent alive before the step can end in it (some envs go on reporting
+            # the dead as terminated, which PettingZoo's API test only warns about)
+            was_alive = k < len(alive)
+            term = terms[agent] = was_alive and bool(term_of(agent, False))
+            trunc = truncs[agent] = was_alive and bool(trunc_of(agent, False))
+            if term or trunc:
                 ended.append(agent)
         if ended:
             self.agents = [a for a in self.env.agents if a not in ended]

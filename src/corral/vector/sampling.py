@@ -30,8 +30,11 @@ def _(space: spaces.Discrete, lead: tuple[int, ...], rng: np.random.Generator, m
 
 @sample_array.register
 def _(space: spaces.Box, lead: tuple[int, ...], rng: np.random.Generator, mask: Any = None):
-    low = np.where(np.isfinite(space.low), space.low, -1.0)
-    high = np.where(np.isfinite(space.high), space.high, 1.0)
+    """Uniform within the bounds; an unbounded dimension within [-1, 1], a dimension bounded on
+    one side within 2 of that bound."""
+    low_finite, high_finite = np.isfinite(space.low), np.isfinite(space.high)
+    low = np.where(low_finite, space.low, np.where(high_finite, space.high - 2.0, -1.0))
+    high = np.where(high_finite, space.high, np.where(low_finite, space.low + 2.0, 1.0))
     if np.issubdtype(space.dtype, np.integer):
         return rng.integers(low, high + 1, size=(*lead, *space.shape)).astype(space.dtype)
     return rng.uniform(low, high, size=(*lead, *space.shape)).astype(space.dtype)
