@@ -209,9 +209,9 @@ class DiscreteRule(ActionRule):
         elif not (_is_tensor(array) and _is_tensor(acting)) or array.shape != acting.shape:
             return False
         low, n = self.low, self.n
-        if isinstance(array, np.ndarray) and array.dtype.kind in "iu":
-            if not _holds(array.dtype.kind, array.dtype.itemsize, low, n):
-                return False  # shifting by low could wrap: array_problem checks exactly
+        numpy_int = isinstance(array, np.ndarray) and array.dtype.kind in "iu"
+        if numpy_int and not _holds(array.dtype.kind, array.dtype.itemsize, low, n):
+            return False  # shifting by low could wrap: array_problem checks exactly
         if isinstance(array, np.ndarray) and array.dtype.kind == "i" and array.size:
             if array.size <= _FEW_ACTIONS and (mask is None or isinstance(mask, np.ndarray)):
                 return _few_legal(array.ravel().tolist(), low, n, mask)
