@@ -746,6 +746,11 @@ def _train(args: argparse.Namespace) -> int:
                     f"--resume takes the algorithm from {args.resume}/config.yaml: "
                     f"leave out {args.algo!r}"
                 )
+            if args.resume and args.env:
+                raise UsageError(
+                    f"--resume takes the env from {args.resume}/config.yaml: "
+                    f"leave out --env {args.env}"
+                )
             if args.resume:
                 try:
                     runner = Runner.resume(
@@ -988,7 +993,7 @@ def _resume_advice(run_dir: str | None) -> str:
 def _eval(args: argparse.Namespace) -> int:
     from corral.training import ConfigError
     from corral.training.config import replace_run
-    from corral.training.policy_map import parse_policies
+    from corral.training.policy_map import check_value, is_fixed, parse_policies
     from corral.training.render import RenderError, record_episode
     from corral.training.runner import check_cluster, evaluate_policy, load_run
     from corral.training.scoring import RETURN, VERSUS
@@ -1001,6 +1006,14 @@ def _eval(args: argparse.Namespace) -> int:
         )
         if args.policies is not None:
             given = parse_policies(args.policies)
+            for key, value in given.items():
+                check_value(key, value)
+                if not is_fixed(value):
+                    raise UsageError(
+                        f"--policies {key}={value}: corral eval plays the run's own learners; "
+                        "it gives agents to fixed:random, fixed:MODULE:ATTR or another run's "
+                        f"policy RUN_DIR:POLICY, and {value!r} is none of these"
+                    )
             config.run = replace_run(config.run, policies={**config.run.policies, **given})
         named = args.ray_address is not None
         check_cluster(config, Path(args.run_dir), named, "corral eval", "--ray-address ")
@@ -1008,6 +1021,13 @@ def _eval(args: argparse.Namespace) -> int:
             config.run = replace_run(config.run, ray_address=args.ray_address)
         if args.explore is not None:
             config.run = replace_run(config.run, eval_explore=args.explore)
+    if args.baselines:  # an env with none is refused before the evaluation, not after
+        from corral.training.baselines import baselines_of
+
+        try:
+            baselines_of(config.run.env)
+        except ValueError as err:
+            raise UsageError(str(err)) from err
     set_torch_threads(torch_threads(config.run.torch_threads))
     try:
         result = evaluate_policy(

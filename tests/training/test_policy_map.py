@@ -23,6 +23,7 @@ from corral.errors import ConfigError
 from corral.training import checkpoint as ckpt
 from corral.training import load_config, load_run
 from corral.training.collector import Collector
+from corral.training.config import replace_run
 from corral.training.metrics import read_metrics
 from corral.training.policy_map import (
     MAIN,
@@ -324,6 +325,28 @@ def test_eval_plays_a_group_by_another_run_s_policy(
     code = cli.main(["eval", str(one), "--policies", f"agent={two}:main"])
     err = capsys.readouterr().err
     assert code == 2 and "that policy plays {'adversary': " in err, err
+    # what eval cannot play is refused, not evaluated as the run's own learner
+    for value, said in [
+        (f"{two}x:agent", f"{two}x is not a run directory (it holds no config.yaml)"),
+        ("ippo", "corral eval plays the run's own learners; it gives agents to fixed:random"),
+        ("two:agent", "'two:agent' is none of these"),
+    ]:
+        code = cli.main(["eval", str(one), "--policies", f"agent={value}"])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and err.count("\n") == 1 and said in err, err
+
+
+def test_eval_return_counts_the_learned_agents_that_no_fixed_policy_took(tmp_path: Path) -> None:
+    run_dir = _train(tmp_path, "one", total_steps=256).run_dir
+    config, algo, _ = load_run(run_dir)
+    taken = {**config.run.policies, "adversary_0": "fixed:random"}
+    config.run = replace_run(config.run, policies=taken)
+    row = evaluate_policy(config, algo, 6, seed=5).columns()
+    left = [row[f"eval_return/{a}"] for a in ("adversary_1", "adversary_2", "agent_0")]
+    assert row["eval_return"] == pytest.approx(np.mean(left), rel=1e-9)
+    assert row["eval_return"] != pytest.approx(
+        np.mean([*left, row["eval_return/adversary_0"]]), rel=1e-9
+    )
 
 
 TICTACTOE = "pettingzoo/classic/tictactoe_v3"

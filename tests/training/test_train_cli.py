@@ -614,9 +614,9 @@ def test_eval_baselines_of_an_env_without_any_is_one_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     assert train(capsys, tmp_path / "r")[0] == 0
-    code, _, err = run(capsys, "eval", str(tmp_path / "r"), "--baselines", *ALLOW)
-    assert code == 2
-    assert "no reference baselines for 'mdp/climbing'" in err
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--baselines", *ALLOW)
+    assert code == 2 and out == ""  # refused before it evaluates
+    assert err.count("\n") == 1 and "no reference baselines for 'mdp/climbing'" in err
 
 
 # -- the user's own env; ids that do not exist -------------------------------------------------

@@ -192,11 +192,14 @@ def test_a_resumed_run_does_not_join_the_cluster_its_config_names(tmp_path: Path
         Runner.resume(tmp_path, progress=False)
 
 
-def test_resume_refuses_an_algorithm_argument(
+def test_resume_refuses_an_algorithm_or_env_argument(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli.main(["train", "mappo", "--resume", str(tmp_path)]) == 2
     assert "leave out 'mappo'" in capsys.readouterr().err
+    # nor an env: the run would go on training the env its config.yaml names
+    assert cli.main(["train", "--resume", str(tmp_path), "--env", "mpe2/simple_spread_v3"]) == 2
+    assert "leave out --env mpe2/simple_spread_v3" in capsys.readouterr().err
 
 
 def test_an_env_hanging_in_an_evaluation_stops_the_run_at_the_timeout(

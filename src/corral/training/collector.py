@@ -36,7 +36,7 @@ from corral.algos.base import Algorithm, FixedPolicy
 from corral.arrays import Place, is_tensor, place_of, to_numpy
 from corral.data.rollouts import Rollout, RolloutBuilder
 from corral.training.policy_map import MAIN, FixedPlayer, Seating
-from corral.training.whole_episodes import CutEpisodes, whole_ended
+from corral.training.whole_episodes import CutEpisodes, episode_quota, whole_ended
 
 if TYPE_CHECKING:
     from corral.vector.protocols import Batch, EndedEpisodes, VecEnv
@@ -118,6 +118,9 @@ class Collector:
         self.learned_groups = tuple(g for g in dict.fromkeys(learned) if not taken[g].all())
         """The groups whose returns are the learners': learned and not all played by fixed
         policies instead."""
+        self.untaken = {g: ~taken[g] for g in self.learned_groups if taken[g].any()}
+        """The agents left to the learners in a learned group that fixed policies play in part
+        (the others' returns are not the learners')."""
         self.rng = np.random.default_rng(seed)
         self.batch = venv.reset(seed=seed)
         self.builders: dict[str, RolloutBuilder] = {}
@@ -127,6 +130,9 @@ class Collector:
         self._ended: list[tuple[Any, dict[str, Any], Any, Any]] = []
         """Torch batches: each step's ``done``, ``episode_return``, ``episode_length`` and
         ``episode_cut``, on the device until :meth:`_read_episodes`."""
+        self.quota: np.ndarray | None = None
+        """The whole episodes each env still counts (:func:`evaluate` sets it; ``None``:
+        every episode counts)."""
 
     @property
     def algo(self) -> Algorithm:
@@ -338,6 +344,8 @@ class Collector:
         ``episode_length``, so several steps' batches flattened to ``S = steps * E`` rows
         record their episodes in step order."""
         finished = np.flatnonzero(whole_ended(batch))
+        if self.quota is not None:
+            finished = self._within_quota(finished)
         if len(finished) == 0:
             return
         if self.seating is not None:  # the learners' agents of each ended episode
@@ -351,13 +359,33 @@ class Collector:
             progress.episode_returns.extend((total / count)[finished].tolist())
         else:  # the learned groups' agents (every agent's where nothing learns)
             groups = self.learned_groups or tuple(self.venv.groups)
-            returns = np.concatenate([batch.episode_return[g][finished] for g in groups], axis=1)
+            returns = np.concatenate(
+                [self._learners_columns(g, batch.episode_return[g][finished]) for g in groups],
+                axis=1,
+            )
             progress.episode_returns.extend(returns.mean(axis=1).tolist())
         for g, agents in self.venv.groups.items():
             group_returns = batch.episode_return[g][finished]
             for j, agent in enumerate(agents):
                 progress.agent_returns.setdefault(agent, []).extend(group_returns[:, j].tolist())
         progress.episode_lengths.extend(batch.episode_length[finished].tolist())
+
+    def _learners_columns(self, g: str, returns: np.ndarray) -> np.ndarray:
+        """Group ``g``'s ``returns`` ``[episodes, n]`` of the agents the learners play."""
+        untaken = self.untaken.get(g)
+        return returns if untaken is None else returns[:, untaken]
+
+    def _within_quota(self, rows: np.ndarray) -> np.ndarray:
+        """The ``rows`` (env rows of flattened steps, in step order) whose env has not played
+        its :attr:`quota`, which each one uses up."""
+        quota, num_envs = self.quota, self.venv.num_envs
+        assert quota is not None
+        kept = []
+        for row in rows.tolist():
+            if quota[row % num_envs] > 0:
+                quota[row % num_envs] -= 1
+                kept.append(row)
+        return np.asarray(kept, dtype=np.int64)
 
 
 def evaluate(
@@ -371,27 +399,27 @@ def evaluate(
     explore: bool = False,
 ) -> Progress:
     """Play ``episodes`` whole episodes greedily (``explore``: exploring as in training),
-    learning nothing; ``seating``: as the :class:`Collector`'s.
+    learning nothing, each env its share (:func:`~corral.training.whole_episodes.episode_quota`);
+    ``seating``: as the :class:`Collector`'s.
 
     Episodes that a fault cut are left out and replaced, and counted in
     ``episodes_cut``; past ``episodes`` of them it raises
     :class:`~corral.errors.EvaluationError` (see :mod:`corral.training.whole_episodes`).
     """
     collector = Collector(venv, algo, fixed, seed, seating=seating)
+    collector.quota = quota = episode_quota(episodes, venv.num_envs)
     progress = Progress()
     cut = CutEpisodes(episodes)
-    while len(progress.episode_returns) < episodes:
+    while quota.any():
         part = collector.run(venv.num_envs, learn=False, explore=explore)  # one vector step
-        cut.see(collector.batch, played=len(progress.episode_returns) + len(part.episode_returns))
+        played = len(progress.episode_returns) + len(part.episode_returns)
+        cut.see(collector.batch, quota > 0, played=played)
         progress.episodes_cut = cut.count
         progress.env_steps += part.env_steps
         progress.episode_returns += part.episode_returns
         for agent, returns in part.agent_returns.items():
             progress.agent_returns.setdefault(agent, []).extend(returns)
         progress.episode_lengths += part.episode_lengths
-    progress.episode_returns = progress.episode_returns[:episodes]
-    progress.agent_returns = {a: r[:episodes] for a, r in progress.agent_returns.items()}
-    progress.episode_lengths = progress.episode_lengths[:episodes]
     return progress
 
 

@@ -45,6 +45,7 @@ from corral.settings import SEED, Range, check_ranges, parse_settings, parse_val
 from corral.training.policy_map import (
     FIXED,
     OBJECT,
+    check_value,
     is_fixed,
     is_run_policy,
     parse_policies,
@@ -589,6 +590,7 @@ def _policy_algorithms(policies: Mapping[str, Any], algo: str) -> dict[str, type
     for pid, value in policies.items():
         if is_fixed(value) or value == algo or value.startswith(OBJECT):
             continue
+        check_value(pid, value)  # a path that is no run directory
         try:
             found[pid] = algorithm_spec(value)[1]
         except ValueError as err:  # an unknown algorithm

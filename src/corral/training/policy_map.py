@@ -231,12 +231,21 @@ def written(value: Any) -> str:
 
 
 def check_value(key: str, value: Any) -> None:
-    """Refuse a ``policies`` value that records a Python object (see :func:`written`)."""
-    if isinstance(value, str) and value.startswith(OBJECT):
+    """Refuse a ``policies`` value that records a Python object (see :func:`written`), or
+    names a path (``RUN_DIR:POLICY``) where no run directory is."""
+    if not isinstance(value, str) or value.startswith(FIXED):
+        return
+    if value.startswith(OBJECT):
         raise ConfigError(
             f"policies: {key!r} was played by a Python object ({value.removeprefix(OBJECT)}) "
             "when the run was made, which a run directory cannot hold: build the run in Python "
             "with that object in policies={...}"
+        )
+    place = value.rpartition(":")[0] or value
+    if "/" in place and not is_run_policy(value):  # a module's name holds no "/"
+        raise ConfigError(
+            f"policies: {key}={value}: {place} is not a run directory (it holds no "
+            "config.yaml); another run's policy is RUN_DIR:POLICY"
         )
 
 

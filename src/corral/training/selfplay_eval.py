@@ -17,7 +17,7 @@ from corral.algos.policy import Policy
 from corral.registry import make
 from corral.training.collector import Collector
 from corral.training.policy_map import FixedPlayer
-from corral.training.whole_episodes import CutEpisodes, whole_ended
+from corral.training.whole_episodes import CutEpisodes, episode_quota, whole_ended
 from corral.vector import make_vec
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def play_against(
         raise ValueError(f"seat {seat!r} is not an agent of the env: {venv.possible_agents}")
     g, j = where[0]
     num_envs = venv.num_envs
-    quota = games // num_envs + (np.arange(num_envs) < games % num_envs)
+    quota = episode_quota(games, num_envs)
     returns: list[float] = []
     played = np.zeros(num_envs, dtype=np.int64)
     cut = CutEpisodes(games) if cut is None else cut

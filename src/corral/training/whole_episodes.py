@@ -8,6 +8,11 @@ any whole one. So evaluations leave cut episodes out, play on to replace them,
 and report how many there were (``eval_cut``). An env that keeps failing
 cannot keep an evaluation playing: past as many cut episodes as the
 evaluation averages, it gives up with an :class:`~corral.errors.EvaluationError`.
+
+Each env plays a share of an evaluation's episodes fixed before it starts
+(:func:`episode_quota`). Keeping the first episodes to end instead would keep
+the short ones: where episodes end early (a prey caught, a game won fast),
+the average would depend on ``num_envs`` and favour them.
 """
 
 from __future__ import annotations
@@ -20,6 +25,12 @@ from corral.errors import EvaluationError
 
 if TYPE_CHECKING:
     from corral.vector.protocols import EndedEpisodes
+
+
+def episode_quota(episodes: int, num_envs: int) -> np.ndarray:
+    """How many of ``episodes`` each of ``num_envs`` envs plays: equal shares, one more for
+    the first ``episodes % num_envs`` envs (``[E]`` ints)."""
+    return episodes // num_envs + (np.arange(num_envs) < episodes % num_envs)
 
 
 def whole_ended(batch: EndedEpisodes) -> np.ndarray:
