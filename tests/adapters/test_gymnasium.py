@@ -10,6 +10,7 @@ import pytest
 
 import corral
 from corral.adapters.gymnasium import GymnasiumEnvAdapter
+from corral.errors import UnknownEnvError
 
 AGENT = "agent_0"
 
@@ -118,6 +119,11 @@ def test_registration_adaptation_and_namespace() -> None:
     adapted.reset(seed=0)
     assert adapted.render_mode == "ansi" and "F" in adapted.render()
     adapted.close()
+
+
+def test_a_module_that_cannot_be_imported_is_an_unknown_env_naming_it() -> None:
+    with pytest.raises(UnknownEnvError, match=r"gym/nosuchmod:Foo-v0: cannot import 'nosuchmod'"):
+        corral.make("gym/nosuchmod:Foo-v0")
 
 
 def test_time_limit_and_gymnasium_attributes_pass_through() -> None:

@@ -138,7 +138,10 @@ def same(a: list[tuple[str, Any]], b: list[tuple[str, Any]]) -> bool:
     return True
 
 
-@pytest.mark.parametrize("game", ["kuhn_poker", "leduc_poker"])
+# negotiation and bridge_uncontested_bidding draw their chance from the game's own generator
+@pytest.mark.parametrize(
+    "game", ["kuhn_poker", "leduc_poker", "negotiation", "bridge_uncontested_bidding"]
+)
 def test_same_seed_same_trajectory_and_other_seeds_differ(game: str) -> None:
     env = corral.make(f"openspiel/{game}")
     first = play(env, seed=7)
@@ -243,6 +246,8 @@ def test_raw_game_is_adapted_and_parameters_reach_the_game() -> None:
     assert three.game.get_parameters()["players"] == 3
     with pytest.raises(TypeError):
         OpenSpielEnv(pyspiel.load_game("kuhn_poker"), players=3)
+    with pytest.raises(ValueError, match=r"holds its parameters already"):
+        corral.make("openspiel/kuhn_poker(players=3)", players=4)
 
 
 def test_listed_and_namespace_ids() -> None:

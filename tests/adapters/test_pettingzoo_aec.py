@@ -182,6 +182,29 @@ def test_converted_parallel_env_sums_match_last(seed: int) -> None:
     assert_same_turns(raw, corral_turns(env, seed, [t for t in raw if t.action is not None]))
 
 
+def test_a_converted_parallel_env_pays_each_round_in_the_step_that_ends_it() -> None:
+    """parallel_to_aec (MAgent2's env()) replaces its cumulative rewards at a round's last
+    move: corral's per-step rewards are then the parallel env's, in the step it pays them."""
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    env, par = adapt(parallel_to_aec(Duel())), Duel()
+    obs, _ = env.reset(seed=0)
+    par.reset(seed=0)
+    rng, moves, paid = np.random.default_rng(0), {}, []
+    while env.agents:
+        (agent,) = obs
+        moves[agent] = int(rng.integers(3))
+        obs, rewards, *_ = env.step({agent: moves[agent]})
+        if len(moves) < 2:
+            assert rewards == {"a": 0.0, "b": 0.0}  # nothing happens until the round ends
+            continue
+        expected = par.step(moves)[1]
+        assert rewards == expected
+        paid.append(expected)
+        moves = {}
+    assert len(paid) == 4 and any(r["a"] != 0 for r in paid)
+
+
 class Elimination(pettingzoo.AECEnv):
     """p0's first move knocks p2 out while p1 plays next, so p2's dead step comes only
     after p1's move, and p2 still earns 0.5 during it; all are truncated at move 5."""

@@ -38,6 +38,7 @@ class Relay(MultiAgentEnv):
 
     possible_agents = ["p_0", "p_1", "p_2"]
     state_space = spaces.Box(0, 10, (1,), np.float32)
+    reads_masks = True
 
     def __init__(self) -> None:
         self.agents = []
@@ -63,7 +64,8 @@ class Relay(MultiAgentEnv):
 
     def step(self, actions: Mapping[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         acting = self._acting()
-        validate_actions(actions, acting, self.action_space, self._masks(acting), self._step)
+        masks = self._masks(acting) if self.reads_masks else {}
+        validate_actions(actions, acting, self.action_space, masks, self._step)
         alive = list(self.agents)
         rewards = {agent: 0.1 for agent in alive}
         rewards[acting[0]] = float(actions[acting[0]])
@@ -463,6 +465,20 @@ class AcceptsMissingAction(Relay):
         return super().step({a: actions.get(a, 0) for a in self._acting()})
 
 
+class AcceptsActionOutsideItsSpace(Relay):
+    def step(self, actions: Mapping[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        return super().step({a: min(int(v), 2) for a, v in actions.items()})  # 3 plays as 2
+
+
+class AcceptsMaskedAction(Relay):
+    """Action 2 is illegal from the first step on, and played all the same."""
+
+    reads_masks = False
+
+    def _masks(self, acting: list[str]) -> dict[str, np.ndarray]:
+        return {agent: np.array([1, 1, 0], dtype=np.int8) for agent in acting}
+
+
 class RaisesKeyErrorOnBadAction(Relay):
     def step(self, actions: Mapping[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         if set(actions) != set(self._acting()):
@@ -528,6 +544,11 @@ BROKEN = [
         "step 0: env.step accepted an action for 'p_1' (not an acting agent)",
     ),
     (AcceptsMissingAction, "step 0: env.step accepted no action for 'p_0' (an acting agent)"),
+    (
+        AcceptsActionOutsideItsSpace,
+        "step 0: env.step accepted an action outside the space of 'p_0' (3)",
+    ),
+    (AcceptsMaskedAction, "step 0: env.step accepted an action that the mask of 'p_0' forbids (2)"),
     (RaisesKeyErrorOnBadAction, "env.step raised KeyError instead of a ValueError"),
     (ChangesStateBeforeRejecting, "step 0: obs['p_1'] differs from a run without the bad actions"),
     (SpacesChangeEveryCall, "env.observation_space('p_0') returned a different space"),

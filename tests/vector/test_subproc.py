@@ -307,6 +307,33 @@ def test_close_is_idempotent_and_leaves_no_process_or_shared_memory() -> None:
         venv.step(zero_actions(venv))
 
 
+class ClosingEnv(CountEnv):
+    """A CountEnv that leaves a file ``closed_<label>`` in ``where`` when it is closed; the
+    env labelled ``fails`` raises in its close() after that."""
+
+    def __init__(self, label: int, where: str, fails: int) -> None:
+        super().__init__(label)
+        self.where, self.fails = where, fails
+
+    def close(self) -> None:
+        open(os.path.join(self.where, f"closed_{self.label}"), "w").close()
+        if self.label == self.fails:
+            raise RuntimeError(f"env {self.label} cannot close")
+
+
+@pytest.mark.parametrize("backend", ["sync", "subproc"])
+def test_an_env_failing_to_close_stops_no_other_env_closing_and_is_raised(
+    backend: str, tmp_path
+) -> None:
+    fns = [partial(ClosingEnv, i, str(tmp_path), fails=1) for i in range(4)]
+    venv = VectorEnv(fns, backend=backend, **({"num_workers": 2} if backend == "subproc" else {}))
+    venv.reset(seed=0)
+    with pytest.raises(EnvError, match=r"env 1: close\(\) raised RuntimeError: env 1 cannot close"):
+        venv.close()
+    assert sorted(os.listdir(tmp_path)) == [f"closed_{i}" for i in range(4)]
+    venv.close()  # closed: nothing left to raise
+
+
 def test_a_vector_env_never_closed_stops_its_workers_when_collected() -> None:
     venv = subproc(count_envs(2))
     venv.reset(seed=0)

@@ -11,6 +11,7 @@ declares several agents (:func:`declares_agents`) is left to
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ from gymnasium import spaces
 
 from corral.adapters import SourceAdapter, adapt, register_adapter
 from corral.env import AgentID, InfoDict, ObsDict, StepResult, validate_actions
+from corral.errors import UnknownEnvError
 
 AGENT = "agent_0"
 
@@ -124,7 +126,21 @@ def declares_agents(env: gymnasium.Env) -> bool:
 
 def make_gymnasium(name: str, **kwargs: Any) -> SourceAdapter:
     """``gymnasium.make(name, **kwargs)`` as a corral env, by the adapter that fits it."""
-    return adapt(gymnasium.make(name, **kwargs))
+    module = name.partition(":")[0] if ":" in name else None
+    try:
+        env = gymnasium.make(name, **kwargs)
+    except ModuleNotFoundError as err:
+        # Gymnasium raises its own ModuleNotFoundError, which names the module in its text
+        named = re.findall(r"No module named '([\w.]+)'", str(err))
+        missing = err.name or (named[0] if named else "")
+        if module is None or not (module == missing or module.startswith(missing + ".")):
+            raise  # a module that the env's own module imports: its error says which
+        raise UnknownEnvError(
+            f"gym/{name}: cannot import {module!r}, whose import registers the id with "
+            f"Gymnasium: no module named {missing!r} (install it, or put the directory that "
+            "holds it on PYTHONPATH)"
+        ) from err
+    return adapt(env)
 
 
 def _is_single_agent_env(env: Any) -> bool:

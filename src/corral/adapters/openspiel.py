@@ -49,6 +49,11 @@ class OpenSpielEnv(MultiAgentEnv):
         import pyspiel
 
         if isinstance(game, str):
+            if params and "(" in game:  # pyspiel would not find such a name, and list every game
+                raise ValueError(
+                    f"{game!r} holds its parameters already: give them there or as keyword "
+                    f"arguments ({sorted(params)}), not both"
+                )
             game = pyspiel.load_game(game, params) if params else pyspiel.load_game(game)
         elif params:
             raise TypeError("game parameters can only be given with a game name, not a Game")
@@ -73,6 +78,12 @@ class OpenSpielEnv(MultiAgentEnv):
         self.render_mode = render_mode
         # Every player acts at every node of a simultaneous-move game (chance is sampled here).
         self.simultaneous = game_type.dynamics == pyspiel.GameType.Dynamics.SIMULTANEOUS
+        # A game that samples its chance itself draws from its own generator, seeded by its
+        # rng_seed parameter: reset(seed) loads it again with a seed drawn from ``seed``.
+        self._seeds_game = (
+            game_type.chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC
+            and "rng_seed" in game_type.parameter_specification
+        )
         self.metadata = {
             **self.metadata,
             "name": game_type.short_name,
@@ -113,6 +124,8 @@ class OpenSpielEnv(MultiAgentEnv):
     ) -> tuple[ObsDict, InfoDict]:
         if seed is not None:
             self._rng = np.random.default_rng(seed)
+            if self._seeds_game:
+                self._reload_game(int(self._rng.integers(2**31 - 1)))
         self._state = self.game.new_initial_state()
         self._paid = np.zeros(len(self.possible_agents))
         self._step = 0
@@ -152,6 +165,13 @@ class OpenSpielEnv(MultiAgentEnv):
         if self.render_mode == "ansi" and self._state is not None:
             return str(self._state)
         return None
+
+    def _reload_game(self, rng_seed: int) -> None:
+        """The same game loaded again, its own chance generator seeded by ``rng_seed``."""
+        import pyspiel
+
+        params = {**self.game.get_parameters(), "rng_seed": rng_seed}
+        self.game = pyspiel.load_game(self.game.get_type().short_name, params)
 
     def _sample_chance(self) -> None:
         """Play chance nodes with outcomes drawn from their probabilities."""

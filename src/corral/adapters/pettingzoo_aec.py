@@ -8,7 +8,11 @@ Rewards: PettingZoo reports, at each turn of an agent, its cumulative reward
 since it last acted. The adapter hands out the change of every agent's
 cumulative reward during each corral step, so an agent's corral rewards
 between two of its turns add up to what ``last()`` reports at the second one,
-and episode returns equal PettingZoo's.
+and episode returns equal PettingZoo's. An env made by PettingZoo's
+``parallel_to_aec`` (MAgent2's ``env()``) keeps the cumulative rewards through
+a round and replaces them with the round's rewards at its last move: there,
+each agent earns the round's reward in the step that ends the round, and
+nothing in the others, as the parallel env pays it.
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ class AECEnvAdapter(PettingZooAdapter):
         # Filled by _raw_step during one corral step.
         self._earned: defaultdict[AgentID, float] = defaultdict(float)
         self._exits: dict[AgentID, _Exit] = {}
+        self._by_rounds = _is_parallel_to_aec(env)
+        """Rewards come as a round's, replacing the cumulative ones (``parallel_to_aec``)."""
 
     @property
     def max_episode_steps(self) -> int | None:  # type: ignore[override]
@@ -104,12 +110,18 @@ class AECEnvAdapter(PettingZooAdapter):
 
     def _raw_step(self, action: Any, acted: bool) -> None:
         """Step the raw env once, adding each agent's change of cumulative reward to _earned."""
-        before = dict(_cumulative_rewards(self.env))
+        cumulative = _cumulative_rewards(self.env)
+        before = dict(cumulative)
         if acted:
             # PettingZoo counts an agent's cumulative reward from its last action on.
             before[self.env.agent_selection] = 0.0
         self.env.step(action)
         after = _cumulative_rewards(self.env)
+        if self._by_rounds:  # a new dict at the end of a round holds the round's rewards
+            if after is not cumulative:
+                for agent, reward in after.items():
+                    self._earned[agent] += float(reward)
+            return
         for agent in dict.fromkeys([*before, *after]):
             start = before.get(agent, 0.0)
             self._earned[agent] += float(after.get(agent, start) - start)
@@ -161,6 +173,17 @@ def _cumulative_rewards(env: Any) -> Mapping[AgentID, float]:
         return env._cumulative_rewards
     except AttributeError:
         return env.unwrapped._cumulative_rewards
+
+
+def _is_parallel_to_aec(env: Any) -> bool:
+    """Whether ``env`` is PettingZoo's AEC view of a parallel env (``parallel_to_aec``)."""
+    conversions = sys.modules.get("pettingzoo.utils.conversions")
+    wrapper = getattr(conversions, "parallel_to_aec_wrapper", None)
+    while wrapper is not None and env is not None:  # through PettingZoo's wrappers
+        if isinstance(env, wrapper):
+            return True
+        env = getattr(env, "env", None)
+    return False
 
 
 def _is_aec_env(env: Any) -> bool:

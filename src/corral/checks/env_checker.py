@@ -373,6 +373,18 @@ class _Checker(Findings):
                 a: v for a, v in good.items() if a != dropped
             },
         }
+        outside = _outside(self.env.action_space(dropped))
+        if outside is not None:
+            probes[f"an action outside the space of {dropped!r} ({outside!r})"] = {
+                **good,
+                dropped: outside,
+            }
+        forbidden = _forbidden(self.env.action_space(dropped), infos.get(dropped, {}))
+        if forbidden is not None:
+            probes[f"an action that the mask of {dropped!r} forbids ({forbidden})"] = {
+                **good,
+                dropped: forbidden,
+            }
         for what, actions in probes.items():
             try:
                 self.env.step(actions)
@@ -392,6 +404,26 @@ class _Checker(Findings):
                 )
             obs, infos = reset_env(self.env, seed, "reset")
         return obs, infos
+
+
+def _outside(space: spaces.Space) -> Any:
+    """An action that ``space`` does not hold (``None`` for the spaces not probed)."""
+    if isinstance(space, spaces.Discrete):
+        return int(space.start + space.n)
+    if isinstance(space, spaces.MultiDiscrete):
+        return np.asarray(space.start + space.nvec)
+    if isinstance(space, spaces.Box):
+        return np.zeros((*space.shape, 2), dtype=space.dtype)  # a shape it does not have
+    return None
+
+
+def _forbidden(space: spaces.Space, info: Mapping[str, Any]) -> int | None:
+    """A discrete action that the agent's mask in ``info`` forbids, if any."""
+    mask = info.get("action_mask") if isinstance(info, Mapping) else None
+    if not isinstance(space, spaces.Discrete) or mask is None:
+        return None
+    zeros = np.flatnonzero(np.asarray(mask) == 0)
+    return int(space.start + zeros[0]) if len(zeros) else None
 
 
 def _record_difference(a: _Record, b: _Record) -> str | None:

@@ -27,7 +27,14 @@ from corral.batched_env import BatchedEnv, BatchedStep, Seed, copy_seeds, select
 from corral.env import MultiAgentEnv
 from corral.errors import EnvError
 from corral.groups import GroupMap
-from corral.vector.env_calls import Written, env_error, guarded, remember, set_env_attrs
+from corral.vector.env_calls import (
+    Written,
+    env_error,
+    first_fault,
+    guarded,
+    remember,
+    set_env_attrs,
+)
 from corral.vector.layout import Layout, Role, array_tree, assemble
 from corral.vector.packer import GroupArrays, Packer
 
@@ -252,9 +259,16 @@ class DictEnvs(BatchedEnv):
         remember(self.written, name, values)
 
     def close(self) -> None:
+        """Close every env, then raise the first that failed (every fault in its ``faults``)."""
         envs, self.envs = self.envs, []
+        faults: list[BaseException] = []
         for i, env in enumerate(envs):
-            guarded(self.offset + i, "close()", env.close)
+            try:
+                guarded(self.offset + i, "close()", env.close)
+            except EnvError as fault:
+                faults.append(fault)
+        if faults:
+            raise first_fault(faults)
 
     # -- one env ----------------------------------------------------------------------
 

@@ -63,7 +63,7 @@ from corral.vector.backend import (
     set_shard_attrs,
 )
 from corral.vector.dict_envs import DictEnvs, call_inside
-from corral.vector.env_calls import Written, env_error
+from corral.vector.env_calls import Written, env_error, first_fault
 from corral.vector.episodes import Episodes, clear_step_fields
 from corral.vector.layout import Layout
 from corral.vector.shards import (
@@ -256,6 +256,8 @@ class _DeathPact:
 
 
 _OK = ForkingPickler.dumps(("ok", None))  # the usual reply, pickled once
+_CLOSED = "closed"
+"""A worker's last message: its envs closed, with the fault of any that failed (or None)."""
 _STEP = ("step",)
 _STEP_PICKLED = ForkingPickler.dumps(_STEP)
 
@@ -367,7 +369,13 @@ def _serve(
             break
         except (pickle.PicklingError, TypeError, AttributeError) as err:
             conn.send(("error", env_error(offset, f"sending the reply to {command}()", err)))
-    shard.close()
+    closed: BaseException | None = None
+    try:
+        shard.close()
+    except Exception as err:  # an env's close() failed: the parent raises it, as sync does
+        closed = env_error(offset, "close()", err)
+    with contextlib.suppress(OSError, pickle.PicklingError, TypeError, AttributeError):
+        conn.send((_CLOSED, closed))
 
 
 # -- the parent's side ------------------------------------------------------------------
@@ -412,22 +420,40 @@ def _shutdown(
     fds: list[int],
     reaper_process: subprocess.Popen,
     grace: float = CLOSE_GRACE_S,
-) -> None:
-    """Close every worker, the shared block and the reaper (also run by the finalizer).
+) -> list[BaseException]:
+    """Close every worker, the shared block and the reaper (also run by the finalizer);
+    returns the faults of envs whose ``close()`` failed.
 
     Each worker has ``grace`` seconds to close its envs and exit before it is killed; with
     none, it is killed at once and its envs are not closed."""
+    closing = []
     for worker in workers:
         if worker.conn is not None and grace > 0:  # a live worker (stop() drops the pipe)
             with contextlib.suppress(OSError):  # one already gone is reaped by stop()
                 worker.conn.send(("close",))
+                closing.append(worker)
     deadline = time.monotonic() + grace
+    faults = [f for w in closing if (f := _close_fault(w, deadline)) is not None]
     for worker in workers:
         worker.stop(max(0.0, deadline - time.monotonic()))
     for fd in fds:
         os.close(fd)
     fds.clear()
     reaper.dismiss(reaper_process)
+    return faults
+
+
+def _close_fault(worker: _Worker, deadline: float) -> BaseException | None:
+    """The fault a closing worker reports for its envs' ``close()`` (``None``: they closed, or
+    it said nothing before ``deadline``); a reply to a call still in flight is passed over."""
+    conn = worker.conn
+    assert conn is not None
+    with contextlib.suppress(OSError, EOFError, pickle.UnpicklingError):
+        while conn.poll(max(0.0, deadline - time.monotonic())):
+            message = conn.recv()
+            if isinstance(message, tuple) and message and message[0] == _CLOSED:
+                return message[1]
+    return None
 
 
 class SubprocBackend(Backend):
@@ -619,7 +645,9 @@ class SubprocBackend(Backend):
         if terminate and self._finalizer.alive:
             self._finalizer.detach()
             _shutdown(self.shards, self._fds, self._reaper, grace=0.0)
-        self._finalizer()
+        faults = self._finalizer()  # None once closed
+        if faults:
+            raise first_fault(faults)
 
     # -- talking to workers ---------------------------------------------------------------
 

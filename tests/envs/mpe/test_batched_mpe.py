@@ -29,6 +29,7 @@ CASES = [
     ("mpe2/simple_spread_v3", {"num_agent_neighbors": 1, "num_landmark_neighbors": 2}),
     ("mpe2/simple_spread_v3", {"N": 2, "num_agent_neighbors": 3, "num_landmark_neighbors": 4}),
     ("mpe2/simple_spread_v3", {"curriculum": True, "dynamic_rescaling": False}),
+    ("mpe2/simple_spread_v3", {"N": 1}),  # no other agent: empty communication
 ]
 IDS = [f"{id.split('/')[1]}-{kw}" for id, kw in CASES]
 TORCH = [p for p in PLACES if p != ("numpy", "cpu")]

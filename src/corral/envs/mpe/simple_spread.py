@@ -34,7 +34,7 @@ class BatchedSimpleSpread(BatchedMPE):
         ops, world, n = self.ops, self.world, self.n
         to_landmarks, to_agents = self.relative_positions()
         comm = ops.astype(ops.take(world.comm, self.others, 1), self.dtype)
-        comm = comm.reshape(len(world.comm), n, n - 1, -1)
+        comm = comm.reshape(len(world.comm), n, n - 1, self.bodies.dim_c)
         scenario = self.scenario
         if scenario.num_landmark_neighbors is not None:
             to_landmarks, _ = nearest(ops, to_landmarks, scenario.num_landmark_neighbors)
