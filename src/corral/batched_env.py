@@ -56,7 +56,8 @@ class BatchedStep:
       from ``reset``.
     * ``state``: ``[E, *state_shape]``, where the env has a ``state_space``.
 
-    Rows of copies that a ``reset(where=...)`` did not select are not read.
+    Rows of copies that a ``reset(where=...)`` did not select hold those copies as they
+    stood (the vector layer compares them in its first resets; it writes none of them).
     ``restarted``, ``failed`` (``[E]`` bool) and ``faults`` are for sources that
     restart a failed copy themselves (packed dict envs): the copies rebuilt in
     this call, the copies whose step raised (it did not happen: the episode's

@@ -67,3 +67,17 @@ def test_host_views_must_be_a_bool() -> None:
 
 def test_device_path_is_at_the_root() -> None:
     assert corral.device_path is device_path
+
+
+def test_numpy_arrays_of_any_strides_or_writability_come_in_as_their_values() -> None:
+    np = pytest.importorskip("numpy")
+    base = np.arange(12, dtype=np.int64).reshape(4, 3)
+    readonly = base.copy()
+    readonly.flags.writeable = False
+    place = Place("torch")
+    for value in (base[::-1], base[:, ::-1], np.broadcast_to(base[0], (4, 3)), readonly):
+        tensor = place.asarray(value)
+        assert tensor.tolist() == value.tolist()
+    shared = place.asarray(base)  # a plain array is not copied
+    base[0, 0] = 99
+    assert shared[0, 0].item() == 99

@@ -302,6 +302,16 @@ class ResetsEveryCopy(Squad):
         return super().reset(seed, None, options)
 
 
+class ResetTouchesOtherCopies(Squad):
+    """Its reset(where=...) returns the copies it does not select with another observation."""
+
+    def reset(self, seed=None, where=None, options=None):
+        batch = super().reset(seed, where, options)
+        if where is not None:
+            batch.obs["q"][~np.asarray(where)] += 1
+        return batch
+
+
 class RestartsOnlyEndedCopies(Squad):
     def reset(self, seed=None, where=None, options=None):
         if where is not None:
@@ -510,6 +520,16 @@ BROKEN = [
     (GroupMixesSpaces, "env.groups puts 'p_0' and 'q_0' in group 'all', but their"),
     (TextObservations, "env.observation_space('q_0') is Text(1, 5, charset="),
     (Crashes, "step 3: env.step raised RuntimeError: boom"),
+    (
+        ResetTouchesOtherCopies,
+        "reset(where=...) before step 5, copy 0: reset(where=...) did not select the copy but "
+        "changed the observation or alive flag of agent 'q_0' (group 'q')",
+    ),
+    (
+        broken(3, lambda b: put(b.obs["p"], (0, 2), 9.0)),  # p_2 died in step 2
+        "step 3, copy 0: the observation of agent 'p_2' (group 'p') changed, but it neither "
+        "acts next nor ended in the step",
+    ),
     (
         broken(2, lambda b: setattr(b, "same_alive", True)),  # p_2 dies in step 2
         "step 2, copy 0: the step says same_alive=True, but alive of agent 'p_2' (group 'p') "
@@ -830,6 +850,51 @@ def test_dict_and_tuple_observations_are_checked_leaf_by_leaf() -> None:
         "reset, copy 0: obs['pair'][1] of agent 'q_0' is [0.0, 0.5], but the dict env (seeded 0) "
         "gives [0.0, 0.0]"
     ), found
+
+
+OBS_Q_DIGITS = spaces.Dict({"0": OBS_Q, "1": spaces.Tuple((OBS_Q, OBS_P))})
+
+
+class DigitKeysDict(NestedSquadDict):
+    """NestedSquadDict whose Dict keys are digits, which a path of keys cannot tell from
+    tuple indices."""
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return OBS_P if agent in P else OBS_Q_DIGITS
+
+    def _obs(self, agent: str) -> Any:
+        found = super()._obs(agent)
+        return found if agent in P else {"0": found["t"], "1": found["pair"]}
+
+
+class DigitKeys(NestedSquad):
+    def __init__(self, num_envs: int = 4, array: str = "numpy", device: str = "cpu") -> None:
+        super().__init__(num_envs)  # numpy only
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return OBS_P if agent in P else OBS_Q_DIGITS
+
+    def observe(self, ended_p: np.ndarray, ended_q: np.ndarray) -> BatchedStep:
+        batch = super().observe(ended_p, ended_q)
+        batch.obs["q"] = {"0": batch.obs["q"]["t"], "1": batch.obs["q"]["pair"]}
+        return batch
+
+
+def test_digit_keys_of_a_dict_observation_run_natively_as_in_the_dict_env(
+    isolated_registry: None,
+) -> None:
+    assert check_env(DigitKeys(), dict_env=DigitKeysDict).ok
+    corral.register("test/digit-keys", DigitKeysDict, batched=DigitKeys)
+    batches = []
+    for native in (True, False):
+        with corral.make_vec("test/digit-keys", 4, seed=0, native=native) as venv:
+            rng, seen = np.random.default_rng(1), [venv.reset()]
+            for _ in range(12):  # past the first autoresets, which the vector layer checks
+                seen.append(venv.step(venv.sample_actions(seen[-1], rng)))
+            batches.append([(b.obs["q"]["0"].copy(), b.obs["q"]["1"][0].copy()) for b in seen])
+    for (native_t, native_pair), (dict_t, dict_pair) in zip(*batches, strict=True):
+        np.testing.assert_array_equal(native_t, dict_t)
+        np.testing.assert_array_equal(native_pair, dict_pair)
 
 
 def test_sampled_actions_of_a_nested_space_stack_leaf_by_leaf() -> None:

@@ -442,6 +442,31 @@ def test_seeding_gives_env_i_seed_plus_i() -> None:
     venv.close()
 
 
+def test_a_numpy_integer_seed_seeds_as_its_int_and_other_seeds_are_refused() -> None:
+    pytest.importorskip("mpe2")
+    batches = []
+    for seed in (10, np.int64(10)):
+        for native in (True, False):
+            with make_vec("mpe2/simple_spread_v3", 2, seed=seed, native=native) as venv:
+                batches.append(venv.reset().obs["agent"])
+                batches.append(venv.reset(seed=seed).obs["agent"])
+    for batch in batches[1:]:
+        np.testing.assert_allclose(batch, batches[0], rtol=0, atol=1e-12)
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(
+            ValueError, match=f"seed must be a non-negative integer or None, got {bad!r}"
+        ):
+            make_vec("corral/rps", 2, seed=bad)
+        with make_vec("corral/rps", 2) as venv, pytest.raises(ValueError, match="seed must be"):
+            venv.reset(seed=bad)
+
+
+@pytest.mark.parametrize("flag", ["copy", "clip_actions", "check_finite", "deferred_checks"])
+def test_a_flag_that_is_no_bool_is_refused(flag: str) -> None:
+    with pytest.raises(TypeError, match=f"{flag} must be True or False, got 'no'"):
+        make_vec("corral/rps", 2, **{flag: "no"})
+
+
 def test_copy_false_returns_views_that_the_next_step_overwrites() -> None:
     venv = make_vec("corral/rps", 1, seed=0, copy=False)
     first = venv.reset()

@@ -127,6 +127,9 @@ class Place:
             return np.asarray(value, dtype)
         torch = import_torch()
         if isinstance(value, np.ndarray):
+            # from_numpy shares the memory: it takes no negative stride nor read-only memory
+            if not value.flags.writeable or any(stride < 0 for stride in value.strides):
+                value = value.copy()
             value = torch.from_numpy(value)
         return torch.as_tensor(
             value, dtype=None if dtype is None else torch_dtype(dtype), device=self.device

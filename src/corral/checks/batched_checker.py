@@ -35,6 +35,7 @@ from corral.checks.batched_rules import (
     FRAME_RULES,
     PLACE_RULES,
     READ_RULES,
+    RESET_RULES,
     STEP_RULES,
     Frame,
     Layout,
@@ -506,8 +507,9 @@ class _BatchedChecker(Findings):
         )
         frame = self._read(run, key, where, result, False, rows, check)
         frame.episode_steps = np.zeros(self.layout.num_envs, np.int64)
+        frame.stood = track
         if check:
-            self.apply(FRAME_RULES, self.layout, frame)
+            self.apply(FRAME_RULES + RESET_RULES, self.layout, frame)
         track.after_reset(frame, key[0])
         run.records[key] = _Record(where, _batched_record(self.layout, frame, track))
 

@@ -18,7 +18,7 @@ from gymnasium import spaces
 
 from corral.arrays import Place, import_torch, place_of, to_numpy, torch_dtype
 from corral.arrays.tree import index as indexed
-from corral.arrays.tree import leaves_found, map_tree
+from corral.arrays.tree import leaves_found, map_tree, tree_leaves
 from corral.batched_env import BatchedStep
 from corral.checks.engine import in_space, is_step_count, spaces_of, unfinite_parts
 from corral.errors import GroupError
@@ -138,6 +138,9 @@ class Track:
     """Episodes each copy has ended."""
     ended_at: dict[tuple[int, str], str] = field(default_factory=dict)
     """``(copy, agent)`` -> where the agent's episode ended, in the copy's episode."""
+    obs: dict[str, Any] = field(default_factory=dict)
+    """Every group's observation rows as the last call left them (copies on the host; empty
+    before the first reset)."""
 
     @classmethod
     def empty(cls, layout: Layout) -> Track:
@@ -175,6 +178,7 @@ class Track:
         self.over_since[rows] = np.where(any_alive(frame.alive)[rows], -1, t - 1)
         for i, agent in [key for key in self.ended_at if rows[key[0]]]:
             del self.ended_at[i, agent]
+        self.obs = _copied(frame.obs)
 
     def after_step(self, frame: Frame, t: int) -> np.ndarray:
         """Take in step ``t``; returns ``[E]``, the copies whose episode ended in it."""
@@ -187,6 +191,7 @@ class Track:
                 self.ended_at[int(i), agents[k]] = frame.where
             self.observed[g] |= frame.acting[g] | frame.ended(g)
         self.alive, self.acting, self.masks = frame.alive, frame.acting, frame.masks
+        self.obs = _copied(frame.obs)
         self.episode_steps = frame.steps
         self.over_since[over] = t
         self.episodes += over
@@ -199,6 +204,29 @@ class Track:
             for i, k in np.argwhere(frame.alive[g] & ~self.alive[g]):
                 joined[i] |= (int(i), agents[k]) not in self.ended_at
         return joined
+
+
+def _copied(obs: dict[str, Any]) -> dict[str, Any]:
+    """Host copies of observation rows (an env may write its next ones over the same arrays)."""
+    return {g: map_tree(np.copy, value, mappings=True, lists=True) for g, value in obs.items()}
+
+
+def changed_rows(now: Any, then: Any) -> np.ndarray:
+    """``[E, n]``: the agents whose observation differs between two of a group's observation
+    values (nested alike; NaN equals NaN)."""
+    changed: np.ndarray | None = None
+    for (_, a), (_, b) in zip(
+        tree_leaves(now, mappings=True, lists=True),
+        tree_leaves(then, mappings=True, lists=True),
+        strict=True,
+    ):
+        same = a == b
+        if a.dtype.kind in "fc":
+            same |= np.isnan(a) & np.isnan(b)
+        rows = ~same.reshape(*same.shape[:2], -1).all(axis=2)
+        changed = rows if changed is None else changed | rows
+    assert changed is not None
+    return changed
 
 
 def any_alive(alive: dict[str, np.ndarray]) -> np.ndarray:
@@ -223,6 +251,8 @@ class Frame:
     state: Any = None
     before: Track | None = None
     """Where the copies stood when the step began; ``None`` for a reset."""
+    stood: Track | None = None
+    """For a reset: where the copies stood before it (those it does not select stay so)."""
     episode_steps: np.ndarray | None = None
     same_alive: bool = False
     """The step's promise that no copy's ``alive`` changed in it."""
@@ -418,6 +448,22 @@ def _state_is_finite(layout: Layout, frame: Frame) -> Iterator[str]:
             yield f"{frame.at(i)}: state{path}: expected {problem}"
 
 
+def _unselected_copies_stand_as_they_were(layout: Layout, frame: Frame) -> Iterator[str]:
+    stood = frame.stood
+    if stood is None or not stood.obs:
+        return
+    kept = ~frame.rows
+    for g, agents in layout.groups.items():
+        changed = changed_rows(frame.obs[g], stood.obs[g]) | (frame.alive[g] != stood.alive[g])
+        for i, k in np.argwhere(changed & kept[:, None]):
+            yield (
+                f"{frame.at(int(i))}: reset(where=...) did not select the copy but changed "
+                f"the observation or alive flag of {_who(agents[k], g)}; a reset returns the "
+                "copies it does not select as they stood (the vector layer refuses an env "
+                "whose reset ignores where)"
+            )
+
+
 FRAME_RULES: tuple[Rule, ...] = (
     _acting_agents_are_alive,
     _copies_that_go_on_ask_an_agent,
@@ -535,6 +581,22 @@ def _episode_ends_within_max_episode_steps(layout: Layout, frame: Frame) -> Iter
         )
 
 
+def _agents_that_do_not_act_keep_their_observation(
+    layout: Layout, frame: Frame
+) -> Iterator[str]:
+    before = frame.start
+    if not before.obs:
+        return
+    for g, agents in layout.groups.items():
+        kept = ~frame.acting[g] & ~frame.ended(g)
+        for i, k in np.argwhere(kept & changed_rows(frame.obs[g], before.obs[g])):
+            yield (
+                f"{frame.at(int(i))}: the observation of {_who(agents[k], g)} changed, but "
+                "it neither acts next nor ended in the step; an agent keeps its last "
+                "observation until it acts again (an ended agent's stays its final one)"
+            )
+
+
 STEP_RULES: tuple[Rule, ...] = (
     _rewards_are_finite,
     _ended_copies_stay_ended,
@@ -545,8 +607,12 @@ STEP_RULES: tuple[Rule, ...] = (
     _agents_leave_only_by_ending,
     _same_alive_is_true,
     _episode_ends_within_max_episode_steps,
+    _agents_that_do_not_act_keep_their_observation,
 )
 """Rules checked on what every ``step`` returns."""
+
+RESET_RULES: tuple[Rule, ...] = (_unselected_copies_stand_as_they_were,)
+"""Rules checked on what a ``reset(where=...)`` returns for the copies it does not select."""
 
 
 # --------------------------------------------------------------------------- what a call returns

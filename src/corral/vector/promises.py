@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from corral.arrays import to_numpy
+from corral.arrays.tree import leaf_keys
 from corral.batched_env import BatchedStep
 from corral.errors import EnvError
 from corral.vector.layout import Layout, leaves
@@ -58,9 +59,11 @@ class Promises:
         self._shared = shared
         # What a reset must leave as it stood in the copies it does not select.
         self._kept = [
-            (g, group.agents, path, arrays[path], _part(path, f"obs/{g}"))
+            (g, group.agents, path, arrays[path], keys)
             for g, group in layout.groups.items()
-            for path, _ in leaves(group.obs_tree, f"obs/{g}")
+            for (path, _), keys in zip(
+                leaves(group.obs_tree, f"obs/{g}"), leaf_keys(group.obs_tree), strict=True
+            )
         ]
         self._kept += [(g, group.agents, f"alive/{g}", arrays[f"alive/{g}"], ())
                        for g, group in layout.groups.items()]  # fmt: skip
@@ -161,10 +164,3 @@ class Promises:
 
 def _copy(array: Any) -> Any:
     return array.copy() if isinstance(array, np.ndarray) else array.clone()
-
-
-def _part(path: str, root: str) -> tuple[str | int, ...]:
-    """The keys from a group's observation down to the leaf at ``path`` (Dict and Tuple
-    spaces: string keys and tuple indices)."""
-    keys = path[len(root) :].strip("/")
-    return tuple(int(k) if k.isdigit() else k for k in keys.split("/")) if keys else ()

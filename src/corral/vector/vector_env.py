@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import numbers
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -96,6 +97,16 @@ class _Pending(enum.Enum):
     CLOSED = "closed"
 
 
+def checked_seed(seed: Any) -> int | None:
+    """``seed`` as a Python ``int`` (``None`` stays ``None``); anything but a non-negative
+    integer (numpy's included) is a ``ValueError`` naming it."""
+    if seed is None:
+        return None
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
+    return int(seed)
+
+
 class VectorEnv:
     """``num_envs`` copies of a multi-agent env, stepped as one batch.
 
@@ -176,6 +187,14 @@ class VectorEnv:
     ) -> None:
         if on_env_error not in ("raise", "restart"):
             raise ValueError(f"on_env_error must be 'raise' or 'restart', got {on_env_error!r}")
+        flags: dict[str, Any] = {"state": state, "copy": copy, "clip_actions": clip_actions}
+        flags["deferred_checks"] = deferred_checks
+        if check_finite is not None:  # None: debug_mode() decides
+            flags["check_finite"] = check_finite
+        for name, value in flags.items():
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+        seed = checked_seed(seed)
         self.place = Place(array, device)
         check_options(backend, options)
         self.check_finite = debug_mode() if check_finite is None else bool(check_finite)
@@ -321,6 +340,7 @@ class VectorEnv:
     def reset_async(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         self._expect(_Pending.NONE, "reset_async")
         self.raise_deferred()  # before the reset: a problem of the steps before it
+        seed = checked_seed(seed)
         if seed is None and not self._started:
             seed = self._first_seed
         seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
