@@ -581,9 +581,7 @@ def _episode_ends_within_max_episode_steps(layout: Layout, frame: Frame) -> Iter
         )
 
 
-def _agents_that_do_not_act_keep_their_observation(
-    layout: Layout, frame: Frame
-) -> Iterator[str]:
+def _agents_that_do_not_act_keep_their_observation(layout: Layout, frame: Frame) -> Iterator[str]:
     before = frame.start
     if not before.obs:
         return
