@@ -61,6 +61,7 @@ def rollout(env: gymnasium.Env, seed: int, steps: int) -> list[Any]:
         ("CartPole-v1", {}, "termination"),
         ("Pendulum-v1", {"max_episode_steps": 7}, "truncation"),
         ("FrozenLake-v1", {"is_slippery": True}, None),
+        ("Taxi-v4", {}, None),  # its info's action_mask is a hint: every action is taken
     ],
 )
 def test_export_reproduces_the_raw_gymnasium_env(

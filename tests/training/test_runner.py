@@ -537,6 +537,20 @@ def test_plot_draws_mean_and_band_over_seeds(tmp_path: Path) -> None:
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000
 
 
+def test_plot_keeps_runs_of_other_env_kwargs_apart(tmp_path: Path) -> None:
+    """Runs of one algorithm on one env id with other env_kwargs are other tasks, not seeds."""
+    pytest.importorskip("matplotlib")
+    from corral.training.plot import curves
+
+    runs = [
+        train(config(tmp_path, name, "mdp/penalty", seed=seed, env_kwargs=kwargs)).run_dir
+        for name, seed, kwargs in [("a0", 0, {}), ("a1", 1, {}), ("k", 0, {"k": -20})]
+    ]
+    same, other = curves(runs)
+    assert same.returns.shape[0] == 2 and same.label == "TabularQ (2 runs)"
+    assert other.returns.shape[0] == 1 and other.label == "TabularQ k=-20 (1 run)"
+
+
 def test_gif_of_an_env_that_renders(tmp_path: Path) -> None:
     pytest.importorskip("mpe2")
     iio = pytest.importorskip("imageio.v3")
@@ -548,9 +562,33 @@ def test_gif_of_an_env_that_renders(tmp_path: Path) -> None:
     venv.close()
     frames = record_episode(cfg, algo, tmp_path / "spread.gif")
     data = (tmp_path / "spread.gif").read_bytes()
-    assert data[:6] == b"GIF89a" and frames == 5
+    assert data[:6] == b"GIF89a" and frames == 6  # the reset's, then one per step
     # GIF writers merge identical consecutive frames (mpe2's first step may not move)
     assert 1 < iio.imread(tmp_path / "spread.gif", index=None).shape[0] <= frames
+
+
+def test_the_frames_of_an_episode_end_with_how_it_ended(tmp_path: Path) -> None:
+    """The last frame is the env's after its last step (the vector layer resets it in that
+    step): the same as a dict env played by hand with the same actions."""
+    pytest.importorskip("mpe2")
+    from corral.training.render import episode_frames
+
+    kwargs = {"N": 2, "max_cycles": 5}
+    cfg = config(tmp_path, env="mpe2/simple_spread_v3", env_kwargs=kwargs)
+    venv = corral.make_vec(cfg.run.env, 1, env_kwargs=kwargs)
+    algo = TabularQ(venv, cfg.algo_config.replace(prefer=1))  # an untrained table: always 1
+    venv.close()
+    frames = episode_frames(cfg, algo, seed=3)
+    env = corral.make("mpe2/simple_spread_v3", render_mode="rgb_array", **kwargs)
+    env.reset(seed=3)
+    expected = [env.render()[..., :3]]
+    while env.agents:
+        env.step(dict.fromkeys(env.agents, 1))
+        expected.append(env.render()[..., :3])
+    env.close()
+    assert len(frames) == len(expected) == 6
+    for got, want in zip(frames, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("env", ["corral/tag", "corral/rps", "corral/rps4"])

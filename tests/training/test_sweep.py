@@ -244,8 +244,31 @@ def test_a_sweep_on_its_directory_again_adds_trials_to_the_same_study(
     assert len(trial_dirs(sweep_dir)) == 3
     # another sweep (other fixed settings) is not mixed into it
     code, _, err = run(capsys, *argv, "--trials", "1", "--total-steps", "160")
-    assert code == 2 and "holds a sweep with another settings" in err
+    assert code == 2 and "holds another sweep: " in err
+    assert "setting total_steps 80 (now 160)" in err
     assert len(trial_dirs(sweep_dir)) == 3
+    # a setting given its default where it was left out is the same sweep (seed 0)
+    code, out, err = run(capsys, *argv, "--trials", "1", *FAST_ARGS, "--seed", "0")
+    assert code == 0, err
+    assert "4 complete" in out
+
+
+def test_a_sweep_continued_from_another_directory_finds_its_trials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trial directories are the sweep directory's, wherever the command runs from."""
+    pytest.importorskip("optuna")
+    path = space_file(tmp_path, "lr: {low: 0.01, high: 0.5}\n")
+    (tmp_path / "elsewhere").mkdir()
+    argv = ["sweep", TINY, "--env", ENV, "--space", str(path), "--trials", "1", *FAST_ARGS]
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys, *argv, "--sweep-dir", "sweep")[0] == 0
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    code, out, err = run(capsys, *argv, "--sweep-dir", "../sweep")
+    assert code == 0, err
+    assert "2 complete" in out
+    best = yaml.safe_load((tmp_path / "sweep" / "best.yaml").read_text())
+    assert best["run_dir"] in {f"../sweep/trial-000{i}" for i in (0, 1)}
 
 
 def test_a_sweep_directory_whose_study_is_a_link_is_refused(

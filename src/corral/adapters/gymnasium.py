@@ -32,11 +32,15 @@ class GymnasiumEnvAdapter(SourceAdapter):
     When the episode ends (terminated or truncated) ``agents`` and ``obs`` are
     empty and the last observation is ``infos["agent_0"]["final_obs"]``. An
     ``action_mask`` in Gymnasium's info is passed on as an ``int8`` array and
-    enforced on the next step. Attributes the adapter lacks are read from the
-    Gymnasium env and the wrappers inside it (``adapter.spec``).
+    enforced on the next step (unless ``masks_bind`` is false). Attributes the adapter
+    lacks are read from the Gymnasium env and the wrappers inside it (``adapter.spec``).
     """
 
     simultaneous = True  # one agent, acting at every step
+    masks_bind = True
+    """Whether an action that the info's ``action_mask`` forbids is refused. Gymnasium's masks
+    are hints (Taxi's marks the moves that change the state): ``corral.to_gymnasium`` turns
+    this off, so that the export takes every action the raw env takes."""
 
     def __init__(self, env: gymnasium.Env) -> None:
         self.env = env
@@ -68,9 +72,8 @@ class GymnasiumEnvAdapter(SourceAdapter):
 
     def step(self, actions: Mapping[AgentID, Any]) -> StepResult:
         if self.check_actions:
-            validate_actions(
-                actions, self.agents, self.action_space, {AGENT: self._mask}, self._step
-            )
+            masks = {AGENT: self._mask} if self.masks_bind else {}
+            validate_actions(actions, self.agents, self.action_space, masks, self._step)
         observation, reward, terminated, truncated, info = self.env.step(actions[AGENT])
         self._step += 1
         infos = {AGENT: self._info(info)}

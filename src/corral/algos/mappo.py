@@ -142,7 +142,7 @@ class Config(RecurrentSettings):
     """Learn values of standardised returns (running mean/std, outputs preserved as in PopArt)."""
     agent_id: bool = True
     """Append a one-hot of the agent's index in its group to every network's input."""
-    log_std_init: float = 0.0
+    log_std_init: Annotated[float, Range()] = 0.0
     """Initial log-std of Gaussian policies (in units of half the Box's width)."""
     time_scale: Annotated[float | None, Range(ge=0)] = 1 / 32
     """The critic also sees the agent's decision count in its episode times this; ``None``: not.

@@ -7,6 +7,7 @@ from typing import Any
 import gymnasium
 from gymnasium import spaces
 
+from corral.adapters.gymnasium import GymnasiumEnvAdapter
 from corral.errors import ExportError
 from corral.export.corral_env import env_name
 from corral.export.observation_form import export_info
@@ -30,6 +31,8 @@ class GymnasiumEnvExport(gymnasium.Env):
                 f"corral.to_gymnasium needs an env with one agent, but {name or env_name(env)} has "
                 f"{len(agents)}: {agents}; use corral.to_pettingzoo for multi-agent envs"
             )
+        if isinstance(env, GymnasiumEnvAdapter):  # a raw Gymnasium env takes what it takes
+            env.masks_bind = False
         self.env = env
         self.agent = agents[0]
         self.observation_space: spaces.Space = env.observation_space(self.agent)

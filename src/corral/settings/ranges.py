@@ -73,8 +73,11 @@ def check_ranges(config: Any) -> None:
         items = value if many else [value]
         if not all(_fits(item, limits) for item in items):
             what = f"every entry of {name}" if many else name
-            finite = "" if all(map(_finite, items)) else "a finite number "
-            raise ConfigError(f"{what} must be {finite}{limits}, got {_show(value)}")
+            bounded = str(limits) != "any number"
+            finite = "" if all(map(_finite, items)) else "a finite number" + " " * bounded
+            raise ConfigError(
+                f"{what} must be {finite}{limits if bounded else ''}, got {_show(value)}"
+            )
 
 
 @functools.cache

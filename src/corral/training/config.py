@@ -800,7 +800,11 @@ def _coerce_union(value: Any, args: tuple) -> Any:
 def _coerce_sequence(value: Any, origin: type, args: tuple) -> Any:
     if isinstance(value, str):
         text = value.strip()
-        value = parse_value(text) if text[:1] in "[(" else [p for p in text.split(",") if p.strip()]
+        value = (
+            parse_value(text)
+            if text.startswith(("[", "("))
+            else [p.strip() for p in text.split(",") if p.strip()]
+        )
         if isinstance(value, str):
             value = [value]
     if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -24,7 +24,8 @@ LINE_STYLES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
 
 @dataclass
 class Curve:
-    """The runs of one algorithm on one env, on a common grid of env steps."""
+    """The runs of one algorithm on one env (with the same ``env_kwargs``), on a common grid of
+    env steps."""
 
     algo: str
     env: str
@@ -34,15 +35,18 @@ class Curve:
     """``[runs, T]`` values of the column, interpolated between each run's evaluations."""
     metric: str = "eval_return"
     """The column plotted."""
+    env_kwargs: str = ""
+    """The runs' ``env_kwargs`` as ``key=value`` text (runs with others are another curve)."""
 
     @property
     def label(self) -> str:
-        return f"{self.algo} ({len(self.returns)} run{'s' if len(self.returns) > 1 else ''})"
+        name = f"{self.algo} {self.env_kwargs}" if self.env_kwargs else self.algo
+        return f"{name} ({len(self.returns)} run{'s' if len(self.returns) > 1 else ''})"
 
 
 def curves(run_dirs: Sequence[str | Path], metric: str | None = None) -> list[Curve]:
-    """One :class:`Curve` of the column ``metric`` per (algorithm, env) among ``run_dirs``,
-    in order of appearance.
+    """One :class:`Curve` of the column ``metric`` per (algorithm, env, env_kwargs) among
+    ``run_dirs``, in order of appearance.
 
     ``metric`` is any column of ``metrics.csv``: ``eval_return``,
     ``eval_return/<group or agent>``, ``eval_vs_opponent``...; by default each
@@ -51,7 +55,7 @@ def curves(run_dirs: Sequence[str | Path], metric: str | None = None) -> list[Cu
     self-play and two-player zero-sum games). Each curve's grid runs up to the
     shortest of its runs, so the mean is taken where every run has data.
     """
-    runs: dict[tuple[str, str], list[tuple[str, np.ndarray, np.ndarray]]] = {}
+    runs: dict[tuple[str, str, str], list[tuple[str, np.ndarray, np.ndarray]]] = {}
     for run_dir in run_dirs:
         config = _run_config(run_dir)
         metrics = read_metrics(run_dir)
@@ -66,9 +70,11 @@ def curves(run_dirs: Sequence[str | Path], metric: str | None = None) -> list[Cu
         steps = np.array([r["env_steps"] for r in rows])
         values = np.array([r[column] for r in rows])
         name = str(config["algo"]).rpartition(":")[2]
-        runs.setdefault((name, str(config["run"]["env"])), []).append((column, steps, values))
+        kwargs = config["run"].get("env_kwargs") or {}
+        task = " ".join(f"{k}={kwargs[k]}" for k in sorted(kwargs))
+        runs.setdefault((name, str(config["run"]["env"]), task), []).append((column, steps, values))
     out = []
-    for (algo, env), members in runs.items():
+    for (algo, env, task), members in runs.items():
         chosen = list(dict.fromkeys(c for c, _, _ in members))
         if len(chosen) > 1:
             raise ConfigError(
@@ -78,7 +84,7 @@ def curves(run_dirs: Sequence[str | Path], metric: str | None = None) -> list[Cu
         end = min(s[-1] for _, s, _ in members)
         grid = np.unique(np.concatenate([s[s <= end] for _, s, _ in members]))
         returns = np.stack([np.interp(grid, s, v) for _, s, v in members])
-        out.append(Curve(algo, env, grid, returns, chosen[0]))
+        out.append(Curve(algo, env, grid, returns, chosen[0], task))
     return out
 
 
@@ -95,7 +101,7 @@ def plot_runs(
 
     ``metric`` is the column drawn, by default each run's selection column (see
     :func:`curves`). Runs of the same
-    algorithm and env (seeds) are drawn as their mean with a shaded
+    algorithm, env and ``env_kwargs`` (seeds) are drawn as their mean with a shaded
     ``band``: ``"minmax"`` (the range over runs) or ``"std"`` (one standard
     deviation). ``references`` (name -> value) are drawn as labelled
     horizontal lines in every panel; ``baselines`` adds each env's reference

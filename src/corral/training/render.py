@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from corral.algos.base import Algorithm
 from corral.errors import CorralError, EnvError, MissingDependencyError
+from corral.registry import make
 from corral.training.collector import Collector
 from corral.training.config import TrainConfig
-from corral.training.runner import build_venv, fixed_players, seating, uses_state
-
-if TYPE_CHECKING:
-    from corral.vector.protocols import VecEnv
+from corral.training.runner import env_spec, fixed_players, seating, uses_state
+from corral.vector.vector_env import VectorEnv
 
 
 class RenderError(CorralError, RuntimeError):
@@ -48,38 +47,54 @@ def episode_frames(
     seed: int = 0,
     max_steps: int = 500,
 ) -> list[np.ndarray]:
-    """The ``rgb_array`` frames of one greedy episode (the reset frame, then one per step).
-
-    The frame after the last step is not among them: the env has already
-    started its next episode then.
-    """
-    env = config.run.env
+    """The ``rgb_array`` frames of one greedy episode: the reset frame, then one per step,
+    the last one as the episode ended."""
+    run, env = config.run, config.run.env
+    ended: list[np.ndarray] = []  # the frame before each autoreset: how an episode ended
     try:
-        venv = build_venv(
-            config.run,
-            num_envs=1,
-            backend="sync",
+        env_spec(run)  # imports the modules that register the env
+        venv = VectorEnv(
+            [lambda: _filming_its_end(make(env, render_mode="rgb_array", **run.env_kwargs), ended)],
+            seed=run.seed,
+            group_map=run.group_map,
             state=uses_state(config),
-            native=False,  # frames come from a dict env's render()
-            render_mode="rgb_array",
+            on_env_error=run.on_env_error,
+            check_finite=run.check_finite,
         )
     except (TypeError, ValueError, EnvError) as err:
-        raise RenderError(f"{env} cannot render rgb_array frames: {err}") from err
+        first = str(err).splitlines()[0]  # not the env's traceback
+        raise RenderError(f"{env} cannot render rgb_array frames: {first}") from err
     try:
         modes = venv.metadata.get("render_modes") or []
         if "rgb_array" not in modes:
             raise RenderError(f"{env} cannot render rgb_array frames (its render modes: {modes})")
         fixed, seats = fixed_players(config, venv), seating(config, venv)
         collector = Collector(venv, algo, fixed, seed=seed, seating=seats)
-        frames = [_frame(venv, env)]
+        frames = [_frame(venv.render()[0], env)]
         for _ in range(max_steps - 1):
             collector.run(1, learn=False)  # one greedy step of the one env
             if collector.batch.done[0]:
+                frames.append(ended[-1])
                 break
-            frames.append(_frame(venv, env))
+            frames.append(_frame(venv.render()[0], env))
         return frames
     finally:
         venv.close()
+
+
+def _filming_its_end(env: Any, ended: list[np.ndarray]) -> Any:
+    """``env``, whose ``reset`` first adds the frame the env shows to ``ended``, after its
+    first reset (the vector layer resets an env in the step its episode ends)."""
+    reset, started = env.reset, [False]
+
+    def reset_after_the_last_frame(*args: Any, **kwargs: Any) -> Any:
+        if started[0]:
+            ended.append(_frame(env.render(), env))
+        started[0] = True
+        return reset(*args, **kwargs)
+
+    env.reset = reset_after_the_last_frame
+    return env
 
 
 def write_gif(path: str | Path, frames: Sequence[np.ndarray], fps: float = 10.0) -> None:
@@ -102,8 +117,8 @@ def write_gif(path: str | Path, frames: Sequence[np.ndarray], fps: float = 10.0)
     first.save(path, save_all=True, append_images=rest, duration=duration, loop=0)
 
 
-def _frame(venv: VecEnv, env: str) -> np.ndarray:
-    frame = venv.render()[0]
+def _frame(frame: Any, env: Any) -> np.ndarray:
+    """``frame`` (what ``env``'s ``render()`` returned) as ``[H, W, 3]`` uint8."""
     array = np.asarray(frame) if frame is not None else None
     if array is None or array.ndim != 3 or array.shape[-1] not in (3, 4):
         what = "nothing" if array is None else f"an array of shape {array.shape}"

@@ -34,7 +34,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
@@ -342,7 +342,8 @@ def sweep(
     pruner = _pruner(optuna, pruner)
     run_files.check_entries(directory, files=(BEST, STUDY))
     study = _study(optuna, directory, pruner, sampler)
-    _check_same_sweep(study, record, directory)
+    defaults = load_config(name, env, {})
+    _check_same_sweep(study, record, directory, lambda key: _json(_typed(defaults, key, None)))
     seed = int(np.random.SeedSequence([base.run.seed, len(study.trials)]).generate_state(1)[0])
     jobs = [
         Job(
@@ -425,7 +426,12 @@ def _record(algo: str, env: str, params: Mapping[str, Param], settings: Mapping[
         for name, p in params.items()
     }
     data = {"algo": algo, "env": env, "space": space, "settings": dict(settings)}
-    return json.loads(json.dumps(data, default=str))
+    return _json(data)
+
+
+def _json(value: Any) -> Any:
+    """``value`` as the study keeps it (through JSON)."""
+    return json.loads(json.dumps(value, default=str))
 
 
 def _typed(config: Any, key: str, given: Any) -> Any:
@@ -439,17 +445,26 @@ def _typed(config: Any, key: str, given: Any) -> Any:
     return given
 
 
-def _check_same_sweep(study: Any, record: Any, directory: Path) -> None:
+def _check_same_sweep(
+    study: Any, record: Any, directory: Path, default: Callable[[str], Any]
+) -> None:
+    """Refuse to continue the study of another sweep; a fixed setting given in one call and
+    left out in the other is the same where it was given its default (``default(key)``)."""
     saved = study.user_attrs.get("sweep")
     if saved is None:
         study.set_user_attr("sweep", record)
         return
-    changed = sorted(k for k in record if saved.get(k) != record[k])
-    if changed:
-        said = ", ".join(f"{k} {saved.get(k)!r} (now {record[k]!r})" for k in changed)
+    said = [f"{k} {saved.get(k)!r} (now {record[k]!r})" for k in sorted(record)
+            if k != "settings" and saved.get(k) != record[k]]  # fmt: skip
+    before, now = saved.get("settings", {}), record["settings"]
+    for key in sorted({*before, *now}):
+        was, is_ = before.get(key, default(key)), now.get(key, default(key))
+        if was != is_:
+            said.append(f"setting {key} {was!r} (now {is_!r})")
+    if said:
         raise ConfigError(
-            f"{directory} holds a sweep with another {', '.join(changed)}: {said}; continue it "
-            "as it was, or choose another --sweep-dir"
+            f"{directory} holds another sweep: {', '.join(said)}; continue it as it was, or "
+            "choose another --sweep-dir"
         )
 
 
@@ -556,7 +571,7 @@ def write_best(directory: str | Path, optuna: types.ModuleType | None = None) ->
     if not complete:
         raise ConfigError(f"{directory}: no trial of the sweep has finished ({states})")
     best = max(complete, key=lambda t: t.value)
-    run_dir = Path(best.user_attrs["run_dir"])
+    run_dir = directory / TRIAL_DIR.format(best.number)  # wherever the sweep was run from
     result = SweepResult(
         directory, best.number, float(best.value), _as_run(best.params, run_dir), run_dir, states
     )
