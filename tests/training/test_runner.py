@@ -686,3 +686,33 @@ def test_fixed_random_plays_legal_random_actions_for_a_whole_group() -> None:
     assert set(np.unique(actions)) <= {1, 3}
     nested = policy({"a": (np.zeros((3, 2, 5)),)}, None, np.random.default_rng(0))
     assert nested.shape == (3, 2)
+
+
+@pytest.mark.parametrize(
+    ("algo", "env", "settings"),
+    [
+        # DQN's greedy acting drew epsilon's coin from the policy's generator
+        ("dqn", "corral/memory", {"learning_starts": 100, "train_freq": 4}),
+        # exploring evaluations of a recurrent policy: its samples and the agents' memories
+        ("mappo", "corral/memory", {"recurrent": True, "rollout_steps": 25, "eval_explore": True}),
+    ],
+)
+def test_evaluations_leave_training_as_a_run_without_them(
+    tmp_path: Path, algo: str, env: str, settings: dict
+) -> None:
+    pytest.importorskip("torch")
+
+    def training_rows(eval_every: int) -> list[dict[str, float]]:
+        run = corral.train(
+            algo, env=env, num_envs=4, total_steps=1200, eval_every=eval_every,
+            eval_episodes=20, log_every=100, progress=False, tensorboard=False, device="cpu",
+            run_dir=str(tmp_path / f"every-{eval_every}"), **settings,
+        )  # fmt: skip
+        rows = read_metrics(run.run_dir / "metrics.csv")
+        return without_time(
+            [{k: v for k, v in r.items() if not k.startswith("eval")} for r in rows]
+        )
+
+    with_more = training_rows(300)  # evaluations at 300, 600, 900 and the end
+    fewer = training_rows(1200)
+    assert with_more == fewer and any("train_return" in r for r in fewer)

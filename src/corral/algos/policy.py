@@ -97,6 +97,30 @@ class Policy:
         they bootstrap nothing."""
         return None
 
+    def acting_state(self) -> Any:
+        """What acting changes: the state of the policy's random streams (``rng``, a numpy
+        generator; ``generator``, a torch one) and a recurrent policy's ``memory``. Acting that
+        must leave no trace (an evaluation during training) gives it back to
+        :meth:`restore_acting_state` afterwards, so that training draws and remembers as if
+        it had not happened."""
+        rng, generator = getattr(self, "rng", None), getattr(self, "generator", None)
+        memory = getattr(self, "memory", None)
+        return (
+            rng.bit_generator.state if rng is not None else None,
+            generator.get_state() if generator is not None else None,
+            {mode: dict(kept) for mode, kept in memory.items()} if memory is not None else None,
+        )
+
+    def restore_acting_state(self, state: Any) -> None:
+        """Put back what :meth:`acting_state` returned."""
+        rng_state, generator_state, memory = state
+        if rng_state is not None:
+            self.rng.bit_generator.state = rng_state  # type: ignore[attr-defined]
+        if generator_state is not None:
+            self.generator.set_state(generator_state)  # type: ignore[attr-defined]
+        if memory is not None:
+            self.memory = memory
+
     def weights(self) -> Weights:
         """The parameters and :attr:`version`, as a picklable mapping of CPU tensors."""
         raise NotImplementedError

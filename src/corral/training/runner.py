@@ -1103,8 +1103,10 @@ def evaluate_policy(
     seed = _eval_seed(config.run) if seed is None else seed
     own = venv is None
     venv = build_eval_venv(config) if venv is None else venv
+    learners = as_learners(algo)
+    # the learners' policies act here as in training: what they draw and remember is undone
+    acting = [(learner.policy, learner.policy.acting_state()) for learner in learners.values()]
     try:
-        learners = as_learners(algo)
         selection = _selection(config, venv, learners, versus=opponent is not None)
         fixed = fixed_players(config, venv, allow_imports)
         explore = config.run.eval_explore
@@ -1132,6 +1134,8 @@ def evaluate_policy(
             result.episodes.update(found)
             result.cut += cut.count
     finally:
+        for policy, state in acting:
+            policy.restore_acting_state(state)
         if own:
             venv.close()
     return result
