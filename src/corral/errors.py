@@ -133,6 +133,24 @@ class EnvError(CorralError, RuntimeError):
         """The last line of the env's traceback (the exception), else of the message."""
         return _last_line(self.remote_traceback) or _last_line(self.message)
 
+    def moved(self, offset: int) -> EnvError:
+        """This error with its env indices ``offset`` further on (a rollout worker's envs are
+        the run's envs from ``offset`` on), its other faults' too."""
+        copies = self.copies
+        moved = type(self)(
+            self.env_index + offset,
+            self.message,
+            self.remote_traceback,
+            self.restarted,
+            None if copies is None else range(copies.start + offset, copies.stop + offset),
+        )
+        moved.faults = [
+            moved if f is self else f.moved(offset) if isinstance(f, EnvError) else f
+            for f in self.faults
+        ]
+        moved.batch = self.batch
+        return moved
+
 
 class VectorStateError(CorralError, RuntimeError):
     """A vector env call out of order: a ``*_wait`` with nothing pending, a second

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -465,3 +466,34 @@ def test_two_learners_both_improve_against_a_random_other_group(tmp_path: Path) 
     untrained_venv.close()
     assert scores["adversary", "trained"] > scores["adversary", "untrained"] + 2.0, scores
     assert scores["agent", "trained"] > scores["agent", "untrained"] + 2.0, scores
+
+
+def test_another_run_s_policy_from_other_env_kwargs_is_refused_naming_the_spaces(
+    tmp_path: Path,
+) -> None:
+    """A policy trained with other env_kwargs (corral/memory with 3 cues, not 2) has other
+    spaces: refused with one error, as a cross-play partner and as the eval opponent."""
+    common: dict[str, Any] = {
+        "num_envs": 2,
+        "total_steps": 64,
+        "eval_every": 0,
+        "eval_episodes": 2,
+        "learning_starts": 16,
+        "progress": False,
+        "tensorboard": False,
+        "device": "cpu",
+    }
+    runs = {}
+    for cues in (2, 3):
+        kwargs = {"num_cues": cues}
+        run_dir = str(tmp_path / f"cues{cues}")
+        runs[cues] = corral.train(
+            "dqn", env="corral/memory", env_kwargs=kwargs, run_dir=run_dir, **common
+        ).run_dir
+    config, algo, _ = load_run(runs[2])
+    said = "group 'agent' has the observation space Box(0.0, 1.0, (4,), float32)"
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        evaluate_policy(config, algo, 2, opponent=str(runs[3]))
+    config.run = replace_run(config.run, policies={"agent": f"{runs[3]}:agent"})
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        evaluate_policy(config, algo, 2)

@@ -227,3 +227,22 @@ def test_resume_refuses_a_fifo_where_the_log_belongs_without_waiting_for_a_reade
     code, err = resume(capsys, run_dir)
     assert code == 2
     assert f"{run_dir / 'train.log'} is not a regular file" in one_error(err)
+
+
+def test_a_run_directory_is_refused_before_any_env_or_worker_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from corral.training import ConfigError, Runner, load_config
+    from corral.training import runner as runner_module
+
+    def started(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("envs or workers started before the run directory was checked")
+
+    monkeypatch.setattr(runner_module, "build_venv", started)
+    monkeypatch.setattr(runner_module, "start_workers", started)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.csv").symlink_to(tmp_path / "victim")
+    settings = {"runners": 2, "num_envs": 2, "run_dir": str(run_dir), "device": "cpu"}
+    with pytest.raises(ConfigError, match=r"metrics\.csv is a symbolic link"):
+        Runner(load_config("mappo", "corral/rps", settings), progress=False)

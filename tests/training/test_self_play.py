@@ -224,3 +224,20 @@ def test_an_env_restarted_mid_game_starts_a_new_seating(
         assert (after["decision"][restarted] == 0).all()  # a new game, from its first move
         cut += int(restarted.sum())
     assert restarts - 1 <= cut <= restarts  # the last step's restart has no next acting
+
+
+def test_selecting_by_one_seat_needs_a_game_in_every_seat_per_evaluation(tmp_path: Path) -> None:
+    from corral.training import ConfigError
+
+    seat = {"select_by": "eval_vs_opponent/player_1", "self_play": True, "device": "cpu"}
+    one_game = {**seat, "eval_episodes": 1, "run_dir": str(tmp_path / "one")}
+    with pytest.raises(ConfigError, match=r"eval_episodes \(or --episodes\) must be at least 2"):
+        Runner(load_config("dqn", "corral/rps", one_game), progress=False)
+    assert not (tmp_path / "one").exists()
+    two = {**seat, "eval_episodes": 2, "total_steps": 64, "learning_starts": 16}
+    config = load_config("dqn", "corral/rps", {**two, "run_dir": str(tmp_path / "two")})
+    with Runner(config, progress=False) as runner:
+        runner.train()
+        assert evaluate_policy(config, runner.learners[MAIN], 2).columns()  # both seats play
+        with pytest.raises(ConfigError, match="must be at least 2, got 1"):
+            evaluate_policy(config, runner.learners[MAIN], 1)

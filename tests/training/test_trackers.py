@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import types
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -95,13 +96,15 @@ def test_wandb_gets_the_config_once_and_every_row_of_metrics_csv(
 def test_a_resumed_run_continues_the_same_wandb_run(
     tmp_path: Path, fake_wandb: list[FakeRun]
 ) -> None:
-    cfg = config(tmp_path, logger="wandb", tensorboard=False, total_steps=160)
+    cfg = config(tmp_path, logger="wandb", tensorboard=False, total_steps=160, wandb_mode="online")
     with Runner(cfg, progress=False) as runner:
         runner.train()
-    with Runner.resume(
-        tmp_path / "run", progress=False, allow_imports=[TINY], total_steps=320
-    ) as runner:
-        runner.train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # online: nothing to warn about
+        with Runner.resume(
+            tmp_path / "run", progress=False, allow_imports=[TINY], total_steps=320
+        ) as runner:
+            runner.train()
     first, second = fake_wandb
     assert second.init["id"] == first.init["id"] and second.init["resume"] == "allow"
     assert first.finished and second.finished
@@ -109,6 +112,22 @@ def test_a_resumed_run_continues_the_same_wandb_run(
     rows = read_metrics(tmp_path / "run")
     assert first.logged + second.logged == rows  # each row once, the new ones after resuming
     assert min(r["env_steps"] for r in second.logged) > 160
+
+
+def test_resuming_an_offline_wandb_run_warns_that_wandb_cannot(
+    tmp_path: Path, fake_wandb: list[FakeRun]
+) -> None:
+    cfg = config(tmp_path, logger="wandb", tensorboard=False, total_steps=160)  # offline
+    with Runner(cfg, progress=False) as runner:
+        runner.train()
+    with (
+        pytest.warns(UserWarning, match="wandb cannot resume an offline run"),
+        Runner.resume(
+            tmp_path / "run", progress=False, allow_imports=[TINY], total_steps=320
+        ) as runner,
+    ):
+        runner.train()
+    assert fake_wandb[1].init["id"] == fake_wandb[0].init["id"]
 
 
 def test_wandb_runs_offline_unless_asked_otherwise(

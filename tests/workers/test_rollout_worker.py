@@ -148,3 +148,25 @@ def test_a_replacement_starts_new_episodes_from_seeds_of_its_restart_number() ->
     np.testing.assert_array_equal(first_obs(1), replaced)
     assert not np.array_equal(first_obs(2), replaced)
     assert policy_seed(3, 0, restart=1) != 3
+
+
+def test_a_worker_s_env_error_names_the_run_s_env() -> None:
+    """A worker's envs are the run's envs 2 and 3: its env 1's fault is the run's env 3's."""
+    from corral.errors import EnvError
+
+    config = mappo(4)
+    _, weights = first_rollout(config)
+    worker = RolloutWorker(config, 1, range(2, 4), seed=config.run.seed)
+    try:
+
+        def fails() -> Any:
+            raise EnvError(1, "step() raised RuntimeError: boom", copies=range(1, 2))
+
+        worker.collector.sample = fails  # type: ignore[method-assign]
+        with pytest.raises(EnvError) as info:
+            worker.sample(weights)
+    finally:
+        worker.close()
+    err = info.value
+    assert err.env_index == 3 and str(err).startswith("env 3: step() raised RuntimeError: boom")
+    assert err.copies == range(3, 4) and err.faults == [err]

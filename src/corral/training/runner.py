@@ -194,6 +194,7 @@ class Runner:
         self.show_bar = progress
         self.resumed = restore is not None
         self.run_dir = _choose_run_dir(config, resuming=self.resumed)
+        check_run_files(self.run_dir)  # before any env or worker starts (and again below)
         algorithm_spec(config.algo)  # imports the algorithm's modules (torch) before seeding
         if restore is None:
             checkpoint.seed_everything(run.seed)
@@ -916,6 +917,12 @@ def run_policy(
             f"{other.run.env}, not the group {group!r} {list(venv.groups[group])} of "
             f"{config.run.env}"
         )
+    other_spaces = _other_spaces(learner, venv, [group])
+    if other_spaces:
+        raise ConfigError(
+            f"policies: {pid}={value}: that run's env_kwargs {other.run.env_kwargs} make "
+            f"another env: {other_spaces}"
+        )
     return RunPolicy(learner)
 
 
@@ -1108,6 +1115,7 @@ def evaluate_policy(
     acting = [(learner.policy, learner.policy.acting_state()) for learner in learners.values()]
     try:
         selection = _selection(config, venv, learners, versus=opponent is not None)
+        _check_episodes(selection, episodes)
         fixed = fixed_players(config, venv, allow_imports)
         explore = config.run.eval_explore
         done = evaluate(
@@ -1152,10 +1160,18 @@ def run_selection(
     """The :class:`~corral.training.scoring.Selection` of ``config``'s ``select_by`` for
     ``algo`` on ``venv``; checks ``eval_opponent`` when evaluations play it."""
     selection = _selection(config, venv, as_learners(algo), versus=versus)
+    _check_episodes(selection, config.run.eval_episodes)
     if selection.versus:
         _only(as_learners(algo), "playing against eval_opponent (select_by eval_vs_opponent)")
         reference_opponent(config.run.eval_opponent, config, venv, allow_imports=allow_imports)
     return selection
+
+
+def _check_episodes(selection: Selection, episodes: int) -> None:
+    try:
+        selection.check_episodes(episodes)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
 
 
 def _selection(
@@ -1208,7 +1224,28 @@ def reference_opponent(
             f"eval_opponent {spec!r} acts for the groups {clash}, which are not groups of this "
             f"run ({ours}); train it with the same group_map"
         )
+    other_spaces = _other_spaces(algo, venv, algo.groups)
+    if other_spaces:
+        raise ConfigError(
+            f"eval_opponent {spec!r} was trained on {other.run.env} with env_kwargs "
+            f"{other.run.env_kwargs}, where {other_spaces}: not the env of this run (env_kwargs "
+            f"{config.run.env_kwargs})"
+        )
     return algo
+
+
+def _other_spaces(algo: Algorithm, venv: VectorEnv, groups: Collection[str]) -> str:
+    """What differs between the spaces ``algo`` was built for and ``venv``'s, in ``groups``
+    (``""``: nothing)."""
+    found = []
+    for g in groups:
+        for kind, theirs, ours in (
+            ("observation", algo.observation_space.get(g), venv.observation_space(g)),
+            ("action", algo.action_space.get(g), venv.action_space(g)),
+        ):
+            if theirs is not None and theirs != ours:
+                found.append(f"group {g!r} has the {kind} space {theirs} (this run's: {ours})")
+    return "; ".join(found)
 
 
 @functools.lru_cache(maxsize=4)

@@ -198,6 +198,16 @@ class Selection:
     constant: str | None = None
     """Why the metric is constant by construction, when it is."""
 
+    def check_episodes(self, episodes: int) -> None:
+        """Refuse evaluations of ``episodes`` that would play no game in the seat whose column
+        :attr:`metric` is (the games are shared among the seats)."""
+        if self.versus and self.metric.startswith(VERSUS + "/") and episodes < len(self.seats):
+            raise ValueError(
+                f"select_by={self.metric} needs a game in each of the {len(self.seats)} seats "
+                f"{list(self.seats)} per evaluation: eval_episodes (or --episodes) must be at "
+                f"least {len(self.seats)}, got {episodes}"
+            )
+
     @property
     def train_metric(self) -> str | None:
         """The training column that measures what :attr:`metric` does, if there is one."""

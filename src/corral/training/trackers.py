@@ -18,6 +18,7 @@ import os
 import re
 import secrets
 import types
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -104,7 +105,16 @@ class WandbTracker:
     ) -> None:
         wandb = import_wandb()
         run_dir = Path(run_dir)
-        self.id = read_wandb_id(run_dir) or secrets.token_hex(4)
+        resumed = read_wandb_id(run_dir)
+        self.id = resumed or secrets.token_hex(4)
+        if resumed and wandb_mode(mode) == "offline":
+            warnings.warn(
+                f"wandb cannot resume an offline run: this session's rows go to a new "
+                f"offline-run-* directory of the id {resumed} in {run_dir / WANDB_DIR}, which "
+                "wandb sync does not join to the first (sync each with an --id of its own, or "
+                "resume with wandb_mode=online)",
+                stacklevel=2,
+            )
         run_files.make_subdir(run_dir, WANDB_DIR)
         run_files.write_text(run_dir, WANDB_ID, self.id + "\n")
         self.run = wandb.init(

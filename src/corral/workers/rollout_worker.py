@@ -22,7 +22,7 @@ import numpy as np
 from corral.algos.base import Algorithm
 from corral.algos.policy import Weights
 from corral.data.rollouts import Rollout
-from corral.errors import ConfigError
+from corral.errors import ConfigError, EnvError
 from corral.training.collector import Collector, Progress
 from corral.training.config import BACKEND_OPTIONS, TrainConfig, replace_run
 from corral.training.runner import build_players, build_venv, seating, uses_state
@@ -146,7 +146,12 @@ class RolloutWorker:
                 for pid, c in config.policy_configs.items()
             },
         )
-        self.venv = build_venv(local, options={}, state=uses_state(self.config))
+        self.first_env = envs.start
+        """The run's index of the worker's env 0 (its errors name the run's envs)."""
+        try:
+            self.venv = build_venv(local, options={}, state=uses_state(self.config))
+        except EnvError as err:
+            raise err.moved(self.first_env) from None
         try:
             self.learners, fixed = build_players(self.config, self.venv, allow_imports)
             seats = seating(self.config, self.venv, learning=True, first=envs.start)
@@ -194,7 +199,10 @@ class RolloutWorker:
             if held is None or version > held:
                 learner.policy.load_weights(given)
                 self.versions[pid] = version
-        rollouts, progress = self.collector.sample()
+        try:
+            rollouts, progress = self.collector.sample()
+        except EnvError as err:
+            raise err.moved(self.first_env) from None
         versions = {pid: int(v) for pid, v in self.versions.items() if v is not None}
         return Sample(self.index, rollouts, versions, progress, time.perf_counter() - started)
 
