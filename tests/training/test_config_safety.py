@@ -249,6 +249,10 @@ def test_a_run_starts_no_more_worker_processes_than_the_machine_takes(
         Runner(load_config("mappo", "corral/rps", settings), progress=False)
     with pytest.raises(Built):  # a cluster places the actors itself
         Runner(load_config("mappo", "corral/rps", {**settings, "ray_address": "auto"}))
+    # rollout workers are processes of a local Ray too
+    runners = {"runners": limit + 1, "num_envs": limit + 1, "device": "cpu"}
+    with pytest.raises(ConfigError, match=f"runners={limit + 1} would start {limit + 1} rollout"):
+        Runner(load_config("mappo", "corral/rps", runners), progress=False)
 
 
 # -- config files that cannot be read -------------------------------------------------------

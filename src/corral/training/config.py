@@ -316,14 +316,23 @@ class RunConfig:
         return split_envs(self.num_envs, num_workers=self.runners)
 
     def check_workers(self) -> None:
-        """Refuse training envs that would start more worker processes on this machine than
-        :data:`WORKERS_PER_CPU` per CPU (at least :data:`MIN_WORKER_LIMIT`): a run
-        directory's ``config.yaml`` may come from anyone. A Ray cluster (``ray_address``)
-        places its actors itself."""
-        if self.backend == "sync" or self.ray_address is not None:
+        """Refuse training envs or rollout workers (``runners``) that would start more worker
+        processes on this machine than :data:`WORKERS_PER_CPU` per CPU (at least
+        :data:`MIN_WORKER_LIMIT`): a run directory's ``config.yaml`` may come from anyone. A Ray
+        cluster (``ray_address``) places its actors itself."""
+        if self.ray_address is not None:
             return
         cpus = os.cpu_count() or 1
         limit = max(MIN_WORKER_LIMIT, WORKERS_PER_CPU * cpus)
+        if self.runners > limit:  # each rollout worker is a process of a local Ray
+            raise ConfigError(
+                f"runners={self.runners} would start {self.runners} rollout worker processes on "
+                f"this machine, more than its limit of {limit} ({WORKERS_PER_CPU} per CPU, "
+                f"{cpus} CPUs, at least {MIN_WORKER_LIMIT}): set fewer runners, or give a Ray "
+                "cluster's ray_address"
+            )
+        if self.backend == "sync":
+            return
         counts = {}  # the workers each setting asks for (the backend's default: one per CPU)
         if self.num_workers is not None:
             counts["num_workers"] = min(self.num_workers, self.num_envs)
