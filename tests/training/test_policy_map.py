@@ -288,18 +288,26 @@ def test_a_fixed_module_attr_policy_from_the_command_line(
     assert cli.main(["eval", str(tmp_path / "cli"), "--episodes", "1", *allowed]) == 0
 
 
-def test_self_play_takes_no_policies(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ({"policies": {"player_1": "fixed:random"}}, "policies {'player_1': 'fixed:random'}"),
+        ({"learn_groups": ["player_1"]}, "learn_groups ['player_1']"),  # named as given
+    ],
+)
+def test_self_play_takes_no_policies(tmp_path: Path, setting: dict, said: str) -> None:
     config = load_config(
         "dqn",
         "pettingzoo/classic/tictactoe_v3",
-        {"self_play": True, "policies": {"player_1": "fixed:random"}, "group_map": "agent"},
+        {"self_play": True, "group_map": "agent", **setting},
     )
     venv = corral.make_vec(config.run.env, 2, group_map="agent")
     try:
-        with pytest.raises(ConfigError, match=r"self_play .* takes no policies"):
+        with pytest.raises(ConfigError, match=r"self_play .* takes no policies") as info:
             build_players(config, venv)
     finally:
         venv.close()
+    assert f"(got {said})" in str(info.value)
 
 
 def test_eval_plays_a_group_by_another_run_s_policy(

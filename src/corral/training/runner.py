@@ -931,11 +931,20 @@ def _plan(config: TrainConfig, venv: VectorEnv) -> tuple[PolicyMap, dict[str, An
     for key, value in policies.items():
         check_value(key, value)
     if config.run.self_play:
-        if policies or config.run.policy_map is not None:
-            given = sorted(policies) if policies else f"policy_map {config.run.policy_map!r}"
+        run = config.run
+        given = [
+            f"{name} {value!r}"
+            for name, value in (
+                ("policies", dict(run.policies)),
+                ("learn_groups", list(run.learn_groups)),
+                ("policy_map", run.policy_map),
+            )
+            if value
+        ]
+        if given:
             raise ConfigError(
                 "self_play plays every seat by the learner and its past copies: it takes no "
-                f"policies (got {given})"
+                f"policies, learn_groups or policy_map (got {', '.join(given)})"
             )
         return self_play_map(venv.groups), policies
     by = config.run.policy_map
