@@ -27,6 +27,7 @@ AT_LEAST_0, AT_LEAST_1, POSITIVE = "at least 0", "at least 1", "greater than 0"
 UNIT, RATE = "in [0, 1]", "in (0, 1]"
 SEED = f"in [0, {2**64 - 1}]"  # torch takes no larger seed
 
+WAIT = "in [0, 1000000000]"
 RUN_BAD = [  # setting, a bad value as typed after --set, the range the error states
     ("total_steps", "-100", AT_LEAST_1),
     ("total_steps", "0", AT_LEAST_1),
@@ -41,9 +42,10 @@ RUN_BAD = [  # setting, a bad value as typed after --set, the range the error st
     ("torch_threads", "0", AT_LEAST_1),
     ("num_workers", "0", AT_LEAST_1),
     ("envs_per_worker", "-2", AT_LEAST_1),
-    ("timeout", "-1", AT_LEAST_0),
-    ("start_timeout", "-5", AT_LEAST_0),
-    ("timeout", "inf", "a finite number " + AT_LEAST_0),
+    ("timeout", "-1", WAIT),
+    ("start_timeout", "-5", WAIT),
+    ("timeout", "inf", "a finite number " + WAIT),
+    ("sample_timeout", "2000000000", WAIT),  # threading and Ray wait no longer
     ("num_cpus_per_worker", "0", POSITIVE),
 ]
 SHARED_BAD = [  # AlgoConfig's settings, in every algorithm
@@ -344,3 +346,10 @@ def test_a_sequence_setting_reads_empty_text_as_empty_and_brackets_as_a_list() -
     assert coerce("a, b", tuple[str, ...]) == ("a", "b")
     assert coerce("[32, 32]", tuple[int, ...]) == (32, 32)
     assert coerce("(1, 2)", tuple[int, ...]) == (1, 2)
+
+
+def test_start_timeout_is_the_rollout_workers_on_a_sync_run_with_runners() -> None:
+    config = load_config("mappo", "corral/rps", {"runners": 2, "num_envs": 2, "start_timeout": 5})
+    assert config.run.start_timeout == 5 and config.run.backend_options() == {}
+    with pytest.raises(ConfigError, match="start_timeout is an option of the subproc and ray"):
+        load_config("mappo", "corral/rps", {"start_timeout": 5})

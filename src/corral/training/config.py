@@ -74,6 +74,9 @@ MAX_NUM_ENVS = 2**24
 """The most envs a run steps (a natively batched env's copies included)."""
 MAX_RUNNERS = 4096
 """The most rollout workers (``runners``) a run starts."""
+LONGEST_WAIT_S = 1e9
+"""The longest time limit, in seconds, a timeout setting takes (about 31 years; threading and
+Ray wait no longer, and 0 sets no limit)."""
 RUNNER_BACKENDS = ("sync", "subproc")
 RENAMED = {"worker_timeout": "timeout"}
 """Former names of run settings, still read from a run's ``config.yaml``."""
@@ -114,7 +117,7 @@ class RunConfig:
     """Worker processes (``subproc``) or Ray actors (``ray``); ``None``: the backend's default."""
     envs_per_worker: Annotated[int | None, Range(ge=1)] = None
     """Envs per worker (``subproc``, ``ray``), instead of ``num_workers``."""
-    timeout: Annotated[float | None, Range(ge=0)] = None
+    timeout: Annotated[float | None, Range(ge=0, le=LONGEST_WAIT_S)] = None
     """Seconds a reset or step waits for the workers (``subproc``, ``ray``) before it fails
     with ``WorkerTimeoutError``; ``None``: the backend's default; 0: no limit."""
     ray_address: str | None = None
@@ -122,10 +125,11 @@ class RunConfig:
     not running yet; ``None``: a local Ray of the run's own."""
     num_cpus_per_worker: Annotated[float | None, Range(gt=0)] = None
     """CPUs each Ray actor reserves (fractions allowed); ``None``: 1."""
-    start_timeout: Annotated[float | None, Range(ge=0)] = None
-    """Seconds to wait for the workers (``subproc``) or Ray actors (``ray``) to start and
-    build their envs, at the start and when one is replaced, before the run fails (on Ray
-    saying which CPUs are short); ``None``: the backend's default (60); 0: no limit."""
+    start_timeout: Annotated[float | None, Range(ge=0, le=LONGEST_WAIT_S)] = None
+    """Seconds to wait for the workers (``subproc``), Ray actors (``ray``) or rollout workers
+    (``runners``, on any backend) to start and build their envs, at the start and when one
+    is replaced, before the run fails (on Ray saying which CPUs are short); ``None``: the
+    backend's default (60); 0: no limit."""
     runners: Annotated[int, Range(ge=0, le=MAX_RUNNERS)] = 0
     """Rollout workers (Ray actors, one CPU each; see :mod:`corral.workers`) that each step a
     shard of the envs with a copy of the policies and send back whole rollouts, the learners
@@ -137,7 +141,7 @@ class RunConfig:
     all); ``None``: ``num_envs`` split over the runners."""
     runner_backend: Literal["sync", "subproc"] = "sync"
     """The vector backend of each rollout worker's envs."""
-    sample_timeout: Annotated[float, Range(ge=0)] = 300.0
+    sample_timeout: Annotated[float, Range(ge=0, le=LONGEST_WAIT_S)] = 300.0
     """Seconds a rollout worker's sample may take before the worker counts as lost (it is
     killed, and replaced as ``runner_restarts`` says); 0: no limit."""
     max_staleness: Annotated[int, Range(ge=0)] = 16
@@ -275,8 +279,8 @@ class RunConfig:
             raise ConfigError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
         taken = backend_options(self.backend)
         for name, option in BACKEND_OPTIONS.items():
-            if name == "ray_address" and self.runners > 0:
-                continue  # the cluster the rollout workers start on
+            if name in ("ray_address", "start_timeout") and self.runners > 0:
+                continue  # the cluster the rollout workers start on, and how long they may take
             if getattr(self, name) is not None and option not in taken:
                 takers = [b for b in BACKENDS if option in backend_options(b)]
                 owners = " and ".join(takers) + (" backends" if len(takers) > 1 else " backend")
