@@ -120,6 +120,15 @@ def is_finite(value: Any) -> bool:
     return bool(np.isfinite(value).all())
 
 
+def changed_agents(now: np.ndarray, then: np.ndarray) -> np.ndarray:
+    """``[E, n]``: the agents whose rows differ between two arrays ``[E, n, ...]`` (NaN equal
+    to NaN)."""
+    same = now == then
+    if now.dtype.kind in "fc":
+        same |= np.isnan(now) & np.isnan(then)
+    return ~same.reshape(*same.shape[:2], -1).all(axis=2)
+
+
 def not_finite(array: np.ndarray) -> np.ndarray:
     """Where the numpy array ``array`` of numbers holds NaN or inf (nowhere for a dtype
     without them)."""

@@ -22,7 +22,7 @@ from corral.arrays.tree import leaves_found, map_tree, tree_leaves
 from corral.batched_env import BatchedStep
 from corral.checks.engine import in_space, is_step_count, spaces_of, unfinite_parts
 from corral.errors import GroupError
-from corral.returned_values import describe, has_dtype, not_finite
+from corral.returned_values import changed_agents, describe, has_dtype, not_finite
 from corral.vector.layout import Tree, array_tree
 
 # --------------------------------------------------------------------------- layout
@@ -220,10 +220,7 @@ def changed_rows(now: Any, then: Any) -> np.ndarray:
         tree_leaves(then, mappings=True, lists=True),
         strict=True,
     ):
-        same = a == b
-        if a.dtype.kind in "fc":
-            same |= np.isnan(a) & np.isnan(b)
-        rows = ~same.reshape(*same.shape[:2], -1).all(axis=2)
+        rows = changed_agents(a, b)
         changed = rows if changed is None else changed | rows
     assert changed is not None
     return changed

@@ -73,11 +73,10 @@ def check_ranges(config: Any) -> None:
         items = value if many else [value]
         if not all(_fits(item, limits) for item in items):
             what = f"every entry of {name}" if many else name
-            bounded = str(limits) != "any number"
-            finite = "" if all(map(_finite, items)) else "a finite number" + " " * bounded
-            raise ConfigError(
-                f"{what} must be {finite}{limits if bounded else ''}, got {_show(value)}"
-            )
+            needs = [] if all(map(_finite, items)) else ["a finite number"]
+            if limits != Range():  # any number: finiteness is the only limit
+                needs.append(str(limits))
+            raise ConfigError(f"{what} must be {' '.join(needs)}, got {_show(value)}")
 
 
 @functools.cache

@@ -29,6 +29,7 @@ from corral.arrays import to_numpy
 from corral.arrays.tree import leaf_keys
 from corral.batched_env import BatchedStep
 from corral.errors import EnvError
+from corral.returned_values import changed_agents
 from corral.vector.layout import Layout, leaves
 
 CHECKED_CALLS = 32
@@ -141,11 +142,7 @@ class Promises:
             field = out.obs[g] if path.startswith("obs/") else out.alive[g]
             for key in keys:
                 field = field[key]
-            now, then = to_numpy(field)[kept], to_numpy(rows)[kept]
-            same = now == then
-            if now.dtype.kind == "f":
-                same |= np.isnan(now) & np.isnan(then)
-            changed = ~same.reshape(len(same), len(agents), -1).all(axis=2)
+            changed = changed_agents(to_numpy(field)[kept], to_numpy(rows)[kept])
             if changed.any():
                 c, k = (int(x) for x in np.argwhere(changed)[0])
                 i = int(np.flatnonzero(kept)[c])
