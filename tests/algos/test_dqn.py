@@ -114,6 +114,25 @@ def test_no_illegal_action_is_ever_chosen_on_tictactoe(explore: bool) -> None:
     venv.close()
 
 
+@pytest.mark.parametrize("array", ["numpy", "torch"])
+def test_greedy_acting_draws_nothing_from_the_policys_generators(array: str) -> None:
+    """Acting with epsilon 0 (greedy, or an exploring policy whose epsilon reached 0) has no
+    coin to toss: neither generator moves, and the actions are the greedy ones."""
+    venv = corral.make_vec("corral/rps", 4, seed=0, array=array)
+    algo = DQN(venv, Config(epsilon_start=0.0, epsilon_end=0.0))
+    policy = algo.policy
+    batch = venv.reset(seed=0)
+    before = policy.rng.bit_generator.state, policy.torch_rng.get_state()
+    for explore in (False, True):
+        actions, _ = policy.act(batch, explore=explore)
+        for g, chosen in actions.items():
+            greedy = policy.greedy(g, batch.obs[g], batch.action_mask[g])
+            assert (np.asarray(chosen) == np.asarray(greedy)).all()
+    assert policy.rng.bit_generator.state == before[0]
+    assert torch.equal(policy.torch_rng.get_state(), before[1])
+    venv.close()
+
+
 def test_only_discrete_action_spaces_are_accepted() -> None:
     from gymnasium import spaces
 

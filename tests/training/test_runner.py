@@ -25,7 +25,7 @@ from corral.training import checkpoint as ckpt
 from corral.training import runner as runner_module
 from corral.training.metrics import COLUMNS, MetricsLog, read_metrics
 from corral.training.progress import BarProgress, LineProgress
-from corral.training.runner import BEST, LATEST, evaluate_policy
+from corral.training.runner import BEST, LATEST, build_venv, evaluate_policy
 from corral.training.threads import torch_threads
 
 # -- configs ------------------------------------------------------------------------------
@@ -716,3 +716,23 @@ def test_evaluations_leave_training_as_a_run_without_them(
     with_more = training_rows(300)  # evaluations at 300, 600, 900 and the end
     fewer = training_rows(1200)
     assert with_more == fewer and any("train_return" in r for r in fewer)
+
+
+def test_an_evaluation_on_torch_batches_leaves_every_generator_of_the_policy(
+    tmp_path: Path,
+) -> None:
+    """DQN acts on torch batches with a torch generator of its own (``torch_rng``), which the
+    saved acting state left out: an evaluation in a venv of torch arrays advanced it."""
+    torch = pytest.importorskip("torch")
+    settings = {"num_envs": 2, "device": "cpu", "run_dir": str(tmp_path / "run")}
+    config = load_config("dqn", "corral/memory", {**settings, "tensorboard": False})
+    with Runner(config, progress=False) as runner:
+        policy = runner.algo.policy
+        venv = build_venv(config.run, array="torch")
+        try:
+            before = policy.torch_rng.get_state(), policy.rng.bit_generator.state
+            assert evaluate_policy(config, runner.algo, 4, venv=venv).returns
+            after = policy.torch_rng.get_state(), policy.rng.bit_generator.state
+        finally:
+            venv.close()
+    assert torch.equal(before[0], after[0]) and before[1] == after[1]

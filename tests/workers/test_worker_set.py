@@ -17,7 +17,7 @@ import ray
 from support.actors import all_cpus_free_within
 
 from corral import cli
-from corral.errors import ConfigError
+from corral.errors import ConfigError, WorkerTimeoutError
 from corral.training import Runner, checkpoint, load_config
 from corral.training.metrics import read_metrics
 
@@ -128,6 +128,23 @@ def test_an_asynchronous_run_drops_stale_rollouts_and_ctrl_c_ends_its_actors(
     assert all(r["runner_version_lag"] == 0 for r in rows)
     assert sum(r.get("rollouts_dropped", 0) for r in rows) > 0
     assert all_cpus_free_within(ray, 10), "an actor outlived the interrupted run"
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_more_runners_than_the_cluster_holds_fail_saying_what_is_short(tmp_path: Path) -> None:
+    """One worker more than the module's Ray has CPUs: the fifth cannot be scheduled, and the
+    start timeout says so (not only that the workers were late) and how to fix it."""
+    runners = CPUS + 1
+    more = {"runners": runners, "num_envs": runners, "start_timeout": 3}
+    config = load_config("mappo", "corral/tag", settings(tmp_path, **more))
+    with pytest.raises(WorkerTimeoutError) as caught:
+        Runner(config, progress=False)
+    said = str(caught.value)
+    assert f"{runners} rollout workers did not start within 3.0s (start_timeout)" in said
+    assert f"they need {runners} CPUs; the Ray cluster has {CPUS} CPUs, {CPUS} free" in said
+    assert f"runners={CPUS}" in said and "envs_per_runner" in said and "ray_address" in said
+    assert "raise start_timeout" not in said  # the CPUs, not the time, are short
+    assert all_cpus_free_within(ray, 30), "an actor outlived the failed start"
 
 
 def test_learners_of_both_kinds_are_refused_without_a_run_dir(

@@ -234,7 +234,9 @@ class DQNPolicy(Policy):
 
     def _explore(self, group: str, actions: Any, mask: Any, epsilon: float) -> Any:
         """``actions``, each replaced with probability ``epsilon`` by a uniformly random legal
-        one."""
+        one; greedy acting (``epsilon`` 0) draws nothing."""
+        if epsilon <= 0:
+            return actions
         if is_tensor(mask):  # drawn on the device, nothing read back
             lead = tuple(mask.shape[:-1])
             explore = torch.rand(lead, generator=self.torch_rng, device=self.device) < epsilon

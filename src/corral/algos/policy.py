@@ -25,8 +25,11 @@ policy and feeds the learner its rollouts.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+import numpy as np
 
 from corral.arrays import is_tensor
 from corral.data.rollouts import Rollout
@@ -98,26 +101,26 @@ class Policy:
         return None
 
     def acting_state(self) -> Any:
-        """What acting changes: the state of the policy's random streams (``rng``, a numpy
-        generator; ``generator``, a torch one) and a recurrent policy's ``memory``. Acting that
-        must leave no trace (an evaluation during training) gives it back to
+        """What acting changes: the state of every random generator the policy holds (NumPy
+        and torch generators among its attributes) and a recurrent policy's ``memory``.
+        Acting that must leave no trace (an evaluation during training) gives it back to
         :meth:`restore_acting_state` afterwards, so that training draws and remembers as if
         it had not happened."""
-        rng, generator = getattr(self, "rng", None), getattr(self, "generator", None)
+        held = vars(self).items()
+        streams = {name: _state(value) for name, value in held if _is_generator(value)}
         memory = getattr(self, "memory", None)
-        return (
-            rng.bit_generator.state if rng is not None else None,
-            generator.get_state() if generator is not None else None,
-            {mode: dict(kept) for mode, kept in memory.items()} if memory is not None else None,
-        )
+        kept = {mode: dict(m) for mode, m in memory.items()} if memory is not None else None
+        return streams, kept
 
     def restore_acting_state(self, state: Any) -> None:
         """Put back what :meth:`acting_state` returned."""
-        rng_state, generator_state, memory = state
-        if rng_state is not None:
-            self.rng.bit_generator.state = rng_state  # type: ignore[attr-defined]
-        if generator_state is not None:
-            self.generator.set_state(generator_state)  # type: ignore[attr-defined]
+        streams, memory = state
+        for name, saved in streams.items():
+            stream = getattr(self, name)
+            if isinstance(stream, np.random.Generator):
+                stream.bit_generator.state = saved
+            else:
+                stream.set_state(saved)
         if memory is not None:
             self.memory = memory
 
@@ -237,3 +240,19 @@ class Learner:
         self.env_steps = int(state["env_steps"])
         self._decisions = int(state["decisions"])
         self.policy.version = int(state["version"])
+
+
+def _is_generator(value: Any) -> bool:
+    """Whether ``value`` is a NumPy or a torch random generator (torch is not imported here:
+    a policy without it holds no torch generator)."""
+    if isinstance(value, np.random.Generator):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Generator)
+
+
+def _state(generator: Any) -> Any:
+    """A copy of a NumPy or torch generator's state."""
+    if isinstance(generator, np.random.Generator):
+        return generator.bit_generator.state
+    return generator.get_state()

@@ -188,6 +188,7 @@ class WorkerSet:
         """Asynchronous: each learner's newest weights in the object store (version, ref)."""
         self._owns_ray = join_ray(run.ray_address, max(os.cpu_count() or 1, len(self.envs)))
         try:
+            self._free_cpus = ray.available_resources().get("CPU", 0.0)
             self._remote = ray.remote(num_cpus=1)(WorkerActor)
             self.handles = [self._spawn(i) for i in range(len(self.envs))]
             self._get([h.ready.remote() for h in self.handles], self.start_timeout, "start")
@@ -407,13 +408,33 @@ class WorkerSet:
         try:
             return ray.get(refs, timeout=timeout)
         except ray.exceptions.GetTimeoutError as err:
-            raise WorkerTimeoutError(
-                f"rollout workers did not {what} within {timeout}s (start_timeout)"
-            ) from err
+            said = f"rollout workers did not {what} within {timeout}s (start_timeout)"
+            if what == "start":
+                said = self._shortage(said)
+            raise WorkerTimeoutError(said) from err
         except ray.exceptions.RayActorError as err:
             raise WorkerDiedError(f"a rollout worker died in {what}(): {err}") from err
         except ray.exceptions.RayTaskError as err:
             raise_worker_error(err)
+
+    def _shortage(self, what: str) -> str:
+        """``what`` went wrong, with the CPUs the workers need against what the cluster has
+        (each worker reserves one), and what to change."""
+        workers, free = len(self.envs), self._free_cpus
+        total = self._ray.cluster_resources().get("CPU", 0.0)
+        said = (
+            f"{workers} {what}: at 1 CPU each they need {workers} CPUs; the Ray cluster has "
+            f"{total:g} CPUs, {free:g} free when they were started"
+        )
+        fits = int(free)
+        fewer = f"runners={fits}" if fits >= 1 else "runners"
+        fixes = (
+            f"start fewer workers ({fewer}, with more envs each: envs_per_runner) or join a "
+            "larger cluster (ray_address)"
+        )
+        if workers <= free:
+            fixes = "raise start_timeout if the envs are slow to build, or " + fixes
+        return f"{said}. To fix: {fixes}."
 
     def close(self) -> None:
         """End every worker (after it closed its envs, for at most :data:`CLOSE_TIMEOUT`
