@@ -288,6 +288,32 @@ def test_rware_s_step_limit_is_the_adapter_s_and_the_checker_holds_episodes_to_i
     corral.check_env(corral.make("rware/rware-tiny-2ag-v2", max_steps=7), episodes=2)
 
 
+def test_lbf_s_step_limit_is_the_adapter_s_and_max_episode_steps_sets_it() -> None:
+    """LBF keeps its limit (50) in its constructor's ``max_episode_steps``, which
+    ``gymnasium.make``'s argument of that name shadows: a longer limit was reported but the
+    episode still ended at 50; the adapter reported no limit at all by default."""
+    pytest.importorskip("lbforaging")
+    name = "lbf/Foraging-8x8-2p-2f-coop-v3"
+    assert corral.make(name).max_episode_steps == 50
+    for limit in (20, 80):  # shorter and longer than LBF's own
+        env = corral.make(name, max_episode_steps=limit)
+        assert env.max_episode_steps == limit
+        env.reset(seed=0)
+        steps = 0
+        while env.agents:  # nobody moves or loads: food is left, the episode runs out of time
+            _, _, terms, truncs, _ = env.step(dict.fromkeys(env.possible_agents, 0))
+            steps += 1
+        assert steps == limit and truncs["agent_0"] and not terms["agent_0"]
+    corral.check_env(corral.make(name, max_episode_steps=80), episodes=1)
+
+
+def test_a_time_limit_past_rware_s_own_is_refused_naming_the_setting_that_sets_it() -> None:
+    pytest.importorskip("rware")
+    with pytest.raises(UnsupportedEnvError, match=r"own limit of 500 steps.*max_steps=800"):
+        corral.make("rware/rware-tiny-2ag-v2", max_episode_steps=800)
+    assert corral.make("rware/rware-tiny-2ag-v2", max_episode_steps=30).max_episode_steps == 30
+
+
 def test_adapt_gets_the_rule_before_any_corral_make() -> None:
     pytest.importorskip("lbforaging")
     probe = (

@@ -212,3 +212,16 @@ def test_render_ansi() -> None:
     game.reset()
     game.step({"player_0": 0, "player_1": 1})
     assert game.render() == "joint action [0, 1]: payoffs [-30.0, -30.0]\n"
+
+
+@pytest.mark.parametrize("env_id", ["mdp/two_round_nmdp", "mdp/climbing"])
+def test_the_batched_envs_say_they_cannot_render_and_point_to_the_dict_env(env_id: str) -> None:
+    """They have no render(): they listed the dict env's render modes, so a vector env of them
+    was built with render_mode="ansi" and failed at its first render()."""
+    with corral.make_vec(env_id, 2, seed=0) as venv:
+        assert venv.metadata["render_modes"] == []
+    with pytest.raises(ValueError, match=r"native=False"):
+        corral.make_vec(env_id, 2, seed=0, env_kwargs={"render_mode": "ansi"})
+    with corral.make_vec(env_id, 2, seed=0, native=False, env_kwargs={"render_mode": "ansi"}) as v:
+        v.reset(seed=0)
+        assert all(isinstance(text, str) and text for text in v.render())

@@ -101,6 +101,8 @@ def raw_mpe2(name: str, **kwargs: Any) -> Any:
         ("mpe2/simple_spread_v3", {}, "ParallelEnv"),
         ("corral/tag", {}, "ParallelEnv"),
         ("mdp/climbing", {}, "ParallelEnv"),
+        ("corral/memory", {}, "ParallelEnv"),  # every agent acts at every step
+        ("corral/memory-turns", {}, "AECEnv"),
         ("pettingzoo/classic/tictactoe_v3", {}, "AECEnv"),
         ("corral/rps", {}, "AECEnv"),
         ("corral/rps4", {}, "AECEnv"),
@@ -209,6 +211,8 @@ SIMULTANEOUS = {
         lambda **kw: corral.to_pettingzoo("corral/tag", mask_in_obs=True, **kw),
         TWO_KINDS,
     ),
+    # corral/memory: blank observations between the cue and the query
+    "corral_memory": (lambda **kw: corral.to_pettingzoo("corral/memory", **kw), {ALL_ZEROS}),
     "goofspiel": (
         lambda **kw: corral.to_pettingzoo(
             "openspiel/goofspiel", num_cards=4, mask_in_obs=True, **kw

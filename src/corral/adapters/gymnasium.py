@@ -127,9 +127,10 @@ def declares_agents(env: gymnasium.Env) -> bool:
     )
 
 
-def make_gymnasium(name: str, **kwargs: Any) -> SourceAdapter:
-    """``gymnasium.make(name, **kwargs)`` as a corral env, by the adapter that fits it."""
-    module = name.partition(":")[0] if ":" in name else None
+def make_gymnasium(name: str | gymnasium.envs.registration.EnvSpec, **kwargs: Any) -> SourceAdapter:
+    """``gymnasium.make(name, **kwargs)`` as a corral env, by the adapter that fits it
+    (``name``: an id, or a spec of Gymnasium's registry)."""
+    module = name.partition(":")[0] if isinstance(name, str) and ":" in name else None
     try:
         env = gymnasium.make(name, **kwargs)
     except ModuleNotFoundError as err:

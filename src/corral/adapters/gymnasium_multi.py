@@ -27,6 +27,7 @@ missing. The ``lbf/...`` and ``rware/...`` ids are in :mod:`corral.adapters.cata
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -107,12 +108,11 @@ class MultiAgentGymnasiumAdapter(SourceAdapter):
 
     @property
     def max_episode_steps(self) -> int | None:  # type: ignore[override]
-        """The Gymnasium env's time limit (its ``TimeLimit`` wrapper), else its package's own
-        (RWARE's ``max_steps``), or ``None``."""
-        limit = time_limit(self.env)
-        if limit is None and self._step_limit is not None:
-            limit = self._step_limit(self.env.unwrapped)
-        return limit
+        """The first of the Gymnasium env's time limit (its ``TimeLimit`` wrapper) and its
+        package's own (LBF's ``max_episode_steps``, RWARE's ``max_steps``), or ``None``."""
+        own = None if self._step_limit is None else self._step_limit(self.env.unwrapped)
+        limits = [n for n in (time_limit(self.env), own) if n is not None]
+        return min(limits, default=None)
 
     def observation_space(self, agent: AgentID) -> spaces.Space:
         return self._observation_spaces[agent]
@@ -195,6 +195,10 @@ def convention_problem(env: gymnasium.Env) -> str | None:
     return None
 
 
+LIMIT = "max_episode_steps"
+"""``gymnasium.make``'s argument that wraps an env in a ``TimeLimit``."""
+
+
 def make_from_package(package: str, name: str, **kwargs: Any) -> SourceAdapter:
     """The Gymnasium env ``name`` that importing ``package`` registers, as a corral env.
 
@@ -206,11 +210,17 @@ def make_from_package(package: str, name: str, **kwargs: Any) -> SourceAdapter:
     importlib.import_module(package)
     kwargs.setdefault("disable_env_checker", True)
     known = KNOWN.get(package, Known())
+    limit = kwargs.get("max_episode_steps")
+    registered = gymnasium.registry.get(name)
+    made: str | gymnasium.envs.registration.EnvSpec = name
+    if limit is not None and registered is not None and LIMIT in registered.kwargs:
+        # the constructor's own limit has the name of gymnasium.make's, which takes it
+        made = dataclasses.replace(registered, kwargs={**registered.kwargs, LIMIT: limit})
     drawn = known.frame is not None and kwargs.get("render_mode") == "rgb_array"
     if drawn:  # corral draws the frames: the env itself need not know (LBF has no such mode)
         del kwargs["render_mode"]
     try:
-        env = make_gymnasium(name, **kwargs)
+        env = make_gymnasium(made, **kwargs)
     except ValueError as err:
         given = [arg for arg in known.broken if kwargs.get(arg)]
         if not given:
@@ -221,12 +231,25 @@ def make_from_package(package: str, name: str, **kwargs: Any) -> SourceAdapter:
         ) from err
     if drawn:
         env.render_mode = "rgb_array"
+    own = None if known.step_limit is None else known.step_limit(env.env.unwrapped)
+    if limit is not None and own is not None and own < limit:
+        env.close()
+        raise UnsupportedEnvError(
+            f"{package} ends {name}'s episodes at its own limit of {own} steps, before "
+            f"max_episode_steps={limit}: raise that limit ({known.limit_name}={limit})"
+        )
     return env
 
 
 def _lbf_food_left(env: Any) -> bool:
     """LBF 2.0 is done when no food is left or at ``max_episode_steps``: food left, a time limit."""
     return bool(env.field.any())
+
+
+def _lbf_max_steps(env: Any) -> int | None:
+    """LBF 2.0's step limit, its ``max_episode_steps`` (50 by default)."""
+    steps = getattr(env, "_max_episode_steps", None)
+    return None if steps is None else int(steps)
 
 
 def _rware_no_terminal_state(env: Any) -> bool:
@@ -251,18 +274,21 @@ class Known:
     """An ``rgb_array`` frame of the env's state, drawn by corral."""
     broken: Mapping[str, str] = field(default_factory=dict)
     """Arguments known to break the package's constructor, and why."""
+    limit_name: str = LIMIT
+    """The constructor's argument that sets :attr:`step_limit`."""
 
 
 KNOWN: dict[str, Known] = {
     "lbforaging": Known(
         _lbf_food_left,
+        _lbf_max_steps,
         frame=lbf_frame,
         broken={
             "grid_observation": "lbforaging 2.0.0 declares the grid observations' space with "
             "the shape of one axis, and Gymnasium refuses it"
         },
     ),
-    "rware": Known(_rware_no_terminal_state, _rware_max_steps, rware_frame),
+    "rware": Known(_rware_no_terminal_state, _rware_max_steps, rware_frame, limit_name="max_steps"),
 }
 """What corral knows of the envs of a package, by the top-level package of their class."""
 

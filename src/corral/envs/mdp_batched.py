@@ -57,7 +57,7 @@ class _Tables(BatchedEnv):
         self._obs_spaces = {a: env.observation_space(a) for a in self.possible_agents}
         self._action_spaces = {a: env.action_space(a) for a in self.possible_agents}
         self.state_space = env.state_space
-        self.metadata = dict(env.metadata)
+        self.metadata = {**env.metadata, "render_modes": []}  # no render(): the dict env draws
         self.max_episode_steps = env.max_episode_steps
         self.optimal_return = env.optimal_return
         self._groups = super().groups

@@ -33,11 +33,22 @@ class _Batched:
     factory: Callable[..., TabularMDP | MatrixGame]
 
     def __call__(
-        self, num_envs: int, array: str = "numpy", device: str = "cpu", **kwargs: Any
+        self,
+        num_envs: int,
+        array: str = "numpy",
+        device: str = "cpu",
+        render_mode: str | None = None,
+        **kwargs: Any,
     ) -> BatchedEnv:
         from corral.envs.mdp_batched import batch  # lazy, as the module's docstring says
 
-        return batch(self.factory(**kwargs), num_envs, array, device)
+        env = batch(self.factory(**kwargs), num_envs, array, device)
+        env.check_render_mode(
+            render_mode,
+            "the natively batched version cannot render: render the dict env "
+            "(corral.make, or corral.make_vec(..., native=False))",
+        )
+        return env
 
 
 _REGISTRY: tuple[tuple[str, Callable[..., Any], dict[str, Any]], ...] = (

@@ -75,6 +75,7 @@ class Memory(MultiAgentEnv):
         self.num_cues, self.delay, self.turns = num_cues, delay, bool(turns)
         # together, every agent acts at every step and all end at once
         self.metadata = {**type(self).metadata, "lockstep": not self.turns}
+        self.simultaneous = not self.turns
         self.possible_agents = [f"agent_{i}" for i in range(num_agents)]
         self.agents = []
         self._obs_space = spaces.Box(0.0, 1.0, shape=(num_cues + 1,), dtype=np.float32)
