@@ -196,6 +196,26 @@ def test_joint_steps_hold_one_row_per_env_step_with_the_mean_reward_and_bootstra
     venv.close()
 
 
+def test_an_agent_gone_before_a_truncation_does_not_go_on() -> None:
+    """The env's truncation marks every agent truncated, the dead too: one that terminated
+    before it bootstrapped its target value in the truncated row (it adds 0 to ``Q_tot``
+    once gone). Rows built by hand: ``joint_steps`` is the rule, whatever env made them."""
+    venv = corral.make_vec("corral/tag", 1, seed=0, native=False)
+    builder = RolloutBuilder(venv, steps=1, record_next=True)
+    batch = venv.reset(seed=0)
+    actions = {g: np.zeros(a.shape, np.int64) for g, a in batch.acting.items()}
+    builder.act(batch, actions)
+    builder.observe(venv.step(actions))
+    rollout = builder.finish()["prey"]
+    venv.close()
+    assert rollout.acting.shape == (1, 1, 2)  # two prey
+    # prey_1 gone before this step (neither alive nor acting), the episode truncated in it
+    rollout.alive[0, 0, 1] = rollout.acting[0, 0, 1] = rollout.terminated[0, 0, 1] = False
+    rollout.truncated[0, 0, :] = True
+    rows, _ = joint_steps(rollout, with_state=False)
+    assert rows["next_live"].tolist() == [[True, False]] and not rows["terminal"].any()
+
+
 def test_a_truncated_row_bootstraps_from_the_final_observation_and_state() -> None:
     """simple_spread's observation starts with the agent's velocity and position, and mpe2
     moves an agent by the velocity it had (dt 0.1): every row's next position, the truncated
@@ -260,6 +280,26 @@ def test_vdn_and_qmix_are_registered_and_need_discrete_lockstep_envs() -> None:
     venv = corral.make_vec("mpe2/simple_spread_v3", 2, seed=0, state=True, env_kwargs=kwargs)
     with pytest.raises(UnsupportedEnvError, match="VDN needs Discrete action spaces"):
         VDN(venv)
+    venv.close()
+
+
+@pytest.mark.parametrize("cls", [VDN, QMIX])
+@pytest.mark.parametrize("array", ["numpy", "torch"])
+def test_a_turn_based_env_that_does_not_say_so_raises_naming_the_agent(
+    cls: type, array: str
+) -> None:
+    """An env without ``metadata["lockstep"]`` is held to it as it plays (as MADDPG holds
+    it): VDN and QMIX trained silently on turns, mixing one agent's value with another's."""
+    from corral.envs.rps import RockPaperScissors
+
+    class Undeclared(RockPaperScissors):
+        metadata = {"render_modes": []}
+
+    venv = corral.VectorEnv([Undeclared] * 2, seed=0, array=array, state=cls is QMIX)
+    algo = cls(venv, cls.Config(learning_starts=4, batch_size=4, train_freq=2))
+    named = rf"{cls.__name__} needs.*in env 0 agent .player_[01]. of group .player."
+    with pytest.raises(UnsupportedEnvError, match=named):
+        Collector(venv, algo, seed=0).run(40)
     venv.close()
 
 

@@ -106,6 +106,22 @@ def test_state_dict_round_trip_restores_rows_position_and_sampling(where):
         Replay(4).load_state_dict(state)
 
 
+@pytest.mark.parametrize("where", WHERE)
+def test_a_memory_saved_again_before_it_samples_keeps_the_restored_sampler(where):
+    """A checkpoint written after a resume and before the next sample (a resumed run saved
+    at once) lost the torch sampler's restored state: the next resume drew other rows."""
+    replay = Replay(5, seed=0)
+    replay.add(rows(where, range(7)))
+    replay.sample(3)
+    once = Replay(5, seed=123)
+    once.load_state_dict(replay.state_dict())
+    twice = Replay(5, seed=456)
+    twice.load_state_dict(once.state_dict())  # saved again before any sample
+    twice.to(rows(where, [0])["reward"])
+    a, b = replay.sample(16), twice.sample(16)
+    assert all(np.array_equal(to_numpy(a[k]), to_numpy(b[k])) for k in a)
+
+
 def test_a_numpy_memory_resumes_on_torch_rows():
     replay = Replay(4, seed=0)
     replay.add(rows("numpy", [1, 2]))

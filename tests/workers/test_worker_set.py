@@ -163,6 +163,27 @@ def test_learners_of_both_kinds_are_refused_without_a_run_dir(
     assert not run_dir.exists()
 
 
+@pytest.mark.parametrize("algo", ["dqn", "vdn"])
+def test_recurrent_learners_from_replay_are_refused_without_a_run_dir(
+    algo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Their sequence memory has one stream per env of the learner's process (one env with
+    runners): the workers' samples shared it, joining chunks of two envs' steps."""
+    run_dir = tmp_path / "recurrent"
+    rc = cli.main(
+        [
+            *("train", algo, "--env", ENV, "--runners", "2", "--num-envs", "2"),
+            *("--device", "cpu", "--run-dir", str(run_dir), "--no-progress"),
+            *("--set", "recurrent=true"),
+        ]
+    )
+    assert rc == 2
+    said = capsys.readouterr().err
+    assert "recurrent learners from replay" in said and "['main']" in said
+    assert "set runners=0 or recurrent=false" in said
+    assert not run_dir.exists()
+
+
 def test_runners_with_the_ray_backend_are_refused() -> None:
     with pytest.raises(ConfigError, match=r"runners=2 with backend 'ray'.*leave backend"):
         load_config("mappo", ENV, {"runners": 2, "backend": "ray"})

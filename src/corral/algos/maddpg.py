@@ -67,6 +67,7 @@ from torch import nn
 
 from corral.algos.base import AlgoConfig, Algorithm, resolve_device
 from corral.algos.encoders import Encoded, check_setting, encoded_mlp, front, has_image
+from corral.algos.lockstep import acted_in_lockstep, check_all_acting
 from corral.algos.networks import (
     as_input,
     flat_dim,
@@ -226,7 +227,7 @@ class MADDPGPolicy(Policy):
         actions: Actions = {}
         noise_std, epsilon = self.noise_std, self.epsilon
         for g in self.groups:
-            _check_all_acting(g, self.groups[g], batch.acting[g])
+            check_all_acting("MADDPG", g, self.groups[g], batch.acting[g])
             space = self.action_space[g]
             with torch.no_grad():
                 out = self.actor[g](as_input(batch.obs[g], self.observation_space[g], self.device))
@@ -407,7 +408,7 @@ class MADDPGLearner(Learner):
         check = None  # on torch: whether every agent acted (act checked NumPy batches)
         for g, rollout in rollouts.items():
             if is_tensor(rollout.acting):
-                everyone = _lockstep(rollout).all()
+                everyone = acted_in_lockstep(rollout).all()
                 check = everyone if check is None else check & everyone
             row |= self.joint_rows(g, rollout)
         row["reward"] = row[f"{next(iter(self.policy.groups))}/reward"]
@@ -418,8 +419,8 @@ class MADDPGLearner(Learner):
         metrics, everyone_acted = _read(self._update() if self.ready() else {}, check)
         if not everyone_acted:
             for g, rollout in rollouts.items():
-                for acting in _lockstep(rollout).cpu().numpy():
-                    _check_all_acting(g, self.policy.groups[g], acting)
+                for acting in acted_in_lockstep(rollout).cpu().numpy():
+                    check_all_acting("MADDPG", g, self.policy.groups[g], acting)
         return metrics
 
     def joint_rows(self, g: str, rollout: Rollout) -> Transitions:
@@ -784,28 +785,10 @@ def _read(metrics: Mapping[str, Any], check: torch.Tensor | None) -> tuple[dict[
     return out, check is None or bool(values[-1])
 
 
-def _check_all_acting(group: str, agents: tuple[str, ...], acting: np.ndarray) -> None:
-    if acting.all():
-        return
-    env, j = (int(x) for x in np.argwhere(~acting)[0])
-    raise UnsupportedEnvError(
-        f"MADDPG needs every agent to act at every step (simultaneous moves), but in env {env} "
-        f"agent {agents[j]!r} of group {group!r} is not acting: turn-based and asynchronous "
-        "envs, and envs whose agents leave early, are not supported (use DQN or MAPPO)"
-    )
-
-
 def _whole_rollouts(env_steps: int, num_envs: int, rollout_steps: int) -> int:
     """The env steps of the fewest whole rollouts that take at least ``env_steps``."""
     per_rollout = num_envs * rollout_steps
     return -(-env_steps // per_rollout) * per_rollout
-
-
-def _lockstep(rollout: Rollout) -> Any:
-    """``[T, E, n]``: the agent acted at the step and, after it, acts again or its episode
-    ended (a decision carried into the next rollout counts as acting there: it is not)."""
-    ended = rollout.terminated | rollout.truncated
-    return rollout.acting & (rollout.next["acting"] | ended)
 
 
 def _parameters(*nets: Mapping[str, nn.Module]) -> list[nn.Parameter]:

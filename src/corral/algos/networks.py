@@ -20,11 +20,17 @@ def flat_dim(space: spaces.Space) -> int:
 
 def as_input(obs: Any, space: spaces.Space, device: str | torch.device) -> torch.Tensor:
     """A float tensor ``[..., flat_dim]`` on ``device`` of observations laid out
-    ``[..., *obs_shape]`` (a NumPy array, or a tensor: no host copy); a ``Dict`` space's
-    value is a mapping of such per key, flattened in the space's key order."""
+    ``[..., *obs_shape]`` (a NumPy array, or a tensor: no host copy), one-hot for
+    ``Discrete`` and ``MultiDiscrete``; a ``Dict`` or ``Tuple`` space's value is a mapping or
+    sequence of such per entry, flattened in the space's order."""
     if isinstance(space, spaces.Dict):
         parts = [as_input(obs[key], sub, device) for key, sub in space.spaces.items()]
         return torch.cat(parts, dim=-1)
+    if isinstance(space, spaces.Tuple):
+        parts = [as_input(obs[i], sub, device) for i, sub in enumerate(space.spaces)]
+        return torch.cat(parts, dim=-1)
+    if isinstance(space, spaces.MultiDiscrete):
+        return _one_hots(obs, space, device)
     if isinstance(obs, torch.Tensor):
         if isinstance(space, spaces.Discrete):
             index = (obs.to(device) - space.start).long()
@@ -37,6 +43,20 @@ def as_input(obs: Any, space: spaces.Space, device: str | torch.device) -> torch
     lead = np.shape(obs)[: np.ndim(obs) - len(space.shape or ())]
     array = np.asarray(obs, dtype=np.float32).reshape(*lead, -1)
     return torch.as_tensor(array, device=device)
+
+
+def _one_hots(obs: Any, space: spaces.MultiDiscrete, device: str | torch.device) -> torch.Tensor:
+    """Values ``[..., *nvec_shape]`` of ``space`` as one-hots ``[..., sum(nvec)]``, one per
+    entry in order (as ``gymnasium.spaces.flatten`` makes them)."""
+    nvec = np.asarray(space.nvec).reshape(-1)
+    start = np.broadcast_to(np.asarray(getattr(space, "start", 0)), space.shape).reshape(-1)
+    offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]]) - start
+    values = torch.as_tensor(obs, device=device) if not isinstance(obs, torch.Tensor) else obs
+    values = values.to(device=device, dtype=torch.long)
+    lead = values.shape[: values.ndim - len(space.shape)]
+    index = values.reshape(*lead, len(nvec)) + torch.as_tensor(offsets, device=device)
+    out = torch.zeros(*lead, int(nvec.sum()), device=device)
+    return out.scatter_(-1, index, 1.0)
 
 
 def to_device(x: torch.Tensor, device: str | torch.device) -> torch.Tensor:

@@ -59,9 +59,11 @@ from corral.algos.dqn import (
     replay_first_update,
     replay_rollout_steps,
 )
+from corral.algos.lockstep import acted_in_lockstep, check_all_acting
 from corral.algos.mixers import QMixer, VDNMixer, box_bounds
 from corral.algos.networks import as_input, flat_dim, frozen_copy, soft_update
 from corral.algos.policy import FirstUpdate
+from corral.arrays import is_tensor
 from corral.arrays.tree import map_tree
 from corral.data.replay import Transitions
 from corral.data.rollouts import Rollout
@@ -130,6 +132,9 @@ class ValueDecompositionLearner(DQNLearner):
         self.uses_state = mixes_on_state and state_space is not None
         # Without a state, a mixer that needs one mixes on the group's observations joined.
         self.state_from_obs = mixes_on_state and state_space is None
+        self._acted: dict[str, torch.Tensor] = {}
+        """Per group, on torch rollouts: whether each env's agents ``[E, n]`` acted in lockstep
+        in every rollout since the last read (read with the gradient steps' metrics)."""
         super().__init__(policy, config, num_envs=num_envs)
 
     def parameters(self, group: str) -> list[nn.Parameter]:
@@ -145,7 +150,23 @@ class ValueDecompositionLearner(DQNLearner):
         for g, mixer in self.mixer.items():
             soft_update(self.target_mixer[g].parameters(), mixer.parameters(), self.config.tau)
 
+    def update(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
+        """DQN's update of the team's rows; raises ``UnsupportedEnvError`` where an agent did
+        not act at a step of its episode (on torch rollouts, with the first gradient steps'
+        metrics, which read the device anyway)."""
+        metrics = super().update(rollouts)
+        if metrics and self._acted:
+            acted, self._acted = self._acted, {}
+            for g, rows in acted.items():
+                check_all_acting(type(self).__name__, g, self.policy.groups[g], rows.cpu())
+        return metrics
+
     def _store(self, g: str, rollout: Rollout) -> None:
+        acted = acted_in_lockstep(rollout).all(0)  # [E, n]
+        if is_tensor(acted):
+            self._acted[g] = acted & self._acted[g] if g in self._acted else acted
+        else:
+            check_all_acting(type(self).__name__, g, self.policy.groups[g], acted)
         if not self.config.recurrent:
             rows, keep = joint_steps(rollout, with_state=self.uses_state)
             self.buffer[g].add(rows, keep)
@@ -259,15 +280,15 @@ def joint_steps(
 
     Fields: ``obs``, ``action``, ``acting``, ``action_mask``, ``reward`` (the agents' mean),
     ``next_obs`` (final where the env ended), ``next_action_mask``, ``next_live`` (the agent
-    goes on: acts next, or was truncated, and was not terminated), ``terminal`` (no agent
-    goes on) and, ``with_state``, ``state`` and ``next_state``. Needs a rollout of a lockstep
-    env recorded with ``record_next=True``."""
+    goes on: alive at the step, acts next or was truncated, and was not terminated),
+    ``terminal`` (no agent goes on) and, ``with_state``, ``state`` and ``next_state``. Needs a
+    rollout of a lockstep env recorded with ``record_next=True``."""
     if not rollout.next:
         raise ValueError("joint_steps() needs a rollout from RolloutBuilder(..., record_next=True)")
     if rollout.action_mask is None:
         raise ValueError("joint_steps() needs the action masks every Discrete group has")
     nxt = rollout.next
-    next_live = (nxt["acting"] | rollout.truncated) & ~rollout.terminated
+    next_live = (nxt["acting"] | rollout.truncated) & rollout.alive & ~rollout.terminated
     fields = {
         "obs": rollout.obs,
         "action": rollout.action,

@@ -195,6 +195,8 @@ class Replay:
         }
         if self._generator is not None:
             state["torch_rng"] = (self._generator.device.type, self._generator.get_state())
+        elif self._generator_state is not None:  # restored, not drawn from since
+            state["torch_rng"] = self._generator_state
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -100,7 +100,20 @@ def is_asynchronous(learners: Mapping[str, Algorithm]) -> bool:
             f"runners > 0 serves learners of one kind at a time, synchronous (mappo, ippo) or "
             f"asynchronous (from replay); this run has {kinds}: set runners=0"
         )
+    recurrent = [
+        pid for pid, kind in kinds.items() if kind == "async" and _recurrent(learners[pid])
+    ]
+    if recurrent:
+        raise ConfigError(
+            f"runners > 0 does not serve recurrent learners from replay yet (policies "
+            f"{recurrent}): their sequence memories keep one stream per env of this process, "
+            "and the workers' envs are not: set runners=0 or recurrent=false"
+        )
     return "async" in kinds.values()
+
+
+def _recurrent(learner: Algorithm) -> bool:
+    return bool(getattr(learner.config, "recurrent", False))
 
 
 class WorkerActor(RolloutWorker):
