@@ -995,7 +995,7 @@ def _eval(args: argparse.Namespace) -> int:
     from corral.training.config import replace_run
     from corral.training.policy_map import check_value, is_fixed, parse_policies
     from corral.training.render import RenderError, record_episode
-    from corral.training.runner import check_cluster, evaluate_policy, load_run
+    from corral.training.runner import BEST, check_cluster, evaluate_policy, load_run
     from corral.training.scoring import RETURN, VERSUS
     from corral.training.threads import set_torch_threads, torch_threads
 
@@ -1044,8 +1044,14 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"corral: error: {err}", file=sys.stderr)
         return 1
     cut = f" ({result.cut} cut by faults, played again)" if result.cut else ""
+    # "best" falls back to the latest checkpoint where no evaluation has saved one yet
+    which = (
+        "best"
+        if args.checkpoint == "best" and os.path.isfile(os.path.join(args.run_dir, BEST))
+        else "latest"
+    )
     print(
-        f"{args.run_dir} ({args.checkpoint} checkpoint, {saved['env_steps']} env steps): "
+        f"{args.run_dir} ({which} checkpoint, {saved['env_steps']} env steps): "
         f"mean +- standard error over {args.episodes} episodes{cut}"
     )
     columns = result.columns()

@@ -244,6 +244,26 @@ def test_a_turn_based_env_that_does_not_say_so_raises_at_its_first_step() -> Non
         Collector(venv, algo, seed=0).run(10)
 
 
+def test_a_resume_without_the_memory_refills_learning_starts_rows_before_learning() -> None:
+    """``checkpoint_replay=false``: the memory is not saved. MADDPG counted ``learning_starts``
+    in env steps (restored), so it learned again from the first ``batch_size`` rows; DQN and
+    the docs refill ``learning_starts`` first."""
+    algo, _ = _train("mdp/two_round_dmdp", 400, seed=1)
+    venv = corral.make_vec("mdp/two_round_dmdp", 8, seed=1)
+    resumed = MADDPG(venv, MADDPG.Config(seed=1, **MDP_CONFIG))
+    resumed.load_state_dict(algo.state_dict())  # no load_replay_state_dict: no memory
+    assert resumed.env_steps == 400 and resumed.stored == 0
+    assert resumed.first_update().env_steps >= MDP_CONFIG["learning_starts"]
+    before = [p.detach().clone() for p in resumed.critic["agent"].parameters()]
+    Collector(venv, resumed, seed=2).run(160)  # 160 rows: more than batch_size, fewer than 200
+    assert resumed.stored == 160
+    after = list(resumed.critic["agent"].parameters())
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))  # no step yet
+    Collector(venv, resumed, seed=3).run(80)
+    assert not all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    venv.close()
+
+
 def test_state_dict_round_trip_resumes_learning_exactly(tmp_path: Path) -> None:
     algo, _ = _train("mdp/two_round_dmdp", 600, seed=1)
     saved = tmp_path / "checkpoint.pt"

@@ -674,7 +674,10 @@ def test_the_cli_refuses_another_run_s_checkpoint_in_one_line(
     argv = ["eval", str(run_dir)]
     if command == "resume":
         argv = ["train", "--resume", str(run_dir), "--no-progress", "--total-steps", "60"]
+    config = (run_dir / "config.yaml").read_text()
     assert cli_error(argv, capsys).startswith(f"corral: error: {said}")
+    # a refused resume leaves the run as it was (its new schedule was written first)
+    assert (run_dir / "config.yaml").read_text() == config
 
 
 LACKING = [

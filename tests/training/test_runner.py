@@ -462,6 +462,12 @@ def test_resume_may_extend_the_schedule_but_not_what_is_learned(tmp_path: Path) 
     first = train(config(tmp_path, total_steps=200, eval_every=100))
     with pytest.raises(ConfigError, match="cannot change"):
         Runner.resume(tmp_path / "run", progress=False, allow_imports=[TINY], lr=0.9)
+    # the algorithm and env named to corral.train must be the run's (they were ignored)
+    with pytest.raises(ConfigError, match=r"is a run of .*TabularQ.*not of 'dqn'"):
+        corral.train("dqn", resume=tmp_path / "run", progress=False, allow_imports=[TINY])
+    with pytest.raises(ConfigError, match=r"is a run on 'mdp/climbing'.*not on 'corral/rps'"):
+        corral.train(TabularQ, "corral/rps", resume=tmp_path / "run", progress=False)
+    assert read_metrics(tmp_path / "run") == first.metrics  # both refused before any change
     results = corral.train(TabularQ, resume=tmp_path / "run", total_steps=320, progress=False)
     assert results.env_steps == 320
     assert results.metrics[: len(first.metrics)] == first.metrics

@@ -250,6 +250,10 @@ def test_eval_prints_each_measure_with_its_standard_error(
     code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "1", *ALLOW)
     assert code == 0, err
     assert " +- n/a (selects best.pt)" in out  # one episode has no standard error
+    (tmp_path / "r" / "best.pt").unlink()  # no evaluation saved one: the latest is played
+    code, out, err = run(capsys, "eval", str(tmp_path / "r"), "--episodes", "1", *ALLOW)
+    assert code == 0, err
+    assert out.startswith(f"{tmp_path / 'r'} (latest checkpoint, ")
 
 
 def test_eval_explore_plays_the_policies_as_in_training_and_no_explore_greedily(
@@ -475,6 +479,27 @@ def test_maddpg_on_an_env_that_is_not_lockstep_is_one_clear_line(
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("corral: error: MADDPG needs every agent to act at every step")
     assert not (tmp_path / "r").exists()  # a run refused when it is built leaves no directory
+
+
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_a_cuda_device_where_torch_sees_none_is_one_clear_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    """Only the torch arrays of a natively batched env checked it: on a dict env the
+    algorithm's networks failed in torch, a traceback ending in an AssertionError (exit 1)."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a CUDA GPU here")
+    run_dir = tmp_path / "r"
+    if command == "eval":
+        assert train(capsys, run_dir, algo="mappo", env="corral/rps")[0] == 0
+        args = ["eval", str(run_dir), "--device", "cuda", "--episodes", "2"]
+    else:
+        args = ["train", "mappo", "--env", "corral/rps", "--device", "cuda"]
+        args += ["--run-dir", str(run_dir)]
+    code, _, err = run(capsys, *args)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "device='cuda', but torch sees no CUDA GPU here: use device=cpu" in err
 
 
 def test_maddpg_on_an_env_found_turn_based_while_training_is_one_clear_line(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 import numpy as np
 
 from corral.algos.policy import Learner
-from corral.errors import UnsupportedEnvError
+from corral.errors import ConfigError, UnsupportedEnvError
 from corral.settings import SEED, Range, check_ranges
 
 if TYPE_CHECKING:
@@ -138,9 +138,17 @@ def check_env_support(algo: type[Algorithm], venv: VecEnv) -> None:
 
 
 def resolve_device(device: str) -> str:
-    """``"auto"`` becomes ``"cuda"`` when a GPU is available, else ``"cpu"``."""
-    if device != "auto":
+    """``"auto"`` becomes ``"cuda"`` when a GPU is available, else ``"cpu"``; a CUDA device
+    where torch sees none is a :class:`~corral.errors.ConfigError`."""
+    if device == "cpu":
         return device
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"device={device!r}, but torch sees no CUDA GPU here: use device=cpu, or auto "
+            "(a GPU where there is one)"
+        )
+    return device

@@ -99,7 +99,8 @@ class Config(AlgoConfig):
     batch_size: Annotated[int, Range(ge=1)] = 256
     """Env steps sampled per gradient step."""
     learning_starts: Annotated[int, Range(ge=0)] = 1_000
-    """Env steps collected before the first gradient step."""
+    """Rows (env steps) in the replay memory before the first gradient step (also after a
+    resume without the memory: ``checkpoint_replay=false``)."""
     train_freq: Annotated[int, Range(ge=1)] = 16
     """Env steps collected per gradient step (of every group's critic and actor); a rollout
     lasts ``ceil(train_freq / num_envs)`` vector steps."""
@@ -400,7 +401,7 @@ class MADDPGLearner(Learner):
     def update(self, rollouts: Mapping[str, Rollout]) -> dict[str, float]:
         """Set the policy's exploration, store the rollouts' steps as joint rows (one per env
         step), then one gradient step of every critic and actor per ``train_freq`` env steps
-        collected, once ``learning_starts`` env steps and ``batch_size`` rows are stored;
+        collected, once ``learning_starts`` and ``batch_size`` rows are stored;
         metrics are read from the device once; ``{}`` when no step was taken. Raises
         ``UnsupportedEnvError`` if an agent of a torch rollout did not act at some step."""
         self.policy.noise_std, self.policy.epsilon = self.exploration()
@@ -447,11 +448,12 @@ class MADDPGLearner(Learner):
         return row
 
     def ready(self) -> bool:
-        """Whether ``learning_starts`` env steps, ``batch_size`` rows and ``train_freq`` env
-        steps not yet paid for are there."""
+        """Whether ``learning_starts`` and ``batch_size`` rows (one per env step) are stored and
+        ``train_freq`` env steps not yet paid for are there."""
         cfg = self.config
+        # rows stored, not env steps: a run resumed without its memory refills it first
         return (
-            self.env_steps >= cfg.learning_starts
+            self.stored >= min(cfg.learning_starts, cfg.buffer_size)
             and self.stored >= cfg.batch_size
             and self.due >= cfg.train_freq
         )
@@ -687,7 +689,7 @@ class MADDPG(MADDPGLearner, Algorithm):
         cfg, learner = self.config, self
         rows = max(
             1,
-            cfg.learning_starts - learner.env_steps,
+            min(cfg.learning_starts, cfg.buffer_size) - learner.stored,
             cfg.batch_size - learner.stored,
             cfg.train_freq - learner.due,
         )

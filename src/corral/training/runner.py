@@ -18,9 +18,10 @@ the run's last excepted), so it loses no env step collected. A
 resumed run continues from the checkpoint's step with the same metrics and
 generators; the envs restart their episodes (episodes in flight at the
 checkpoint are not part of it), from seeds derived from the run's seed and
-the step. Where no episode is in flight at checkpoints (one-step games), a
-resumed run on the ``sync`` backend equals an uninterrupted one exactly,
-given an algorithm whose ``state_dict`` is complete.
+the step. Where no episode is in flight at checkpoints and the env draws no
+chance (deterministic one-step games), a resumed run on the ``sync`` backend
+equals an uninterrupted one exactly, given an algorithm whose ``state_dict`` is
+complete (the envs' own generators are not saved: they are seeded again).
 """
 
 from __future__ import annotations
@@ -234,10 +235,6 @@ class Runner:
                     players=self.fixed,
                     allow_imports=self.allow_imports,
                 )
-            # the run is usable as configured: only now is its directory made or rewritten
-            check_run_files(self.run_dir)
-            run_files.make_run_dir(self.run_dir)
-            run_files.write_text(self.run_dir, CONFIG, write_yaml(config.to_dict()))
             self.constant = ConstantWatch(self.selection)
             self.env_steps = int(saved.get("env_steps", 0))
             self.runner_counts = {**dict.fromkeys(RUNNER_COUNTS, 0), **saved.get(RUNNER_KEY, {})}
@@ -259,6 +256,11 @@ class Runner:
                     load_players(self.collector, restore)
                     self.collector.rng.bit_generator.state = restore["collector_rng"]
                     checkpoint.set_rng_state(restore["rng"])
+            # the run is usable as configured (and its checkpoint fits it): only now is its
+            # directory made or rewritten
+            check_run_files(self.run_dir)
+            run_files.make_run_dir(self.run_dir)
+            run_files.write_text(self.run_dir, CONFIG, write_yaml(config.to_dict()))
             self.metrics = MetricsLog(
                 self.run_dir, saved.get("metrics", []), tensorboard=run.tensorboard
             )
@@ -295,6 +297,8 @@ class Runner:
         progress: bool = True,
         allow_imports: Collection[str] = (),
         imports: Sequence[str] = (),
+        algo: str | type[Algorithm] | None = None,
+        env: str | None = None,
         **schedule: Any,
     ) -> Runner:
         """The run in ``run_dir``, restored from its latest checkpoint.
@@ -303,13 +307,24 @@ class Runner:
         ``total_steps`` to train on). ``allow_imports``: the ``module:attr``
         values and modules its config may import (see :func:`read_run_config`).
         ``imports``: modules to import before its env is looked up, added to the
-        run's ``imports`` (and allowed there). A run that already has
-        ``total_steps`` env steps raises :class:`AlreadyTrainedError`, its
-        directory untouched.
+        run's ``imports`` (and allowed there). ``algo`` and ``env``, where given, are
+        what the caller expects the run to be: a :class:`ConfigError` where its
+        ``config.yaml`` says otherwise. A run that already has ``total_steps`` env
+        steps raises :class:`AlreadyTrainedError`, its directory untouched.
         """
         run_dir = Path(run_dir)
         allow_imports = [*allow_imports, *imports]
         config = read_run_config(run_dir, allow_imports)
+        if algo is not None and algorithm_spec(algo)[1] is not algorithm_spec(config.algo)[1]:
+            raise ConfigError(
+                f"{run_dir} is a run of {config.algo!r} (its config.yaml), not of "
+                f"{algorithm_spec(algo)[0]!r}: a resume goes on with the run's algorithm"
+            )
+        if env is not None and env != config.run.env:
+            raise ConfigError(
+                f"{run_dir} is a run on {config.run.env!r} (its config.yaml), not on {env!r}: "
+                "a resume goes on with the run's env"
+            )
         fixed = sorted(set(schedule) - RESUMABLE)
         if fixed:
             raise ConfigError(
@@ -657,7 +672,13 @@ def train(
         imports = overrides.pop("imports", ())
         imports = [imports] if isinstance(imports, str) else list(imports)
         runner = Runner.resume(
-            resume, progress=progress, allow_imports=allowed, imports=imports, **overrides
+            resume,
+            progress=progress,
+            allow_imports=allowed,
+            imports=imports,
+            algo=algo,
+            env=env,
+            **overrides,
         )
     else:
         config = load_config(algo, env, overrides)
