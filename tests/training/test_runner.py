@@ -458,6 +458,24 @@ def test_resume_continues_from_the_checkpoint_in_multi_step_games(
     assert results.metrics[-1]["wall_time"] >= rows_at_kill[-1]["wall_time"]
 
 
+def test_a_best_pt_written_after_the_checkpoint_keeps_its_record_on_resume(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run killed between the two writes of an evaluation (best.pt first) left a best.pt
+    from a step its resume redoes; the resumed run kept the checkpoint's older best, so a
+    worse evaluation later left best.pt in place while the run reported another best."""
+    first = train(config(tmp_path, total_steps=160, eval_every=80))
+    run_dir = tmp_path / "run"
+    later = ckpt.load(run_dir / LATEST)  # as best.pt at 240 would hold it: written, then killed
+    later.update(env_steps=240, best_eval=999.0, best_steps=240)
+    ckpt.save(run_dir / BEST, later)
+    with caplog.at_level(logging.WARNING, logger="corral"):
+        resumed = corral.train(TabularQ, resume=run_dir, total_steps=320, progress=False)
+    assert resumed.best_eval == 999.0 and ckpt.load(run_dir / BEST)["env_steps"] == 240
+    assert "best.pt was written at 240 env steps, after checkpoint.pt (160)" in caplog.text
+    assert resumed.metrics[: len(first.metrics)] == first.metrics
+
+
 def test_resume_may_extend_the_schedule_but_not_what_is_learned(tmp_path: Path) -> None:
     first = train(config(tmp_path, total_steps=200, eval_every=100))
     with pytest.raises(ConfigError, match="cannot change"):

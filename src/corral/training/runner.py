@@ -244,6 +244,8 @@ class Runner:
             self.best_steps: int | None = None
             if saved.get("select_by") == self.selection.metric:  # a fresh run has none
                 self.best_eval, self.best_steps = saved.get("best_eval"), saved.get("best_steps")
+            if restore is not None:
+                self._adopt_later_best()
             # A resumed run's envs start new episodes, from seeds that follow the step.
             seed = run.seed + self.env_steps
             seats = seating(config, self.venv, learning=True)
@@ -269,6 +271,26 @@ class Runner:
         except BaseException:
             self.close()
             raise
+
+    def _adopt_later_best(self) -> None:
+        """Keep the record of a ``best.pt`` written after the checkpoint this run resumes
+        from (it was killed between the two writes of an evaluation): that evaluation is
+        the best so far, though the restored ``metrics.csv`` does not show it, and a later
+        one must beat it to replace the file, as in the run that wrote it."""
+        path = self.run_dir / BEST
+        if not path.is_file():
+            return
+        best = restored(checkpoint.load(path), path)
+        later = best["env_steps"] > self.env_steps and best["best_eval"] is not None
+        if not later or best.get("select_by") != self.selection.metric:
+            return
+        self.best_eval, self.best_steps = best["best_eval"], best["best_steps"]
+        log.warning(
+            "%s was written at %d env steps, after %s (%d): its %s %.4g is kept as the best "
+            "so far, though metrics.csv, restored from %s, does not show that evaluation",
+            BEST, best["env_steps"], LATEST, self.env_steps, self.selection.metric,
+            self.best_eval, LATEST,
+        )  # fmt: skip
 
     @property
     def algo(self) -> Algorithm:
