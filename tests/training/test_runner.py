@@ -89,6 +89,8 @@ def test_bad_settings_raise_config_errors(overrides: dict, message: str) -> None
     ("overrides", "message"),
     [
         ({"num_workers": 2}, "num_workers is an option of the subproc and ray backends, not"),
+        # a resume that changes the backend: the setting comes from config.yaml, say how to unset
+        ({"backend": "sync", "timeout": 30.0}, r"leave timeout unset \(--set timeout=null"),
         (
             {"backend": "subproc", "ray_address": "auto"},
             "ray_address is an option of the ray backend, not of",

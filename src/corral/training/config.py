@@ -286,7 +286,8 @@ class RunConfig:
                 owners = " and ".join(takers) + (" backends" if len(takers) > 1 else " backend")
                 raise ConfigError(
                     f"{name} is an option of the {owners}, not of backend {self.backend!r}: "
-                    f"choose the backend or leave {name} unset"
+                    f"choose the backend or leave {name} unset (--set {name}=null where a "
+                    "resumed run's config.yaml holds it)"
                 )
 
     def _check_runners(self) -> None:
