@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -458,6 +459,22 @@ def test_resume_continues_from_the_checkpoint_in_multi_step_games(
     assert steps == list(range(40, 401, 40))
     assert results.metrics[: len(rows_at_kill)] == rows_at_kill
     assert results.metrics[-1]["wall_time"] >= rows_at_kill[-1]["wall_time"]
+
+
+def test_wall_time_counts_the_evaluations(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``wall_time`` added up only collecting and learning: a run whose evaluations took
+    most of its time said it had trained in a fraction of it."""
+    evaluate = Runner.evaluate
+
+    def slow(self: Runner, episodes: int | None = None) -> Any:
+        time.sleep(0.3)
+        return evaluate(self, episodes)
+
+    monkeypatch.setattr(Runner, "evaluate", slow)
+    results = train(config(tmp_path, total_steps=80, eval_every=40, log_every=40))
+    rows = {int(r["env_steps"]): r["wall_time"] for r in results.metrics}
+    assert rows[0] == 0.0
+    assert rows[80] >= 0.6  # the evaluations at 0 and 40 came before the row at 80
 
 
 def test_a_best_pt_written_after_the_checkpoint_keeps_its_record_on_resume(

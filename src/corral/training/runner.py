@@ -240,6 +240,11 @@ class Runner:
             self.runner_counts = {**dict.fromkeys(RUNNER_COUNTS, 0), **saved.get(RUNNER_KEY, {})}
             """The run's rollout worker faults so far (cumulative, restored on resume)."""
             self.elapsed = float(saved.get("elapsed", 0.0))
+            """Seconds of training so far (``wall_time``): real time since :meth:`train`
+            started, evaluations and checkpoints included, plus what the run had before a
+            resume."""
+            self._clock = time.perf_counter() - self.elapsed
+            """``time.perf_counter()`` at which :attr:`elapsed` was 0."""
             self.best_eval: float | None = None
             self.best_steps: int | None = None
             if saved.get("select_by") == self.selection.metric:  # a fresh run has none
@@ -379,6 +384,7 @@ class Runner:
         evaluation beats the best so far.
         """
         run = self.config.run
+        self._clock = time.perf_counter() - self.elapsed  # wall_time counts from here
         with self._run_logging():
             if run.tensorboard and not self.metrics.tensorboard:
                 log.info("TensorBoard is not installed: metrics go to metrics.csv only")
@@ -403,7 +409,7 @@ class Runner:
 
     def _train_chunk(self, on_step: Callable[[int], None] | None = None) -> Row:
         run = self.config.run
-        before, elapsed = self.env_steps, self.elapsed
+        before = self.env_steps
         stop = self._next_stop()
         started = time.perf_counter()
 
@@ -416,14 +422,13 @@ class Runner:
                 on_step(env_steps)
             due = 0 < run.checkpoint_every_s <= time.monotonic() - self.saved_at
             if due and self.env_steps < stop and not self.collector.rollout_open:
-                self.elapsed = elapsed + time.perf_counter() - started
                 self._save_latest()
 
         collecting = self.workers if self.workers is not None else self.collector
         part = collecting.run(stop - before, on_step=stepped)
         self.env_steps = before + part.env_steps
         seconds = time.perf_counter() - started
-        self.elapsed = elapsed + seconds
+        self.elapsed = time.perf_counter() - self._clock
         finished = self.env_steps >= run.total_steps
         evaluate = finished or _crossed(run.eval_every, before, self.env_steps)
         row = self._log_row(part, seconds, evaluate=evaluate)
@@ -437,6 +442,7 @@ class Runner:
         return row
 
     def _save_latest(self) -> None:
+        self.elapsed = time.perf_counter() - self._clock
         self.save_checkpoint(self.run_dir / LATEST, replay=self.config.run.checkpoint_replay)
         self.saved_at = time.monotonic()
 
