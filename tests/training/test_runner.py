@@ -594,6 +594,25 @@ def test_plot_keeps_runs_of_other_env_kwargs_apart(tmp_path: Path) -> None:
     assert other.returns.shape[0] == 1 and other.label == "TabularQ k=-20 (1 run)"
 
 
+def test_plot_keeps_runs_of_other_settings_apart_and_names_what_differs(tmp_path: Path) -> None:
+    """Runs were grouped by algorithm, env and env_kwargs only: runs with another learning
+    rate (or other learned groups) were averaged as if they were seeds of one setup."""
+    pytest.importorskip("matplotlib")
+    from corral.training.plot import curves
+
+    runs = [
+        train(config(tmp_path, name, seed=seed, **settings)).run_dir
+        for name, seed, settings in [
+            ("a0", 0, {}),
+            ("a1", 1, {"total_steps": 480, "log_every": 40}),  # a schedule of its own: a seed
+            ("lr", 0, {"lr": 0.1}),
+        ]
+    ]
+    seeds, other = curves(runs)
+    assert seeds.returns.shape[0] == 2 and other.returns.shape[0] == 1
+    assert seeds.label == "TabularQ lr=0.3 (2 runs)" and other.label == "TabularQ lr=0.1 (1 run)"
+
+
 def test_gif_of_an_env_that_renders(tmp_path: Path) -> None:
     pytest.importorskip("mpe2")
     iio = pytest.importorskip("imageio.v3")

@@ -37,16 +37,48 @@ class Curve:
     """The column plotted."""
     env_kwargs: str = ""
     """The runs' ``env_kwargs`` as ``key=value`` text (runs with others are another curve)."""
+    settings: str = ""
+    """The runs' settings that other curves of the algorithm on the env do not share, as
+    ``key=value`` text."""
 
     @property
     def label(self) -> str:
-        name = f"{self.algo} {self.env_kwargs}" if self.env_kwargs else self.algo
+        name = " ".join(part for part in (self.algo, self.env_kwargs, self.settings) if part)
         return f"{name} ({len(self.returns)} run{'s' if len(self.returns) > 1 else ''})"
 
 
+NOT_THE_SETUP = frozenset({"seed", "run_dir", "imports", "wandb_project", "select_by"})
+"""Settings that runs of one setup (seeds of one experiment) may differ in, beside the
+schedule a resume may change (``RESUMABLE``): ``select_by`` only chooses ``best.pt``."""
+
+
+def _setup(config: Mapping) -> dict[str, str]:
+    """What a run learns with, beside its algorithm and env: its run and algorithm settings
+    other than the seed, the schedule and where it writes, as text by name."""
+    from corral.training.runner import RESUMABLE
+
+    ignored = NOT_THE_SETUP | RESUMABLE | {"env", "env_kwargs"}
+    out = {k: _text(v) for k, v in (config.get("run") or {}).items() if k not in ignored}
+    out |= {k: _text(v) for k, v in (config.get("algo_config") or {}).items() if k not in ignored}
+    for pid, settings in sorted((config.get("policy_configs") or {}).items()):
+        out |= {f"{pid}.{k}": _text(v) for k, v in settings.items() if k not in ignored}
+    return out
+
+
+def _text(value: object) -> str:
+    """A setting's value as a label shows it: lists joined by commas, mappings as k:v."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(_text(v) for v in value)
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}:{_text(v)}" for k, v in sorted(value.items()))
+    return str(value)
+
+
 def curves(run_dirs: Sequence[str | Path], metric: str | None = None) -> list[Curve]:
-    """One :class:`Curve` of the column ``metric`` per (algorithm, env, env_kwargs) among
-    ``run_dirs``, in order of appearance.
+    """One :class:`Curve` of the column ``metric`` per (algorithm, env, env_kwargs, other
+    settings) among ``run_dirs``, in order of appearance: runs that differ only in their
+    seed and schedule are seeds of one curve; a curve's label names the settings it does
+    not share with the other curves of its algorithm on its env.
 
     ``metric`` is any column of ``metrics.csv``: ``eval_return``,
     ``eval_return/<group or agent>``, ``eval_vs_opponent``...; by default each
@@ -55,7 +87,8 @@ def curves(run_dirs: Sequence[str | Path], metric: str | None = None) -> list[Cu
     self-play and two-player zero-sum games). Each curve's grid runs up to the
     shortest of its runs, so the mean is taken where every run has data.
     """
-    runs: dict[tuple[str, str, str], list[tuple[str, np.ndarray, np.ndarray]]] = {}
+    runs: dict[tuple[str, str, str, str], list[tuple[str, np.ndarray, np.ndarray]]] = {}
+    setups: dict[str, dict[str, str]] = {}
     for run_dir in run_dirs:
         config = _run_config(run_dir)
         metrics = read_metrics(run_dir)
@@ -72,9 +105,19 @@ def curves(run_dirs: Sequence[str | Path], metric: str | None = None) -> list[Cu
         name = str(config["algo"]).rpartition(":")[2]
         kwargs = config["run"].get("env_kwargs") or {}
         task = " ".join(f"{k}={kwargs[k]}" for k in sorted(kwargs))
-        runs.setdefault((name, str(config["run"]["env"]), task), []).append((column, steps, values))
+        setup = _setup(config)
+        key = repr(sorted(setup.items()))
+        setups[key] = setup
+        runs.setdefault((name, str(config["run"]["env"]), task, key), []).append(
+            (column, steps, values)
+        )
     out = []
-    for (algo, env, task), members in runs.items():
+    for (algo, env, task, key), members in runs.items():
+        others = [setups[k] for (a, e, t, k) in runs if (a, e, t) == (algo, env, task)]
+        apart = sorted(
+            {n for o in others for n in {*o, *setups[key]} if o.get(n) != setups[key].get(n)}
+        )
+        settings = " ".join(f"{n}={setups[key][n]}" for n in apart if n in setups[key])
         chosen = list(dict.fromkeys(c for c, _, _ in members))
         if len(chosen) > 1:
             raise ConfigError(
@@ -84,7 +127,7 @@ def curves(run_dirs: Sequence[str | Path], metric: str | None = None) -> list[Cu
         end = min(s[-1] for _, s, _ in members)
         grid = np.unique(np.concatenate([s[s <= end] for _, s, _ in members]))
         returns = np.stack([np.interp(grid, s, v) for _, s, v in members])
-        out.append(Curve(algo, env, grid, returns, chosen[0], task))
+        out.append(Curve(algo, env, grid, returns, chosen[0], task, settings))
     return out
 
 
@@ -101,7 +144,7 @@ def plot_runs(
 
     ``metric`` is the column drawn, by default each run's selection column (see
     :func:`curves`). Runs of the same
-    algorithm, env and ``env_kwargs`` (seeds) are drawn as their mean with a shaded
+    algorithm, env, ``env_kwargs`` and settings (seeds) are drawn as their mean with a shaded
     ``band``: ``"minmax"`` (the range over runs) or ``"std"`` (one standard
     deviation). ``references`` (name -> value) are drawn as labelled
     horizontal lines in every panel; ``baselines`` adds each env's reference
