@@ -505,3 +505,27 @@ def test_another_run_s_policy_from_other_env_kwargs_is_refused_naming_the_spaces
     config.run = replace_run(config.run, policies={"agent": f"{runs[3]}:agent"})
     with pytest.raises(ConfigError, match=re.escape(said)):
         evaluate_policy(config, algo, 2)
+
+
+def test_two_learners_of_a_zero_sum_game_train_selecting_on_one_learner_s_column(
+    tmp_path: Path,
+) -> None:
+    """Every evaluation of a two-player zero-sum game played the reference opponent, which
+    plays one learner: two learners playing each other (MAPPO against IPPO) were refused even
+    with select_by on a return column. auto has no column that suits both: refused, naming
+    the columns that do."""
+    settings = {
+        "group_map": "agent", "policies": {"player_1": "ippo"}, "total_steps": 128,
+        "num_envs": 4, "eval_every": 64, "eval_episodes": 4, "rollout_steps": 16,
+        "device": "cpu", "tensorboard": False, "progress": False,
+    }  # fmt: skip
+    run = corral.train(
+        "mappo", env="corral/rps", run_dir=str(tmp_path / "r"), select_by="eval_return/player_0",
+        **settings,
+    )  # fmt: skip
+    rows = read_metrics(tmp_path / "r")
+    assert run.env_steps == 128 and "eval_return/player_0" in rows[-1]
+    assert not any(k.startswith("eval_vs_opponent") for r in rows for k in r)
+    with pytest.raises(ConfigError, match=r"select_by=auto in a two-player zero-sum game of 2"):
+        corral.train("mappo", env="corral/rps", run_dir=str(tmp_path / "auto"), **settings)
+    assert not (tmp_path / "auto").exists()

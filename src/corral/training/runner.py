@@ -1238,7 +1238,14 @@ def _selection(
     run = config.run
     groups = {g: a for learner in learners.values() for g, a in learner.groups.items()}
     try:
-        return choose_selection(run.select_by, venv, groups, self_play=run.self_play, versus=versus)
+        return choose_selection(
+            run.select_by,
+            venv,
+            groups,
+            self_play=run.self_play,
+            versus=versus,
+            learners=len(learners),
+        )
     except ValueError as err:
         raise ConfigError(str(err)) from err
 

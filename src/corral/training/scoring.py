@@ -223,15 +223,27 @@ def choose_selection(
     *,
     self_play: bool = False,
     versus: bool = False,
+    learners: int = 1,
 ) -> Selection:
     """The :class:`Selection` of a run whose ``select_by`` setting is given (see the module
-    docstring); ``versus`` asks for the versus evaluation whatever the game.
+    docstring); ``versus`` asks for the versus evaluation whatever the game. ``learners``:
+    how many learned policies play ``learned``; with several, a two-player zero-sum game's
+    evaluations play the reference opponent only where ``select_by`` names its column (it
+    plays one learner).
 
-    Raises ``ValueError`` naming the columns when ``select_by`` is not one.
+    Raises ``ValueError`` naming the columns when ``select_by`` is not one, or when it is
+    ``auto`` in a two-player zero-sum game of several learners (no column suits both).
     """
     seats = tuple(a for agents in learned.values() for a in agents)
-    competitive = self_play or two_player_zero_sum(venv)
+    competitive = self_play or (two_player_zero_sum(venv) and learners == 1)
     columns = return_columns(venv.groups)
+    if select_by == AUTO and learners > 1 and two_player_zero_sum(venv):
+        raise ValueError(
+            f"select_by=auto in a two-player zero-sum game of {learners} learners: the learners "
+            "play each other, so the mean return is 0 and the score against the reference "
+            "opponent is one learner's; set select_by to one learner's column, "
+            f"one of {[f'{RETURN}/{n}' for n in columns]}"
+        )
     if select_by == AUTO:
         if competitive:
             game = "self-play" if self_play else "a two-player zero-sum game"

@@ -13,7 +13,8 @@ numbers (``step`` optional), any setting may draw from ``choices`` (a list value
 would check it before anything is written. Each trial is a normal run directory
 ``SWEEP_DIR/trial-0003`` that :class:`~corral.training.runner.Runner` trains as ``corral
 train`` does, with the sweep's fixed settings and the trial's drawn ones. Each evaluation's
-value of the run's ``select_by`` column (``eval_return`` unless set) is reported to Optuna,
+value of the run's selection column (``eval_return``, or ``eval_vs_opponent`` in two-player
+zero-sum games and self-play, unless ``select_by`` is set) is reported to Optuna,
 whose pruner (median by default: a trial whose best evaluation so far is below the median
 of the finished trials' at the same env step is stopped there; never at step 0) ends trials
 that fall behind. A trial's value is its best evaluation: the one its ``best.pt`` keeps.
