@@ -477,6 +477,34 @@ def test_wall_time_counts_the_evaluations(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert rows[80] >= 0.6  # the evaluations at 0 and 40 came before the row at 80
 
 
+def test_a_nan_evaluation_is_never_the_best(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A first evaluation of NaN (an env that pays NaN, unchecked) became the best, which no
+    later evaluation could beat (NaN compares false), and its checkpoint could not be
+    resumed (a best_eval must be a number)."""
+    from corral.training.scoring import Evaluation
+
+    evaluate = Runner.evaluate
+    calls = []
+
+    def nan_first(self: Runner, episodes: int | None = None) -> Any:
+        calls.append(self.env_steps)
+        if len(calls) == 1:
+            return Evaluation({"eval_return": [float("nan")] * 8})
+        return evaluate(self, episodes)
+
+    monkeypatch.setattr(Runner, "evaluate", nan_first)
+    with caplog.at_level(logging.WARNING, logger="corral"):
+        first = train(config(tmp_path, total_steps=160, eval_every=80))
+    assert "the evaluation at 0 env steps gave eval_return NaN" in caplog.text
+    assert first.best_eval is not None and first.best_steps in (80, 160)
+    assert ckpt.load(tmp_path / "run" / BEST)["env_steps"] == first.best_steps
+    monkeypatch.undo()
+    resumed = corral.train(TabularQ, resume=tmp_path / "run", total_steps=240, progress=False)
+    assert resumed.env_steps == 240
+
+
 def test_a_best_pt_written_after_the_checkpoint_keeps_its_record_on_resume(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

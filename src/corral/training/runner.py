@@ -511,7 +511,9 @@ class Runner:
         self.metrics.add(row)
         self._watch_constant(train, result)
         metric = self.selection.metric
-        if result is not None and (self.best_eval is None or row[metric] > self.best_eval):
+        if result is not None and math.isnan(row[metric]):
+            log.warning("the evaluation at %d env steps gave %s NaN", self.env_steps, metric)
+        elif result is not None and (self.best_eval is None or row[metric] > self.best_eval):
             self.best_eval, self.best_steps = row[metric], self.env_steps
             score = row[metric]
             log.info("new best %s %.4g at %d env steps: %s", metric, score, self.env_steps, BEST)
