@@ -461,6 +461,33 @@ def test_resume_continues_from_the_checkpoint_in_multi_step_games(
     assert results.metrics[-1]["wall_time"] >= rows_at_kill[-1]["wall_time"]
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"algo": "dqn", "array": "torch", "learning_starts": 40, "batch_size": 8}],
+    ids=["numpy", "torch-dqn"],  # torch: the episodes wait on the device until read
+)
+def test_a_run_killed_after_a_checkpoint_between_rows_resumes_to_the_same_rows(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, settings: dict
+) -> None:
+    """A checkpoint due by the wall clock is written between two metrics rows: it saved none
+    of the next row's episodes and updates, so after a kill the resumed run's next row
+    counted only those after the checkpoint. In a one-step game (no episode in flight)
+    the resumed rows equal the uninterrupted run's."""
+    if settings:
+        pytest.importorskip("torch")
+    whole = train(config(tmp_path, "whole", total_steps=240, **settings))
+    every_step = config(tmp_path, total_steps=240, checkpoint_every_s=1e-9, **settings)
+    with monkeypatch.context() as patch:
+        kill_after_checkpoint(patch, 100)  # between the rows at 80 and 120
+        with pytest.raises(Killed), Runner(every_step, progress=False) as runner:
+            runner.train()
+    assert ckpt.load(tmp_path / "run" / LATEST)["env_steps"] == 100
+    resumed = Runner.resume(tmp_path / "run", progress=False, allow_imports=[TINY])
+    with resumed:
+        results = resumed.train()
+    assert without_time(results.metrics) == without_time(whole.metrics)
+
+
 def test_wall_time_counts_the_evaluations(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """``wall_time`` added up only collecting and learning: a run whose evaluations took
     most of its time said it had trained in a fraction of it."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +67,71 @@ class Progress:
     """Rollout workers replaced after they were lost (died, or missed ``sample_timeout``)."""
     rollouts_lost: int = 0
     """Samples of rollout workers lost with their worker (their partial rollouts dropped)."""
+
+    def joined(self, later: Progress) -> Progress:
+        """This stretch followed by ``later``, as one."""
+        agents = {
+            a: [*self.agent_returns.get(a, []), *later.agent_returns.get(a, [])]
+            for a in {**self.agent_returns, **later.agent_returns}
+        }
+        counts = {f: getattr(self, f) + getattr(later, f) for f in COUNTS}
+        return Progress(
+            episode_returns=[*self.episode_returns, *later.episode_returns],
+            agent_returns=agents,
+            episode_lengths=[*self.episode_lengths, *later.episode_lengths],
+            updates=[*self.updates, *later.updates],
+            **counts,
+        )
+
+    def state(self) -> dict[str, Any]:
+        """This progress as plain lists, dicts, ints and floats (for a checkpoint)."""
+        return {
+            "episode_returns": [float(x) for x in self.episode_returns],
+            "agent_returns": {a: [float(x) for x in v] for a, v in self.agent_returns.items()},
+            "episode_lengths": [int(x) for x in self.episode_lengths],
+            "updates": [{k: float(v) for k, v in u.items()} for u in self.updates],
+            **{f: int(getattr(self, f)) for f in COUNTS},
+        }
+
+    @classmethod
+    def from_state(cls, state: Any) -> Progress:
+        """The progress :meth:`state` gave as ``state``; ``ValueError`` naming what is wrong
+        where ``state`` is not what a progress holds (a file read back may hold anything)."""
+        if not isinstance(state, dict) or set(state) != {f.name for f in fields(cls)}:
+            raise ValueError(f"a progress holds the fields {[f.name for f in fields(cls)]}")
+        numbers = _numbers(state["episode_returns"]) and _numbers(state["episode_lengths"])
+        agents = state["agent_returns"]
+        by_agent = isinstance(agents, dict) and all(
+            isinstance(a, str) and _numbers(v) for a, v in agents.items()
+        )
+        updates = isinstance(state["updates"], list) and all(
+            isinstance(u, dict)
+            and all(isinstance(k, str) for k in u)
+            and _numbers(list(u.values()))
+            for u in state["updates"]
+        )
+        counts = all(type(state[f]) is int and state[f] >= 0 for f in COUNTS)
+        for name, fine in (("returns", numbers), ("agent_returns", by_agent)):
+            if not fine:
+                raise ValueError(f"its {name} are not lists of numbers")
+        if not updates or not counts:
+            raise ValueError("its updates or counts are not what a progress holds")
+        return cls(**{**state, "agent_returns": dict(agents), "updates": list(state["updates"])})
+
+
+COUNTS = (
+    "env_steps",
+    "env_restarts",
+    "episodes_cut",
+    "rollouts_dropped",
+    "runner_restarts",
+    "rollouts_lost",
+)
+"""The fields of a :class:`Progress` that count."""
+
+
+def _numbers(values: Any) -> bool:
+    return isinstance(values, list) and all(type(v) in (int, float) for v in values)
 
 
 class Collector:
@@ -133,6 +198,15 @@ class Collector:
         self.quota: np.ndarray | None = None
         """The whole episodes each env still counts (:func:`evaluate` sets it; ``None``:
         every episode counts)."""
+        self._in_flight: Progress | None = None
+        """The progress of the :meth:`run` under way (``None`` between runs)."""
+
+    def progress_so_far(self) -> Progress | None:
+        """What the :meth:`run` under way has produced so far (its episodes read back from
+        the device), for a checkpoint written during it; ``None`` between runs."""
+        if self._in_flight is not None:
+            self._read_episodes(self._in_flight)
+        return self._in_flight
 
     @property
     def algo(self) -> Algorithm:
@@ -212,7 +286,20 @@ class Collector:
                 f"the agents {self.overridden} are played by both a learner and a fixed policy: "
                 "a collector plays so only without learning"
             )
-        progress = Progress()
+        progress = self._in_flight = Progress()
+        try:
+            return self._run(progress, env_steps, learn, explore, on_step)
+        finally:
+            self._in_flight = None
+
+    def _run(
+        self,
+        progress: Progress,
+        env_steps: int,
+        learn: bool,
+        explore: bool | None,
+        on_step: Callable[[int], None] | None,
+    ) -> Progress:
         builders = self._builders() if learn else {}
         if not learn:
             for builder in self.builders.values():

@@ -245,6 +245,11 @@ class Runner:
             resume."""
             self._clock = time.perf_counter() - self.elapsed
             """``time.perf_counter()`` at which :attr:`elapsed` was 0."""
+            self._collecting_since: float | None = None
+            """While a chunk collects: when it started (a checkpoint then saves its part)."""
+            self._carried = _carried(saved.get("partial"), self.run_dir / LATEST)
+            """A resumed run's part of a chunk collected before its checkpoint (and its
+            seconds), for the next metrics row; ``None`` when there is none."""
             self.best_eval: float | None = None
             self.best_steps: int | None = None
             if saved.get("select_by") == self.selection.metric:  # a fresh run has none
@@ -411,7 +416,7 @@ class Runner:
         run = self.config.run
         before = self.env_steps
         stop = self._next_stop()
-        started = time.perf_counter()
+        started = self._collecting_since = time.perf_counter()
 
         def stepped(env_steps: int) -> None:
             # after a whole vector step (and the update it made): a checkpoint due by the
@@ -425,12 +430,18 @@ class Runner:
                 self._save_latest()
 
         collecting = self.workers if self.workers is not None else self.collector
-        part = collecting.run(stop - before, on_step=stepped)
+        try:
+            part = collecting.run(stop - before, on_step=stepped)
+        finally:
+            self._collecting_since = None
         self.env_steps = before + part.env_steps
         seconds = time.perf_counter() - started
         self.elapsed = time.perf_counter() - self._clock
         finished = self.env_steps >= run.total_steps
         evaluate = finished or _crossed(run.eval_every, before, self.env_steps)
+        if self._carried is not None:  # what the chunk collected before the run was resumed
+            (earlier, earlier_s), self._carried = self._carried, None
+            part, seconds = earlier.joined(part), earlier_s + seconds
         row = self._log_row(part, seconds, evaluate=evaluate)
         overdue = 0 < run.checkpoint_every_s <= time.monotonic() - self.saved_at
         crossed = _crossed(run.checkpoint_every, before, self.env_steps)
@@ -581,12 +592,27 @@ class Runner:
             "metrics": list(self.metrics.rows),
             "rng": checkpoint.rng_state(),
             "collector_rng": self.collector.rng.bit_generator.state,
+            "partial": self._partial(),
         }
         memory = {pid: learner.replay_state_dict() for pid, learner in self.learners.items()}
         memory = {pid: m for pid, m in memory.items() if m is not None}
         if replay and memory:
             state["replay"] = memory
         checkpoint.save(path, state)
+
+    def _partial(self) -> dict[str, Any] | None:
+        """The part of the next metrics row collected so far, where a checkpoint is written
+        between rows (``checkpoint_every_s``): its progress and seconds; else ``None``."""
+        if self._collecting_since is None:
+            return None
+        collecting = self.workers if self.workers is not None else self.collector
+        so_far = collecting.progress_so_far()
+        if so_far is None:
+            return None
+        seconds = time.perf_counter() - self._collecting_since
+        if self._carried is not None:
+            so_far, seconds = self._carried[0].joined(so_far), self._carried[1] + seconds
+        return {"progress": so_far.state(), "seconds": seconds}
 
     def results(self) -> Results:
         metric = self.selection.metric
@@ -1473,6 +1499,21 @@ def restored(saved: Mapping[str, Any], path: Path) -> dict[str, Any]:
             f"of {list(RUNNER_COUNTS)}"
         )
     return {**saved, "metrics": checked_rows(saved["metrics"], str(path))}
+
+
+def _carried(partial: Any, path: Path) -> tuple[Progress, float] | None:
+    """A checkpoint's ``partial`` entry (see :meth:`Runner._partial`), checked; ``None`` where
+    it has none (written at a row, or by an older corral)."""
+    if partial is None:
+        return None
+    try:
+        if not isinstance(partial, dict) or set(partial) != {"progress", "seconds"}:
+            raise ValueError("it holds other entries than progress and seconds")
+        if not (_number(partial["seconds"]) and partial["seconds"] >= 0):
+            raise ValueError("its seconds are not a number of seconds")
+        return Progress.from_state(partial["progress"]), float(partial["seconds"])
+    except ValueError as err:
+        raise CheckpointError(f"{path}: its partial is not the part of a row ({err})") from err
 
 
 def _count(value: Any) -> bool:

@@ -197,6 +197,8 @@ class WorkerSet:
         """Asynchronous: each sample in flight (its ObjectRef) -> the worker's index."""
         self._sent_at: dict[Any, float] = {}
         """Asynchronous: when each sample in flight was asked for (``time.monotonic``)."""
+        self._progress: Progress | None = None
+        """The progress of the :meth:`run` under way (``None`` between runs)."""
         self._weights: dict[str, tuple[int, Any]] = {}
         """Asynchronous: each learner's newest weights in the object store (version, ref)."""
         self._owns_ray = join_ray(run.ray_address, max(os.cpu_count() or 1, len(self.envs)))
@@ -212,12 +214,20 @@ class WorkerSet:
     def run(self, env_steps: int, on_step: Callable[[int], None] | None = None) -> Progress:
         """Update the learners from whole rounds of samples until at least ``env_steps`` env
         steps; ``on_step`` is called after each with the env steps it took."""
-        progress = Progress()
-        while progress.env_steps < env_steps:
-            steps = self.take(progress) if self.asynchronous else self.update(progress)
-            if on_step is not None:
-                on_step(steps)
+        progress = self._progress = Progress()
+        try:
+            while progress.env_steps < env_steps:
+                steps = self.take(progress) if self.asynchronous else self.update(progress)
+                if on_step is not None:
+                    on_step(steps)
+        finally:
+            self._progress = None
         return progress
+
+    def progress_so_far(self) -> Progress | None:
+        """What the :meth:`run` under way has produced so far, for a checkpoint written during
+        it; ``None`` between runs."""
+        return self._progress
 
     def take(self, progress: Progress) -> int:
         """Asynchronous: learn from the next sample to arrive (unless too stale) and send its
