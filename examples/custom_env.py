@@ -30,7 +30,8 @@ class Nim(MultiAgentEnv):
     drawn at random at reset, from the seed.
     """
 
-    metadata = {"render_modes": ["ansi"], "name": "nim_v0"}
+    # zero_sum: the two players' returns sum to 0 (self-play and eval_vs_opponent read it)
+    metadata = {"render_modes": ["ansi"], "name": "nim_v0", "zero_sum": True}
 
     def __init__(self, sticks: int = 10, max_take: int = 3, render_mode: str | None = None):
         self.sticks = sticks

@@ -566,3 +566,32 @@ def test_a_flag_abbreviated_is_refused_not_taken_for_the_longer_one(
         cli._parser().parse_args(argv)
     assert exited.value.code == 2
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_the_custom_env_guide_s_self_play_command_trains(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """docs/custom_env.md trains its Nim with --self-play, which needs metadata zero_sum: the
+    example did not declare it, and the guide's command exited 2."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(ROOT))])
+    command = ["train", "dqn", "--env", "examples.custom_env:Nim", "--self-play"]
+    command += ["--set", "env_kwargs.sticks=7", "--total-steps", "600", "--no-progress"]
+    command += ["--run-dir", str(tmp_path / "nim"), "--set", "eval_episodes=4", "device=cpu"]
+    try:
+        code, _, err = run(capsys, *command)
+    finally:
+        sys.modules.pop("examples.custom_env", None)
+        sys.modules.pop("examples", None)
+    assert code == 0, err
+    guide = (ROOT / "docs" / "custom_env.md").read_text()
+    assert "--env examples.custom_env:Nim --self-play" in guide  # the command this runs
+
+
+def test_the_help_lists_every_registered_algorithm(capsys: pytest.CaptureFixture[str]) -> None:
+    from corral.algos import ALGORITHMS
+
+    code, said, _ = run(capsys, "train", "--help")
+    assert code == 0
+    assert all(name in said for name in ALGORITHMS) and "qmix" in said

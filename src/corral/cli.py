@@ -57,6 +57,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+from corral.algos import ALGORITHMS
 from corral.checks import (
     NUM_ENVS,
     STEP_CAP,
@@ -96,6 +97,10 @@ BROKEN_PIPE = 141
 
 class UsageError(Exception):
     """A command line that cannot be carried out; its message is shown without a traceback."""
+
+
+_ALGOS = ", ".join(ALGORITHMS)
+"""The registered algorithms, as the help lists them."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -477,7 +482,7 @@ def _add_training_commands(commands: Any) -> None:
         help="show this help, then every run setting and ALGO's: type, default, range and "
         "what it does (with --env ID, the defaults for that env)",
     )
-    train.add_argument("algo", nargs="?", help="mappo, ippo, maddpg, dqn, or module:attr")
+    train.add_argument("algo", nargs="?", help=f"{_ALGOS}, or module:attr")
     train.add_argument("--env", metavar="ID", help="a registered env id, or module:attr")
     train.add_argument(
         "--resume", metavar="RUN", help="continue the run in this directory (its ALGO and env)"
@@ -524,7 +529,7 @@ def _add_training_commands(commands: Any) -> None:
     sweep = commands.add_parser(
         "sweep", help="search an algorithm's settings with Optuna (corral[track])"
     )
-    sweep.add_argument("algo", help="mappo, ippo, maddpg, dqn, or module:attr")
+    sweep.add_argument("algo", help=f"{_ALGOS}, or module:attr")
     sweep.add_argument("--env", metavar="ID", required=True, help="a registered env id")
     sweep.add_argument(
         "--space",
@@ -864,8 +869,7 @@ def _train_help(args: argparse.Namespace) -> str:
             "Settings, given with --set KEY=VALUE (in Python, keyword arguments of "
             "corral.train). Defaults of corral.training.RunConfig; an algorithm's packaged "
             "config changes some: corral train ALGO --help lists them, and ALGO's settings "
-            "(ALGO: mappo, ippo, maddpg, dqn or module:attr; with --env ID, the defaults for "
-            "that env)."
+            f"(ALGO: {_ALGOS} or module:attr; with --env ID, the defaults for that env)."
         )
         listing = list_settings(RunConfig, {}, notes=notes, width=width)
         return "\n".join(
