@@ -1025,3 +1025,23 @@ def test_nonfinite_cells_and_nonflag_flags_name_the_first_cell_per_copy():
     assert nonfinite_cells(np.zeros((3, 2), np.int64)) == {}
     np.testing.assert_array_equal(nonflag_flags(np.array([0, 1, 0.5, 2])), [0, 0, 1, 1])
     assert is_flag_array(np.zeros(2, bool)) and not is_flag_array(np.zeros(2, np.uint8))
+
+
+def test_an_agent_asked_to_act_with_no_legal_action_is_named_as_the_env_s_fault() -> None:
+    """An env whose acting agent's mask forbids everything (Nim with no sticks) made every
+    action "illegal": the error blamed the action and did not say the mask was empty."""
+    from corral.envs.mdp import MatrixGame
+
+    class NothingLegal(MatrixGame):
+        def reset(self, seed=None, options=None):
+            obs, infos = super().reset(seed=seed, options=options)
+            for agent in infos:
+                infos[agent] = {"action_mask": np.zeros(self.action_space(agent).n, np.int8)}
+            return obs, infos
+
+    payoffs = np.zeros((2, 2, 2))
+    with corral.VectorEnv([lambda: NothingLegal([payoffs[0], payoffs[1]])] * 2, seed=0) as venv:
+        batch = venv.reset(seed=0)
+        actions = {g: np.zeros(a.shape, np.int64) for g, a in batch.acting.items()}
+        with pytest.raises(InvalidActionError, match=r"env 0, agent .* forbids every action"):
+            venv.step(actions)

@@ -571,6 +571,11 @@ class VectorEnv:
                 where = f"group {name!r}" + (
                     f", env {env}, agent {group.agents[j]!r}" if env >= 0 else ""
                 )
+                if env >= 0 and mask is not None and not to_numpy(mask)[env, j].any():
+                    text += (
+                        ", but its action mask forbids every action: the env asks an agent to "
+                        "act and leaves it no legal action (corral check finds such envs)"
+                    )
                 raise InvalidActionError(f"{where}: expected {text}")
             checked[name] = (group, action, clipped, target)
         for name, (group, action, _, target) in checked.items():
