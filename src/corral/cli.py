@@ -876,6 +876,8 @@ def _train_help(args: argparse.Namespace) -> str:
             [args.format_help(), *textwrap.wrap(text, width), "", "run settings:", listing]
         )
     with _training_errors():
+        if args.env:
+            spec(args.env)  # a misspelt id is the error train gives, not another env's defaults
         defaults = effective_defaults(args.algo, args.env)
     config_cls = type(defaults.algo_config)
     applied = "the config dataclasses'"

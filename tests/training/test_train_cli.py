@@ -175,6 +175,16 @@ def test_train_help_of_an_unknown_algorithm_says_which_there_are(
     assert code == 2 and "unknown algorithm 'nosuch'; choose one of" in err
 
 
+def test_train_help_of_a_misspelt_env_is_train_s_error_not_another_env_s_defaults(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It exited 0 listing the namespace's defaults (mpe2/*: num_envs 16), not those of the
+    env meant (simple_spread: 64)."""
+    code, out, err = run(capsys, "train", "mappo", "--env", "mpe2/simple_sprad_v3", "--help")
+    assert code == 2 and out == ""
+    assert "unknown env id 'mpe2/simple_sprad_v3'. Did you mean mpe2/simple_spread_v3" in err
+
+
 def test_train_writes_a_run_and_reports_it(capsys: pytest.CaptureFixture[str], tmp_path: Path):
     code, out, err = train(capsys, tmp_path / "r", "--seed", "5", "--set", "lr=0.5")
     assert code == 0, err
