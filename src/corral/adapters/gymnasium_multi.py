@@ -210,7 +210,7 @@ def make_from_package(package: str, name: str, **kwargs: Any) -> SourceAdapter:
     importlib.import_module(package)
     kwargs.setdefault("disable_env_checker", True)
     known = KNOWN.get(package, Known())
-    limit = kwargs.get("max_episode_steps")
+    limit = kwargs.get(LIMIT)
     registered = gymnasium.registry.get(name)
     made: str | gymnasium.envs.registration.EnvSpec = name
     if limit is not None and registered is not None and LIMIT in registered.kwargs:

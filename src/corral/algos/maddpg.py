@@ -451,12 +451,17 @@ class MADDPGLearner(Learner):
         """Whether ``learning_starts`` and ``batch_size`` rows (one per env step) are stored and
         ``train_freq`` env steps not yet paid for are there."""
         cfg = self.config
-        # rows stored, not env steps: a run resumed without its memory refills it first
         return (
-            self.stored >= min(cfg.learning_starts, cfg.buffer_size)
+            self.stored >= self.rows_to_start
             and self.stored >= cfg.batch_size
             and self.due >= cfg.train_freq
         )
+
+    @property
+    def rows_to_start(self) -> int:
+        """The rows stored before learning starts: ``learning_starts`` (rows, not env steps:
+        a run resumed without its memory refills it first), at most the memory's size."""
+        return min(self.config.learning_starts, self.config.buffer_size)
 
     def _update(self) -> dict[str, Any]:
         """One gradient step of every critic and actor per ``train_freq`` env steps collected;
@@ -689,7 +694,7 @@ class MADDPG(MADDPGLearner, Algorithm):
         cfg, learner = self.config, self
         rows = max(
             1,
-            min(cfg.learning_starts, cfg.buffer_size) - learner.stored,
+            learner.rows_to_start - learner.stored,
             cfg.batch_size - learner.stored,
             cfg.train_freq - learner.due,
         )

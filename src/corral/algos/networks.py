@@ -51,8 +51,7 @@ def _one_hots(obs: Any, space: spaces.MultiDiscrete, device: str | torch.device)
     nvec = np.asarray(space.nvec).reshape(-1)
     start = np.broadcast_to(np.asarray(getattr(space, "start", 0)), space.shape).reshape(-1)
     offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]]) - start
-    values = torch.as_tensor(obs, device=device) if not isinstance(obs, torch.Tensor) else obs
-    values = values.to(device=device, dtype=torch.long)
+    values = torch.as_tensor(obs, dtype=torch.long, device=device)
     lead = values.shape[: values.ndim - len(space.shape)]
     index = values.reshape(*lead, len(nvec)) + torch.as_tensor(offsets, device=device)
     out = torch.zeros(*lead, int(nvec.sum()), device=device)

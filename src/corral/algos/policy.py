@@ -116,11 +116,7 @@ class Policy:
         """Put back what :meth:`acting_state` returned."""
         streams, memory = state
         for name, saved in streams.items():
-            stream = getattr(self, name)
-            if isinstance(stream, np.random.Generator):
-                stream.bit_generator.state = saved
-            else:
-                stream.set_state(saved)
+            _set_state(getattr(self, name), saved)
         if memory is not None:
             self.memory = memory
 
@@ -256,3 +252,11 @@ def _state(generator: Any) -> Any:
     if isinstance(generator, np.random.Generator):
         return generator.bit_generator.state
     return generator.get_state()
+
+
+def _set_state(generator: Any, state: Any) -> None:
+    """Put back what :func:`_state` copied."""
+    if isinstance(generator, np.random.Generator):
+        generator.bit_generator.state = state
+    else:
+        generator.set_state(state)

@@ -198,15 +198,9 @@ class Collector:
         self.quota: np.ndarray | None = None
         """The whole episodes each env still counts (:func:`evaluate` sets it; ``None``:
         every episode counts)."""
-        self._in_flight: Progress | None = None
-        """The progress of the :meth:`run` under way (``None`` between runs)."""
-
-    def progress_so_far(self) -> Progress | None:
-        """What the :meth:`run` under way has produced so far (its episodes read back from
-        the device), for a checkpoint written during it; ``None`` between runs."""
-        if self._in_flight is not None:
-            self._read_episodes(self._in_flight)
-        return self._in_flight
+        self.current_progress: Progress | None = None
+        """What the :meth:`run` under way has produced so far (``None`` between runs), for a
+        checkpoint written during it: at a rollout's end, where its episodes were read."""
 
     @property
     def algo(self) -> Algorithm:
@@ -286,11 +280,11 @@ class Collector:
                 f"the agents {self.overridden} are played by both a learner and a fixed policy: "
                 "a collector plays so only without learning"
             )
-        progress = self._in_flight = Progress()
+        progress = self.current_progress = Progress()
         try:
             return self._run(progress, env_steps, learn, explore, on_step)
         finally:
-            self._in_flight = None
+            self.current_progress = None
 
     def _run(
         self,

@@ -606,7 +606,7 @@ class Runner:
         if self._collecting_since is None:
             return None
         collecting = self.workers if self.workers is not None else self.collector
-        so_far = collecting.progress_so_far()
+        so_far = collecting.current_progress
         if so_far is None:
             return None
         seconds = time.perf_counter() - self._collecting_since

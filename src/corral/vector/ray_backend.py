@@ -740,23 +740,48 @@ class RayBackend(Backend):
 
     def _shortage(self, what: str) -> str:
         """What the workers need against what the cluster has, and what to change."""
-        workers, each, free = len(self.shards), self.num_cpus_per_worker, self._free_cpus
-        total = self._ray.cluster_resources().get("CPU", 0.0)
-        said = (
-            f"{workers} Ray workers for {self.num_envs} envs {what}: at {each:g} CPU each "
-            f"they need {self._cpus_needed():g} CPUs; the Ray cluster has {total:g} CPUs, "
-            f"{free:g} free when they were started"
+        return cpu_shortage(
+            f"{len(self.shards)} Ray workers for {self.num_envs} envs {what}",
+            len(self.shards),
+            self.num_cpus_per_worker,
+            self._free_cpus,
+            self._ray.cluster_resources().get("CPU", 0.0),
+            workers_setting="num_workers",
+            envs_setting="envs_per_worker",
+            less_each="num_cpus_per_worker=0.5",
         )
-        fits = int(free // each)
-        fewer = f"num_workers={fits}" if fits >= 1 else "num_workers"
-        fixes = (
-            f"start fewer workers ({fewer}, or more envs each with envs_per_worker), "
-            "reserve less per worker (num_cpus_per_worker=0.5), or join a larger "
-            "cluster (ray_address)"
-        )
-        if self._cpus_needed() <= free:
-            fixes = "raise start_timeout if the envs are slow to build, or " + fixes
-        return f"{said}. To fix: {fixes}."
+
+
+def cpu_shortage(
+    what: str,
+    workers: int,
+    each: float,
+    free: float,
+    total: float,
+    *,
+    workers_setting: str,
+    envs_setting: str,
+    less_each: str | None = None,
+) -> str:
+    """``what`` went wrong to ``workers`` actors of ``each`` CPUs on a Ray cluster of ``total``
+    CPUs, ``free`` of them free: what they need against what it has, and what to change
+    (fewer of them, by ``workers_setting`` or ``envs_setting``; ``less_each``: reserving
+    less per actor, where a setting does that)."""
+    needed = workers * each
+    said = (
+        f"{what}: at {each:g} CPU each they need {needed:g} CPUs; the Ray cluster has "
+        f"{total:g} CPUs, {free:g} free when they were started"
+    )
+    fits = int(free // each)
+    fewer = f"{workers_setting}={fits}" if fits >= 1 else workers_setting
+    fixes = [f"start fewer workers ({fewer}, or more envs each with {envs_setting})"]
+    if less_each is not None:
+        fixes.append(f"reserve less per worker ({less_each})")
+    fixes.append("or join a larger cluster (ray_address)")
+    text = ", ".join(fixes)
+    if needed <= free:
+        text = "raise start_timeout if the envs are slow to build, or " + text
+    return f"{said}. To fix: {text}."
 
 
 def _unwrap(err: BaseException) -> BaseException:

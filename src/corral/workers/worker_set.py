@@ -67,7 +67,7 @@ from corral.training.collector import Progress, named_metrics, tell_learned
 from corral.training.config import TrainConfig
 from corral.training.policy_map import FixedPlayer
 from corral.vector.backend import DEFAULT_START_TIMEOUT
-from corral.vector.ray_backend import import_ray, join_ray, leave_ray
+from corral.vector.ray_backend import cpu_shortage, import_ray, join_ray, leave_ray
 from corral.workers.rollout_worker import RolloutWorker, Sample
 from corral.workers.snapshots import SnapshotSender, snapshot_pools
 
@@ -197,8 +197,8 @@ class WorkerSet:
         """Asynchronous: each sample in flight (its ObjectRef) -> the worker's index."""
         self._sent_at: dict[Any, float] = {}
         """Asynchronous: when each sample in flight was asked for (``time.monotonic``)."""
-        self._progress: Progress | None = None
-        """The progress of the :meth:`run` under way (``None`` between runs)."""
+        self.current_progress: Progress | None = None
+        """What the :meth:`run` under way has produced so far (``None`` between runs)."""
         self._weights: dict[str, tuple[int, Any]] = {}
         """Asynchronous: each learner's newest weights in the object store (version, ref)."""
         self._owns_ray = join_ray(run.ray_address, max(os.cpu_count() or 1, len(self.envs)))
@@ -214,20 +214,15 @@ class WorkerSet:
     def run(self, env_steps: int, on_step: Callable[[int], None] | None = None) -> Progress:
         """Update the learners from whole rounds of samples until at least ``env_steps`` env
         steps; ``on_step`` is called after each with the env steps it took."""
-        progress = self._progress = Progress()
+        progress = self.current_progress = Progress()
         try:
             while progress.env_steps < env_steps:
                 steps = self.take(progress) if self.asynchronous else self.update(progress)
                 if on_step is not None:
                     on_step(steps)
         finally:
-            self._progress = None
+            self.current_progress = None
         return progress
-
-    def progress_so_far(self) -> Progress | None:
-        """What the :meth:`run` under way has produced so far, for a checkpoint written during
-        it; ``None`` between runs."""
-        return self._progress
 
     def take(self, progress: Progress) -> int:
         """Asynchronous: learn from the next sample to arrive (unless too stale) and send its
@@ -441,23 +436,17 @@ class WorkerSet:
             raise_worker_error(err)
 
     def _shortage(self, what: str) -> str:
-        """``what`` went wrong, with the CPUs the workers need against what the cluster has
-        (each worker reserves one), and what to change."""
-        workers, free = len(self.envs), self._free_cpus
-        total = self._ray.cluster_resources().get("CPU", 0.0)
-        said = (
-            f"{workers} {what}: at 1 CPU each they need {workers} CPUs; the Ray cluster has "
-            f"{total:g} CPUs, {free:g} free when they were started"
+        """``what`` went wrong, with the CPUs the workers need (one each) against what the
+        cluster has, and what to change."""
+        return cpu_shortage(
+            f"{len(self.envs)} {what}",
+            len(self.envs),
+            1,
+            self._free_cpus,
+            self._ray.cluster_resources().get("CPU", 0.0),
+            workers_setting="runners",
+            envs_setting="envs_per_runner",
         )
-        fits = int(free)
-        fewer = f"runners={fits}" if fits >= 1 else "runners"
-        fixes = (
-            f"start fewer workers ({fewer}, with more envs each: envs_per_runner) or join a "
-            "larger cluster (ray_address)"
-        )
-        if workers <= free:
-            fixes = "raise start_timeout if the envs are slow to build, or " + fixes
-        return f"{said}. To fix: {fixes}."
 
     def close(self) -> None:
         """End every worker (after it closed its envs, for at most :data:`CLOSE_TIMEOUT`
