@@ -89,7 +89,7 @@ from corral.registry import (
     registered_ids,
     spec,
 )
-from corral.settings import SEED, Range, parse_settings
+from corral.settings import SEED, Range, parse_settings, parse_value
 
 BROKEN_PIPE = 141
 """Exit code when stdout's reader closes it early: a shell's code for a process ended by SIGPIPE."""
@@ -727,6 +727,18 @@ SETTING_OPTIONS = {
 """The settings that ``corral train`` also takes as an option of its own, and that option."""
 
 
+def _refuse_disagreeing(settings: dict[str, Any], flags: dict[str, Any]) -> None:
+    """A :class:`UsageError` where ``--set NAME=VALUE`` and the option of the same setting
+    (``--total-steps``) give it different values: neither silently wins. An option's text
+    is read as ``--set`` reads a value."""
+    for name, value in flags.items():
+        if name in settings and settings[name] != parse_value(value):
+            option = SETTING_OPTIONS[name]
+            raise UsageError(
+                f"{option} {value} and --set {name}={settings[name]} disagree: give one of them"
+            )
+
+
 def _train(args: argparse.Namespace) -> int:
     from corral.training import Runner, TrainConfig, load_config
     from corral.training.policy_map import parse_policies
@@ -740,9 +752,9 @@ def _train(args: argparse.Namespace) -> int:
     try:
         with _training_errors():
             overrides.update(parse_settings(args.settings))
-            overrides.update(
-                {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k) is not None}
-            )
+            flags = {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k) is not None}
+            _refuse_disagreeing(overrides, flags)
+            overrides.update(flags)
             if args.policies is not None:
                 overrides["policies"] = parse_policies(args.policies)
             progress, allowed = not args.no_progress, [*args.allow_imports, *args.imports]
@@ -815,8 +827,10 @@ def _sweep(args: argparse.Namespace) -> int:
     sweep_dir = args.sweep_dir or str(default_sweep_dir(args.algo, args.env))
     with _training_errors():
         settings = parse_settings(args.settings)
-        flags = ("total_steps", "seed", "num_envs", "device")
-        settings.update({k: getattr(args, k) for k in flags if getattr(args, k) is not None})
+        names = ("total_steps", "seed", "num_envs", "device")
+        flags = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+        _refuse_disagreeing(settings, flags)
+        settings.update(flags)
         if args.imports:
             settings["imports"] = [*_modules(settings.get("imports")), *args.imports]
         try:

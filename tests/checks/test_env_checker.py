@@ -574,6 +574,15 @@ def test_broken_env_reports_only_its_own_rule() -> None:
     assert the_violation(ObsInf()).startswith("step 1: observation of agent 'p_2': expected")
 
 
+def test_a_nondeterministic_env_is_still_probed_with_bad_actions() -> None:
+    class NondeterministicAndLax(Nondeterministic, AcceptsActionOfIdleAgent):
+        pass
+
+    found = violations(NondeterministicAndLax())
+    assert any("differs between two runs" in m for m in found), found
+    assert any("env.step accepted an action for 'p_1' (not an acting agent)" in m for m in found)
+
+
 def test_several_violations_are_reported_together() -> None:
     class ThreeBugs(Broken):
         n = 2

@@ -170,6 +170,27 @@ def test_a_sweep_trains_each_trial_as_a_run_directory_and_writes_the_best(
     assert (sweep_dir / STUDY).is_file()
 
 
+def test_a_trial_s_warnings_reach_the_sweep_s_output_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each trial of 8 env steps where MAPPO's first update needs a rollout of 64: the
+    sweep says so (once, not per trial), not only each trial's train.log."""
+    pytest.importorskip("optuna")
+    pytest.importorskip("torch")
+    path = space_file(tmp_path, "lr: {choices: [0.001, 0.01]}\n")
+    sweep_dir = tmp_path / "sweep"
+    settings = [f"{k}={v}" for k, v in {**FAST, "total_steps": 8, "eval_every": 0}.items()]
+    code, _, err = run(
+        capsys, "sweep", "mappo", "--env", ENV, "--space", str(path), "--trials", "2",
+        "--sweep-dir", str(sweep_dir), "--set", *settings, "rollout_steps=32",
+    )  # fmt: skip
+    assert code == 0, err
+    assert err.count("no update will happen") == 1, err
+    assert "trial 0: no update will happen" in err
+    for run_dir in trial_dirs(sweep_dir):
+        assert "no update will happen" in (run_dir / "train.log").read_text()
+
+
 def enqueued_study(sweep_dir: Path, *params: dict[str, Any]) -> None:
     """The study of ``sweep_dir`` with ``params`` as its next trials."""
     optuna = pytest.importorskip("optuna")

@@ -341,6 +341,19 @@ def test_plot_writes_a_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
         (["train", "--resume", "{tmp}"], "not a run directory"),
         (["train", TINY, "--env", "mdp/climbing", "--set", "novalue"], "'novalue' has no value"),
         (["train", TINY, "--env", "mdp/climbing", "--set", "=3"], "name is missing"),
+        (
+            [
+                "train",
+                TINY,
+                "--env",
+                "mdp/climbing",
+                "--total-steps",
+                "8",
+                "--set",
+                "total_steps=9",
+            ],
+            "--total-steps 8 and --set total_steps=9 disagree",
+        ),
         (["eval", "{tmp}"], "not a run directory"),
         (["plot", "{tmp}", "-o", "{tmp}/c.png"], "not a run directory"),
     ],
@@ -351,6 +364,14 @@ def test_unusable_commands_exit_2_with_a_message(
     code, _, err = run(capsys, *(a.format(tmp=tmp_path) for a in argv))
     assert code == 2
     assert message in err and "Traceback" not in err
+
+
+def test_an_option_and_the_same_setting_may_agree(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = train(capsys, tmp_path / "r", "--set", "total_steps=80")
+    assert code == 0, err
+    assert "total_steps: 80" in (tmp_path / "r" / "config.yaml").read_text()
 
 
 def test_set_values_reach_the_env_typed(

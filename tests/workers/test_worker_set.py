@@ -101,6 +101,23 @@ def test_a_run_with_runners_writes_its_metrics_puts_weights_once_and_resumes(
 
 
 @pytest.mark.usefixtures("local_ray")
+def test_a_run_shorter_than_the_workers_round_updates_once_and_says_what_it_takes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """2 workers x 2 envs x 5 steps: a round of 20 env steps, one update, even where
+    total_steps is 10; the run says it takes 20, and not that no update will happen."""
+    config = load_config("mappo", ENV, settings(tmp_path, total_steps=10, rollout_steps=5))
+    with caplog.at_level("WARNING", logger="corral"), Runner(config, progress=False) as runner:
+        assert runner.workers is not None and runner.workers.sample_steps == [10, 10]
+        runner.train()
+    said = caplog.text
+    assert "no update will happen" not in said
+    assert "whole rounds of 20 env steps" in said and "the run takes 20 env steps" in said
+    rows = read_metrics(tmp_path / "run")
+    assert rows[-1]["env_steps"] == 20 and "agent/policy_loss" in rows[-1]
+
+
+@pytest.mark.usefixtures("local_ray")
 def test_an_asynchronous_run_drops_stale_rollouts_and_ctrl_c_ends_its_actors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

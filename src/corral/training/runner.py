@@ -458,18 +458,37 @@ class Runner:
         self.saved_at = time.monotonic()
 
     def _warn_if_too_short(self) -> None:
-        """Warn when the run ends before the algorithm's first update."""
+        """Warn when the run ends before a learner's first update, and when rollout workers'
+        whole rounds take it a tenth or more past ``total_steps``."""
         run = self.config.run
         left = run.total_steps - self.env_steps
+        if left <= 0:
+            return
+        # The collector steps every env at once, rollout workers sample whole rollouts.
+        unit = self.num_envs if self.workers is None else self.workers.round_steps
+        collected = -(-left // unit) * unit
         for pid, learner in self.learners.items():
-            self._warn_learner(pid, learner, left)
+            self._warn_learner(pid, learner, left, collected)
+        if self.workers is not None and collected - left > left // 10:
+            each = (
+                "a rollout of one worker's envs"
+                if self.workers.asynchronous
+                else f"a rollout of each of the workers' {self.num_envs} envs"
+            )
+            log.warning(
+                "the rollout workers collect whole rounds of %d env steps (%s): the run takes "
+                "%d env steps, %d past the %d it has to go; fewer envs_per_runner or a shorter "
+                "rollout (rollout_steps, train_freq) make rounds shorter",
+                unit,
+                each,
+                collected,
+                collected - left,
+                left,
+            )
 
-    def _warn_learner(self, pid: str, learner: Algorithm, left: int) -> None:
+    def _warn_learner(self, pid: str, learner: Algorithm, left: int, collected: int) -> None:
         wait = learner.first_update()
-        # The collector steps every env at once: a run takes whole vector steps.
-        envs = self.num_envs
-        collected = -(-left // envs) * envs
-        if wait is None or left <= 0 or collected >= wait.env_steps:
+        if wait is None or collected >= wait.env_steps:
             return
         log.warning(
             "no update will happen: the run has %d env steps to go, and %s's next update needs "

@@ -26,6 +26,7 @@ to the same study. ``SWEEP_DIR/best.yaml`` holds the best trial so far.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import logging
@@ -35,7 +36,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
@@ -472,11 +473,6 @@ def _check_same_sweep(
 def run_trials(job: Job) -> None:
     """Run ``job.trials`` trials of the study in ``job.sweep_dir`` (in a worker or in-process)."""
     optuna = import_optuna()
-    if job.echo and not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(
         study_name=STUDY_NAME,
@@ -484,19 +480,59 @@ def run_trials(job: Job) -> None:
         pruner=job.pruner,
         sampler=job.sampler,
     )
-    for _ in range(job.trials):
-        trial = study.ask()
-        try:
-            value = _train_trial(job, trial)
-        except optuna.TrialPruned as pruned:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            log.info("trial %d: %s: %s", trial.number, _said(trial.params), pruned)
-            continue
-        except BaseException:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            raise
-        study.tell(trial, value)
-        log.info("trial %d: %s: best %.4g", trial.number, _said(trial.params), value)
+    with _echoed(job.echo) as warnings:
+        for _ in range(job.trials):
+            trial = study.ask()
+            warnings.number = trial.number
+            try:
+                value = _train_trial(job, trial)
+            except optuna.TrialPruned as pruned:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                log.info("trial %d: %s: %s", trial.number, _said(trial.params), pruned)
+                continue
+            except BaseException:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                raise
+            study.tell(trial, value)
+            log.info("trial %d: %s: best %.4g", trial.number, _said(trial.params), value)
+
+
+@contextlib.contextmanager
+def _echoed(echo: bool) -> Iterator[_WarningEcho]:
+    """While trials run: where ``echo``, the sweep's lines go to stderr, with the trials'
+    warnings (see :class:`_WarningEcho`)."""
+    training, warnings = logging.getLogger("corral.training"), _WarningEcho()
+    if not echo:
+        yield warnings
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    training.addHandler(warnings)
+    try:
+        yield warnings
+    finally:
+        training.removeHandler(warnings)
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+
+class _WarningEcho(logging.Handler):
+    """Passes the warnings of the trial :attr:`number` (a run too short for any update...)
+    to the sweep's log, each text once: each trial's ``train.log`` has them all."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.number = 0
+        self.seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if text not in self.seen:
+            self.seen.add(text)
+            log.warning("trial %d: %s", self.number, text)
 
 
 def _train_trial(job: Job, trial: Any) -> float:

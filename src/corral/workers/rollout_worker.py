@@ -175,6 +175,12 @@ class RolloutWorker:
     def num_envs(self) -> int:
         return self.venv.num_envs
 
+    @property
+    def sample_steps(self) -> int:
+        """The env steps of one :meth:`sample`: a rollout of its learners (their
+        ``rollout_steps`` alike) on each of its envs."""
+        return next(iter(self.learners.values())).rollout_steps * self.num_envs
+
     def sample(self, *weights: Weights, pools: Mapping[str, PoolSync] | None = None) -> Sample:
         """Act with ``weights`` (one per learned policy, in :attr:`policy_ids`' order; a
         version no newer than the one held is not loaded again) and collect one rollout

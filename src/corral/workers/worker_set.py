@@ -129,10 +129,11 @@ class WorkerActor(RolloutWorker):
         except CorralError as err:
             self.failed = err
 
-    def ready(self) -> None:
-        """Raise the error of building the worker, if any."""
+    def ready(self) -> int:
+        """Raise the error of building the worker, if any; else its :attr:`sample_steps`."""
         if self.failed is not None:
             raise self.failed
+        return self.sample_steps
 
 
 @dataclass
@@ -188,6 +189,8 @@ class WorkerSet:
         limit = DEFAULT_START_TIMEOUT if run.start_timeout is None else run.start_timeout
         self.start_timeout = limit or None
         self.handles: list[Any] = []
+        self.sample_steps: list[int] = []
+        """The env steps of one sample of each worker (by index), as it said when ready."""
         self.restarts = [0] * len(self.envs)
         """How many times each worker (by index) was replaced."""
         self._losses = [0] * len(self.envs)
@@ -206,10 +209,17 @@ class WorkerSet:
             self._free_cpus = ray.available_resources().get("CPU", 0.0)
             self._remote = ray.remote(num_cpus=1)(WorkerActor)
             self.handles = [self._spawn(i) for i in range(len(self.envs))]
-            self._get([h.ready.remote() for h in self.handles], self.start_timeout, "start")
+            ready = [h.ready.remote() for h in self.handles]
+            self.sample_steps = self._get(ready, self.start_timeout, "start")
         except BaseException:
             self.close()
             raise
+
+    @property
+    def round_steps(self) -> int:
+        """The most env steps one update takes: a sample of every worker (synchronous), or
+        of the largest worker (asynchronous, one sample at a time)."""
+        return max(self.sample_steps) if self.asynchronous else sum(self.sample_steps)
 
     def run(self, env_steps: int, on_step: Callable[[int], None] | None = None) -> Progress:
         """Update the learners from whole rounds of samples until at least ``env_steps`` env
