@@ -476,6 +476,29 @@ def test_two_learners_both_improve_against_a_random_other_group(tmp_path: Path) 
     assert scores["agent", "trained"] > scores["agent", "untrained"] + 2.0, scores
 
 
+def test_a_resumed_run_says_where_another_run_s_policy_changed_meanwhile(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent is played by another run's best.pt; resumed after that run's best.pt is
+    gone (as when it is replaced), the run plays its checkpoint.pt, and says so."""
+    other = _train(tmp_path, "other", total_steps=256).run_dir
+    played = f"{other}:agent"
+    main = _train(tmp_path, "main", total_steps=128, policies={"agent": played}).run_dir
+    best = ckpt.load(other / "best.pt")["env_steps"]
+    assert ckpt.load(main / LATEST)["other_runs"] == {"agent": f"best.pt of {best} env steps"}
+    with caplog.at_level("WARNING", logger="corral"):
+        corral.train("mappo", progress=False, resume=main, total_steps=192)
+    assert "another checkpoint meanwhile" not in caplog.text  # the same best.pt
+    (other / "best.pt").unlink()
+    with caplog.at_level("WARNING", logger="corral"):
+        corral.train("mappo", progress=False, resume=main, total_steps=256)
+    said = (
+        f"policies: agent={played}: that run saved another checkpoint meanwhile: this run "
+        f"played its best.pt of {best} env steps, and plays its checkpoint.pt of 256 env steps"
+    )
+    assert said in caplog.text
+
+
 def test_another_run_s_policy_from_other_env_kwargs_is_refused_naming_the_spaces(
     tmp_path: Path,
 ) -> None:

@@ -266,6 +266,7 @@ class Runner:
                 with _fitting(self.run_dir / LATEST, restore, config):
                     load_learners(self.learners, restore)
                     load_players(self.collector, restore)
+                    warn_other_runs_changed(self.collector, restore)
                     self.collector.rng.bit_generator.state = restore["collector_rng"]
                     checkpoint.set_rng_state(restore["rng"])
             # the run is usable as configured (and its checkpoint fits it): only now is its
@@ -601,6 +602,7 @@ class Runner:
             "env": self.config.run.env,
             "learners": {pid: learner.state_dict() for pid, learner in self.learners.items()},
             "players": player_states(self.collector),
+            "other_runs": other_runs(self.collector),
             "seating": seating_state(self.collector),
             "env_steps": self.env_steps,
             "elapsed": self.elapsed,
@@ -996,7 +998,9 @@ def run_policy(
     stamp = saved.stat().st_mtime_ns if saved.is_file() else 0
     allowed = tuple(sorted(allow_imports))
     try:
-        other, loaded = _load_reference(run_dir, "best", stamp, config.run.device, allowed)
+        other, loaded, env_steps = _load_reference(
+            run_dir, "best", stamp, config.run.device, allowed
+        )
     except (ConfigError, CheckpointError) as err:
         raise ConfigError(f"policies: {pid}={value}: {err}") from err
     learners = as_learners(loaded)
@@ -1019,7 +1023,7 @@ def run_policy(
             f"policies: {pid}={value}: that run's env_kwargs {other.run.env_kwargs} make "
             f"another env: {other_spaces}"
         )
-    return RunPolicy(learner)
+    return RunPolicy(learner, f"{pid}={value}", f"{saved.name} of {env_steps} env steps")
 
 
 def _plan(config: TrainConfig, venv: VectorEnv) -> tuple[PolicyMap, dict[str, Any]]:
@@ -1142,6 +1146,28 @@ def player_states(collector: Collector) -> dict[str, Any]:
     return {pid: state for pid, state in states.items() if state is not None}
 
 
+def other_runs(collector: Collector) -> dict[str, str]:
+    """Which checkpoint each policy of another run was loaded from (by policy id)."""
+    players = collector.fixed.items()
+    return {pid: p.policy.loaded for pid, p in players if isinstance(p.policy, RunPolicy)}
+
+
+def warn_other_runs_changed(collector: Collector, saved: Mapping[str, Any]) -> None:
+    """Warn, resuming, of each policy of another run loaded from another checkpoint than
+    before: the other run saved a new ``best.pt`` meanwhile (older checkpoints say nothing)."""
+    now = other_runs(collector)
+    for pid, before in saved.get("other_runs", {}).items():
+        if pid in now and now[pid] != before:
+            policy = collector.fixed[pid].policy
+            log.warning(
+                "policies: %s: that run saved another checkpoint meanwhile: this run played "
+                "its %s, and plays its %s from here",
+                policy.name,
+                before,
+                now[pid],
+            )
+
+
 def seating_state(collector: Collector) -> dict[str, list[int]] | None:
     """Where the collector's seating numbers episodes (``None``: it has none)."""
     return None if collector.seating is None else collector.seating.state_dict()
@@ -1164,11 +1190,16 @@ def load_players(collector: Collector, saved: Mapping[str, Any]) -> None:
 
 
 class RunPolicy(Policy):
-    """A learner of another run as a fixed policy: it plays greedily, and learns nothing."""
+    """A learner of another run as a fixed policy: it plays greedily, and learns nothing.
 
-    def __init__(self, learner: Algorithm) -> None:
+    ``name``: the ``policies`` entry that chose it (``agent=RUN_DIR:agent``); ``loaded``: the
+    checkpoint it was loaded from, in words (``best.pt of 80000 env steps``), kept in this
+    run's checkpoints (see :func:`other_runs`)."""
+
+    def __init__(self, learner: Algorithm, name: str = "", loaded: str = "") -> None:
         super().__init__(learner.groups)
         self.learner = learner
+        self.name, self.loaded = name, loaded
 
     def act(self, batch: Batch, *, explore: bool = True, decisions: Any = None) -> Any:
         return self.learner.policy.act(batch, explore=False)
@@ -1323,7 +1354,7 @@ def reference_opponent(
     saved = run_dir / (BEST if which == "best" and (run_dir / BEST).is_file() else LATEST)
     stamp = saved.stat().st_mtime_ns if saved.is_file() else 0
     allowed = tuple(sorted(allow_imports))
-    other, loaded = _load_reference(str(run_dir), which, stamp, config.run.device, allowed)
+    other, loaded, _ = _load_reference(str(run_dir), which, stamp, config.run.device, allowed)
     algo = _only(as_learners(loaded), f"eval_opponent {spec!r}")
     if other.run.env != config.run.env:
         raise ConfigError(
@@ -1363,10 +1394,11 @@ def _other_spaces(algo: Algorithm, venv: VectorEnv, groups: Collection[str]) -> 
 @functools.lru_cache(maxsize=4)
 def _load_reference(
     run_dir: str, which: str, stamp: int, device: str, allow_imports: tuple[str, ...]
-) -> tuple[TrainConfig, Algorithm | dict[str, Algorithm]]:
-    """``load_run`` of a reference opponent, cached on the checkpoint file's modification time."""
-    config, algo, _ = load_run(run_dir, which, device=device, allow_imports=allow_imports)
-    return config, algo
+) -> tuple[TrainConfig, Algorithm | dict[str, Algorithm], int]:
+    """``load_run`` of a reference opponent, cached on the checkpoint file's modification time:
+    its config, learners and env steps."""
+    config, algo, saved = load_run(run_dir, which, device=device, allow_imports=allow_imports)
+    return config, algo, int(saved["env_steps"])
 
 
 def read_run_config(run_dir: str | Path, allow_imports: Collection[str] = ()) -> TrainConfig:
