@@ -532,6 +532,26 @@ def test_a_nan_evaluation_is_never_the_best(
     assert resumed.env_steps == 240
 
 
+def test_a_nan_loss_is_warned_of_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """metrics.csv leaves a NaN cell empty, as where no update happened: the run says that
+    the learner's loss went NaN, and when (once: it stays NaN)."""
+    learn = TabularQ.learn
+
+    def diverged(self: TabularQ, rollouts: Any) -> dict[str, float]:
+        metrics = learn(self, rollouts)
+        return {**metrics, "td_error": float("nan")} if metrics else metrics
+
+    monkeypatch.setattr(TabularQ, "learn", diverged)
+    with caplog.at_level(logging.WARNING, logger="corral"):
+        results = train(config(tmp_path, total_steps=160, log_every=40))
+    first = min(r["env_steps"] for r in results.metrics if "loss" in r)
+    assert caplog.text.count("NaN at") == 1, caplog.text
+    assert f"td_error NaN at {int(first)} env steps (empty in metrics.csv)" in caplog.text
+    assert all("td_error" not in r for r in read_metrics(tmp_path / "run"))
+
+
 def test_a_best_pt_written_after_the_checkpoint_keeps_its_record_on_resume(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

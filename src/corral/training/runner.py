@@ -236,6 +236,8 @@ class Runner:
                     allow_imports=self.allow_imports,
                 )
             self.constant = ConstantWatch(self.selection)
+            self.nan_metrics: set[str] = set()
+            """The learners' metrics that have been NaN (each is warned of once)."""
             self.env_steps = int(saved.get("env_steps", 0))
             self.runner_counts = {**dict.fromkeys(RUNNER_COUNTS, 0), **saved.get(RUNNER_KEY, {})}
             """The run's rollout worker faults so far (cumulative, restored on resume)."""
@@ -501,6 +503,19 @@ class Runner:
             self.env_steps + wait.env_steps,
         )
 
+    def _warn_nan(self, learned: Mapping[str, float]) -> None:
+        """Warn of the learners' metrics that are NaN for the first time (metrics.csv leaves
+        a NaN cell empty, as where no update happened)."""
+        new = sorted(k for k, v in learned.items() if math.isnan(v) and k not in self.nan_metrics)
+        if new:
+            self.nan_metrics.update(new)
+            log.warning(
+                "%s NaN at %d env steps (empty in metrics.csv): the learner diverged; a lower "
+                "lr or max_grad_norm may help, or the env gave NaN or huge rewards",
+                " and ".join(new),
+                self.env_steps,
+            )
+
     def _next_stop(self) -> int:
         """The next env step at which a row, evaluation or checkpoint is due."""
         run = self.config.run
@@ -525,7 +540,9 @@ class Runner:
         result = self.evaluate() if evaluate else None
         if result is not None:
             row.update(result.columns())
-        row.update(_mean_metrics(part.updates))
+        learned = _mean_metrics(part.updates)
+        self._warn_nan(learned)
+        row.update(learned)
         if part.rollouts_dropped:
             row["rollouts_dropped"] = part.rollouts_dropped
         for key in RUNNER_COUNTS:
