@@ -72,6 +72,11 @@ def test_env_sections_apply_globs_then_the_exact_id() -> None:
     ("overrides", "message"),
     [
         ({"totl_steps": 5}, "did you mean 'total_steps'"),
+        # what other libraries call a setting: its name here (TabularQ's learning rate is lr)
+        ({"learning_rate": 0.1}, "'learning_rate' \\(did you mean 'lr'\\?\\)"),
+        ({"discount": 0.9}, "'discount' \\(did you mean 'gamma'\\?\\)"),
+        ({"lr": None}, "setting lr=None: expected a number, got None"),
+        ({"lr": "fast"}, "setting lr='fast': expected a number, got 'fast'"),
         # corral.train's ways to run: where they go, for a caller who passed them along
         ({"progress": False}, r"'progress' \(a way to run, .*Runner\(config, progress=False\)"),
         ({"resume": "runs/x"}, r"'resume' \(a way to run, .*Runner.resume\(run_dir\)"),

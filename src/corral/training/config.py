@@ -27,6 +27,7 @@ import dataclasses
 import difflib
 import fnmatch
 import importlib.resources
+import numbers
 import os
 import re
 import types
@@ -80,6 +81,35 @@ Ray wait no longer, and 0 sets no limit)."""
 RUNNER_BACKENDS = ("sync", "subproc")
 RENAMED = {"worker_timeout": "timeout"}
 """Former names of run settings, still read from a run's ``config.yaml``."""
+ALIASES = {
+    "learning_rate": "lr",
+    "discount": "gamma",
+    "discount_factor": "gamma",
+    "gae_lam": "gae_lambda",
+    "lam": "gae_lambda",
+    "lmbda": "gae_lambda",
+    "n_envs": "num_envs",
+    "n_steps": "rollout_steps",
+    "num_steps": "rollout_steps",
+    "total_timesteps": "total_steps",
+    "n_epochs": "epochs",
+    "ppo_epoch": "epochs",
+    "update_epochs": "epochs",
+    "num_minibatches": "minibatches",
+    "num_mini_batch": "minibatches",
+    "clip_range": "clip",
+    "clip_param": "clip",
+    "clip_coef": "clip",
+    "entropy_coef": "ent_coef",
+    "value_loss_coef": "vf_coef",
+    "grad_clip": "max_grad_norm",
+    "replay_size": "buffer_size",
+    "hidden_sizes": "hidden",
+    "net_arch": "hidden",
+    "target_update_freq": "target_update_interval",
+}
+"""What other libraries (Stable-Baselines3, CleanRL, MAPPO's and EPyMARL's configs) call some
+settings: an unknown setting of these names is told the setting it likely means."""
 HOW_TO_RUN = {
     "progress": "Runner(config, progress=False); on the command line, --no-progress",
     "resume": "Runner.resume(run_dir); on the command line, --resume RUN",
@@ -728,6 +758,7 @@ def _split(
     if unknown:
         known = sorted(run_names | algo_names)
         hints = {name: difflib.get_close_matches(name, known, n=1) for name in unknown}
+        hints.update({n: [ALIASES[n]] for n in unknown if ALIASES.get(n) in known})
         hints.update({name: [RENAMED[name]] for name in unknown if name in RENAMED})
         notes = {n: f" (did you mean {h[0]!r}?)" if h else "" for n, h in hints.items()}
         for name in set(unknown) & set(HOW_TO_RUN):
@@ -789,9 +820,12 @@ def coerce(value: Any, annotation: Any) -> Any:
     if annotation is int:
         return _coerce_int(value)
     if annotation is float:
-        if isinstance(value, bool):
+        if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
             raise TypeError(f"expected a number, got {value!r}")
-        return float(value)
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"expected a number, got {value!r}") from None
     if annotation is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise TypeError(f"expected a string, got {value!r}")
