@@ -144,10 +144,7 @@ class EnvError(CorralError, RuntimeError):
             self.restarted,
             None if copies is None else range(copies.start + offset, copies.stop + offset),
         )
-        moved.faults = [
-            moved if f is self else f.moved(offset) if isinstance(f, EnvError) else f
-            for f in self.faults
-        ]
+        moved.faults = [moved if f is self else _moved(f, offset) for f in self.faults]
         moved.batch = self.batch
         return moved
 
@@ -181,6 +178,13 @@ class WorkerTimeoutError(CorralError, TimeoutError):
     @property
     def last_line(self) -> str:
         return _last_line(self.args[0])
+
+    def moved(self, offset: int) -> WorkerTimeoutError:
+        """This error with its env indices ``offset`` further on (as :meth:`EnvError.moved`)."""
+        moved = type(self)(self.args[0], [i + offset for i in self.env_indices], self.restarted)
+        moved.faults = [moved if f is self else _moved(f, offset) for f in self.faults]
+        moved.batch = self.batch
+        return moved
 
 
 class WorkerDiedError(CorralError, RuntimeError):
@@ -234,6 +238,17 @@ Fault = EnvError | WorkerTimeoutError | WorkerDiedError
 """A fault that a vector call collects in ``faults``."""
 
 
+def envs_text(envs: range) -> str:
+    """``"env 3"`` or ``"envs 2-4"``."""
+    return f"env {envs[0]}" if len(envs) == 1 else f"envs {envs[0]}-{envs[-1]}"
+
+
+def _moved(fault: Fault, offset: int) -> Fault:
+    """``fault`` with its env indices ``offset`` further on where it names them for a restart
+    (a worker's death is the worker set's to name)."""
+    return fault.moved(offset) if isinstance(fault, (EnvError, WorkerTimeoutError)) else fault
+
+
 class WorkerRestartWarning(UserWarning):
     """A worker that died (or missed the timeout of a call other than a reset or step) was
     replaced in a reset or step: its envs were reset mid-episode, the cut episodes ending
@@ -242,7 +257,26 @@ class WorkerRestartWarning(UserWarning):
 
 class EnvRestartWarning(WorkerRestartWarning):
     """An env failed in a step or reset (it raised, or its worker missed the timeout) and
-    was restarted (``on_env_error="restart"``): its episode ended truncated."""
+    was restarted (``on_env_error="restart"``): its episode ended truncated. ``fault`` is
+    that failure."""
+
+    def __init__(self, fault: EnvError | WorkerTimeoutError) -> None:
+        if isinstance(fault, EnvError) and fault.copies is not None and len(fault.copies) > 1:
+            what = (
+                f"{envs_text(fault.copies)} (one natively batched env) failed and were "
+                "restarted; their episodes end"
+            )
+        elif isinstance(fault, EnvError):
+            what = f"env {fault.env_index} failed and was restarted; its episode ends"
+        else:
+            what = f"envs {fault.env_indices} were restarted; their episodes end"
+        super().__init__(
+            f"{what} truncated in this batch (on_env_error='restart'): {fault.last_line}"
+        )
+        self.fault = fault
+
+    def __reduce__(self) -> tuple[type, tuple[EnvError | WorkerTimeoutError]]:
+        return (type(self), (self.fault,))
 
 
 class CheckIncompleteWarning(UserWarning):

@@ -15,10 +15,11 @@ from support.rollouts import assert_rollouts_equal
 
 from corral.data.rollouts import Rollout, concat_envs
 from corral.training import load_config
-from corral.training.collector import Collector
+from corral.training.collector import Collector, Progress
 from corral.training.policy_map import MAIN
 from corral.training.runner import build_players, build_venv, uses_state
 from corral.workers.rollout_worker import RolloutWorker, policy_seed
+from corral.workers.worker_set import add_sample
 
 ENV = "mpe2/simple_spread_v3"
 T = 5  # rollout_steps
@@ -170,3 +171,38 @@ def test_a_worker_s_env_error_names_the_run_s_env() -> None:
     err = info.value
     assert err.env_index == 3 and str(err).startswith("env 3: step() raised RuntimeError: boom")
     assert err.copies == range(3, 4) and err.faults == [err]
+
+
+def test_a_worker_s_env_restart_is_sent_back_naming_the_run_s_env() -> None:
+    """With on_env_error=restart the vector env warns of its env 1 (the worker's): the
+    sample carries the warning for the driver, naming the run's env 3, and pickles."""
+    import pickle
+    import warnings
+
+    from corral.errors import EnvError, EnvRestartWarning
+
+    config = mappo(4)
+    _, weights = first_rollout(config)
+    worker = RolloutWorker(config, 1, range(2, 4), seed=config.run.seed)
+    try:
+        sample = worker.collector.sample
+
+        def restarts() -> Any:
+            fault = EnvError(1, "step() raised RuntimeError: boom", restarted=True)
+            warnings.warn(EnvRestartWarning(fault), stacklevel=1)
+            return sample()
+
+        worker.collector.sample = restarts  # type: ignore[method-assign]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", EnvRestartWarning)  # none escapes in the worker
+            got = pickle.loads(pickle.dumps(worker.sample(weights)))
+    finally:
+        worker.close()
+    (restart,) = got.restarts
+    assert str(restart).startswith("env 3 failed and was restarted; its episode ends truncated")
+    assert restart.fault.env_index == 3 and "RuntimeError: boom" in str(restart)
+    # the driver adds the sample to its progress and warns, as a run in one process does
+    total = Progress()
+    with pytest.warns(EnvRestartWarning, match="^env 3 failed and was restarted"):
+        add_sample(total, got)
+    assert total.env_steps == got.progress.env_steps == T * 2

@@ -25,12 +25,11 @@ from typing import Any, NoReturn
 from corral.arrays import ops_for, to_numpy, tree_to_numpy
 from corral.arrays.tree import leaves_of
 from corral.batched_env import BatchedEnv, BatchedStep
-from corral.errors import EnvError
+from corral.errors import EnvError, envs_text
 from corral.returned_values import nonfinite_cells
 from corral.vector.env_calls import env_error, first_fault
 from corral.vector.layout import Layout, array_tree, assemble, leaves
 from corral.vector.promises import Promises
-from corral.vector.shards import envs_text
 from corral.vector.validation import ReturnedArrays
 
 Arrays = MutableMapping[str, Any]

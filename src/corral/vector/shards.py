@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Generic, Literal, TypeVar
 
-from corral.errors import WorkerDiedError, WorkerRestartWarning, WorkerTimeoutError
+from corral.errors import WorkerDiedError, WorkerRestartWarning, WorkerTimeoutError, envs_text
 from corral.vector.env_calls import Written, first_fault, remember
 
 S = TypeVar("S", bound="Shard")
@@ -101,11 +101,6 @@ class Shard:
 
     def __str__(self) -> str:
         return f"worker {self.index} ({envs_text(self.envs)})"
-
-
-def envs_text(envs: range) -> str:
-    """``"env 3"`` or ``"envs 2-4"``."""
-    return f"env {envs[0]}" if len(envs) == 1 else f"envs {envs[0]}-{envs[-1]}"
 
 
 def call_text(name: str, args: tuple | None) -> str:

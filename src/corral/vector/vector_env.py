@@ -29,7 +29,6 @@ from corral.vector.backend import EnvFn, backend_class, check_options, check_tim
 from corral.vector.deferred import DeferredChecks
 from corral.vector.layout import ArraySpec, Layout, Role, array_tree, assemble, store
 from corral.vector.sampling import sample_array
-from corral.vector.shards import envs_text
 from corral.vector.sources import NativeSource, Source, as_source
 from corral.vector.validation import clip_to_space
 
@@ -512,20 +511,7 @@ class VectorEnv:
         if self.on_env_error == "raise":
             raise err
         for fault in restarted:
-            if isinstance(fault, EnvError) and fault.copies is not None and len(fault.copies) > 1:
-                what = (
-                    f"{envs_text(fault.copies)} (one natively batched env) failed and were "
-                    "restarted; their episodes end"
-                )
-            elif isinstance(fault, EnvError):
-                what = f"env {fault.env_index} failed and was restarted; its episode ends"
-            else:
-                what = f"envs {fault.env_indices} were restarted; their episodes end"
-            warnings.warn(
-                f"{what} truncated in this batch (on_env_error='restart'): {fault.last_line}",
-                EnvRestartWarning,
-                stacklevel=4,  # the caller of step() or reset()
-            )
+            warnings.warn(EnvRestartWarning(fault), stacklevel=4)  # the caller of step()
         return batch
 
     def _write_actions(self, actions: Mapping[str, Any]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ import numpy as np
 from corral.algos.base import Algorithm
 from corral.algos.policy import Weights
 from corral.data.rollouts import Rollout
-from corral.errors import ConfigError, EnvError
+from corral.errors import ConfigError, EnvError, EnvRestartWarning
 from corral.training.collector import Collector, Progress
 from corral.training.config import BACKEND_OPTIONS, TrainConfig, replace_run
 from corral.training.runner import build_players, build_venv, seating, uses_state
@@ -45,6 +46,9 @@ class Sample:
     seconds: float = 0.0
     """The worker's wall clock inside :meth:`RolloutWorker.sample` (loading weights and
     collecting): the rest of what the learner waited was transfer and scheduling."""
+    restarts: list[EnvRestartWarning] = dataclasses.field(default_factory=list)
+    """The envs that failed and were restarted in it (``on_env_error="restart"``), named
+    by the run's env indices, for the driver to warn of."""
 
 
 def policy_seed(seed: int, index: int, restart: int = 0) -> int:
@@ -205,12 +209,21 @@ class RolloutWorker:
             if held is None or version > held:
                 learner.policy.load_weights(given)
                 self.versions[pid] = version
-        try:
-            rollouts, progress = self.collector.sample()
-        except EnvError as err:
-            raise err.moved(self.first_env) from None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", EnvRestartWarning)
+            try:
+                rollouts, progress = self.collector.sample()
+            except EnvError as err:
+                raise err.moved(self.first_env) from None
+        restarts = []
+        for said in caught:
+            if isinstance(said.message, EnvRestartWarning):
+                restarts.append(EnvRestartWarning(said.message.fault.moved(self.first_env)))
+            else:  # not the worker's to change: shown as it would have been
+                warnings.showwarning(said.message, said.category, said.filename, said.lineno)
         versions = {pid: int(v) for pid, v in self.versions.items() if v is not None}
-        return Sample(self.index, rollouts, versions, progress, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        return Sample(self.index, rollouts, versions, progress, seconds, restarts)
 
     def close(self) -> None:
         """Close its envs and give torch its thread count back."""

@@ -49,6 +49,7 @@ from __future__ import annotations
 import os
 import pickle
 import time
+import warnings
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -262,7 +263,7 @@ class WorkerSet:
         self._send(index)
         share = waited / (time.perf_counter() - started)
         progress.updates += [{**metrics, "learner_wait_share": share} for metrics in learned]
-        add_progress(progress, sample.progress)
+        add_sample(progress, sample)
         return sample.progress.env_steps
 
     def _send(self, index: int) -> None:
@@ -331,7 +332,7 @@ class WorkerSet:
         steps = 0
         for s in samples:
             steps += s.progress.env_steps
-            add_progress(progress, s.progress)
+            add_sample(progress, s)
         return steps
 
     def _sample_all(self, refs: list[Any], progress: Progress) -> list[Sample]:
@@ -484,6 +485,13 @@ def raise_worker_error(err: Exception) -> NoReturn:
     if isinstance(cause, CorralError):
         raise cause from err
     raise err
+
+
+def add_sample(total: Progress, sample: Sample) -> None:
+    """Add a worker's ``sample`` to ``total``, and warn of the envs restarted in it."""
+    add_progress(total, sample.progress)
+    for restart in sample.restarts:
+        warnings.warn(restart, stacklevel=4)  # the caller of the run's train()
 
 
 def add_progress(total: Progress, part: Progress) -> None:
