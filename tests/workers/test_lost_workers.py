@@ -18,7 +18,7 @@ import ray
 from support.actors import all_cpus_free_within, runtime_env_for_tests
 from support.faulty_envs import ENTRY
 
-from corral.errors import EnvError, WorkerDiedError
+from corral.errors import EnvError, EnvRestartWarning, WorkerDiedError
 from corral.training import Runner, checkpoint, load_config, train
 from corral.training.metrics import read_metrics
 from corral.workers.worker_set import MAX_LOSSES_IN_ROW
@@ -181,7 +181,8 @@ def test_an_env_raising_in_a_worker_follows_on_env_error(tmp_path: Path, on_env_
         with pytest.raises(EnvError, match=r"env \d.*the faulty env raised"):
             run(config)
     else:
-        run(config)
+        with pytest.warns(EnvRestartWarning, match=r"^env [0-3] failed and was restarted"):
+            run(config)  # warned of in the run's process, not only in the worker's
         rows = read_metrics(tmp_path / "run")
         assert total(rows, "env_restarts") == 1
         assert rows[-1]["runner_restarts"] == 0  # the worker restarted the env itself
