@@ -1070,8 +1070,9 @@ def _eval(args: argparse.Namespace) -> int:
         if args.checkpoint == "best" and os.path.isfile(os.path.join(args.run_dir, BEST))
         else "latest"
     )
+    how = "exploring" if config.run.eval_explore else "greedy"
     print(
-        f"{args.run_dir} ({which} checkpoint, {saved['env_steps']} env steps): "
+        f"{args.run_dir} ({which} checkpoint, {saved['env_steps']} env steps, {how}): "
         f"mean +- standard error over {args.episodes} episodes{cut}"
     )
     columns = result.columns()

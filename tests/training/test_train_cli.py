@@ -253,7 +253,7 @@ def test_eval_prints_each_measure_with_its_standard_error(
     assert code == 0, err
     lines = out.splitlines()
     steps = saved["env_steps"]
-    assert lines[0] == f"{tmp_path / 'r'} (best checkpoint, {steps} env steps): " + (
+    assert lines[0] == f"{tmp_path / 'r'} (best checkpoint, {steps} env steps, greedy): " + (
         "mean +- standard error over 6 episodes"
     )
     assert lines[1].startswith(f"  eval_return {returns.mean():.2f} +- {sem:.2f} (selects best.pt)")
@@ -288,6 +288,7 @@ def test_eval_explore_plays_the_policies_as_in_training_and_no_explore_greedily(
         found = spread.search(out)
         assert found is not None, out
         assert (float(found.group(1)) > 0) == spreads, (run_dir, flags, out)
+        assert f"env steps, {'exploring' if spreads else 'greedy'}): mean" in out
 
 
 def test_eval_plays_with_the_run_s_torch_threads(
@@ -884,7 +885,8 @@ def test_a_fresh_process_trains_and_evaluates_a_user_env(tmp_path: Path) -> None
         [*corral_cli, *argv], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    assert re.match(r"r \(best checkpoint, \d+ env steps\): mean \+- standard error", done.stdout)
+    said = r"r \(best checkpoint, \d+ env steps, greedy\): mean \+- standard error"
+    assert re.match(said, done.stdout)
 
 
 # -- run directories and settings that cannot be used: one line, exit 2 ----------------------
