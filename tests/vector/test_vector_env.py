@@ -696,11 +696,3 @@ def test_clip_actions_clips_box_actions_into_bounds_and_counts_them() -> None:
     with pytest.raises(InvalidActionError, match=r"env 1, agent 'agent_1'.*finite"):
         clipping.step({"agent": actions})
     clipping.close(), plain.close()
-
-
-@pytest.mark.parametrize("backend", ["sync", "subproc"])
-def test_a_natively_batched_env_that_cannot_be_built_is_env_0_s_error(backend: str) -> None:
-    """Its constructor's error (an unknown keyword argument) is an EnvError naming what
-    raised, on every backend (sync raised the constructor's own TypeError)."""
-    with pytest.raises(EnvError, match=r"env 0: building the env raised TypeError: .*'bogus'"):
-        make_vec("corral/tag", num_envs=2, backend=backend, env_kwargs={"bogus": 1})

@@ -25,7 +25,7 @@ class SyncBackend(Backend):
 
     def __init__(self, source: Source) -> None:
         super().__init__(source)
-        self.shard = guarded(0, "building the env", lambda: source.build(0))  # as on the others
+        self.shard = source.build(0)
         self._pending: tuple[Callable[[], None], str] | None = None  # a call and its name
         self._call: Callable[[], list[Any]] | None = None  # of call_async
 
