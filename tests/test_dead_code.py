@@ -16,6 +16,7 @@ USED_OUTSIDE = {
     "num_agents": "PettingZoo's API, which MultiAgentEnv keeps for its users",
     "max_num_agents": "PettingZoo's API, which MultiAgentEnv keeps for its users",
     "emit_scalar": "TensorBoard's Output API, which its summary Writer calls",
+    "emit": "logging's Handler API, which a logger calls",
 }
 
 
