@@ -40,6 +40,15 @@ def group_agents(
         {'adversary': ['adversary_0'], 'agent': ['agent_0', 'agent_1']}
     """
     agents = list(agents)
+    group_map = checked_group_map(group_map)
+    if isinstance(group_map, Mapping):
+        named = [a for v in group_map.values() for a in ([] if isinstance(v, str) else v)]
+        strangers = [a for a in [*named, *(k for k, v in group_map.items() if isinstance(v, str))]
+                     if a not in agents]  # fmt: skip
+        if strangers:
+            raise GroupError(
+                f"the group map names {strangers}, which are not agents of the env: {agents}"
+            )
     groups: dict[str, list[str]] = {}
     for agent in agents:
         groups.setdefault(_group_of(agent, group_map), []).append(agent)
@@ -48,13 +57,56 @@ def group_agents(
     return groups
 
 
-def _group_of(agent: str, group_map: GroupMap) -> str:
+def checked_group_map(group_map: Any) -> GroupMap:
+    """``group_map`` as :func:`group_agents` reads it, ``None`` for the default grouping
+    (``"prefix"``, which a natively batched env's own groups follow); a :class:`GroupError`
+    saying what a group map is where it is none, or where a mapping gives an agent two groups.
+
+    Examples:
+        >>> checked_group_map("prefix") is None, checked_group_map({"a_0": "x"})
+        (True, {'a_0': 'x'})
+    """
     if group_map is None or group_map == "prefix":
+        return None
+    if group_map == "agent":
+        return group_map
+    if isinstance(group_map, Mapping) and group_map:
+        lists = [not isinstance(v, str) for v in group_map.values()]
+        if all(isinstance(k, str) for k in group_map) and len(set(lists)) == 1:
+            if not lists[0]:
+                return dict(group_map)
+            if all(_names(v) for v in group_map.values()):
+                _check_each_once(group_map)
+                return {g: list(v) for g, v in group_map.items()}
+    raise GroupError(
+        f"group_map must be 'prefix' (the default), 'agent', a mapping agent -> group name or "
+        f"a mapping group name -> list of agents; got {group_map!r}"
+    )
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, Iterable) and all(isinstance(a, str) for a in value)
+
+
+def _check_each_once(groups: Mapping[str, Iterable[str]]) -> None:
+    seen: dict[str, str] = {}
+    for group, members in groups.items():
+        for agent in members:
+            if agent in seen:
+                raise GroupError(
+                    f"agent {agent!r} is in two groups of the group map: {seen[agent]!r} and "
+                    f"{group!r}"
+                )
+            seen[agent] = group
+
+
+def _group_of(agent: str, group_map: GroupMap) -> str:
+    """The group of ``agent`` by a :func:`checked_group_map`."""
+    if group_map is None:
         return prefix_of(agent)
     if group_map == "agent":
         return agent
-    if isinstance(group_map, str):
-        raise GroupError(f"group_map {group_map!r} is not 'prefix', 'agent' or a mapping")
+    assert isinstance(group_map, Mapping)  # checked_group_map's
     own = group_map.get(agent)
     if isinstance(own, str):
         return own

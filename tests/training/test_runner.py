@@ -878,3 +878,8 @@ def test_an_evaluation_on_torch_batches_leaves_every_generator_of_the_policy(
         finally:
             venv.close()
     assert torch.equal(before[0], after[0]) and before[1] == after[1]
+
+
+def test_a_group_map_that_is_none_is_refused_with_the_run_s_settings() -> None:
+    with pytest.raises(ConfigError, match=r"group_map must be 'prefix' .* got 1"):
+        load_config(TabularQ, "mdp/climbing", {"group_map": 1})

@@ -40,7 +40,8 @@ from typing import Annotated, Any, Literal
 from corral.algos import ALGORITHMS, algorithm_class
 from corral.algos import encoder_setting as encoders
 from corral.algos.base import AlgoConfig, Algorithm
-from corral.errors import ConfigError, MissingDependencyError
+from corral.errors import ConfigError, GroupError, MissingDependencyError
+from corral.groups import checked_group_map
 from corral.registry import resolve
 from corral.settings import SEED, Range, check_ranges, parse_settings, parse_value
 from corral.training.policy_map import (
@@ -301,6 +302,10 @@ class RunConfig:
         if self.eval_opponent != "random" and os.path.exists(self.eval_opponent):
             # written to config.yaml as an absolute path, so a resumed run finds it from anywhere
             self.eval_opponent = os.path.abspath(self.eval_opponent)
+        try:
+            checked_group_map(self.group_map)
+        except GroupError as err:
+            raise ConfigError(str(err)) from None
         self._check_backend_options()
         self._check_runners()
 

@@ -46,6 +46,7 @@ from corral.algos.policy import Policy
 from corral.arrays import Place
 from corral.arrays.tree import first_leaf
 from corral.errors import CheckpointError, UnsupportedEnvError
+from corral.groups import checked_group_map
 from corral.registry import EnvSpec, import_modules, resolve, spec
 from corral.training import checkpoint, run_files
 from corral.training.collector import Collector, Progress, evaluate
@@ -835,7 +836,7 @@ def training_array(run: RunConfig) -> str:
         return "numpy"
     native = run.native
     if native is None:
-        native = env_spec(run).batched is not None and run.group_map is None
+        native = env_spec(run).batched is not None and checked_group_map(run.group_map) is None
     return "torch" if native else "numpy"
 
 

@@ -21,7 +21,7 @@ from corral.errors import (
     VectorStateError,
     WorkerTimeoutError,
 )
-from corral.groups import GroupMap
+from corral.groups import GroupMap, checked_group_map
 from corral.registry import batched_ids, spec
 from corral.returned_values import debug_mode, describe
 from corral.spaces import action_rule, group_problem
@@ -194,6 +194,7 @@ class VectorEnv:
             if not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f"{name} must be True or False, got {value!r}")
         seed = checked_seed(seed)
+        group_map = checked_group_map(group_map)
         self.place = Place(array, device)
         check_options(backend, options)
         self.check_finite = debug_mode() if check_finite is None else bool(check_finite)
@@ -706,6 +707,7 @@ def make_vec(
     """
     env_spec = spec(id)
     kwargs = dict(env_kwargs or {})
+    group_map = checked_group_map(group_map)  # "prefix", the default, is a native env's too
     if native is None:
         native = env_spec.batched is not None and group_map is None
     source: Any
