@@ -318,6 +318,53 @@ def test_an_entry_point_that_cannot_be_loaded_names_its_package(
         spec("mine/anything")
 
 
+def test_an_entry_point_that_raises_or_registers_a_taken_id_names_its_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin's own error (not only ImportError): a traceback out of corral list, or
+    "already registered" without a word of which package."""
+    module = f"plug{uuid.uuid4().hex[:8]}_envs"
+    code = (
+        "import corral\n\n"
+        "def broken():\n    raise ValueError('plugin config broken')\n\n"
+        "def taken():\n    corral.register('corral/tag', 'corral.envs.rps:RockPaperScissors')\n"
+    )
+    for attr, said in [
+        ("broken", "ValueError: plugin config broken"),
+        ("taken", "RegistrationError: env id 'corral/tag' is already registered"),
+    ]:
+        dist = installed_package(tmp_path / attr, {attr: f"{module}:{attr}"}, {module: code})
+        monkeypatch.syspath_prepend(str(tmp_path / attr))
+        with pytest.raises(RegistrationError) as err:
+            registered_ids()
+        assert f"'{attr} = {module}:{attr}' of package '{dist}'" in str(err.value)
+        assert said in str(err.value)
+    sys.modules.pop(module, None)
+
+
+def test_an_id_of_corral_s_own_is_taken_before_any_lookup() -> None:
+    """In a fresh process, registering ``corral/tag`` (or the ``gym`` namespace) before any
+    lookup was accepted, and then every lookup failed, the registry left half loaded."""
+    code = (
+        "import corral\n"
+        "from corral.errors import RegistrationError\n"
+        "for call in (lambda: corral.register('corral/tag', 'corral.envs.rps:RockPaperScissors'),\n"
+        "             lambda: corral.register_namespace('gym', print)):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except RegistrationError as err:\n"
+        "        print(err)\n"
+        "print(type(corral.make('corral/rps')).__name__, len(corral.registered_ids()) > 50)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "env id 'corral/tag' is already registered",
+        "namespace 'gym' is already registered",
+        "RockPaperScissors True",
+    ]
+
+
 def test_registered_id_wins_over_its_namespace() -> None:
     register_namespace("testns", lambda name: pytest.fail("namespace used"))
     register("testns/fixed", Recorder, size=1)

@@ -141,6 +141,7 @@ def register(
     source, _, name = id.partition("/")
     if not source or not name:
         raise RegistrationError(f"env id {id!r} must read 'source/name', e.g. 'mine/{id}'")
+    _load_builtins()  # an id of corral's own is taken even before the first lookup
     if id in _specs:
         raise RegistrationError(f"env id {id!r} is already registered")
     if entry_point is None and batched is None:
@@ -164,6 +165,7 @@ def register_namespace(
     one is an :class:`UnknownEnvError` before anything is built: ``names(name)``
     returns ``None`` for a name the source knows, else the names it knows.
     """
+    _load_builtins()
     if prefix in _namespaces:
         raise RegistrationError(f"namespace {prefix!r} is already registered")
     _namespaces[prefix] = Namespace(prefix, factory, extra, names)
@@ -201,14 +203,14 @@ def _load_plugins() -> None:
         _plugins.add(key)  # loaded once, also where it fails
         try:
             target = entry.load()
-        except (ImportError, AttributeError) as err:
+            if not isinstance(target, types.ModuleType):
+                target()
+        except Exception as err:  # the package's code, in its own words, named
             dist = f"package {entry.dist.name!r}" if entry.dist else "an installed package"
             raise RegistrationError(
                 f"the entry point '{key}' of {dist} (group {ENTRY_POINT_GROUP}) cannot be "
-                f"loaded: {err}"
+                f"loaded: {type(err).__name__}: {err}"
             ) from err
-        if not isinstance(target, types.ModuleType):
-            target()
 
 
 def registered_ids(source: str | None = None) -> list[str]:
