@@ -696,3 +696,26 @@ def test_clip_actions_clips_box_actions_into_bounds_and_counts_them() -> None:
     with pytest.raises(InvalidActionError, match=r"env 1, agent 'agent_1'.*finite"):
         clipping.step({"agent": actions})
     clipping.close(), plain.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "said"),
+    [
+        # the env's keyword arguments passed as for corral.make: they read as backend options
+        ((2,), {"N": 2}, "the env's keyword arguments go in env_kwargs, e.g. make_vec("),
+        ((0,), {}, "num_envs must be an int of at least 1, got 0"),
+        ((-1,), {}, "num_envs must be an int of at least 1, got -1"),
+        ((2.0,), {}, "num_envs must be an int of at least 1, got 2.0"),
+    ],
+)
+def test_make_vec_arguments_it_cannot_use_say_what_it_takes(
+    args: tuple, kwargs: dict, said: str
+) -> None:
+    with pytest.raises(ValueError) as caught:
+        make_vec("corral/tag", *args, **kwargs)
+    assert said in str(caught.value)
+
+
+def test_make_vec_takes_a_numpy_integer_count() -> None:
+    with make_vec("corral/rps", np.int64(2)) as venv:
+        assert venv.num_envs == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import enum
 import numbers
 import warnings
@@ -25,7 +26,14 @@ from corral.groups import GroupMap, checked_group_map
 from corral.registry import batched_ids, spec
 from corral.returned_values import debug_mode, describe
 from corral.spaces import action_rule, group_problem
-from corral.vector.backend import EnvFn, backend_class, check_options, check_timeout
+from corral.vector.backend import (
+    BACKENDS,
+    EnvFn,
+    backend_class,
+    backend_options,
+    check_options,
+    check_timeout,
+)
 from corral.vector.deferred import DeferredChecks
 from corral.vector.layout import ArraySpec, Layout, Role, array_tree, assemble, store
 from corral.vector.sampling import sample_array
@@ -705,8 +713,21 @@ def make_vec(
     ``env_kwargs``, backend options in ``**options``; the other arguments are
     :class:`VectorEnv`'s.
     """
+    if not isinstance(num_envs, numbers.Integral) or isinstance(num_envs, bool) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int of at least 1, got {num_envs!r}")
+    num_envs = int(num_envs)
     env_spec = spec(id)
     kwargs = dict(env_kwargs or {})
+    known = _all_backend_options()
+    strangers = {
+        k: v for k, v in options.items() if not difflib.get_close_matches(k, known, n=1)
+    }  # a misspelt option is the backend's to name (check_options)
+    if strangers:
+        raise ValueError(
+            f"make_vec takes no argument {', '.join(map(repr, strangers))}, and no backend "
+            f"takes such an option; the env's keyword arguments go in env_kwargs, e.g. "
+            f"make_vec({id!r}, {num_envs}, env_kwargs={strangers!r})"
+        )
     group_map = checked_group_map(group_map)  # "prefix", the default, is a native env's too
     if native is None:
         native = env_spec.batched is not None and group_map is None
@@ -743,6 +764,11 @@ def make_vec(
         deferred_checks=deferred_checks,
         **options,
     )
+
+
+def _all_backend_options() -> set[str]:
+    """The options that some backend takes."""
+    return {option for name in BACKENDS for option in backend_options(name)}
 
 
 @dataclass(frozen=True)
