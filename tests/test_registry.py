@@ -365,6 +365,19 @@ def test_an_id_of_corral_s_own_is_taken_before_any_lookup() -> None:
     ]
 
 
+def test_an_id_registered_only_batched_says_how_to_build_it() -> None:
+    register("mine/tag-batched", batched="corral.envs.tag_batched:BatchedTag")
+    with pytest.raises(RegistrationError) as err:
+        make("mine/tag-batched")
+    assert "use corral.make_vec('mine/tag-batched', num_envs)" in str(err.value)
+    assert "make_batched" not in str(err.value)  # no such function
+    with corral.make_vec("mine/tag-batched", 2) as venv:
+        assert venv.native
+    for given in ({"native": False}, {"group_map": "agent"}):
+        with pytest.raises(ValueError, match="registered only natively batched, with its own"):
+            corral.make_vec("mine/tag-batched", 2, **given)
+
+
 def test_registered_id_wins_over_its_namespace() -> None:
     register_namespace("testns", lambda name: pytest.fail("namespace used"))
     register("testns/fixed", Recorder, size=1)

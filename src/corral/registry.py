@@ -65,8 +65,8 @@ class EnvSpec:
         """Build the env with the registered defaults updated by ``kwargs``."""
         if self.entry_point is None:
             raise RegistrationError(
-                f"env {self.id!r} is registered only natively batched: use "
-                f"corral.make_vec({self.id!r}, num_envs) or corral.make_batched"
+                f"env {self.id!r} is registered only natively batched (no env of one "
+                f"copy to build): use corral.make_vec({self.id!r}, num_envs)"
             )
         return _call(self.id, self.extra, self.entry_point, {**self.kwargs, **kwargs})
 

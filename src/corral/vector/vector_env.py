@@ -743,6 +743,12 @@ def make_vec(
         # The spec travels to the workers, so ids registered at run time work there too.
         source = NativeSource(_BatchedFactory(env_spec, array, device, kwargs), num_envs)
     else:
+        if env_spec.entry_point is None:
+            why = "native=False" if group_map is None else f"group_map={group_map!r}"
+            raise ValueError(
+                f"env {id!r} is registered only natively batched, with its own groups: "
+                f"{why} needs its dict env, which it has not; leave native and group_map unset"
+            )
         if dtype is not None:
             raise ValueError(
                 f"dtype={dtype!r} sets what a natively batched env computes in; the dict envs "
