@@ -105,6 +105,8 @@ def main() -> None:
 
     env = corral.make("mine/nim-v0", max_take=2)
     obs, infos = env.reset(seed=0)
+    for i, agent in enumerate(env.possible_agents):
+        env.action_space(agent).seed(i)  # the random moves below: the same in every run
     returns = dict.fromkeys(env.possible_agents, 0.0)
     while env.agents:
         actions = {a: env.action_space(a).sample(mask=infos[a].get("action_mask")) for a in obs}
