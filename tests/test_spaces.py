@@ -206,6 +206,24 @@ def test_an_integer_box_judges_the_value_given_not_its_wrapped_cast(dtype):
         assert (problem is None) == (0 <= value <= 10), value
 
 
+@pytest.mark.parametrize(
+    ("action", "said"),
+    [
+        (np.array([1e300]), "values that float32 holds (|x| <= 3.40282e+38; more is inf)"),
+        (np.array([0.5 + 2j]), "values castable to float32, got dtype complex128"),
+    ],
+)
+def test_one_agent_s_action_is_judged_as_the_batch_s(action: np.ndarray, said: str) -> None:
+    """An unbounded float32 Box: a float64 beyond float32 (stored as inf) and a complex
+    number (stored as its real part) passed one agent's check while the batch's refused them."""
+    space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    assert said in str(action_problem(space, action))
+    rule = action_rule(space)
+    batch = action[None, None]  # [E, n, 1]
+    assert rule.array_problem(batch, np.ones((1, 1), bool)) is not None
+    assert action_problem(space, np.array([3e38])) is None  # what float32 holds is taken
+
+
 DISCRETE_DTYPES = [
     (spaces.Discrete(200), np.int8),  # beyond int8: negative int8 read as unsigned is below n
     (spaces.Discrete(5, start=-1000), np.int8),  # a start that int8 cannot hold

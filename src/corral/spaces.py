@@ -347,8 +347,15 @@ class BoxRule(ActionRule):
             return f"a numeric array of dtype {space.dtype}, got dtype {arr.dtype}"
         if np.issubdtype(space.dtype, np.integer) and not np.issubdtype(arr.dtype, np.integer):
             return f"an integer array of dtype {space.dtype}, got dtype {arr.dtype}"
+        floats = space.dtype.kind == "f"
+        if floats and not np.can_cast(arr.dtype, space.dtype, casting="same_kind"):  # complex
+            return f"values castable to {space.dtype}, got dtype {arr.dtype}"
         if not np.all(np.isfinite(arr)):
             return f"finite values in [{space.low.min()}, {space.high.max()}], got {arr.tolist()}"
+        if floats and not np.can_cast(arr.dtype, space.dtype):
+            top = _limits(space.dtype)[1]  # a wider float beyond it would be stored as inf
+            if np.any(np.abs(arr) > top):
+                return f"{self.kinds['limit']}, got {arr.tolist()}"
         # a float is read as the space's dtype holds it; an integer as it is (a cast could wrap)
         value = arr if space.dtype.kind in "iu" else arr.astype(space.dtype)
         if np.any(value < space.low) or np.any(value > space.high):
