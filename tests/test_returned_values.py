@@ -108,6 +108,18 @@ def test_finite_means_neither_nan_nor_inf() -> None:
 def test_a_python_int_past_float64_is_not_finite_rather_than_an_overflow_error() -> None:
     assert rv.is_finite(2**1000) and rv.is_finite(-(2**1000))  # within float64
     assert not rv.is_finite(10**400) and not rv.is_finite(-(10**400))
+    # the packer stores it as inf (corral's OverflowError was blamed on the env's step)
+    assert rv.packed_reward(10**400) == np.inf and rv.packed_reward(-(10**400)) == -np.inf
+
+
+def test_describe_gives_the_range_of_the_finite_numbers_and_counts_the_others() -> None:
+    said = rv.describe(np.array([0.2, np.nan, 5.0]))  # was "values in [nan, nan]"
+    assert (
+        said
+        == "array of shape (3,) and dtype float64 with values in [0.2, 5.0], 1 of them NaN or inf"
+    )
+    assert rv.describe(np.array([np.inf])).endswith("float64, 1 of them NaN or inf")
+    assert rv.describe(np.array([1, 3])).endswith("int64 with values in [1, 3]")
 
 
 def test_has_dtype_compares_numpy_dtypes_and_their_torch_equivalents() -> None:

@@ -51,7 +51,13 @@ def describe(value: Any) -> str:
     if isinstance(value, np.ndarray):
         text = f"array of shape {value.shape} and dtype {value.dtype}"
         if value.size and np.issubdtype(value.dtype, np.number):
-            text += f" with values in [{value.min()}, {value.max()}]"
+            if np.issubdtype(value.dtype, np.complexfloating):
+                return text  # complex numbers have no order
+            finite = value[np.isfinite(value)]
+            if finite.size:  # the range of the numbers, beside the NaN and inf it holds
+                text += f" with values in [{finite.min()}, {finite.max()}]"
+            if finite.size < value.size:
+                text += f", {value.size - finite.size} of them NaN or inf"
         return text
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
@@ -72,7 +78,10 @@ def packed_reward(value: Any) -> float | None:
     array of numbers; :func:`corral.check_env` reports both.
     """
     if isinstance(value, (numbers.Real, np.bool_)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond float64: inf, as is_finite reads it
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, np.ndarray) and value.size == 1 and holds_numbers(value):
         return float(value.item())
     return None
