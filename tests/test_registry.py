@@ -78,6 +78,29 @@ def test_id_without_source_is_an_error(bad_id: str) -> None:
         register(bad_id, Recorder)
 
 
+def test_an_id_that_reads_as_code_to_import_is_refused() -> None:
+    """``mine:x/y`` was registered, then read by make as the entry point ``mine:x/y``."""
+    with pytest.raises(RegistrationError, match="no ':' before the '/'"):
+        register("mine:x/y", Recorder)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "factory", "said"),
+    [
+        ("a/b", print, "a name without '/' or ':', got 'a/b'"),
+        ("", print, "got ''"),
+        ("mod:x", print, "got 'mod:x'"),
+        ("fine", 42, "the factory of namespace 'fine' must be a callable or 'module:attr'"),
+    ],
+)
+def test_a_namespace_that_could_never_build_is_refused(
+    prefix: str, factory: Any, said: str
+) -> None:
+    with pytest.raises(RegistrationError) as err:
+        register_namespace(prefix, factory)
+    assert said in str(err.value)
+
+
 def test_entry_point_must_be_callable_or_string() -> None:
     with pytest.raises(RegistrationError, match="callable or 'module:attr'"):
         register("test/number", 42)  # type: ignore[arg-type]

@@ -139,8 +139,11 @@ def register(
         3
     """
     source, _, name = id.partition("/")
-    if not source or not name:
-        raise RegistrationError(f"env id {id!r} must read 'source/name', e.g. 'mine/{id}'")
+    if not source or not name or is_entry_point(id):
+        raise RegistrationError(
+            f"env id {id!r} must read 'source/name' (no ':' before the '/', which names "
+            f"code to import), e.g. 'mine/{id.replace(':', '-')}'"
+        )
     _load_builtins()  # an id of corral's own is taken even before the first lookup
     if id in _specs:
         raise RegistrationError(f"env id {id!r} is already registered")
@@ -165,6 +168,15 @@ def register_namespace(
     one is an :class:`UnknownEnvError` before anything is built: ``names(name)``
     returns ``None`` for a name the source knows, else the names it knows.
     """
+    if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "/:"):
+        raise RegistrationError(
+            f"a namespace's prefix is the 'source' of its ids 'source/name': a name without "
+            f"'/' or ':', got {prefix!r}"
+        )
+    if not (callable(factory) or isinstance(factory, str)):
+        raise RegistrationError(
+            f"the factory of namespace {prefix!r} must be a callable or 'module:attr'"
+        )
     _load_builtins()
     if prefix in _namespaces:
         raise RegistrationError(f"namespace {prefix!r} is already registered")
