@@ -102,6 +102,35 @@ def test_extra_missing_reads_installed_metadata(monkeypatch: pytest.MonkeyPatch)
         cli._extra_missing.cache_clear()
 
 
+def test_an_extra_whose_requirement_has_extras_of_its_own_is_missing_with_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """corral[sisl] is pettingzoo[sisl]: pettingzoo installed without pymunk was listed as
+    installed. The requirements of pettingzoo's own extra count, their markers evaluated."""
+    pytest.importorskip("packaging")
+    requires = {
+        "corral": [
+            'pettingzoo[sisl]>=1; extra == "sisl"',
+            'pettingzoo>=1; extra == "pz"',
+            'absent-xyz>=1; python_version < "3.1" and extra == "pz"',  # not this Python's
+        ],
+        "pettingzoo": ['pymunk-not-installed-xyz>=6; extra == "sisl"'],
+    }
+    monkeypatch.setattr(cli.importlib.metadata, "requires", lambda name: requires.get(name))
+    real = cli.importlib.metadata.distribution
+    monkeypatch.setattr(
+        cli.importlib.metadata,
+        "distribution",
+        lambda name: real("numpy") if name == "pettingzoo" else real(name),
+    )
+    cli._extra_missing.cache_clear()
+    try:
+        assert cli._extra_missing("sisl") is True
+        assert cli._extra_missing("pz") is False
+    finally:
+        cli._extra_missing.cache_clear()
+
+
 def test_check_a_good_env_exits_0(capsys: pytest.CaptureFixture[str], nim: str) -> None:
     code, out, _ = run(capsys, "check", nim, "--seed", "3", "--steps", "50")
     assert code == 0

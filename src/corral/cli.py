@@ -304,25 +304,40 @@ def _extra_note(extra: str | None) -> str:
 
 
 @functools.cache
-def _extra_missing(extra: str) -> bool:
-    """Whether a distribution that ``corral[extra]`` requires is not installed.
+def _extra_missing(extra: str, of: str = "corral") -> bool:
+    """Whether a distribution that ``of[extra]`` requires is not installed, or, where the
+    ``packaging`` library is there to read requirements, one that a requirement
+    ``dist[inner]`` requires for ``inner`` (``pettingzoo[sisl]``: pymunk).
 
     Reads installed metadata only, so listing never imports an optional package.
     """
     try:
-        requirements = importlib.metadata.requires("corral") or []
+        requirements = importlib.metadata.requires(of) or []
     except importlib.metadata.PackageNotFoundError:
         return False
+    try:
+        from packaging import requirements as reading
+    except ImportError:  # not one of corral's own dependencies: the top level only
+        reading = None  # type: ignore[assignment]
     for requirement in requirements:
         name, _, marker = requirement.partition(";")
-        if not re.search(rf"extra\s*==\s*['\"]{re.escape(extra)}['\"]", marker):
-            continue
-        dist = re.match(r"[A-Za-z0-9._-]+", name.strip())
-        if dist is None or dist.group(0) == "corral":
+        if reading is not None:
+            parsed = reading.Requirement(requirement)
+            if parsed.marker is None or not parsed.marker.evaluate({"extra": extra}):
+                continue
+            dist, inner = parsed.name, sorted(parsed.extras)
+        else:
+            if not re.search(rf"extra\s*==\s*['\"]{re.escape(extra)}['\"]", marker):
+                continue
+            found = re.match(r"\s*[A-Za-z0-9._-]+", name)
+            dist, inner = (found.group(0).strip() if found else ""), []
+        if not dist or dist in ("corral", of):
             continue
         try:
-            importlib.metadata.distribution(dist.group(0))
+            importlib.metadata.distribution(dist)
         except importlib.metadata.PackageNotFoundError:
+            return True
+        if any(_extra_missing(e, dist) for e in inner):
             return True
     return False
 

@@ -77,11 +77,10 @@ def packed_reward(value: Any) -> float | None:
     and takes what has one plain meaning, a bool (``True`` is ``1.0``) and a one-element
     array of numbers; :func:`corral.check_env` reports both.
     """
+    if isinstance(value, int) and abs(value) > sys.float_info.max:
+        return math.inf if value > 0 else -math.inf  # beyond float64, as is_finite reads it
     if isinstance(value, (numbers.Real, np.bool_)):
-        try:
-            return float(value)
-        except OverflowError:  # an int beyond float64: inf, as is_finite reads it
-            return math.inf if value > 0 else -math.inf
+        return float(value)
     if isinstance(value, np.ndarray) and value.size == 1 and holds_numbers(value):
         return float(value.item())
     return None
