@@ -433,6 +433,23 @@ def test_a_hang_in_a_batched_env_names_its_implementation(
     ]
 
 
+def test_a_module_attr_whose_import_hangs_is_stopped_at_the_timeout(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The id's code was imported in corral check's own process, where no timeout held."""
+    module = f"hangs_on_import_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text("import time\ntime.sleep(600)\nEnv = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    started = time.monotonic()
+    code, out, _ = run(capsys, "check", f"{module}:Env", "--timeout", "0.5")
+    assert code == 1
+    assert out.splitlines() == [
+        f"{module}:Env: the env hung for more than 0.5 s at importing the code of "
+        f"{module}:Env; the check stopped it (--timeout sets the limit)"
+    ]
+    assert time.monotonic() - started < 30 and module not in sys.modules
+
+
 def test_parse_kwargs_reads_the_settings_grammar() -> None:
     parsed = cli.parse_kwargs(
         ["n=3", "ratio=0.5", "flag=True", "size=(2, 3)", "mode=fast", "s=", "off=false"]

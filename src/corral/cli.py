@@ -52,7 +52,7 @@ import sys
 import textwrap
 import traceback
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -344,34 +344,62 @@ def _extra_missing(extra: str, of: str = "corral") -> bool:
 
 def _check(args: argparse.Namespace) -> int:
     kwargs = parse_kwargs(args.kwargs)
-    dict_env, native = _implementations(args.id, kwargs)
-    if args.native_only and native is None:
+    # Each step in a child process: an env that hangs (its module's import too) or ends its
+    # process stops its own check.
+    found: list[tuple[bool, bool]] = []
+    if not _watched(args, functools.partial(_find_kinds, args, kwargs), found.append):
+        return 1
+    (has_dict, has_native) = found[0]
+    if args.native_only and not has_native:
         ids = ", ".join(batched_ids()) or "none"
         raise UsageError(
             f"{args.id!r} has no natively batched implementation; those that do: {ids}"
         )
-    kinds = [_NATIVE] if native is not None else []
-    if dict_env is not None and not args.native_only:
+    kinds = [_NATIVE] if has_native else []
+    if has_dict and not args.native_only:
         kinds.insert(0, _DICT)
-    reports, stopped = [], False
+    reports: list[CheckReport] = []
+    stopped = False
+
+    def take(report: CheckReport) -> None:
+        print(report)
+        reports.append(report)
+
     for kind in kinds:
-        # In a child process: an env that hangs or ends its process stops its own check.
-        work = functools.partial(_check_kind, args, kwargs, kind)
-        try:
-            for tag, value in run_watched(work, args.timeout):
-                if tag == "usage":
-                    raise UsageError(value)
-                print(value)
-                reports.append(value)
-        except WorkHung as err:
-            print(f"{args.id}: the env {err}; the check stopped it (--timeout sets the limit)")
-            stopped = True
-        except WorkExited as err:
-            print(f"{args.id}: the env's process {err}; the check stopped there")
+        if not _watched(args, functools.partial(_check_kind, args, kwargs, kind), take):
             stopped = True
     if stopped or not all(report.ok for report in reports):
         return 1
     return 0 if all(report.complete for report in reports) else 3
+
+
+def _watched(args: argparse.Namespace, work: Any, take: Callable[[Any], Any]) -> bool:
+    """Run ``work`` watched (:func:`run_watched`), ``take`` each value it sends; whether it
+    finished (else it said that the env hung or ended its process)."""
+    try:
+        for tag, value in run_watched(work, args.timeout):
+            if tag == "usage":
+                raise UsageError(value)
+            take(value)
+    except WorkHung as err:
+        print(f"{args.id}: the env {err}; the check stopped it (--timeout sets the limit)")
+        return False
+    except WorkExited as err:
+        print(f"{args.id}: the env's process {err}; the check stopped there")
+        return False
+    return True
+
+
+def _find_kinds(args: argparse.Namespace, kwargs: dict[str, Any], send: Any, note: Any) -> None:
+    """In a child process of :func:`_check`: send whether ``args.id`` has a dict env and a
+    natively batched one (``("kinds", (bool, bool))``), found by importing its code."""
+    try:
+        note(f"importing the code of {args.id}")
+        _import_user_code(args)
+        dict_env, native = _implementations(args.id, kwargs)
+        send(("kinds", (dict_env is not None, native is not None)))
+    except UsageError as err:
+        send(("usage", str(err)))
 
 
 _DICT, _NATIVE = "dict env", "batched env"
