@@ -105,6 +105,17 @@ def test_finite_means_neither_nan_nor_inf() -> None:
     np.testing.assert_array_equal(rv.not_finite(np.array([3, 4])), [False, False])
 
 
+def test_a_bool_array_takes_0_and_1_only() -> None:
+    """A Box(bool) observation stored 0.5 and 2.0 as True."""
+    target = np.zeros(4, bool)
+    rv.store_exactly(target, slice(None), np.array([0.0, 1.0, 1, 0]))
+    np.testing.assert_array_equal(target, [False, True, True, False])
+    for bad in (0.5, 2.0, -1, np.nan):
+        with pytest.raises(OverflowError, match="stored as bool"):
+            rv.store_exactly(target, slice(None), np.array([0.0, bad, 1.0, 1.0]))
+    np.testing.assert_array_equal(target, [False, True, True, False])  # nothing written
+
+
 def test_a_python_int_past_float64_is_not_finite_rather_than_an_overflow_error() -> None:
     assert rv.is_finite(2**1000) and rv.is_finite(-(2**1000))  # within float64
     assert not rv.is_finite(10**400) and not rv.is_finite(-(10**400))
@@ -194,7 +205,7 @@ NUMBERS = np.array([0.0, 1.5, -1.0, 255.0, 255.5, 300.0, 1e20, 1e300, -1e300, np
 
 
 @pytest.mark.parametrize(
-    "dtype", [np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.float64]
+    "dtype", [np.bool_, np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.float64]
 )
 def test_overflow_flags_mark_exactly_what_store_exactly_refuses(dtype) -> None:
     # the check of a natively batched env's arrays (overflow_flags, numpy and torch) and the

@@ -188,10 +188,12 @@ def store_exactly(target: np.ndarray, index: Any, values: np.ndarray) -> None:
 def exactly_as(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``values`` to store in an array of ``dtype``: themselves where ``dtype`` holds every
     value of theirs, else cast to it; an ``OverflowError`` where a number would change
-    beyond rounding (see :func:`store_exactly`)."""
+    beyond rounding (see :func:`store_exactly`; as a bool, any number but 0 and 1)."""
     source = values.dtype
     if source == dtype or _holds(source, dtype):
         return values
+    if dtype.kind == "b" and values.size and not ((values == 0) | (values == 1)).all():
+        raise OverflowError(f"{values[(values != 0) & (values != 1)][0]} stored as bool")
     if dtype.kind in "iu" and source.kind in "iuf" and values.size:
         finite = np.isfinite(values) if source.kind == "f" else None
         if finite is not None and not finite.all():
@@ -274,9 +276,11 @@ def overflow_flags(value: Any, rows: Any) -> Any | None:
     and inf have no integer), or ``None`` where that dtype holds every value of
     ``value``'s: what :func:`store_exactly` refuses. An inf for a float dtype is not
     marked: it is stored as inf, and not finite is a fault of its own."""
-    limits = None if _dtype_holds(rows, value) else _dtype_limits(rows)
-    if limits is None:
+    if _dtype_holds(rows, value):
         return None
+    limits = _dtype_limits(rows)
+    if limits is None:  # bool: 0 and 1 only
+        return (value != 0) & (value != 1)
     over = (value < limits[0]) | _above(value, limits[1])
     if _is_float(value):
         if _is_float(rows):
