@@ -367,6 +367,17 @@ def test_unusable_commands_exit_2_with_a_message(
     assert message in err and "Traceback" not in err
 
 
+def test_an_env_kwarg_a_natively_batched_env_does_not_take_names_the_env(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A native env's constructor refusing a keyword (on sync it raises in this process):
+    the message was the constructor's alone, naming neither the env nor the kwargs."""
+    code, _, err = train(capsys, tmp_path / "r", "env_kwargs.bogus=1", env="corral/tag")
+    assert code == 2
+    assert "cannot build corral/tag with env_kwargs {'bogus': 1}: " in err
+    assert "'bogus'" in err.partition(": ")[2] and not (tmp_path / "r").exists()
+
+
 def test_an_option_and_the_same_setting_may_agree(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

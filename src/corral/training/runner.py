@@ -806,24 +806,28 @@ def build_venv(
     if options is None:
         options = run.backend_options() if backend == run.backend else {}
     device = _device(run.device) if array == "torch" else "cpu"
-    return make_vec(
-        run.env,
-        num_envs or run.num_envs,
-        backend,
-        native=native,
-        array=array,
-        device=device,
-        dtype=None if native is False else run.dtype,
-        seed=run.seed,
-        group_map=run.group_map,
-        state=state,
-        on_env_error=run.on_env_error,
-        check_finite=run.check_finite,
-        # on a device, actions are checked there; the collector raises a bad one per rollout
-        deferred_checks=not Place(array, device).computes_on_host,
-        env_kwargs={**run.env_kwargs, **env_kwargs},
-        **options,
-    )
+    kwargs = {**run.env_kwargs, **env_kwargs}
+    try:
+        return make_vec(
+            run.env,
+            num_envs or run.num_envs,
+            backend,
+            native=native,
+            array=array,
+            device=device,
+            dtype=None if native is False else run.dtype,
+            seed=run.seed,
+            group_map=run.group_map,
+            state=state,
+            on_env_error=run.on_env_error,
+            check_finite=run.check_finite,
+            # on a device, actions are checked there; the collector raises a bad one per rollout
+            deferred_checks=not Place(array, device).computes_on_host,
+            env_kwargs=kwargs,
+            **options,
+        )
+    except TypeError as err:  # a constructor's own words: an env_kwargs it does not take
+        raise ConfigError(f"cannot build {run.env} with env_kwargs {kwargs}: {err}") from err
 
 
 def training_array(run: RunConfig) -> str:
