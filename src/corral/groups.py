@@ -41,10 +41,10 @@ def group_agents(
     """
     agents = list(agents)
     group_map = checked_group_map(group_map)
-    if isinstance(group_map, Mapping):
-        named = [a for v in group_map.values() for a in ([] if isinstance(v, str) else v)]
-        strangers = [a for a in [*named, *(k for k, v in group_map.items() if isinstance(v, str))]
-                     if a not in agents]  # fmt: skip
+    if isinstance(group_map, Mapping):  # agent -> group, or group -> agents (checked)
+        by_agent = all(isinstance(v, str) for v in group_map.values())
+        named = list(group_map) if by_agent else [a for v in group_map.values() for a in v]
+        strangers = [a for a in named if a not in agents]
         if strangers:
             raise GroupError(
                 f"the group map names {strangers}, which are not agents of the env: {agents}"

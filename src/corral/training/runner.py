@@ -1218,7 +1218,7 @@ class RunPolicy(Policy):
     checkpoint it was loaded from, in words (``best.pt of 80000 env steps``), kept in this
     run's checkpoints (see :func:`other_runs`)."""
 
-    def __init__(self, learner: Algorithm, name: str = "", loaded: str = "") -> None:
+    def __init__(self, learner: Algorithm, name: str, loaded: str) -> None:
         super().__init__(learner.groups)
         self.learner = learner
         self.name, self.loaded = name, loaded

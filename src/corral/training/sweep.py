@@ -480,10 +480,10 @@ def run_trials(job: Job) -> None:
         pruner=job.pruner,
         sampler=job.sampler,
     )
-    with _echoed(job.echo) as warnings:
+    with _echoed(job.echo) as relay:
         for _ in range(job.trials):
             trial = study.ask()
-            warnings.number = trial.number
+            relay.number = trial.number
             try:
                 value = _train_trial(job, trial)
             except optuna.TrialPruned as pruned:
@@ -501,20 +501,20 @@ def run_trials(job: Job) -> None:
 def _echoed(echo: bool) -> Iterator[_WarningEcho]:
     """While trials run: where ``echo``, the sweep's lines go to stderr, with the trials'
     warnings (see :class:`_WarningEcho`)."""
-    training, warnings = logging.getLogger("corral.training"), _WarningEcho()
+    training, relay = logging.getLogger("corral.training"), _WarningEcho()
     if not echo:
-        yield warnings
+        yield relay
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     level = log.level
     log.addHandler(handler)
     log.setLevel(logging.INFO)
-    training.addHandler(warnings)
+    training.addHandler(relay)
     try:
-        yield warnings
+        yield relay
     finally:
-        training.removeHandler(warnings)
+        training.removeHandler(relay)
         log.removeHandler(handler)
         log.setLevel(level)
 

@@ -718,10 +718,9 @@ def make_vec(
     num_envs = int(num_envs)
     env_spec = spec(id)
     kwargs = dict(env_kwargs or {})
-    known = _all_backend_options()
-    strangers = {
-        k: v for k, v in options.items() if not difflib.get_close_matches(k, known, n=1)
-    }  # a misspelt option is the backend's to name (check_options)
+    known = _all_backend_options() if options else set()
+    # an option that no backend takes, nor spells nearly: an env keyword argument, likely
+    strangers = {k: v for k, v in options.items() if not difflib.get_close_matches(k, known)}
     if strangers:
         raise ValueError(
             f"make_vec takes no argument {', '.join(map(repr, strangers))}, and no backend "
